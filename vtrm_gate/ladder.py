@@ -1,0 +1,66 @@
+"""Information ladder (SPEC §2): which units a type's gate consumes, in which order.
+
+Tier 0: units the seed baseline answered wrong; tier 1: units it answered right; units with
+no seed record (tier None) sit between them. Inside a tier a deterministic shuffle keyed by (seed, unit_id).
+This step's evolution cases are excluded, and the ladder is truncated to ``n_max``.
+
+Independence rule: the seed record only *orders* units. It is never a measurement of the
+base arm; nothing here (or anywhere) turns it into a BaselineCache entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LadderEntry:
+    """One rung: the unit, its 0-based ladder_rank and the tier it came from."""
+
+    unit_id: str
+    ladder_rank: int
+    tier: int | None  # 0 seed-wrong, 1 seed-right, None no seed record
+
+
+def shuffle_key(seed: int | str, unit_id: str) -> str:
+    """Deterministic, platform-independent sort key for the in-tier shuffle."""
+    return hashlib.sha256(f"{seed}\x1f{unit_id}".encode()).hexdigest()
+
+
+def build_ladder(pool: Iterable[str], seed_correct: Mapping[str, bool] | None = None, *,
+                 exclude: Iterable[str] = (), n_max: int = 40,
+                 seed: int | str = 0) -> list[LadderEntry]:
+    """Order ``pool`` by expected information and truncate to ``n_max``.
+
+    ``seed_correct`` maps unit_id -> whether the *seed baseline* answered it right; it is
+    used for ordering only. ``exclude`` holds this step's evolution case units.
+    """
+    if not isinstance(n_max, int) or isinstance(n_max, bool) or n_max < 0:
+        raise ValueError(f"n_max must be an integer >= 0, got {n_max!r}")
+    units = list(pool)
+    seen: set[str] = set()
+    for u in units:
+        if not isinstance(u, str) or not u:
+            raise ValueError(f"unit ids must be non-empty strings, got {u!r}")
+        if u in seen:
+            raise ValueError(f"duplicate unit id in pool: {u!r}")
+        seen.add(u)
+    seed_correct = seed_correct or {}
+    excluded = set(exclude)
+
+    def tier(u: str) -> int | None:
+        return int(bool(seed_correct[u])) if u in seed_correct else None
+
+    def order(u: str) -> float:
+        t = tier(u)
+        return 0.5 if t is None else float(t)
+
+    kept = [u for u in units if u not in excluded]
+    kept.sort(key=lambda u: (order(u), shuffle_key(seed, u)))
+    return [LadderEntry(u, rank, tier(u)) for rank, u in enumerate(kept[:n_max])]
+
+
+def ladder_units(entries: Iterable[LadderEntry]) -> list[str]:
+    return [e.unit_id for e in entries]

@@ -1,0 +1,7 @@
+"""pytest plugin shipped with vtrm_gate: a real Redis server, a seeded simulated world and an
+outcome-table ``infer``. Enable with ``pytest_plugins = ["vtrm_gate.testing"]``."""
+
+from __future__ import annotations
+
+from .outcomes import OutcomeTable as OutcomeTable
+from .outcomes import outcome_table as outcome_table
