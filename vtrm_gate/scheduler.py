@@ -123,7 +123,7 @@ class TypePlan:
 
 @dataclass(frozen=True)
 class GuardParams:
-    """INFRA guard: abort when INFRA units / completed calls > max_ratio, once calls >= min_calls."""
+    """INFRA guard: abort when INFRA units / completed calls > max_ratio (calls >= min_calls)."""
 
     min_calls: int = 10
     max_ratio: float = 0.10

@@ -27,7 +27,7 @@ Pair = tuple[bool, bool] | None
 """One unit's outcome in ladder order: ``(base_correct, cand_correct)``, or None for INFRA."""
 
 
-class Action(str, enum.Enum):
+class Action(enum.StrEnum):
     """What the gate says after a consumed unit."""
 
     ACCEPT = "ACCEPT"
@@ -241,7 +241,7 @@ class SequentialTest:
     (``decided``) at the first action other than CONTINUE.
     """
 
-    __slots__ = ("n_ladder", "params", "rule", "state", "points", "action", "stop_rank")
+    __slots__ = ("action", "n_ladder", "params", "points", "rule", "state", "stop_rank")
 
     def __init__(self, n_ladder: int, params: GateParams, rule: DecisionRule | None = None):
         self.n_ladder = n_ladder

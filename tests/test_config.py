@@ -1,0 +1,90 @@
+"""One validated config (SPEC §8)."""
+
+from __future__ import annotations
+
+import pytest
+
+from vtrm_gate.config import Config, ConfigError, load_config, mask_url
+
+
+def test_defaults():
+    c = load_config(env={}, dotenv=None)
+    assert c == Config()
+    assert (c.concurrency, c.redis_cache_ttl, c.cache_prefix, c.gate.e_confirm) == (
+        32, 604800, "llm_cache", 20.0)
+
+
+def test_file_then_dotenv_then_environment(tmp_path):
+    f = tmp_path / "gate.toml"
+    f.write_text('concurrency = 16\nredis_cache_ttl = 100\n[gate]\ne_confirm = 40.0\n'
+                 '[guard]\nmax_ratio = 0.2\n')
+    env = tmp_path / ".env"
+    env.write_text("# comment\nREDIS_CACHE_TTL=200\nREDIS_URL='redis://u:secret@h:6379/0'\n")
+    c = load_config(f, env={"VTRM_CONCURRENCY": "8"}, dotenv=env)
+    assert (c.concurrency, c.redis_cache_ttl, c.gate.e_confirm, c.guard.max_ratio) == (
+        8, 200, 40.0, 0.2)
+    assert c.redis_url == "redis://u:secret@h:6379/0"
+    assert "secret" not in repr(c) and "secret" not in str(c.as_dict())
+
+
+def test_json_file(tmp_path):
+    f = tmp_path / "gate.json"
+    f.write_text('{"gate": {"n_max": 30}, "cache_enabled": "off"}')
+    c = load_config(f, env={}, dotenv=None)
+    assert c.gate.n_max == 30 and c.cache_enabled is False
+
+
+def test_gate_block_is_refused_saying_why(tmp_path):
+    f = tmp_path / "gate.toml"
+    f.write_text("gate_block = 8\n")
+    with pytest.raises(ConfigError, match="gate_block was removed.*ladder prefix"):
+        load_config(f, env={}, dotenv=None)
+    f.write_text("[gate]\ngate_block = 8\n")
+    with pytest.raises(ConfigError, match="gate_block was removed"):
+        load_config(f, env={}, dotenv=None)
+
+
+def test_unknown_keys_are_refused_naming_the_valid_ones(tmp_path):
+    f = tmp_path / "gate.toml"
+    f.write_text("concurency = 8\n")
+    with pytest.raises(ConfigError, match=r"'concurency'.*valid keys: cache_enabled, "
+                                          r"cache_prefix, concurrency"):
+        load_config(f, env={}, dotenv=None)
+    f.write_text("[gate]\ne_confrim = 3\n")
+    with pytest.raises(ConfigError, match=r"gate\.e_confrim.*e_confirm"):
+        load_config(f, env={}, dotenv=None)
+
+
+@pytest.mark.parametrize("env,fragment", [
+    ({"VTRM_CONCURRENCY": "0"}, "concurrency"),
+    ({"VTRM_CONCURRENCY": "many"}, "concurrency must be an integer"),
+    ({"REDIS_CACHE_TTL": "-5"}, "redis_cache_ttl"),
+    ({"REDIS_URL": "http://x"}, "redis_url"),
+    ({"VTRM_CACHE": "maybe"}, "on/off"),
+    ({"VTRM_CACHE_PREFIX": "llm*"}, "cache_prefix"),
+])
+def test_bad_values_name_the_setting(env, fragment):
+    with pytest.raises(ConfigError, match=fragment):
+        load_config(env=env, dotenv=None)
+
+
+def test_bad_gate_param_in_file(tmp_path):
+    f = tmp_path / "gate.toml"
+    f.write_text("[gate]\nlambda_dir = 2.0\n")
+    with pytest.raises(ConfigError, match="lambda_dir"):
+        load_config(f, env={}, dotenv=None)
+
+
+def test_malformed_and_missing_files(tmp_path):
+    f = tmp_path / "gate.toml"
+    f.write_text("concurrency = = 3\n")
+    with pytest.raises(ConfigError, match="malformed"):
+        load_config(f, env={}, dotenv=None)
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_config(tmp_path / "nope.toml", env={}, dotenv=None)
+
+
+def test_mask_url():
+    assert mask_url("redis://:pw@host:6379/1") == "redis://:***@host:6379/1"
+    assert mask_url("unix:///tmp/r.sock") == "unix:///tmp/r.sock"
+    assert mask_url(None) is None

@@ -1,0 +1,70 @@
+"""environment.yml and pyproject.toml stay in agreement; the public API is complete."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import vtrm_gate
+
+ROOT = Path(__file__).resolve().parents[1]
+CONDA_NAMES = {"redis": "redis-py"}  # PyPI name -> conda-forge name
+
+
+def _name(req: str) -> str:
+    return re.split(r"[<>=!~\[ ;]", req.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
+def _env_yml() -> tuple[set[str], set[str]]:
+    conda, pip = set(), set()
+    in_pip = in_deps = False
+    for line in (ROOT / "environment.yml").read_text().splitlines():
+        s = line.strip()
+        if not line.startswith(" "):
+            in_deps = s == "dependencies:"
+            continue
+        if not in_deps:
+            continue
+        if s.startswith("- pip:"):
+            in_pip = True
+            continue
+        if not s.startswith("- "):
+            continue
+        item = s[2:].strip()
+        if in_pip and line.startswith("      "):
+            pip.add(item)
+        else:
+            in_pip = False
+            conda.add(_name(item))
+    return conda, pip
+
+
+def test_environment_yml_agrees_with_pyproject():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    reqs = project["dependencies"] + project["optional-dependencies"]["dev"]
+    conda, pip = _env_yml()
+    pip_names = {_name(p) for p in pip if not p.startswith("-e")}
+    assert "-e .[dev]" in pip
+    for req in reqs:
+        n = _name(req)
+        assert CONDA_NAMES.get(n, n) in conda or n in pip_names, f"{n} missing from env.yml"
+    declared = {CONDA_NAMES.get(_name(r), _name(r)) for r in reqs} | {"python", "pip"}
+    extra = (conda | pip_names) - declared - {_name(r) for r in reqs}
+    assert not extra, f"environment.yml lists packages pyproject.toml does not: {extra}"
+
+
+def test_public_api_exports():
+    for name in ["GateParams", "Action", "gate_decision", "replay_prefix", "replay_blocks",
+                 "replay_arrival", "operating_characteristics", "run_gate", "TypePlan",
+                 "UnitTask", "UnitResult", "GateResult", "TypeOutcome", "InfraGuardError"]:
+        assert hasattr(vtrm_gate, name), name
+    assert {m.name for m in vtrm_gate.Action} == {
+        "ACCEPT", "REJECT", "FUTILE", "PROVISIONAL", "INERTIA", "CONTINUE"}
+
+
+def test_ci_runs_make_test_and_nothing_else():
+    lines = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines()]
+    commands = [ln for ln in lines if ln and not ln.startswith("#") and not ln.startswith("set ")
+                and not ln.startswith("cd ")]
+    assert commands == ["make test"]

@@ -1,0 +1,309 @@
+"""The statistical kernel: the rule of SPEC §1, replays, batch replays, exact OC."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vtrm_gate import (
+    Action,
+    GateParams,
+    GateState,
+    gate_decision,
+    operating_characteristics,
+    replay_arrival,
+    replay_arrival_batch,
+    replay_blocks,
+    replay_blocks_batch,
+    replay_prefix,
+    replay_prefix_batch,
+)
+from vtrm_gate.stats import ACTION_CODES, update_state
+
+WIN, LOSS, TIE_RIGHT, TIE_WRONG = (False, True), (True, False), (True, True), (False, False)
+
+
+# ---- GateParams ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("field,value,fragment", [
+    ("e_confirm", 1.0, "e_confirm"),
+    ("lambda_dir", 0.0, "lambda_dir"),
+    ("lambda_dir", 1.5, "lambda_dir"),
+    ("delta_min", 1.0, "delta_min"),
+    ("w_net_min", -1, "w_net_min"),
+    ("w_net_min", 2.5, "w_net_min"),
+    ("e_reject", 0.5, "e_reject"),
+    ("e_provisional", 0.9, "e_provisional"),
+    ("w_net_min_provisional", -2, "w_net_min_provisional"),
+    ("n_max", 0, "n_max"),
+    ("e_confirm", float("nan"), "e_confirm"),
+    ("n_max", True, "n_max"),
+])
+def test_invalid_params_name_the_field(field, value, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        GateParams(**{field: value})
+
+
+def test_lambda_bound_depends_on_delta():
+    GateParams(lambda_dir=1 / 1.25, delta_min=0.25)
+    with pytest.raises(ValueError, match=r"lambda_dir.*1/\(1\+delta_min\)"):
+        GateParams(lambda_dir=0.9, delta_min=0.25)
+
+
+# ---- golden e-values -----------------------------------------------------------------
+
+def test_golden_e_values_after_wins_losses_ties():
+    out = replay_prefix([WIN, WIN, LOSS, TIE_RIGHT, WIN] + [TIE_RIGHT] * 35)
+    pt = out.trajectory[4]
+    # E+ = 1.5 * 1.5 * 0.5 * 1 * 1.5 ; E- = 0.5 * 0.5 * 1.5 * 1 * 0.5 (exact in binary)
+    assert (pt.e_plus, pt.e_minus) == (1.6875, 0.1875)
+    assert (pt.W, pt.L, pt.n_used, pt.d, pt.action) == (3, 1, 5, 1, Action.CONTINUE)
+    # the same five units on a 5-unit ladder: one unit left after rank 3 cannot reach
+    # E+ >= 2 (1.125 * 1.5 < 2), so the type stops FUTILE there
+    short = replay_prefix([WIN, WIN, LOSS, TIE_RIGHT, WIN])
+    assert (short.action, short.stop_rank, short.e_plus) == (Action.FUTILE, 3, 1.125)
+
+
+def test_golden_e_values_with_delta():
+    p = GateParams(lambda_dir=0.5, delta_min=0.1)
+    pt = replay_prefix([WIN, TIE_WRONG, LOSS] + [TIE_RIGHT] * 37, p).trajectory[2]
+    assert pt.e_plus == (1 + 0.5 * 0.9) * (1 - 0.5 * 0.1) * (1 - 0.5 * 1.1)
+    assert pt.e_minus == 0.5 * 1.0 * 1.5
+
+
+def test_eight_straight_wins_accept_at_rank_7():
+    out = replay_prefix([WIN] * 20)
+    assert out.action is Action.ACCEPT
+    assert out.stop_rank == 7  # 1.5**8 = 25.6 >= 20 first after the 8th win
+    assert out.e_plus == 1.5**8
+    assert [p.action for p in out.trajectory[:-1]] == [Action.CONTINUE] * 7
+
+
+def test_accept_needs_w_net_floor():
+    p = GateParams(e_confirm=2.0, w_net_min=3)
+    out = replay_prefix([WIN, WIN, WIN, WIN], p)
+    assert out.stop_rank == 2  # E+ >= 2 after two wins but W-L = 2 < 3
+
+
+def test_reject_on_harm():
+    out = replay_prefix([LOSS] * 40)
+    assert out.action is Action.REJECT
+    assert out.stop_rank == 7 and out.e_minus == 1.5**8
+    # on a 20-unit ladder futility comes first: 0.5**7 * 1.5**13 < 2 after the 7th loss
+    short = replay_prefix([LOSS] * 20)
+    assert (short.action, short.stop_rank) == (Action.FUTILE, 6)
+
+
+# ---- decision order and exits --------------------------------------------------------
+
+def test_decision_order_accept_before_reject():
+    s = GateState(W=5, L=0, n_used=5, n_consumed=5, e_plus=30.0, e_minus=30.0)
+    assert gate_decision(s, 3, GateParams()) is Action.ACCEPT
+
+
+def test_futility_is_lossless_and_fires_when_hopeless():
+    p = GateParams()
+    # 1 unit left, E+ = 1, W-L = 0: best case E+ 1.5 < 2 => neither ACCEPT nor PROVISIONAL.
+    assert gate_decision(GateState(e_plus=1.0), 1, p) is Action.FUTILE
+    # 2 units left: best case E+ 2.25 >= 2 and W-L 2 >= 2 => PROVISIONAL still reachable.
+    assert gate_decision(GateState(e_plus=1.0), 2, p) is Action.CONTINUE
+
+
+class NoFutility:
+    """The default rule with the futility exit removed (for the losslessness check)."""
+
+    def update(self, state, pair, params):
+        return update_state(state, pair, params)
+
+    def decide(self, state, n_remaining, params):
+        a = gate_decision(state, n_remaining, params)
+        return Action.CONTINUE if a is Action.FUTILE else a
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from([WIN, LOSS, TIE_RIGHT, None]), min_size=1, max_size=12),
+       st.integers(1, 6))
+def test_futile_never_stops_a_type_that_could_end_accept_or_provisional(prefix, tail):
+    """Wherever FUTILE fires, no continuation at all ends ACCEPT or PROVISIONAL without it."""
+    p = GateParams(e_confirm=6.0, e_reject=50.0)
+    n = len(prefix) + tail
+    out = replay_prefix(list(prefix) + [TIE_RIGHT] * tail, p)
+    if out.action is not Action.FUTILE:
+        return
+    k = out.stop_rank + 1
+    for rest in itertools.product([WIN, LOSS, TIE_RIGHT], repeat=n - k):
+        alt = replay_prefix(list(prefix[:k]) + list(rest), p, rule=NoFutility())
+        assert alt.action not in (Action.ACCEPT, Action.PROVISIONAL), rest
+
+
+def test_exhaustion_exit_provisional_and_inertia():
+    p = GateParams()
+    prov = replay_prefix([WIN, WIN, TIE_RIGHT, TIE_RIGHT], p)
+    assert prov.action is Action.PROVISIONAL and prov.stop_rank == 3
+    assert prov.e_plus == 2.25 and prov.W - prov.L == 2
+    inert = replay_prefix([WIN, TIE_RIGHT, WIN, LOSS, WIN, WIN, LOSS], p)
+    assert inert.action in (Action.INERTIA, Action.FUTILE)
+
+
+def test_empty_ladder_is_inertia_at_once():
+    out = replay_prefix([])
+    assert out.action is Action.INERTIA and out.stop_rank is None and out.n_consumed == 0
+
+
+def test_infra_units_are_consumed_but_excluded():
+    out = replay_prefix([WIN, None, None, WIN], GateParams())
+    assert (out.W, out.L, out.n_used, out.n_consumed) == (2, 0, 2, 4)
+    assert out.e_plus == 2.25
+    assert out.trajectory[1].d is None and out.trajectory[1].e_plus == 1.5
+    # INFRA reduces n_remaining: with 2 left after rank 0 the type is still hopeful
+    assert out.action is Action.PROVISIONAL
+
+
+def test_small_types_cannot_accept_by_design():
+    """A 9-unit ladder can reach ACCEPT only with >= 8 wins: e_confirm 20 needs 1.5**8."""
+    assert replay_prefix([WIN] * 7 + [TIE_RIGHT] * 2).action is Action.PROVISIONAL
+
+
+def test_bad_outcome_entries_are_refused():
+    with pytest.raises(ValueError, match="outcome 1"):
+        replay_prefix([WIN, "yes"])  # type: ignore[list-item]
+
+
+# ---- prefix vs block vs arrival ------------------------------------------------------
+
+def test_block_replay_decides_same_way_later():
+    seq = [WIN, TIE_RIGHT, WIN, WIN, WIN, TIE_WRONG, WIN, WIN, WIN, WIN, WIN, TIE_RIGHT] + [
+        TIE_RIGHT] * 12
+    pre = replay_prefix(seq)
+    blk = replay_blocks(seq, block=8)
+    assert pre.action is blk.action is Action.ACCEPT
+    assert pre.stop_rank == 9 and blk.stop_rank == 15
+    assert pre.stop_rank < blk.stop_rank
+    assert blk.n_consumed == 16
+
+
+def test_block_replay_decides_only_at_block_ends_and_the_last_unit():
+    # prefix: futile at rank 9 (one unit left, 1.5 < 2); blocks: no look at 9, INERTIA at 10
+    assert (replay_prefix([TIE_RIGHT] * 11).action, replay_prefix([TIE_RIGHT] * 11).stop_rank
+            ) == (Action.FUTILE, 9)
+    blk = replay_blocks([TIE_RIGHT] * 11, block=8)
+    assert (blk.action, blk.stop_rank, blk.n_consumed) == (Action.INERTIA, 10, 11)
+    blk = replay_blocks([WIN] * 3 + [TIE_RIGHT] * 8, block=8)
+    assert blk.action is Action.PROVISIONAL and blk.stop_rank == 10
+
+
+def test_arrival_order_consumes_by_completion_time():
+    seq = [LOSS] * 6 + [WIN] * 10
+    times = [100.0] * 6 + list(range(10))
+    arr = replay_arrival(seq, times)
+    assert arr.action is Action.ACCEPT and arr.W == 8 and arr.L == 0
+    assert replay_prefix(seq).action is not Action.ACCEPT
+
+
+def test_block_size_validated():
+    with pytest.raises(ValueError, match="block"):
+        replay_blocks([WIN], block=0)
+
+
+# ---- batch replays equal the scalar ones ---------------------------------------------
+
+pairs = st.sampled_from([WIN, LOSS, TIE_RIGHT, TIE_WRONG, None])
+
+
+def _to_arrays(seqs):
+    base = np.array([[bool(p and p[0]) for p in s] for s in seqs])
+    cand = np.array([[bool(p and p[1]) for p in s] for s in seqs])
+    infra = np.array([[p is None for p in s] for s in seqs])
+    return base, cand, infra
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 45).flatmap(lambda n: st.lists(st.lists(pairs, min_size=n, max_size=n),
+                                                     min_size=1, max_size=8)),
+       st.sampled_from([GateParams(), GateParams(delta_min=0.1, lambda_dir=0.6, w_net_min=2),
+                        GateParams(e_confirm=5, e_reject=5)]))
+def test_batch_replays_match_scalar_replays_exactly(seqs, params):
+    base, cand, infra = _to_arrays(seqs)
+    rng = np.random.default_rng(len(seqs))
+    times = rng.random(base.shape)
+    batches = [
+        (replay_prefix_batch(base, cand, params, infra=infra), replay_prefix, ()),
+        (replay_blocks_batch(base, cand, params, infra=infra), replay_blocks, ()),
+        (replay_arrival_batch(base, cand, times, params, infra=infra), replay_arrival, None),
+    ]
+    for batch, fn, _ in batches:
+        for r, seq in enumerate(seqs):
+            if fn is replay_arrival:
+                one = replay_arrival(seq, list(times[r]), params)
+            else:
+                one = fn(seq, params)
+            assert ACTION_CODES[batch.action[r]] is one.action
+            assert (batch.W[r], batch.L[r], batch.n_used[r], batch.n_consumed[r]) == (
+                one.W, one.L, one.n_used, one.n_consumed)
+            assert batch.e_plus[r] == one.e_plus and batch.e_minus[r] == one.e_minus
+            assert batch.stop_rank[r] == (-1 if one.stop_rank is None else one.stop_rank)
+
+
+# ---- exact operating characteristics -------------------------------------------------
+
+def test_oc_probabilities_sum_to_one_and_documented_fact():
+    oc = operating_characteristics(GateParams(), p_win=0.8, discordance=0.5, n_units=40)
+    total = oc.p_accept + oc.p_reject + oc.p_futile + oc.p_provisional + oc.p_inertia
+    assert total == pytest.approx(1.0, abs=1e-12)
+    # SPEC §1: such a candidate is accepted within 40 units only ~70% of the time.
+    assert 0.68 < oc.p_accept < 0.75
+    assert 0 < oc.expected_units <= 40
+
+
+@pytest.mark.parametrize("discordance", [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0])
+@pytest.mark.parametrize("n_units", [9, 23, 40])
+def test_exact_false_accept_under_h0_is_at_most_one_over_e_confirm(discordance, n_units):
+    p = GateParams()
+    oc = operating_characteristics(p, p_win=0.5, discordance=discordance, n_units=n_units)
+    assert oc.p_accept <= 1 / p.e_confirm
+    # and under the harm-side null the false-reject rate is bounded the same way
+    assert oc.p_reject <= 1 / p.e_reject
+
+
+def test_exact_false_accept_with_delta_null():
+    p = GateParams(delta_min=0.1, lambda_dir=0.8)
+    # H0+: E[d] = discordance * (2 p_win - 1) = delta  => p_win = (1 + delta/disc)/2
+    for disc in (0.2, 0.5, 1.0):
+        pw = (1 + p.delta_min / disc) / 2
+        oc = operating_characteristics(p, pw, disc, 40)
+        assert oc.p_accept <= 1 / p.e_confirm
+
+
+def test_oc_matches_monte_carlo():
+    """Exact DP vs 40,000 seeded replicates: every exit within 4.5 binomial SEs."""
+    p = GateParams()
+    rng = np.random.default_rng(7)
+    R, n, disc, pw, infra_rate = 40_000, 40, 0.4, 0.7, 0.05
+    discordant = rng.random((R, n)) < disc
+    win = rng.random((R, n)) < pw
+    both = rng.random((R, n)) < 0.5
+    base = np.where(discordant, ~win, both)
+    cand = np.where(discordant, win, both)
+    infra = rng.random((R, n)) < infra_rate
+    mc = replay_prefix_batch(base, cand, p, infra=infra)
+    oc = operating_characteristics(p, pw, disc, n, infra_rate=infra_rate)
+    for action, prob in [(Action.ACCEPT, oc.p_accept), (Action.REJECT, oc.p_reject),
+                         (Action.FUTILE, oc.p_futile), (Action.PROVISIONAL, oc.p_provisional),
+                         (Action.INERTIA, oc.p_inertia)]:
+        se = math.sqrt(max(prob * (1 - prob), 1e-9) / R)
+        assert abs(mc.rate(action) - prob) < 4.5 * se + 1e-4, action
+    assert float(np.mean(mc.n_consumed)) == pytest.approx(oc.expected_units, abs=0.15)
+    assert float(np.mean(mc.n_used)) == pytest.approx(oc.expected_pairs, abs=0.15)
+
+
+def test_oc_input_validation():
+    with pytest.raises(ValueError, match="p_win"):
+        operating_characteristics(GateParams(), 1.5, 0.5, 40)
+    with pytest.raises(ValueError, match="n_units"):
+        operating_characteristics(GateParams(), 0.5, 0.5, -1)
+    assert operating_characteristics(GateParams(), 0.5, 0.5, 0).p_inertia == 1.0
