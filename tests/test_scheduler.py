@@ -493,3 +493,15 @@ def test_unit_task_carries_run_ids_per_arm():
     assert plan.target == "skills/action-reasoning.md"
     assert isinstance(plan.task(0, "base"), UnitTask)
     assert UnitResult(correct=True).infra is False
+
+
+def test_base_exception_escaping_infer_stops_the_gate_instead_of_hanging():
+    class Boom(BaseException):
+        pass
+
+    async def infer(task):
+        await asyncio.sleep(1)
+        raise Boom("out of band")
+
+    with pytest.raises(Boom):
+        run(run_gate([TypePlan("A", ["u1", "u2"])], infer))

@@ -410,7 +410,10 @@ class _Gate:
         self.bus = _Bus(subscribers)
         self.loop = asyncio.get_running_loop()
         self.done: asyncio.Queue[tuple[UnitTask, UnitResult]] = asyncio.Queue()
-        self.in_flight: dict[asyncio.Task[None], UnitTask] = {}
+        # A slot is held from dispatch until its result is taken off ``done``.
+        self.n_in_flight = 0
+        self.fatal: BaseException | None = None
+        self.in_flight: dict[asyncio.Future[None], UnitTask] = {}
         self.peak = 0
         self.t0 = self.loop.time()
 
@@ -442,23 +445,19 @@ class _Gate:
             exhausted = False
             while True:
                 # Everything that has arrived is consumed before a free slot is refilled.
-                while not self.done.empty():
-                    await self._finish(*self.done.get_nowait())
-                while not exhausted and len(self.in_flight) < self.concurrency:
+                await self._drain()
+                while not exhausted and self.n_in_flight < self.concurrency:
                     job = next(jobs, None)
                     if job is None:
                         exhausted = True
                         break
                     await self._dispatch(*job)
-                    while not self.done.empty():
-                        await self._finish(*self.done.get_nowait())
-                if not self.in_flight and self.done.empty():
+                    await self._drain()
+                if self.n_in_flight == 0:
                     if exhausted:
                         break
                     continue
-                if self.done.empty():
-                    await asyncio.wait(self.in_flight, return_when=asyncio.FIRST_COMPLETED)
-                self._reap()
+                await self._finish(*await self.done.get())
         except BaseException as exc:
             reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             await self._abort(reason)
@@ -470,11 +469,9 @@ class _Gate:
         await self.bus.close()
         return result
 
-    def _reap(self) -> None:
-        for task in [t for t in self.in_flight if t.done()]:
-            del self.in_flight[task]
-            if not task.cancelled() and task.exception() is not None:
-                raise task.exception()  # type: ignore[misc]
+    async def _drain(self) -> None:
+        while not self.done.empty():
+            await self._finish(*self.done.get_nowait())
 
     async def _dispatch(self, run: _TypeRun, rank: int, arm: Arm) -> None:
         if run.frozen:  # checked at dispatch time: a frozen type starts nothing new
@@ -491,14 +488,27 @@ class _Gate:
         run.counters.started += 1
         fut = asyncio.ensure_future(self._call(task))
         self.in_flight[fut] = task
-        self.peak = max(self.peak, len(self.in_flight))
-        self.bus.publish(TaskStarted(self.now(), task, len(self.in_flight)))
+        fut.add_done_callback(self._forget)
+        self.n_in_flight += 1
+        self.peak = max(self.peak, self.n_in_flight)
+        self.bus.publish(TaskStarted(self.now(), task, self.n_in_flight))
+
+    def _forget(self, fut: asyncio.Future[None]) -> None:
+        task = self.in_flight.pop(fut, None)
+        if task is not None and not fut.cancelled() and fut.exception() is not None:
+            # a BaseException escaped infer (not an Exception: those are INFRA); re-raise it
+            # in the coordinator instead of waiting forever for a result that never comes
+            self.fatal = fut.exception()
+            self.done.put_nowait((task, UnitResult(infra=True, error=repr(self.fatal))))
 
     async def _finish(self, task: UnitTask, res: UnitResult, cache_hit: bool = False) -> None:
+        if self.fatal is not None:
+            raise self.fatal
         run = self.by_type[task.task_type]
         c = run.counters
         rank = task.ladder_rank
         if not cache_hit:
+            self.n_in_flight -= 1
             c.completed += 1
             c.tokens += res.tokens
             c.infra_calls += res.infra
@@ -555,13 +565,12 @@ class _Gate:
 
     async def _abort(self, reason: str) -> None:
         """Cancel in-flight calls, persist what already finished, close the bus."""
-        pending = list(self.in_flight)
+        pending = dict(self.in_flight)
         for t in pending:
             t.cancel()
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
-        for t in pending:
-            task = self.in_flight.pop(t)
+        for t, task in pending.items():
             if t.cancelled():
                 self.by_type[task.task_type].counters.cancelled_in_flight += 1
         try:

@@ -1,0 +1,27 @@
+"""`make bench`: every benchmark, one after another, tables on stdout.
+
+``python -m benchmarks [--quick] [core makespan cache]``
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+ALL = ("core", "makespan", "cache")
+
+
+def main(argv: list[str]) -> int:
+    quick = "--quick" in argv
+    names = [a for a in argv if not a.startswith("-")] or list(ALL)
+    for name in names:
+        if name not in ALL:
+            print(f"unknown benchmark {name!r}; choose from {', '.join(ALL)}", file=sys.stderr)
+            return 2
+        print(f"\n=== benchmarks.bench_{name} ===", flush=True)
+        importlib.import_module(f"benchmarks.bench_{name}").main(quick=quick)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,141 @@
+"""Shared figures: expected artists, PNG output, no backend forced on import."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from vtrm_gate import GateParams, replay_prefix
+from vtrm_gate.figures import (
+    false_accept_frame,
+    plot_false_accept,
+    plot_makespan,
+    plot_operating_characteristics,
+    plot_prefix_vs_block,
+    plot_token_savings,
+    plot_trajectories,
+    plot_waste,
+    save,
+)
+from vtrm_gate.frames import compare_replays, oc_grid
+from vtrm_gate.montecarlo import units_curve
+
+WIN, LOSS, TIE = (False, True), (True, False), (True, True)
+SETS = {"accept": [WIN] * 8 + [TIE] * 4, "futile": [LOSS, None, TIE, WIN],
+        "inertia": [TIE] * 10, "empty": []}
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _lines(ax, prefix):
+    return [ln for ln in ax.get_lines() if (ln.get_gid() or "").startswith(prefix)]
+
+
+def _is_png(path: Path) -> bool:
+    return path.read_bytes()[:8] == PNG
+
+
+def test_trajectories_have_one_line_per_type_and_the_threshold_lines(tmp_path):
+    params = GateParams(e_confirm=25.0, e_provisional=3.0)
+    outcomes = {t: replay_prefix(o, params) for t, o in SETS.items()}
+    fig = plot_trajectories(outcomes, params)
+    ax = fig.axes[0]
+    assert len(_lines(ax, "trajectory:")) == len(SETS)
+    (confirm,) = _lines(ax, "e_confirm")
+    assert set(confirm.get_ydata()) == {25.0}
+    (prov,) = _lines(ax, "e_provisional")
+    assert set(prov.get_ydata()) == {3.0}
+    assert ax.get_yscale() == "log"
+    decisions = {c.get_gid() for c in ax.collections}
+    assert {"decision:ACCEPT", "decision:FUTILE", "decision:INERTIA"} <= decisions
+    (acc,) = _lines(ax, "trajectory:accept")
+    assert list(acc.get_xdata()) == list(range(9)) and acc.get_ydata()[0] == 1.0
+    assert _is_png(save(fig, "traj", tmp_path))
+
+
+def test_trajectories_draw_on_a_given_axes():
+    from matplotlib.figure import Figure
+
+    fig = Figure()
+    ax = fig.add_subplot()
+    assert plot_trajectories({"a": replay_prefix([WIN])}, ax=ax) is fig
+
+
+def test_false_accept_plot_shows_both_orders_and_the_bound(tmp_path):
+    params = GateParams()
+    df = false_accept_frame(params, [0.0, 0.5, 1.0], 1000, seed=3)
+    assert set(df["n_rep"].to_list()) == {1000}
+    ax = plot_false_accept(df).axes[0]
+    assert len(_lines(ax, "rate:")) == 2
+    (bound,) = _lines(ax, "bound")
+    assert list(bound.get_ydata()) == pytest.approx([1 / params.e_confirm] * 2)
+    assert "1,000 replicates" in ax.get_title()
+    assert _is_png(save(ax.get_figure(), "fa", tmp_path))
+
+
+def test_prefix_vs_block_has_two_bars_per_type(tmp_path):
+    df = compare_replays({k: v for k, v in SETS.items() if v}, GateParams())
+    ax = plot_prefix_vs_block(df).axes[0]
+    assert len(ax.patches) == 2 * df.height
+    assert "agree on" in ax.get_title()
+    assert _is_png(save(ax.get_figure(), "pvb", tmp_path))
+
+
+def test_token_savings_draws_three_curves(tmp_path):
+    ax = plot_token_savings(units_curve(GateParams(), [0.5, 0.8], 300, seed=1),
+                            tokens_per_unit=2000).axes[0]
+    assert len(_lines(ax, "units:")) == 3
+    (flat,) = _lines(ax, "units:no_stop_units")
+    assert set(flat.get_ydata()) == {40 * 2000}
+    assert _is_png(save(ax.get_figure(), "tok", tmp_path))
+
+
+def test_makespan_takes_numbers_and_checks_lengths(tmp_path):
+    ax = plot_makespan([18.0, 9.0], [2.0, 1.5], [1.2, 1.0], labels=["12 types", "6 types"],
+                       unit="h").axes[0]
+    assert len(ax.patches) == 6
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["12 types", "6 types"]
+    assert _is_png(save(ax.get_figure(), "mk", tmp_path))
+    assert len(plot_makespan(18.0, 2.0, 1.2).axes[0].patches) == 3
+    with pytest.raises(ValueError, match="same length"):
+        plot_makespan([1.0, 2.0], [1.0], [1.0])
+
+
+def test_waste_stacks_the_counters(tmp_path):
+    counters = pl.DataFrame({"task_type": ["a", "b"], "counted": [10, 6],
+                             "cache_hits": [0, 4], "discarded_after_freeze": [2, 0],
+                             "cancelled_in_flight": [0, 0], "cancelled_before_start": [8, 0],
+                             "completed": [12, 6], "wasted": [2, 0]})
+    ax = plot_waste(counters).axes[0]
+    assert len(ax.patches) == 5 * 2
+    assert "2 of 18" in ax.get_title()
+    assert _is_png(save(ax.get_figure(), "waste", tmp_path))
+
+
+def test_operating_characteristics_one_line_per_exit_and_discordance(tmp_path):
+    p = GateParams()
+    oc = oc_grid(p, [0.5, 0.7, 0.9], [0.3, 0.6], 40)
+    ax = plot_operating_characteristics(oc, p).axes[0]
+    assert len(_lines(ax, "oc:")) == 5 * 2
+    assert _is_png(save(ax.get_figure(), "oc", tmp_path))
+
+
+def test_save_creates_the_directory_and_appends_png(tmp_path):
+    fig = plot_trajectories({"a": replay_prefix([WIN, WIN])})
+    path = save(fig, "nested-name", tmp_path / "a" / "b")
+    assert path == tmp_path / "a" / "b" / "nested-name.png" and _is_png(path)
+    assert save(fig, "x.png", tmp_path).name == "x.png"
+
+
+def test_importing_the_faces_forces_no_backend():
+    code = ("import sys, vtrm_gate.figures, vtrm_gate.live; "
+            "assert 'matplotlib.pyplot' not in sys.modules, 'pyplot imported'")
+    env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)

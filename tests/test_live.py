@@ -1,0 +1,159 @@
+"""The live view: state from real gate events, final table, throttled redraws, watch()."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+import asyncio
+import random
+import time
+
+import pytest
+
+from vtrm_gate import GateParams, PrefixAdvanced, launch, run_gate
+from vtrm_gate.frames import outcomes_frame
+from vtrm_gate.live import LiveGateView, show_live, watch
+from vtrm_gate.testing import OutcomeTable
+
+WIN, LOSS, TIE, BOTH_WRONG = (False, True), (True, False), (True, True), (False, False)
+
+
+def _table(seed: int = 0, n_types: int = 5) -> OutcomeTable:
+    rng = random.Random(seed)
+    outcomes = {f"type-{i}": [rng.choice([WIN, WIN, LOSS, TIE, BOTH_WRONG])
+                              if rng.random() > 0.03 else None
+                              for _ in range(rng.randint(9, 40))]
+                for i in range(n_types)}
+    outcomes["type-empty"] = []
+    # wrong answers are slower: results arrive out of ladder order
+    return OutcomeTable(outcomes, latency=lambda task, res: rng.uniform(0, 0.002)
+                        + (0.003 if not res.correct else 0.0))
+
+
+def test_headless_view_ends_with_the_gate_decision_table():
+    table = _table(1)
+    view = LiveGateView()
+    result = asyncio.run(run_gate(table.plans(), table, GateParams(), concurrency=8,
+                                  subscribers=[view]))
+    assert view.table().equals(outcomes_frame(result.outcomes))
+    assert view.redraws == 0  # never displayed: state only
+    assert view.finished and "finished" in view.status()
+
+
+def test_progress_matches_the_outcomes_and_nothing_is_left_in_flight():
+    table = _table(2)
+    view = LiveGateView()
+    result = asyncio.run(run_gate(table.plans(), table, concurrency=6, subscribers=[view]))
+    prog = view.progress()
+    for r in prog.iter_rows(named=True):
+        o = result.outcomes[r["task_type"]]
+        assert (r["consumed"], r["n_ladder"], r["W"], r["L"], r["action"]) == (
+            o.n_consumed, o.n_ladder, o.W, o.L, str(o.action))
+        assert r["in_flight"] == 0
+        assert r["started"] == result.counters[r["task_type"]].started
+    assert view.in_flight == 0
+
+
+def test_figure_on_demand_has_one_trajectory_per_type():
+    table = _table(3)
+    view = LiveGateView()
+    asyncio.run(run_gate(table.plans(), table, subscribers=[view]))
+    ax = view.figure().axes[0]
+    lines = [ln for ln in ax.get_lines() if (ln.get_gid() or "").startswith("trajectory:")]
+    assert len(lines) == len(table.outcomes)
+    assert any(ln.get_gid() == "e_confirm" for ln in ax.get_lines())
+
+
+class _FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_redraws_are_throttled_to_min_interval():
+    table = _table(4)
+    events: list = []
+    asyncio.run(run_gate(table.plans(), table, subscribers=[events.append]))
+    clock = _FakeClock()
+    view = LiveGateView(min_interval=0.5, clock=clock, threaded=False)
+    _ = view.widget  # turns live drawing on (works without a kernel)
+    span = 2.0  # every event of the gate arrives within 2 s of fake time
+    for i, ev in enumerate(events):
+        clock.now = span * i / len(events)
+        view(ev)
+    assert len(events) > 100
+    # initial draw + at most one per interval + the final one
+    assert view.redraws <= 1 + span / 0.5 + 1
+    assert view.redraws >= 3
+    outputs = view.widget.children[1].outputs
+    assert "image/png" in outputs[0]["data"]
+    assert "ACCEPT" in view.widget.children[2].value or "INERTIA" in view.widget.children[2].value
+
+
+def test_threaded_live_redraw_never_exceeds_the_rate_and_lands_the_final_frame():
+    table = _table(5)
+    view = LiveGateView(min_interval=0.2)
+    _ = view.widget
+
+    async def main():
+        t0 = time.monotonic()
+        result = await run_gate(table.plans(), table, concurrency=4, subscribers=[view])
+        await view.drain()
+        return result, time.monotonic() - t0
+
+    result, elapsed = asyncio.run(main())
+    assert view.redraws <= 2 + elapsed / 0.2 + 1
+    assert view.widget.children[1].outputs[0]["data"]["image/png"]
+    assert view.table().equals(outcomes_frame(result.outcomes))
+    assert "<table" in view.widget.children[2].value
+
+
+def test_watch_follows_a_launched_handle():
+    table = _table(6)
+
+    async def main():
+        handle = launch(table.plans(), table, GateParams(), concurrency=8)
+        view = LiveGateView()
+        result = await watch(handle, view)
+        return result, view
+
+    result, view = asyncio.run(main())
+    assert view.source is not None
+    assert view.table().equals(outcomes_frame(result.outcomes))
+
+
+def test_show_live_subscribes_once_even_when_watched():
+    table = _table(7)
+
+    async def main():
+        handle, view = show_live(table.plans(), table, display=False, concurrency=8)
+        result = await watch(handle, view)
+        return handle, result, view
+
+    handle, result, view = asyncio.run(main())
+    n_prefix = sum(isinstance(ev, PrefixAdvanced) for ev in handle.history)
+    assert sum(len(tp.steps) for tp in view.types.values()) == n_prefix
+    assert view.events_seen == len(handle.history)
+    assert view.table().equals(outcomes_frame(result.outcomes))
+
+
+def test_aborted_gate_is_shown_as_aborted():
+    table = OutcomeTable({"flaky": [None] * 12 + [WIN] * 10})
+    view = LiveGateView()
+
+    async def main():
+        await run_gate(table.plans(), table, subscribers=[view])
+
+    with pytest.raises(RuntimeError, match="INFRA guard"):
+        asyncio.run(main())
+    assert view.aborted and "aborted" in view.status()
+    assert view.in_flight == 0
+
+
+def test_invalid_interval_is_refused():
+    with pytest.raises(ValueError, match="min_interval"):
+        LiveGateView(min_interval=-1)

@@ -1,0 +1,587 @@
+"""Seeded simulated world (SPEC §6): Video-MME task types, a simulated agent and evolver.
+
+Everything is a pure function of (seed, names): a skill's quality is carried in its text
+(``<!-- sim: ability=+0.350 ... -->``), and every call's randomness is keyed by
+(seed, unit_id, run_id, skill hash), so workspaces on disk and re-runs are deterministic.
+
+Correctness: ``P(correct) = sigmoid(ability - difficulty)`` with a Gaussian copula: a latent
+shared by every run of a unit plus a small per-run noise, so both arms see the same
+difficulty and most pairs are concordant, yet an independent run (the seed-baseline record)
+never equals the base arm's measurement by construction. Wrong answers take more agent steps
+and so more time: the bias that makes arrival-order consumption invalid.
+
+`run_virtual` runs a coroutine on a looptime loop whose clock jumps over sleeps, so a
+multi-hour gate step replays in seconds and its makespan (``loop.time()``) is exact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import hashlib
+import math
+import re
+from collections.abc import Coroutine, Mapping, Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
+from types import MappingProxyType
+from typing import Any, Literal, TypeVar
+
+from .ladder import build_ladder, ladder_units
+from .scheduler import GuardParams, TypePlan, UnitResult, UnitTask, content_hash, run_gate, slugify
+from .stats import GateParams, Pair, TypeOutcome, replay_blocks, replay_prefix
+
+T = TypeVar("T")
+Effect = Literal["harmful", "neutral", "helpful"]
+
+TASK_TYPES: tuple[str, ...] = (
+    "Action Reasoning",
+    "Action Recognition",
+    "Attribute Perception",
+    "Counting Problem",
+    "Information Synopsis",
+    "OCR Problems",
+    "Object Reasoning",
+    "Object Recognition",
+    "Spatial Perception",
+    "Spatial Reasoning",
+    "Temporal Perception",
+    "Temporal Reasoning",
+)
+EFFECTS: tuple[Effect, ...] = ("harmful", "neutral", "helpful")
+
+# A spread from tiny (9: can only reach the exhaustion exit) to a few hundred.
+DEFAULT_POOL_SIZES: Mapping[str, int] = MappingProxyType({
+    "Action Reasoning": 200,
+    "Action Recognition": 280,
+    "Attribute Perception": 180,
+    "Counting Problem": 260,
+    "Information Synopsis": 240,
+    "OCR Problems": 120,
+    "Object Reasoning": 320,
+    "Object Recognition": 300,
+    "Spatial Perception": 9,
+    "Spatial Reasoning": 23,
+    "Temporal Perception": 45,
+    "Temporal Reasoning": 150,
+})
+
+SEED_RUN_ID = "seed-baseline"
+"""Run id of the seed-baseline record: an earlier, independent run of the v0 skills."""
+
+REF_STEPS = 8
+"""Agent steps at which an inference takes ``mean_latency_s`` on average."""
+MAX_STEPS = 40
+ROLLOUT_BATCH = 6
+"""Units per type in a step's rollout; the wrong ones are that step's evolution cases."""
+EFFECT_SIZE = (0.3, 0.9)
+"""Range of |ability shift| of a helpful or harmful candidate (a neutral one shifts 0)."""
+
+_STEPS_MEDIAN = {True: 6.0, False: 13.0}  # wrong answers: the agent keeps exploring
+_STEPS_SIGMA = 0.35
+_JITTER_SIGMA = 0.25
+_TOKENS_PROMPT = 1500
+_TOKENS_PER_STEP = 900
+_LETTERS = ("A", "B", "C", "D")
+_NORMAL = NormalDist()
+_MARKER = re.compile(r"<!--\s*sim:[^>]*?-->")
+_ABILITY = re.compile(r"<!--\s*sim:[^>]*?\bability=([+-]?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)")
+
+
+def _uniform(*parts: object) -> float:
+    """A uniform in (0, 1) that is a pure, platform-independent function of ``parts``."""
+    h = hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=8).digest()
+    return ((int.from_bytes(h, "big") >> 11) + 0.5) / 2.0**53
+
+
+def _normal(*parts: object) -> float:
+    return _NORMAL.inv_cdf(_uniform(*parts))
+
+
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_real(x: object) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _fail(name: str, allowed: str, value: object) -> None:
+    raise ValueError(f"SimConfig.{name} must be {allowed}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """A simulated world's knobs; validated on construction (errors name the field)."""
+
+    seed: int = 0
+    pool_sizes: Mapping[str, int] | None = None
+    """Units per type; also chooses the world's types (in mapping order). Default: 9..320."""
+    infra_rate: float = 0.003
+    """Per-call probability of a 503-like failure that survived the backend's retries.
+
+    Kept low: at 1% the SPEC's guard (> 10% once >= 10 calls) trips on ~20% of steps,
+    because two early INFRA units in a type's first 10-19 calls already exceed 10%.
+    """
+    time_scale: float = 1.0
+    """Loop seconds slept per simulated second (1.0 under `run_virtual`; 1e-4 on real time)."""
+    mean_latency_s: float = 120.0
+    """Mean simulated seconds of an inference whose agent took REF_STEPS (8) steps."""
+    effects: Mapping[str, str] | None = None
+    """Per type the evolver's true effect: harmful / neutral / helpful. Default: a seeded mix."""
+    no_change_rate: float = 0.1
+    """Probability that the evolver returns the current text unchanged."""
+    unit_correlation: float = 0.7
+    """Correlation of two runs' latents on one unit: higher means more concordant pairs."""
+
+    def __post_init__(self) -> None:
+        if not _is_int(self.seed):
+            _fail("seed", "an integer", self.seed)
+        pools = DEFAULT_POOL_SIZES if self.pool_sizes is None else self.pool_sizes
+        if not isinstance(pools, Mapping) or not pools:
+            _fail("pool_sizes", "a non-empty mapping of task type -> units (integer >= 0)",
+                  pools)
+        for name, size in pools.items():
+            if not isinstance(name, str) or not re.search(r"[A-Za-z0-9]", name):
+                _fail("pool_sizes", "keyed by task type names with letters or digits", name)
+            if not _is_int(size) or size < 0:
+                _fail("pool_sizes", f"integers >= 0 (type {name!r})", size)
+        if len({slugify(n) for n in pools}) != len(pools):
+            _fail("pool_sizes", "keyed by types with distinct slugs", list(pools))
+        if self.pool_sizes is not None:  # a private copy: the caller's dict may change
+            object.__setattr__(self, "pool_sizes", dict(pools))
+        if not (_is_real(self.infra_rate) and 0 <= self.infra_rate < 1):
+            _fail("infra_rate", "a probability in [0, 1)", self.infra_rate)
+        if not (_is_real(self.time_scale) and self.time_scale >= 0):
+            _fail("time_scale", "a finite number >= 0", self.time_scale)
+        if not (_is_real(self.mean_latency_s) and self.mean_latency_s > 0):
+            _fail("mean_latency_s", "a finite number > 0", self.mean_latency_s)
+        if not (_is_real(self.no_change_rate) and 0 <= self.no_change_rate <= 1):
+            _fail("no_change_rate", "a probability in [0, 1]", self.no_change_rate)
+        if not (_is_real(self.unit_correlation) and 0 <= self.unit_correlation < 1):
+            _fail("unit_correlation", "in [0, 1)", self.unit_correlation)
+        given = {} if self.effects is None else self.effects
+        if not isinstance(given, Mapping):
+            _fail("effects", "a mapping of task type -> harmful | neutral | helpful", given)
+        for name, eff in given.items():
+            if name not in pools:
+                _fail("effects", f"keyed by the world's task types {list(pools)}", name)
+            if eff not in EFFECTS:
+                _fail("effects", f"one of {list(EFFECTS)} (type {name!r})", eff)
+        if self.effects is not None:
+            object.__setattr__(self, "effects", dict(given))
+
+    def resolved_pool_sizes(self) -> dict[str, int]:
+        """Units per type with the default filled in; its order is the world's type order."""
+        return dict(DEFAULT_POOL_SIZES if self.pool_sizes is None else self.pool_sizes)
+
+    def resolved_effects(self) -> dict[str, str]:
+        """Each type's evolver effect: the given ones, the rest a seeded mix."""
+        given = self.effects or {}
+        out = {}
+        for name in self.resolved_pool_sizes():
+            u = _uniform(self.seed, "effect", name)
+            out[name] = given.get(name, "helpful" if u < 0.4 else
+                                  "neutral" if u < 0.75 else "harmful")
+        return out
+
+
+@dataclass(frozen=True)
+class _Unit:
+    """Hidden truth of one unit: difficulty, the latent shared by every run, the answer."""
+
+    unit_id: str
+    difficulty: float
+    z_unit: float
+    answer: str
+
+
+class SimWorld:
+    """A seeded world: pools, seed record, error cases, skills and a simulated agent."""
+
+    def __init__(self, config: SimConfig = SimConfig()) -> None:
+        if not isinstance(config, SimConfig):
+            raise TypeError(f"config must be a SimConfig, got {type(config).__name__}")
+        self.config = config
+        sizes = config.resolved_pool_sizes()
+        self.task_types: tuple[str, ...] = tuple(sizes)
+        self.effects: Mapping[str, str] = MappingProxyType(config.resolved_effects())
+        seed = config.seed
+        self._units: dict[str, dict[str, _Unit]] = {}
+        for t in self.task_types:
+            mean = -1.2 + 1.8 * _uniform(seed, "type-difficulty", t)  # v0 accuracy ~45..75%
+            slug = slugify(t)
+            units = {}
+            for i in range(sizes[t]):
+                uid = f"{slug}-{i:03d}"
+                units[uid] = _Unit(uid, mean + 1.3 * _normal(seed, "difficulty", uid),
+                                   _normal(seed, "latent", uid),
+                                   _LETTERS[int(4 * _uniform(seed, "answer", uid))])
+            self._units[t] = units
+        self._abilities: dict[str, float] = {}
+
+    def __repr__(self) -> str:
+        return f"SimWorld({self.config!r})"
+
+    def _unit(self, task_type: str, unit_id: str) -> _Unit:
+        try:
+            return self._units[task_type][unit_id]
+        except KeyError:
+            raise ValueError(f"unknown unit {unit_id!r} of type {task_type!r} in this "
+                             f"simulated world") from None
+
+    def _type(self, task_type: str) -> dict[str, _Unit]:
+        try:
+            return self._units[task_type]
+        except KeyError:
+            raise ValueError(f"unknown task type {task_type!r}; this world has "
+                             f"{list(self.task_types)}") from None
+
+    # ---- data a step starts from ------------------------------------------------------
+
+    def pool(self, task_type: str) -> list[str]:
+        """The frozen unit pool of a type (ids stable for a seed)."""
+        return list(self._type(task_type))
+
+    def seed_record(self, task_type: str) -> dict[str, bool]:
+        """Seed-baseline correctness per unit: selection data ONLY, from an earlier run.
+
+        Its own run id makes it independent of any gate base-arm run; units whose seed call
+        failed for infrastructure reasons have no record.
+        """
+        skill = self.initial_skill(task_type)
+        out: dict[str, bool] = {}
+        for rank, uid in enumerate(self._type(task_type)):
+            res = self.outcome(UnitTask(task_type, uid, "base", rank, SEED_RUN_ID, skill,
+                                        content_hash(skill)))
+            if not res.infra:
+                out[uid] = res.correct
+        return out
+
+    def error_cases(self, task_type: str, epoch: int, step: int,
+                    skill: str | None = None) -> list[str]:
+        """This step's evolution cases: units of a seeded rollout batch that ``skill``
+        (default: the v0 skill) got wrong. May be empty."""
+        skill = self.initial_skill(task_type) if skill is None else skill
+        seed = self.config.seed
+        batch = sorted(self._type(task_type),
+                       key=lambda u: _uniform(seed, "rollout", task_type, epoch, step, u))
+        run_id = f"rollout_e{epoch}_s{step}_{slugify(task_type)}"
+        cases = []
+        for rank, uid in enumerate(batch[:ROLLOUT_BATCH]):
+            res = self.outcome(UnitTask(task_type, uid, "base", rank, run_id, skill,
+                                        content_hash(skill)))
+            if not res.infra and not res.correct:
+                cases.append(uid)
+        return cases
+
+    def initial_skill(self, task_type: str) -> str:
+        """Text of ``skills/<slug>.md`` v0 (ability 0 by definition)."""
+        self._type(task_type)
+        return (f"# {task_type}\n\n"
+                f"<!-- sim: ability=+0.000 effect=seed rev=v0 -->\n\n"
+                f"You answer multiple-choice questions of type \"{task_type}\" about a video.\n"
+                f"\n## Strategy\n"
+                f"- Skim the whole video first, then revisit the segments the question names.\n"
+                f"- Eliminate options that contradict what is on screen before choosing.\n"
+                f"- Answer with one letter.\n")
+
+    def question(self, task_type: str, unit_id: str) -> dict[str, Any]:
+        """A placeholder multiple-choice item for realism and for LLM-backed runs."""
+        u = self._unit(task_type, unit_id)
+        return {
+            "question": f"[{task_type}] Simulated question {unit_id}: which option matches "
+                        f"the video?",
+            "options": [f"{c}. option {c.lower()} of {unit_id}" for c in _LETTERS],
+            "answer": u.answer,
+        }
+
+    def skill_ability(self, skill_text: str) -> float:
+        """The ability carried in a skill's ``<!-- sim: ability=... -->`` line (0 if none)."""
+        a = self._abilities.get(skill_text)
+        if a is None:
+            m = _ABILITY.search(skill_text)
+            a = float(m.group(1)) if m else 0.0
+            if len(self._abilities) < 4096:
+                self._abilities[skill_text] = a
+        return a
+
+    # ---- the simulated agent ------------------------------------------------------------
+
+    def _call_key(self, task: UnitTask) -> tuple[object, ...]:
+        return (self.config.seed, task.unit_id, task.run_id,
+                task.skill_hash or content_hash(task.skill))
+
+    def _steps(self, key: tuple[object, ...], correct: bool) -> int:
+        s = _STEPS_MEDIAN[correct] * math.exp(_STEPS_SIGMA * _normal(*key, "steps"))
+        return max(1, min(MAX_STEPS, round(s)))
+
+    def outcome(self, task: UnitTask) -> UnitResult:
+        """The result `infer` returns for ``task``, computed at once (deterministic)."""
+        u = self._unit(task.task_type, task.unit_id)
+        key = self._call_key(task)
+        if _uniform(*key, "infra") < self.config.infra_rate:
+            res = UnitResult(infra=True, error="503 Service Unavailable (simulated)",
+                             trace={"sim": True, "infra": True})
+            return _with_latency(res, self.latency(task, res))
+        ability = self.skill_ability(task.skill)
+        p = _sigmoid(ability - u.difficulty)
+        rho = self.config.unit_correlation
+        latent = math.sqrt(rho) * u.z_unit + math.sqrt(1 - rho) * _normal(*key, "run")
+        correct = latent < _NORMAL.inv_cdf(p)
+        steps = self._steps(key, correct)
+        if correct:
+            pred = u.answer
+        else:
+            others = [c for c in _LETTERS if c != u.answer]
+            pred = others[int(3 * _uniform(*key, "wrong"))]
+        tokens = _TOKENS_PROMPT + _TOKENS_PER_STEP * steps + int(200 * _uniform(*key, "tok"))
+        res = UnitResult(correct=correct, prediction=pred, tokens=tokens,
+                         trace={"sim": True, "agent_steps": steps, "p_correct": round(p, 4),
+                                "ability": ability, "difficulty": round(u.difficulty, 4)})
+        return _with_latency(res, self.latency(task, res))
+
+    def latency(self, task: UnitTask, result: UnitResult) -> float:
+        """Simulated seconds of that call, growing with agent steps (wrong answers are slower).
+
+        An INFRA result is what is left after the backend's retries are used up, so it costs
+        a partial call plus the backoff budget, not an instant 503.
+        """
+        key = self._call_key(task)
+        if result.infra:
+            return self.config.mean_latency_s * (0.5 + _uniform(*key, "infra-latency")) + 30.0
+        steps = self._steps(key, result.correct)
+        jitter = math.exp(_JITTER_SIGMA * _normal(*key, "jitter") - _JITTER_SIGMA**2 / 2)
+        return self.config.mean_latency_s * steps / REF_STEPS * jitter
+
+    async def infer(self, task: UnitTask) -> UnitResult:
+        """`run_gate`'s ``infer``: sleeps ``latency * time_scale`` on the loop clock."""
+        res = self.outcome(task)
+        await asyncio.sleep(res.latency_s * self.config.time_scale)
+        return res
+
+
+def _with_latency(res: UnitResult, latency: float) -> UnitResult:
+    return UnitResult(res.correct, res.infra, res.cached, res.prediction, latency, res.tokens,
+                      res.trace, res.error)
+
+
+_PHRASES: Mapping[str, tuple[str, ...]] = MappingProxyType({
+    "helpful": ("Ground every claim in a timestamped frame before answering.",
+                "Count objects per segment, then sum; do not estimate from one frame.",
+                "Read on-screen text at the highest-resolution frame available.",
+                "Compare the options pairwise against the relevant segment."),
+    "neutral": ("Restate the question in your own words first.",
+                "Keep notes short; one line per observation.",
+                "Prefer the option phrased most like the question.",
+                "Mention the segment you relied on."),
+    "harmful": ("Answer from the first frames only to save time.",
+                "If unsure, pick the longest option.",
+                "Skip re-watching; trust the first impression.",
+                "Ignore on-screen text; it is usually decorative."),
+})
+
+
+class SimEvolver:
+    """Simulated evolver: a candidate skill text whose true effect is the type's configured
+    one (helpful / neutral / harmful), with a seeded magnitude written into the text."""
+
+    def __init__(self, world: SimWorld) -> None:
+        self.world = world
+
+    def propose(self, task_type: str, current_skill: str, rejected: Sequence[str],
+                epoch: int, step: int) -> str:
+        """The candidate `evolve` returns, computed at once (deterministic)."""
+        w = self.world
+        w._type(task_type)
+        key = (w.config.seed, "evolve", task_type, epoch, step, len(rejected))
+        if _uniform(*key, "no-change") < w.config.no_change_rate:
+            return current_skill
+        effect = w.effects[task_type]
+        lo, hi = EFFECT_SIZE
+        size = lo + (hi - lo) * _uniform(*key, "size")
+        shift = {"helpful": size, "neutral": 0.0, "harmful": -size}[effect]
+        ability = w.skill_ability(current_skill) + shift
+        rev = f"e{epoch}s{step}r{len(rejected)}"
+        marker = f"<!-- sim: ability={ability:+.3f} effect={effect} rev={rev} -->"
+        if _MARKER.search(current_skill):
+            text = _MARKER.sub(lambda _: marker, current_skill, count=1)
+        else:
+            head, sep, rest = current_skill.partition("\n")
+            text = f"{head}\n\n{marker}\n{sep}{rest}" if sep else f"{marker}\n\n{head}"
+        phrases = _PHRASES[effect]
+        line = phrases[int(len(phrases) * _uniform(*key, "phrase"))]
+        return f"{text.rstrip()}\n- ({rev}) {line}\n"
+
+    async def evolve(self, task_type: str, current_skill: str, rejected: Sequence[str],
+                     epoch: int, step: int) -> str:
+        """Propose a candidate after a simulated LLM call (30-90 simulated seconds)."""
+        text = self.propose(task_type, current_skill, rejected, epoch, step)
+        delay = 30.0 + 60.0 * _uniform(self.world.config.seed, "evolve-latency", task_type,
+                                       epoch, step, len(rejected))
+        await asyncio.sleep(delay * self.world.config.time_scale)
+        return text
+
+
+def run_virtual(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` on a looptime loop: sleeps cost no wall time, loop.time() is simulated.
+
+    Inside an already running loop (a Jupyter cell) the virtual loop runs in a worker thread.
+    """
+    import looptime
+
+    def run() -> T:
+        with asyncio.Runner(loop_factory=looptime.new_event_loop) as runner:
+            return runner.run(coro)
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return run()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(run).result()
+
+
+# ---- a step's plans and the two schedules (shared by tests, benchmarks, notebooks) -------
+
+
+def gate_plans(world: SimWorld, epoch: int = 1, step: int = 1, n_max: int = 40,
+               step_run_id: str | None = None,
+               skills: Mapping[str, str] | None = None) -> list[TypePlan]:
+    """One plan per type: ladder (seed record, cases excluded), v0 (or given) skill as base,
+    the evolver's proposal as candidate. No Phase A skipping: that is the harness's job."""
+    evolver = SimEvolver(world)
+    run_id = step_run_id or f"e{epoch}_s{step}"
+    plans = []
+    for t in world.task_types:
+        base = (skills or {}).get(t) or world.initial_skill(t)
+        cases = world.error_cases(t, epoch, step, base)
+        ladder = build_ladder(world.pool(t), world.seed_record(t), exclude=cases,
+                              n_max=n_max, seed=world.config.seed)
+        plans.append(TypePlan(t, ladder_units(ladder), base,
+                              evolver.propose(t, base, (), epoch, step), run_id))
+    return plans
+
+
+def ladder_outcomes(world: SimWorld, plan: TypePlan) -> list[tuple[UnitResult, UnitResult]]:
+    """Both arms' results for every ladder unit, as the gate would see them."""
+    return [(world.outcome(plan.task(r, "base")), world.outcome(plan.task(r, "cand")))
+            for r in range(len(plan.units))]
+
+
+def _pairs(results: Sequence[tuple[UnitResult, UnitResult]]) -> list[Pair]:
+    return [None if b.infra or c.infra else (b.correct, c.correct) for b, c in results]
+
+
+def _units_run(outcome: TypeOutcome) -> int:
+    return 0 if outcome.stop_rank is None else outcome.stop_rank + 1
+
+
+def block_serial_schedule(world: SimWorld, plans: Sequence[TypePlan],
+                          params: GateParams | None = None, block: int = 8) -> dict[str, Any]:
+    """The OLD gate on the same outcomes: types one after another, blocks of ``block`` units
+    one after another, base arm then candidate arm (a block's arm runs its units
+    concurrently), a decision only at block ends (`replay_blocks`).
+
+    The makespan is exact: per block, the slowest base call plus the slowest cand call.
+    """
+    params = params or GateParams()
+    per_type: dict[str, dict[str, Any]] = {}
+    outcomes: dict[str, TypeOutcome] = {}
+    total = busy = 0.0
+    calls = tokens = units = 0
+    for plan in sorted(plans, key=lambda p: p.task_type):
+        res = ladder_outcomes(world, plan)
+        out = replay_blocks(_pairs(res), params, block)
+        n_run = _units_run(out)
+        span = 0.0
+        for start in range(0, n_run, block):
+            chunk = res[start:min(start + block, n_run)]
+            span += max(b.latency_s for b, _ in chunk) + max(c.latency_s for _, c in chunk)
+        ran = [r for pair in res[:n_run] for r in pair]
+        t_busy = sum(r.latency_s for r in ran)
+        t_tokens = sum(r.tokens for r in ran)
+        outcomes[plan.task_type] = out
+        per_type[plan.task_type] = {"makespan_s": span, "units": n_run, "calls": len(ran),
+                                    "tokens": t_tokens, "busy_s": t_busy,
+                                    "action": str(out.action)}
+        total += span
+        busy += t_busy
+        calls += len(ran)
+        tokens += t_tokens
+        units += n_run
+    return {"schedule": "block_serial", "block": block, "concurrency": block,
+            "makespan_s": total, "busy_s": busy, "calls": calls, "units": units,
+            "tokens": tokens,
+            "slot_utilisation": busy / (total * block) if total else 0.0,
+            "outcomes": outcomes, "per_type": per_type}
+
+
+def no_early_stop(world: SimWorld, plans: Sequence[TypePlan]) -> dict[str, Any]:
+    """Cost of running every ladder unit on both arms (no sequential test at all)."""
+    res = [r for p in plans for pair in ladder_outcomes(world, p) for r in pair]
+    return {"units": sum(len(p.units) for p in plans), "calls": len(res),
+            "tokens": sum(r.tokens for r in res), "busy_s": sum(r.latency_s for r in res)}
+
+
+def continuous_schedule(world: SimWorld, plans: Sequence[TypePlan],
+                        params: GateParams | None = None, concurrency: int = 32,
+                        guard: GuardParams | None = None) -> dict[str, Any]:
+    """The continuous gate (`run_gate`) on a virtual clock, with exact makespan, busy slot
+    time (discarded work included), and the lower bound: needed inference time / slots.
+
+    "Needed" is every call of the units up to each type's prefix stop (`replay_prefix`).
+    """
+    params = params or GateParams()
+    if world.config.time_scale != 1.0:
+        raise ValueError("continuous_schedule needs SimConfig.time_scale == 1.0 so that the "
+                         "loop clock is simulated seconds")
+    started: list[tuple[UnitTask, UnitResult]] = []
+    t_start: list[float] = []
+
+    async def infer(task: UnitTask) -> UnitResult:
+        started.append((task, world.outcome(task)))
+        t_start.append(asyncio.get_running_loop().time())
+        return await world.infer(task)
+
+    gate = run_virtual(run_gate(plans, infer, params, concurrency, guard=guard))
+    needed_busy = 0.0
+    needed_tokens = 0
+    prefix_agrees = True
+    stop: dict[str, int] = {}
+    for plan in plans:
+        res = ladder_outcomes(world, plan)
+        ref = replay_prefix(_pairs(res), params)
+        prefix_agrees &= ref.same_decision(gate.outcomes[plan.task_type])
+        stop[plan.task_type] = _units_run(ref)
+        ran = [r for pair in res[:stop[plan.task_type]] for r in pair]
+        needed_busy += sum(r.latency_s for r in ran)
+        needed_tokens += sum(r.tokens for r in ran)
+    busy = sum(r.latency_s for _, r in started)
+    beyond = [(t, r) for t, r in started if t.ladder_rank >= stop[t.task_type]]
+    makespan = gate.wall_time_s
+    t0 = min(t_start, default=0.0)
+    last = max(t_start, default=t0) - t0  # no work is left to start after this instant
+    busy_before = sum(min(r.latency_s, last - (ts - t0))
+                      for ts, (_, r) in zip(t_start, started, strict=True))
+    return {"schedule": "continuous", "concurrency": concurrency, "makespan_s": makespan,
+            "busy_s": busy, "calls": len(started),
+            "units": len({(t.task_type, t.unit_id) for t, _ in started}),
+            "units_consumed": sum(o.n_consumed for o in gate.outcomes.values()),
+            "tokens": gate.tokens, "needed_busy_s": needed_busy,
+            "needed_tokens": needed_tokens,
+            "lower_bound_s": needed_busy / concurrency,
+            "slot_utilisation": busy / (makespan * concurrency) if makespan else 0.0,
+            "discarded_after_freeze": gate.total("discarded_after_freeze"),
+            "beyond_stop_calls": len(beyond),
+            "beyond_stop_busy_s": sum(r.latency_s for _, r in beyond),
+            "beyond_stop_tokens": sum(r.tokens for _, r in beyond),
+            "last_dispatch_s": last,
+            "idle_before_last_dispatch_s": last * concurrency - busy_before,
+            "idle_after_last_dispatch_s": (makespan - last) * concurrency - (busy - busy_before),
+            "peak_in_flight": gate.peak_in_flight, "matches_replay_prefix": prefix_agrees,
+            "outcomes": gate.outcomes, "gate": gate}
