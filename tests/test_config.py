@@ -37,7 +37,7 @@ def test_json_file(tmp_path):
 def test_gate_block_is_refused_saying_why(tmp_path):
     f = tmp_path / "gate.toml"
     f.write_text("gate_block = 8\n")
-    with pytest.raises(ConfigError, match="gate_block was removed.*ladder prefix"):
+    with pytest.raises(ConfigError, match=r"gate_block was removed.*ladder prefix"):
         load_config(f, env={}, dotenv=None)
     f.write_text("[gate]\ngate_block = 8\n")
     with pytest.raises(ConfigError, match="gate_block was removed"):

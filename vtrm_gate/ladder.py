@@ -2,7 +2,8 @@
 
 Tier 0: units the seed baseline answered wrong; tier 1: units it answered right;
 units with no seed record (tier None) sit between them. Inside a tier, a deterministic
-shuffle keyed by (seed, unit_id). This step's evolution cases are excluded, and the ladder is truncated to ``n_max``.
+shuffle keyed by (seed, unit_id). This step's evolution cases are excluded, and the ladder
+is truncated to ``n_max``.
 
 Independence rule: the seed record only *orders* units. It is never a measurement of the
 base arm; nothing here (or anywhere) turns it into a BaselineCache entry.
