@@ -1,0 +1,479 @@
+"""The LLM response cache against a real Redis: keys, hits, what is never written, TTL,
+single flight, outage and recovery, masking."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from hypothesis import given
+from hypothesis import strategies as st
+
+from vtrm_gate.cache import (
+    DEFAULT_TTL,
+    CacheStats,
+    KeyParts,
+    ResponseCache,
+    explain_miss,
+    mask_url,
+    read_dotenv,
+    salt_for_run,
+    scrub,
+    validate_response,
+)
+from vtrm_gate.redis_server import RedisServer
+from vtrm_gate.testing.redis import RedisTarget
+
+
+def ok(text: str = "B") -> dict[str, Any]:
+    return {"id": "chatcmpl-1", "created": 1,
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": text}}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11}}
+
+
+def parts(run_id: str = "step1_gate_ocr_base", content: str = "Which? A. x B. y",
+          **kw: Any) -> KeyParts:
+    base: dict[str, Any] = dict(
+        model="m1", base_url="http://127.0.0.1:9/v1",
+        messages=[{"role": "system", "content": "skill"}, {"role": "user", "content": content}],
+        params={"temperature": 0.0, "max_tokens": 64}, salt=salt_for_run(run_id))
+    base.update(kw)
+    return KeyParts(**base)
+
+
+class Counting:
+    """A chat call that counts how often it really ran."""
+
+    def __init__(self, response: Any = None, delay: float = 0.0,
+                 error: Exception | None = None):
+        self.response = response if response is not None else ok()
+        self.delay, self.error, self.calls = delay, error, 0
+
+    async def __call__(self) -> Any:
+        self.calls += 1
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if self.error is not None:
+            raise self.error
+        return self.response
+
+
+def cache_for(target: RedisTarget, **kw: Any) -> ResponseCache:
+    return ResponseCache(target.url, prefix=target.prefix, **kw)
+
+
+def raw(target: RedisTarget) -> redis.Redis:
+    return redis.Redis.from_url(target.url)
+
+
+# ---- key composition ------------------------------------------------------------------
+
+
+def test_same_messages_different_run_id_give_different_keys() -> None:
+    assert parts("s1_gate_ocr_base").key() != parts("s2_gate_ocr_base").key()
+
+
+def test_same_call_in_same_run_gives_the_same_key() -> None:
+    assert parts().key() == parts().key()
+    assert parts().key().startswith("llm_cache:") and len(parts().key()) == 10 + 64
+
+
+def test_volatile_fields_and_dict_order_do_not_change_the_key() -> None:
+    a = parts(messages=[{"role": "user", "content": "q", "id": "m1", "timestamp": 5}])
+    b = parts(messages=[{"content": "q", "role": "user", "id": "m2", "created": 9}])
+    assert a.key() == b.key()
+
+
+_text = st.text(max_size=20)
+_message = st.fixed_dictionaries({"role": st.sampled_from(["system", "user", "assistant"]),
+                                  "content": _text})
+
+
+@given(st.lists(_message, min_size=1, max_size=5), st.data())
+def test_key_ignores_key_order_and_volatile_fields_but_not_content(
+        messages: list[dict[str, str]], data: st.DataObject) -> None:
+    noisy = [{"id": data.draw(_text), "created": data.draw(st.integers()),
+              **dict(reversed(list(m.items())))} for m in messages]
+    assert parts(messages=noisy).key() == parts(messages=messages).key()
+    i = data.draw(st.integers(0, len(messages) - 1))
+    changed = [dict(m) for m in messages]
+    changed[i]["content"] += "!"
+    why = explain_miss(parts(messages=changed), parts(messages=messages))
+    assert why.differing == ("messages",) and why.first_differing_message == i
+
+
+def test_base_url_is_normalised() -> None:
+    assert parts(base_url="HTTP://LocalHost:8000/v1/").key() == \
+        parts(base_url="http://localhost:8000/v1").key()
+
+
+@pytest.mark.parametrize("component, change", [
+    ("model", {"model": "m2"}),
+    ("base_url", {"base_url": "http://other/v1"}),
+    ("params", {"params": {"temperature": 0.7, "max_tokens": 64}}),
+    ("tools", {"tools": [{"type": "function", "function": {"name": "f"}}]}),
+    ("response_format", {"response_format": {"type": "json_object"}}),
+    ("schema", {"schema": 2}),
+    ("salt", {"salt": "other_run"}),
+])
+def test_every_component_changes_the_key_and_explain_miss_names_it(
+        component: str, change: dict[str, Any]) -> None:
+    a, b = parts(), parts(**change)
+    assert a.key() != b.key()
+    why = explain_miss(b, a)
+    assert why.differing == (component,)
+    assert component in str(why)
+
+
+def test_explain_miss_points_at_the_first_differing_message() -> None:
+    a = parts(content="q1")
+    b = KeyParts(a.model, a.base_url, (*a.messages[:1], {"role": "user", "content": "q2"}),
+                 a.params, salt=a.salt)
+    why = explain_miss(b, a)
+    assert why.differing == ("messages",) and why.first_differing_message == 1
+    assert explain_miss(a, a).same
+
+
+def test_from_request_puts_every_other_field_in_params() -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "q"}], "temperature": 0,
+            "top_p": 0.9, "seed": 3, "user": "alice", "stream": False}
+    p = KeyParts.from_request(body, "http://h/v1", "run:r")
+    assert p.params == {"temperature": 0, "top_p": 0.9, "seed": 3}
+
+
+@pytest.mark.parametrize("resp, reason", [
+    ({"choices": []}, "empty choices"),
+    ({"error": {"message": "overloaded"}}, "response carries an error"),
+    ({"choices": [{"finish_reason": "content_filter",
+                   "message": {"role": "assistant", "content": ""}}]}, "content filtered"),
+    ({"choices": [{"message": {"role": "assistant", "content": "  "}}]},
+     "empty message content"),
+    ("not json", "response is not a JSON object"),
+])
+def test_invalid_responses_are_recognised(resp: Any, reason: str) -> None:
+    assert validate_response(resp) == reason
+    assert validate_response(ok()) is None
+
+
+# ---- against a real Redis -------------------------------------------------------------
+
+
+def test_second_identical_call_in_the_same_run_is_a_hit(redis_target: RedisTarget) -> None:
+    async def go() -> tuple[str, str, int, CacheStats]:
+        cache, call = cache_for(redis_target), Counting()
+        first = await cache.get_or_call(parts(), call)
+        second = await cache.get_or_call(parts(), call)
+        return first.source, second.source, call.calls, cache.stats("step1_gate_ocr_base")
+
+    first, second, calls, stats = asyncio.run(go())
+    assert (first, second, calls) == ("miss", "hit", 1)
+    assert (stats.hits, stats.misses, stats.writes, stats.hit_rate) == (1, 1, 1, 0.5)
+
+
+def test_a_new_run_id_never_reuses_another_runs_samples(redis_target: RedisTarget) -> None:
+    async def go() -> tuple[str, int]:
+        cache, call = cache_for(redis_target), Counting()
+        await cache.get_or_call(parts("selection_run"), call)
+        res = await cache.get_or_call(parts("step7_gate_ocr_base"), call)
+        return res.source, call.calls
+
+    assert asyncio.run(go()) == ("miss", 2)
+
+
+def test_ttl_and_value_are_written_together(redis_target: RedisTarget) -> None:
+    p = parts()
+
+    async def go() -> None:
+        await cache_for(redis_target, ttl=3600).get_or_call(p, Counting())
+
+    asyncio.run(go())
+    ttl = raw(redis_target).ttl(p.key(redis_target.prefix))
+    assert 3590 < ttl <= 3600
+
+
+def test_default_ttl_is_seven_days(redis_target: RedisTarget) -> None:
+    p = parts()
+    asyncio.run(cache_for(redis_target).get_or_call(p, Counting()))
+    assert DEFAULT_TTL == 604800
+    assert raw(redis_target).ttl(p.key(redis_target.prefix)) > 604800 - 10
+
+
+def test_errors_are_never_cached(redis_target: RedisTarget) -> None:
+    p = parts()
+
+    async def go() -> int:
+        cache, failing = cache_for(redis_target), Counting(error=TimeoutError("timeout"))
+        for _ in range(2):
+            with pytest.raises(TimeoutError):
+                await cache.get_or_call(p, failing)
+        return failing.calls
+
+    assert asyncio.run(go()) == 2
+    assert not raw(redis_target).exists(p.key(redis_target.prefix))
+
+
+@pytest.mark.parametrize("bad", [
+    {"choices": []},
+    {"choices": [{"finish_reason": "content_filter", "message": {"content": ""}}]},
+    {"choices": [{"message": {"role": "assistant", "content": ""}}]},
+])
+def test_invalid_responses_are_returned_but_never_written(redis_target: RedisTarget,
+                                                          bad: dict[str, Any]) -> None:
+    p = parts()
+
+    async def go() -> tuple[Any, CacheStats]:
+        cache = cache_for(redis_target)
+        res = await cache.get_or_call(p, Counting(bad))
+        return res.response, cache.stats()
+
+    response, stats = asyncio.run(go())
+    assert response == bad and stats.not_cached == 1 and stats.writes == 0
+    assert not raw(redis_target).exists(p.key(redis_target.prefix))
+
+
+def test_a_caller_validator_keeps_unparseable_answers_out(redis_target: RedisTarget) -> None:
+    p = parts()
+
+    def letter(resp: Any) -> str | None:
+        return validate_response(resp) or (
+            None if resp["choices"][0]["message"]["content"] in "ABCD" else "unparseable")
+
+    asyncio.run(cache_for(redis_target).get_or_call(p, Counting(ok("hmm")), validate=letter))
+    assert not raw(redis_target).exists(p.key(redis_target.prefix))
+
+
+@pytest.mark.parametrize("garbage", [b"{not json", b'{"schema": 1, "response": {"cho',
+                                     b'{"schema": 999, "response": {}}', b"[]"])
+def test_malformed_value_is_a_miss_and_is_overwritten(redis_target: RedisTarget,
+                                                      garbage: bytes) -> None:
+    p = parts()
+    key = p.key(redis_target.prefix)
+    raw(redis_target).set(key, garbage)
+
+    async def go() -> tuple[str, str, int, CacheStats]:
+        cache, call = cache_for(redis_target), Counting()
+        first = await cache.get_or_call(p, call)
+        second = await cache.get_or_call(p, call)
+        return first.source, second.source, call.calls, cache.stats()
+
+    first, second, calls, stats = asyncio.run(go())
+    assert (first, second, calls, stats.malformed) == ("miss", "hit", 1, 1)
+
+
+def test_concurrent_identical_calls_make_one_request(redis_target: RedisTarget) -> None:
+    async def go() -> tuple[list[str], int]:
+        cache, call = cache_for(redis_target), Counting(delay=0.05)
+        out = await asyncio.gather(*(cache.get_or_call(parts(), call) for _ in range(10)))
+        return sorted(r.source for r in out), call.calls
+
+    sources, calls = asyncio.run(go())
+    assert calls == 1 and sources == ["coalesced"] * 9 + ["miss"]
+
+
+def test_a_cancelled_leader_does_not_strand_its_followers(redis_target: RedisTarget) -> None:
+    async def go() -> tuple[str, int]:
+        cache, call = cache_for(redis_target), Counting(delay=0.1)
+        leader = asyncio.ensure_future(cache.get_or_call(parts(), call))
+        await asyncio.sleep(0.02)
+        follower = asyncio.ensure_future(cache.get_or_call(parts(), call))
+        await asyncio.sleep(0.02)
+        leader.cancel()
+        res = await follower
+        return res.source, call.calls
+
+    assert asyncio.run(go()) == ("miss", 2)
+
+
+def test_a_failed_single_flight_fails_every_waiter_and_caches_nothing(
+        redis_target: RedisTarget) -> None:
+    async def go() -> list[Any]:
+        cache = cache_for(redis_target)
+        call = Counting(delay=0.05, error=ConnectionResetError("503"))
+        return await asyncio.gather(*(cache.get_or_call(parts(), call) for _ in range(3)),
+                                    return_exceptions=True)
+
+    out = asyncio.run(go())
+    assert all(isinstance(e, ConnectionResetError) for e in out)
+    assert not raw(redis_target).exists(parts().key(redis_target.prefix))
+
+
+def test_cache_off_bypasses_redis(redis_target: RedisTarget) -> None:
+    cache = ResponseCache.from_env({"REDIS_URL": redis_target.url, "VTRM_CACHE": "off"},
+                                   prefix=redis_target.prefix)
+    call = Counting()
+
+    async def go() -> list[str]:
+        return [(await cache.get_or_call(parts(), call)).source for _ in range(2)]
+
+    assert asyncio.run(go()) == ["bypass", "bypass"] and call.calls == 2
+    assert cache.stats().bypassed == 2
+    assert not raw(redis_target).exists(parts().key(redis_target.prefix))
+
+
+def test_counters_are_kept_per_run(redis_target: RedisTarget) -> None:
+    async def go() -> ResponseCache:
+        cache, call = cache_for(redis_target), Counting()
+        for run in ("a_base", "a_base", "b_cand"):
+            await cache.get_or_call(parts(run), call)
+        return cache
+
+    cache = asyncio.run(go())
+    assert cache.stats("a_base").hits == 1 and cache.stats("b_cand").misses == 1
+    assert cache.stats().calls == 3 and set(cache.runs()) == {"a_base", "b_cand"}
+
+
+def test_explain_against_a_stored_entry(redis_target: RedisTarget) -> None:
+    stored = parts("run_a", content="question one")
+
+    async def go() -> str:
+        cache = cache_for(redis_target)
+        await cache.get_or_call(stored, Counting())
+        why = await cache.explain(parts("run_b", content="question one"),
+                                  stored.key(redis_target.prefix))
+        return str(why)
+
+    assert "salt" in asyncio.run(go())
+
+
+# ---- outage and recovery --------------------------------------------------------------
+
+
+def warnings_of(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.name == "vtrm_gate.cache" and text in r.getMessage()]
+
+
+def test_redis_down_at_start_calls_go_uncached_with_one_warning(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    cache = ResponseCache(f"unix://{tmp_path}/nothing.sock", retry_interval=0.0)
+    call = Counting()
+
+    async def go() -> list[str]:
+        return [(await cache.get_or_call(parts(f"r{i}"), call)).source for i in range(5)]
+
+    with caplog.at_level(logging.WARNING, "vtrm_gate.cache"):
+        assert asyncio.run(go()) == ["bypass"] * 5
+    assert call.calls == 5 and cache.stats().errors >= 5
+    assert len(warnings_of(caplog, "unavailable")) == 1
+
+
+def test_outage_mid_run_then_recovery(fresh_redis_server: RedisServer,
+                                      caplog: pytest.LogCaptureFixture) -> None:
+    server = fresh_redis_server
+    cache = ResponseCache(server.url, retry_interval=0.05)
+    call = Counting()
+
+    async def go() -> dict[str, list[str]]:
+        seen: dict[str, list[str]] = {}
+        seen["before"] = [(await cache.get_or_call(parts(f"u{i}"), call)).source
+                          for i in range(3)]
+        server.kill()  # dies mid-run, without saving
+        seen["down"] = [(await cache.get_or_call(parts(f"u{i}"), call)).source
+                        for i in range(6)]
+        assert not cache.available
+        server.start()
+        await asyncio.sleep(0.06)
+        seen["back"] = [(await cache.get_or_call(parts("v"), call)).source for _ in range(2)]
+        return seen
+
+    with caplog.at_level(logging.WARNING, "vtrm_gate.cache"):
+        seen = asyncio.run(go())
+    assert seen["before"] == ["miss"] * 3
+    assert seen["down"] == ["bypass"] * 6  # every call still answered
+    assert seen["back"] == ["miss", "hit"]  # caching resumed by itself
+    assert call.calls == 3 + 6 + 1
+    assert cache.stats().errors >= 1
+    assert len(warnings_of(caplog, "unavailable")) == 1
+    assert len(warnings_of(caplog, "resumed")) == 1
+
+
+def test_a_stopped_and_restarted_server_keeps_serving_hits(
+        fresh_redis_server: RedisServer) -> None:
+    cache = ResponseCache(fresh_redis_server.url, retry_interval=0.0)
+    call = Counting()
+
+    async def go() -> str:
+        await cache.get_or_call(parts(), call)
+        fresh_redis_server.restart()  # saved on stop, pooled connections now stale
+        return (await cache.get_or_call(parts(), call)).source
+
+    assert asyncio.run(go()) == "hit" and call.calls == 1
+
+
+# ---- configuration and secrets --------------------------------------------------------
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("redis://user:hunter2@db.example:6379/0", "redis://user:***@db.example:6379/0"),
+    ("rediss://:hunter2@db.example:6380", "rediss://:***@db.example:6380"),
+    ("unix://:hunter2@/var/run/redis.sock", "unix://:***@/var/run/redis.sock"),
+    ("redis://db.example:6379?password=hunter2", "redis://db.example:6379?password=***"),
+    ("unix:///tmp/redis.sock", "unix:///tmp/redis.sock"),
+])
+def test_password_is_masked(url: str, shown: str) -> None:
+    assert mask_url(url) == shown
+    assert "hunter2" not in repr(ResponseCache(url))
+    assert "hunter2" not in scrub(f"failed connecting to {url}", url)
+
+
+def test_bad_url_error_does_not_show_the_password() -> None:
+    with pytest.raises(ValueError) as info:
+        ResponseCache("http://user:hunter2@host")
+    assert "hunter2" not in str(info.value) and "scheme" in str(info.value)
+
+
+def test_wrong_password_warning_does_not_show_it(tmp_path: Path,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    with RedisServer(tmp_path, persist=False, password="right-one") as server:
+        url = f"unix://:wrong-hunter2@{server.socket_path}"
+        cache = ResponseCache(url)
+        with caplog.at_level(logging.WARNING, "vtrm_gate.cache"):
+            res = asyncio.run(cache.get_or_call(parts(), Counting()))
+        good = ResponseCache(server.url)
+        assert asyncio.run(good.get_or_call(parts(), Counting())).source == "miss"
+    assert res.source == "bypass"
+    assert warnings_of(caplog, "unavailable")
+    assert "hunter2" not in caplog.text and "right-one" not in caplog.text
+
+
+def test_from_env_reads_the_environment_and_dotenv(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = ResponseCache.from_env({"REDIS_URL": "redis://h:1/0", "REDIS_CACHE_TTL": "60"})
+    assert (cache.url, cache.ttl, cache.enabled) == ("redis://h:1/0", 60, True)
+    (tmp_path / ".env").write_text(
+        "# comment\nexport REDIS_URL='redis://:s3cret@h:2/0'\nREDIS_CACHE_TTL=120 # two min\n"
+        "VTRM_CACHE=off\n")
+    assert read_dotenv(tmp_path / ".env")["REDIS_CACHE_TTL"] == "120"
+    monkeypatch.chdir(tmp_path)
+    for k in ("REDIS_URL", "REDIS_CACHE_TTL", "VTRM_CACHE"):
+        monkeypatch.delenv(k, raising=False)
+    cache = ResponseCache.from_env()
+    assert (cache.url, cache.ttl, cache.enabled) == ("redis://:s3cret@h:2/0", 120, False)
+    assert "s3cret" not in repr(cache)
+
+
+@pytest.mark.parametrize("ttl", ["0", "-5", "week"])
+def test_bad_ttl_is_refused_naming_the_variable(ttl: str) -> None:
+    with pytest.raises(ValueError, match="REDIS_CACHE_TTL"):
+        ResponseCache.from_env({"REDIS_CACHE_TTL": ttl})
+
+
+def test_no_redis_url_starts_the_embedded_server_in_the_workspace(tmp_path: Path) -> None:
+    cache = ResponseCache.from_env({}, workspace=tmp_path)
+    assert cache.url is None
+
+    async def go() -> list[str]:
+        call = Counting()
+        return [(await cache.get_or_call(parts(), call)).source for _ in range(2)]
+
+    try:
+        assert asyncio.run(go()) == ["miss", "hit"]
+        assert cache.url is not None and str(tmp_path) in cache.url
+    finally:
+        cache._server.close()
+    assert (tmp_path / "redis" / "dump.rdb").exists()

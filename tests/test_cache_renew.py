@@ -1,0 +1,234 @@
+"""TTL renewal and key statistics against a real Redis, and the ``cache`` CLI commands."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from vtrm_gate import cli_cache
+from vtrm_gate.cache import RenewProgress, RenewReport, cache_stats, renew_ttl, server_version
+from vtrm_gate.testing.redis import RedisTarget
+
+TARGET = 604800
+METHODS = ["lua", "pipeline", "gt", "naive"]
+
+
+def seed(target: RedisTarget, n: int = 4) -> dict[str, list[str]]:
+    """n keys each: short ttl (to extend), no expiry, longer ttl; plus another prefix."""
+    r = redis.Redis.from_url(target.url)
+    groups: dict[str, list[str]] = {"short": [], "none": [], "long": [], "other": []}
+    pipe = r.pipeline(transaction=False)
+    for i in range(n):
+        for group, ttl in (("short", 3600), ("none", None), ("long", 2 * TARGET)):
+            k = f"{target.prefix}:{group}{i}"
+            pipe.set(k, "v", ex=ttl)
+            groups[group].append(k)
+        k = f"{target.prefix}x:other{i}"  # a different prefix that shares the first letters
+        pipe.set(k, "v", ex=60)
+        groups["other"].append(k)
+    pipe.execute()
+    return groups
+
+
+def ttls(target: RedisTarget, keys: list[str]) -> list[int]:
+    r = redis.Redis.from_url(target.url)
+    return [r.ttl(k) for k in keys]
+
+
+def cleanup_other(target: RedisTarget, groups: dict[str, list[str]]) -> None:
+    redis.Redis.from_url(target.url).delete(*groups["other"])
+
+
+def renew(target: RedisTarget, **kw: Any) -> RenewReport:
+    async def go() -> RenewReport:
+        client = target.client()
+        try:
+            if kw.get("method") == "gt" and await server_version(client) < (7,):
+                pytest.skip("EXPIRE ... GT needs Redis >= 7")
+            return await renew_ttl(client, TARGET, target.pattern, **kw)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_renewal_extends_only_keys_with_a_shorter_ttl(redis_target: RedisTarget,
+                                                      method: str) -> None:
+    groups = seed(redis_target)
+    try:
+        report = renew(redis_target, method=method, batch=3)
+        assert (report.scanned, report.extended, report.untouched) == (12, 4, 8)
+        assert all(TARGET - 5 < t <= TARGET for t in ttls(redis_target, groups["short"]))
+        assert ttls(redis_target, groups["none"]) == [-1] * 4
+        assert all(t > TARGET for t in ttls(redis_target, groups["long"]))
+        assert all(0 < t <= 60 for t in ttls(redis_target, groups["other"]))
+    finally:
+        cleanup_other(redis_target, groups)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_dry_run_counts_and_changes_nothing(redis_target: RedisTarget, method: str) -> None:
+    groups = seed(redis_target)
+    try:
+        before = ttls(redis_target, groups["short"] + groups["none"] + groups["long"])
+        report = renew(redis_target, method=method, dry_run=True)
+        assert (report.scanned, report.extended, report.untouched, report.dry_run) == \
+            (12, 4, 8, True)
+        after = ttls(redis_target, groups["short"] + groups["none"] + groups["long"])
+        assert all(abs(a - b) <= 1 for a, b in zip(before, after, strict=True))
+    finally:
+        cleanup_other(redis_target, groups)
+
+
+def test_renewal_is_idempotent_and_reports_progress(redis_target: RedisTarget) -> None:
+    groups = seed(redis_target, n=30)
+    seen: list[RenewProgress] = []
+    try:
+        first = renew(redis_target, batch=10, progress=seen.append)
+        second = renew(redis_target, batch=10)
+    finally:
+        cleanup_other(redis_target, groups)
+    assert first.extended == 30 and second.extended == 0 and second.scanned == 90
+    assert seen and seen[-1].scanned == 90
+    assert [p.scanned for p in seen] == sorted(p.scanned for p in seen)
+
+
+def test_gt_on_an_old_server_is_refused_with_the_version(redis_target: RedisTarget) -> None:
+    async def go() -> None:
+        client = redis_target.client()
+        try:
+            if await server_version(client) >= (7,):
+                pytest.skip("server supports EXPIRE GT")
+            with pytest.raises(ValueError, match="Redis >= 7"):
+                await renew_ttl(client, TARGET, redis_target.pattern, method="gt")
+        finally:
+            await client.aclose()
+
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("kw, match", [({"ttl": 0}, "ttl"), ({"ttl": -1}, "ttl"),
+                                       ({"ttl": 10, "batch": 0}, "batch"),
+                                       ({"ttl": 10, "method": "keys"}, "method")])
+def test_bad_renewal_arguments_are_refused(kw: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        asyncio.run(renew_ttl(None, **kw))  # type: ignore[arg-type]
+
+
+def test_cache_stats_counts_memory_and_ttl_histogram(redis_target: RedisTarget) -> None:
+    groups = seed(redis_target, n=5)
+
+    async def go() -> Any:
+        client = redis_target.client()
+        try:
+            return await cache_stats(client, redis_target.prefix, batch=4)
+        finally:
+            await client.aclose()
+
+    try:
+        stats = asyncio.run(go())
+    finally:
+        cleanup_other(redis_target, groups)
+    assert stats.keys == 15 and stats.no_expiry == 5 and stats.memory_bytes > 0
+    hist = dict(stats.ttl_histogram)
+    assert hist["1 h - 1 d"] == 5 and hist["> 7 d"] == 5 and sum(hist.values()) == 10
+
+
+# ---- the CLI --------------------------------------------------------------------------
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    e = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-m", "vtrm_gate.cli_cache", "cache", *args],
+                          capture_output=True, text=True, env=e, timeout=60)
+
+
+def test_cli_renew_prints_the_three_counts(redis_target: RedisTarget) -> None:
+    groups = seed(redis_target)
+    try:
+        out = cli("renew", "--ttl", str(TARGET), "--pattern", redis_target.pattern,
+                  "--url", redis_target.url)
+    finally:
+        cleanup_other(redis_target, groups)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["scanned", "12", "extended", "4", "untouched", "8"]
+
+
+def test_cli_dry_run_json_and_url_from_the_environment(redis_target: RedisTarget) -> None:
+    groups = seed(redis_target)
+    try:
+        out = cli("renew", "--dry-run", "--json", "--pattern", redis_target.pattern,
+                  env={"REDIS_URL": redis_target.url})
+        assert out.returncode == 0, out.stderr
+        doc = json.loads(out.stdout)
+        assert (doc["scanned"], doc["extended"], doc["dry_run"], doc["ttl"]) == \
+            (12, 4, True, TARGET)
+        assert all(t <= 3600 for t in ttls(redis_target, groups["short"]))
+    finally:
+        cleanup_other(redis_target, groups)
+
+
+def test_cli_stats(redis_target: RedisTarget) -> None:
+    groups = seed(redis_target, n=2)
+    try:
+        out = cli("stats", "--prefix", redis_target.prefix, "--url", redis_target.url,
+                  "--json")
+    finally:
+        cleanup_other(redis_target, groups)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["keys"] == 6
+
+
+@pytest.mark.parametrize("args, names", [
+    (["--ttl", "0"], "--ttl"),
+    (["--ttl", "soon"], "--ttl"),
+    (["--batch", "0"], "--batch"),
+    (["--url", "http://user:hunter2@host"], "invalid Redis URL"),
+    (["--url", "unix:///nonexistent/redis.sock"], "cannot reach Redis"),
+    (["--url", "redis://:hunter2@127.0.0.1:1/0"], "cannot reach Redis"),
+])
+def test_cli_bad_input_is_one_line_and_exit_2(args: list[str], names: str) -> None:
+    out = cli("renew", *args)
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1 and names in out.stderr
+    assert "Traceback" not in out.stderr and "hunter2" not in out.stderr
+
+
+def test_cli_without_any_redis_says_so(tmp_path: Path) -> None:
+    out = cli("stats", "--workspace", str(tmp_path))
+    assert out.returncode == 2 and "no Redis" in out.stderr
+
+
+def test_register_and_run_work_inside_another_parser(redis_target: RedisTarget,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser(prog="vtrm-gate")
+    sub = parser.add_subparsers(dest="command", required=True)
+    cli_cache.register(sub)
+    groups = seed(redis_target, n=1)
+    try:
+        args = parser.parse_args(["cache", "renew", "--url", redis_target.url, "--pattern",
+                                  redis_target.pattern, "--method", "pipeline"])
+        assert args.func(args) == 0
+    finally:
+        cleanup_other(redis_target, groups)
+    assert capsys.readouterr().out.split()[-1] == "2"  # untouched: no-expiry + long
+
+
+def test_cli_module_imports_nothing_heavy() -> None:
+    code = ("import sys, vtrm_gate.cli_cache; "
+            "print(sorted(m for m in ('redis', 'polars', 'matplotlib', 'httpx') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]"

