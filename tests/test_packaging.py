@@ -68,3 +68,22 @@ def test_ci_runs_make_test_and_nothing_else():
     commands = [ln for ln in lines if ln and not ln.startswith("#") and not ln.startswith("set ")
                 and not ln.startswith("cd ")]
     assert commands == ["make test"]
+
+
+def test_importing_the_package_is_light():
+    """`vtrm-gate cache ...` must not pay for numpy: the API resolves lazily."""
+    import subprocess
+    import sys
+
+    code = ("import sys, vtrm_gate; assert 'numpy' not in sys.modules; "
+            "vtrm_gate.GateParams; assert 'numpy' in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_every_exported_name_resolves():
+    for name in vtrm_gate.__all__:
+        assert getattr(vtrm_gate, name) is not None, name
+
+
+def test_sim_world_fixture(sim_world):
+    assert len(sim_world.pool("Counting Problem")) == 9

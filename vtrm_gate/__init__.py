@@ -1,59 +1,96 @@
 """vtrm_gate: continuous concurrent e-process gate for skill evolution.
 
-This module is the public API; everything else may move.
+This module is the public API; everything else may move. Names resolve lazily (PEP 562) so
+that ``vtrm-gate cache renew`` starts without importing numpy or asyncio machinery.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from .ladder import LadderEntry as LadderEntry
-from .ladder import build_ladder as build_ladder
-from .scheduler import BaselineStore as BaselineStore
-from .scheduler import EventStream as EventStream
-from .scheduler import GateAborted as GateAborted
-from .scheduler import GateEvent as GateEvent
-from .scheduler import GateFinished as GateFinished
-from .scheduler import GateHandle as GateHandle
-from .scheduler import GateResult as GateResult
-from .scheduler import GateStarted as GateStarted
-from .scheduler import GuardParams as GuardParams
-from .scheduler import InfraGuardError as InfraGuardError
-from .scheduler import PrefixAdvanced as PrefixAdvanced
-from .scheduler import ResultSink as ResultSink
-from .scheduler import TaskFinished as TaskFinished
-from .scheduler import TaskStarted as TaskStarted
-from .scheduler import TypeCounters as TypeCounters
-from .scheduler import TypeDecided as TypeDecided
-from .scheduler import TypePlan as TypePlan
-from .scheduler import UnitResult as UnitResult
-from .scheduler import UnitTask as UnitTask
-from .scheduler import arm_run_id as arm_run_id
-from .scheduler import launch as launch
-from .scheduler import run_gate as run_gate
-from .scheduler import slugify as slugify
-from .stats import Action as Action
-from .stats import BatchOutcome as BatchOutcome
-from .stats import DecisionRule as DecisionRule
-from .stats import GateParams as GateParams
-from .stats import GateState as GateState
-from .stats import OperatingCharacteristics as OperatingCharacteristics
-from .stats import TypeOutcome as TypeOutcome
-from .stats import gate_decision as gate_decision
-from .stats import operating_characteristics as operating_characteristics
-from .stats import replay_arrival as replay_arrival
-from .stats import replay_arrival_batch as replay_arrival_batch
-from .stats import replay_blocks as replay_blocks
-from .stats import replay_blocks_batch as replay_blocks_batch
-from .stats import replay_prefix as replay_prefix
-from .stats import replay_prefix_batch as replay_prefix_batch
+__version__ = "0.1.0"
+
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "stats": ("Action", "BatchOutcome", "DecisionRule", "GateParams", "GateState",
+              "OperatingCharacteristics", "TypeOutcome", "gate_decision",
+              "operating_characteristics", "replay_arrival", "replay_arrival_batch",
+              "replay_blocks", "replay_blocks_batch", "replay_prefix", "replay_prefix_batch"),
+    "ladder": ("LadderEntry", "build_ladder"),
+    "scheduler": ("BaselineStore", "EventStream", "GateAborted", "GateEvent", "GateFinished",
+                  "GateHandle", "GateResult", "GateStarted", "GuardParams", "InfraGuardError",
+                  "PrefixAdvanced", "ResultSink", "TaskFinished", "TaskStarted",
+                  "TypeCounters", "TypeDecided", "TypePlan", "UnitResult", "UnitTask",
+                  "arm_run_id", "launch", "run_gate", "slugify"),
+    "config": ("Config", "ConfigError", "load_config"),
+}
+_WHERE = {name: mod for mod, names in _EXPORTS.items() for name in names}
+__all__ = sorted([*_WHERE, "run_gate_sync", "__version__"])
 
 
-def run_gate_sync(*args: Any, **kwargs: Any) -> GateResult:
-    """`run_gate` for scripts and blocking Jupyter cells."""
+def __getattr__(name: str) -> Any:
+    mod = _WHERE.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'vtrm_gate' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{mod}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
+
+
+def run_gate_sync(*args: Any, **kwargs: Any) -> Any:
+    """`run_gate` for scripts and blocking Jupyter cells (see `vtrm_gate._sync`)."""
     from ._sync import run_sync
+    from .scheduler import run_gate
 
     return run_sync(run_gate(*args, **kwargs))
 
 
-__version__ = "0.1.0"
+if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
+    from .config import Config, ConfigError, load_config  # noqa: F401
+    from .ladder import LadderEntry, build_ladder  # noqa: F401
+    from .scheduler import (  # noqa: F401
+        BaselineStore,
+        EventStream,
+        GateAborted,
+        GateEvent,
+        GateFinished,
+        GateHandle,
+        GateResult,
+        GateStarted,
+        GuardParams,
+        InfraGuardError,
+        PrefixAdvanced,
+        ResultSink,
+        TaskFinished,
+        TaskStarted,
+        TypeCounters,
+        TypeDecided,
+        TypePlan,
+        UnitResult,
+        UnitTask,
+        arm_run_id,
+        launch,
+        run_gate,
+        slugify,
+    )
+    from .stats import (  # noqa: F401
+        Action,
+        BatchOutcome,
+        DecisionRule,
+        GateParams,
+        GateState,
+        OperatingCharacteristics,
+        TypeOutcome,
+        gate_decision,
+        operating_characteristics,
+        replay_arrival,
+        replay_arrival_batch,
+        replay_blocks,
+        replay_blocks_batch,
+        replay_prefix,
+        replay_prefix_batch,
+    )

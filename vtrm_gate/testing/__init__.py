@@ -6,3 +6,5 @@ from __future__ import annotations
 from .outcomes import OutcomeTable as OutcomeTable
 from .outcomes import outcome_table as outcome_table
 from .redis import RedisTarget, fresh_redis_server, redis_server, redis_target, redis_url  # noqa: F401
+from .sim import SMALL_POOLS as SMALL_POOLS
+from .sim import sim_world as sim_world
