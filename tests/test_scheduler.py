@@ -505,3 +505,16 @@ def test_base_exception_escaping_infer_stops_the_gate_instead_of_hanging():
 
     with pytest.raises(Boom):
         run(run_gate([TypePlan("A", ["u1", "u2"])], infer))
+
+
+def test_late_arm_of_an_infra_unit_is_counted_as_discarded():
+    # base fails fast (INFRA), cand comes back later for an already-excluded unit
+    table = OutcomeTable({"A": [None, TIE, TIE]}, infra_arm="base",
+                         latency=lambda t, r: {"base": 1.0, "cand": 5.0}[t.arm]
+                         if t.ladder_rank == 0 else 10.0)
+    sink = ListSink()
+    res = run(run_gate(table.plans(), table, PATIENT, sink=sink,
+                       guard=GuardParams(min_calls=100)))
+    c = res.counters["A"]
+    assert c.discarded_after_infra == 1 and c.discarded_after_freeze == 0
+    assert sum(not counted for *_, counted in sink.results) == 1

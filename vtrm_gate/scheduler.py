@@ -315,6 +315,7 @@ class TypeCounters:
     cancelled_before_start: int = 0
     cancelled_in_flight: int = 0
     discarded_after_freeze: int = 0
+    discarded_after_infra: int = 0
     infra_units: int = 0
     tokens: int = 0
     infra_calls: int = 0
@@ -509,9 +510,7 @@ class _Gate:
         rank = task.ladder_rank
         if not cache_hit:
             self.n_in_flight -= 1
-            c.completed += 1
-            c.tokens += res.tokens
-            c.infra_calls += res.infra
+            _count_completion(c, res)
         counted = not run.frozen and not run.resolved[rank]
         if self.sink is not None:
             await self.sink.on_result(task, res, counted)
@@ -528,7 +527,8 @@ class _Gate:
             c.infra_units += 1
         if self.guard.tripped(c.infra_units, c.completed):  # before pairing
             raise InfraGuardError(task.task_type, c.infra_units, c.completed, self.guard)
-        if run.resolved[rank]:
+        if run.resolved[rank]:  # the other arm already made this unit INFRA
+            c.discarded_after_infra += 1
             return
         arms = run.results[rank]
         arms[task.arm] = res
@@ -576,9 +576,7 @@ class _Gate:
         try:
             while not self.done.empty():
                 task, res = self.done.get_nowait()
-                run = self.by_type[task.task_type]
-                run.counters.completed += 1
-                run.counters.tokens += res.tokens
+                _count_completion(self.by_type[task.task_type].counters, res)
                 if self.sink is not None:
                     await asyncio.shield(self.sink.on_result(task, res, False))
         finally:
@@ -595,6 +593,12 @@ class _Gate:
             counters={r.plan.task_type: r.counters for r in self.runs},
             peak_in_flight=self.peak, wall_time_s=self.now() - self.t0,
             concurrency=self.concurrency, aborted=aborted)
+
+
+def _count_completion(c: TypeCounters, res: UnitResult) -> None:
+    c.completed += 1
+    c.tokens += res.tokens
+    c.infra_calls += res.infra
 
 
 def _as_cached(res: UnitResult) -> UnitResult:

@@ -1,0 +1,143 @@
+"""Workspace: the layout on disk, validation that names the bad file, atomic state."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from test_harness_toy import make_workspace, skill
+
+from vtrm_gate.harness import TrainingState, Workspace, WorkspaceError
+from vtrm_gate.scheduler import content_hash
+from vtrm_gate.sim import TASK_TYPES, SimConfig
+
+SIZES = {"Counting Problem": 30, "OCR Problems": 12}
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+def test_workspace_layout_opens_by_hand(tmp_path):
+    ws = make_workspace(tmp_path / "ws", SIZES)
+    root = ws.root
+    for name in ("workspace.json", "pool.json", "seed_record.json", "state.json",
+                 "harness.sqlite", "skills/default-strategy.md", "skills/counting-problem.md",
+                 "skills/ocr-problems.md", "history/ocr-problems/v1.md"):
+        assert (root / name).is_file(), name
+    assert (root / "candidates").is_dir() and (root / "manifests").is_dir()
+    assert json.loads((root / "pool.json").read_text())["OCR Problems"][0] == "ocr-problems-000"
+    state = json.loads((root / "state.json").read_text())
+    assert state["skills"]["OCR Problems"] == {
+        "version": 1, "latest": 1, "hash": content_hash(skill("OCR Problems", 5))}
+    again = Workspace.open(root)
+    assert again.task_types == ("Counting Problem", "OCR Problems")
+    assert again.skill_text("OCR Problems") == skill("OCR Problems", 5)
+
+
+def test_init_simulated_builds_the_twelve_types(tmp_path):
+    ws = Workspace.init_simulated(tmp_path / "sim", SimConfig(seed=1))
+    assert set(ws.task_types) == set(TASK_TYPES)
+    assert ws.config.kind == "simulated" and ws.config.sim["seed"] == 1
+    assert "time_scale" not in ws.config.agent  # latency does not change a measurement
+    assert len(ws.pool["Spatial Perception"]) == 9
+    assert (ws.root / "skills" / "spatial-perception.md").read_text().startswith(
+        "# Spatial Perception")
+
+
+def test_create_refuses_a_non_empty_directory(tmp_path):
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "notes.txt").write_text("mine")
+    with pytest.raises(WorkspaceError, match="not an empty directory"):
+        make_workspace(tmp_path / "ws", SIZES)
+    assert os.listdir(tmp_path / "ws") == ["notes.txt"]
+
+
+def _break(root: Path, name: str, text: str | None) -> None:
+    p = root / name
+    if text is None:
+        p.unlink()
+    else:
+        p.write_text(text)
+
+
+@pytest.mark.parametrize(("name", "text", "message"), [
+    ("state.json", None, r"state\.json: missing"),
+    ("state.json", "{not json", r"state\.json: malformed JSON at line 1"),
+    ("state.json", '{"format": 1, "skills": []}', r"state\.json: state\.skills must be"),
+    ("pool.json", "[]", r"pool\.json: must be a non-empty object"),
+    ("pool.json", '{"Counting Problem": ["a", "a"], "OCR Problems": []}',
+     r"pool\.json: type 'Counting Problem': duplicate unit id 'a'"),
+    ("seed_record.json", '{"Counting Problem": {"zzz": true}}',
+     r"seed_record\.json: type 'Counting Problem': unit 'zzz' is not in the type's pool"),
+    ("skills/ocr-problems.md", None, r"skills/ocr-problems\.md: missing skill file"),
+    ("skills/ocr-problems.md", "  \n", r"skills/ocr-problems\.md: empty skill file"),
+    ("skills/ocr-problems.md", "# hand edit\nlevel=9\n",
+     r"skills/ocr-problems\.md: content matches neither state\.json's version v1"),
+    ("skills/default-strategy.md", None, r"skills/default-strategy\.md: missing"),
+    ("workspace.json", '{"gate_block": 8}', r"workspace\.json: unknown keys \['gate_block'\]"),
+    ("workspace.json", '{"cooldown_steps": -1}', r"workspace\.json: cooldown_steps must be"),
+    ("harness.sqlite", "not a database", r"harness\.sqlite: not an SQLite database"),
+])
+def test_bad_workspace_file_is_named_and_nothing_is_written(tmp_path, name, text, message):
+    root = make_workspace(tmp_path / "ws", SIZES).root
+    _break(root, name, text)
+    before = _snapshot(root)
+    with pytest.raises(WorkspaceError, match=message):
+        Workspace.open(root)
+    assert _snapshot(root) == before
+
+
+def test_missing_workspace_directory_is_named(tmp_path):
+    with pytest.raises(WorkspaceError, match="no such workspace directory"):
+        Workspace.open(tmp_path / "nowhere")
+    assert not (tmp_path / "nowhere").exists()
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(WorkspaceError, match=r"workspace\.json: missing"):
+        Workspace.open(tmp_path / "empty")
+    assert os.listdir(tmp_path / "empty") == []
+
+
+def test_bad_workspace_fails_run_step_before_writing(tmp_path):
+    from test_harness_toy import ToyEvolver, ToyInfer
+
+    from vtrm_gate.harness import run_step_sync
+
+    root = make_workspace(tmp_path / "ws", SIZES).root
+    _break(root, "pool.json", "{")
+    before = _snapshot(root)
+    with pytest.raises(WorkspaceError, match=r"pool\.json"):
+        run_step_sync(root, 1, 1, infer=ToyInfer(), evolver=ToyEvolver({}), cases={})
+    assert _snapshot(root) == before
+
+
+def test_state_round_trips_and_is_written_atomically(tmp_path):
+    ws = make_workspace(tmp_path / "ws", SIZES)
+    state = ws.state
+    assert TrainingState.from_json(state.to_json()) == state
+    ws.save_state(state)
+    leftovers = [p.name for p in ws.root.iterdir() if p.name.startswith(".")]
+    assert leftovers == []
+
+
+def test_interrupted_checkpoint_is_finished_not_refused(tmp_path):
+    """state.json written, skills/ not yet: opening works and the step re-syncs skills/."""
+    ws = make_workspace(tmp_path / "ws", SIZES)
+    text = skill("OCR Problems", 6)
+    from dataclasses import replace
+
+    from vtrm_gate.harness import SkillRef
+    from vtrm_gate.harness.workspace import atomic_write, write_json
+
+    atomic_write(ws.history_path("OCR Problems", 2), text)
+    new = replace(ws.state, skills={**ws.state.skills,
+                                    "OCR Problems": SkillRef(2, content_hash(text), 2)})
+    write_json(ws.state_path, new.to_json())  # crash before skills/ is rewritten
+    again = Workspace.open(ws.root)
+    assert again.stale_skills == ("OCR Problems",)
+    assert again.skill_text("OCR Problems") == text
+    again.sync_skills()
+    assert (ws.root / "skills" / "ocr-problems.md").read_text() == text

@@ -1,0 +1,358 @@
+"""The ``vtrm-gate`` command: init, step, demo, replay, cache.
+
+Heavy modules (numpy, polars, matplotlib) are imported inside the subcommands that need
+them. Bad input prints one line naming the problem and exits 2, with no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+EXIT_BAD_INPUT = 2
+EXIT_GUARD = 3
+
+
+class CliError(Exception):
+    """A user-facing error: printed as one line, exit code 2."""
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {v}")
+    return v
+
+
+def _nonneg_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {v}")
+    return v
+
+
+def _nonneg_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not v >= 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text}")
+    return v
+
+
+# ---- live terminal progress -----------------------------------------------------------
+
+
+class TerminalProgress:
+    """Per-type progress on stderr: a line when a type decides, a status line now and then.
+
+    A subscriber of the gate's event bus: it never blocks the scheduler.
+    """
+
+    def __init__(self, stream: Any = None, every_s: float = 2.0, quiet: bool = False):
+        self.stream = stream or sys.stderr
+        self.every_s, self.quiet = every_s, quiet
+        self.ladder: dict[str, int] = {}
+        self.consumed: dict[str, int] = {}
+        self.decided: dict[str, str] = {}
+        self.in_flight = 0
+        self.t0: float | None = None
+        self._last = 0.0
+
+    def _clock(self, t: float) -> str:
+        s = int(t - (self.t0 or 0.0))
+        return f"{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+    def __call__(self, ev: Any) -> None:
+        from .scheduler import (
+            GateAborted,
+            GateFinished,
+            GateStarted,
+            PrefixAdvanced,
+            TaskFinished,
+            TaskStarted,
+            TypeDecided,
+        )
+
+        if self.quiet:
+            return
+        if isinstance(ev, GateStarted):
+            self.t0 = ev.t
+            self.ladder = dict(zip(ev.task_types, ev.ladder_sizes, strict=True))
+            self._print(f"[{self._clock(ev.t)}] gate started: {len(ev.task_types)} types, "
+                        f"{sum(ev.ladder_sizes)} ladder units, {ev.concurrency} slots")
+        elif isinstance(ev, TaskStarted):
+            self.in_flight = ev.in_flight
+        elif isinstance(ev, TaskFinished) and ev.status != "cache_hit":
+            self.in_flight = max(0, self.in_flight - 1)
+        elif isinstance(ev, PrefixAdvanced):
+            self.consumed[ev.task_type] = ev.ladder_rank + 1
+        elif isinstance(ev, TypeDecided):
+            o = ev.outcome
+            self.decided[ev.task_type] = str(o.action)
+            where = "empty ladder" if o.stop_rank is None else (
+                f"after {o.n_consumed}/{o.n_ladder} units")
+            self._print(f"[{self._clock(ev.t)}] {ev.task_type:<22} {o.action!s:<11} {where}"
+                        f"  W={o.W} L={o.L} E+={o.e_plus:.3g}  "
+                        f"({len(self.decided)}/{len(self.ladder)} decided)")
+        elif isinstance(ev, GateFinished | GateAborted):
+            what = "finished" if isinstance(ev, GateFinished) else f"ABORTED: {ev.reason}"
+            self._print(f"[{self._clock(ev.t)}] gate {what}")
+            return
+        now = time.monotonic()
+        if now - self._last >= self.every_s and self.ladder:
+            self._last = now
+            busy = [f"{t.split()[0][:6]} {self.consumed.get(t, 0)}/{n}"
+                    for t, n in self.ladder.items() if t not in self.decided]
+            self._print(f"[{self._clock(ev.t)}] in flight {self.in_flight:>2} | "
+                        + ", ".join(busy[:6]) + (" ..." if len(busy) > 6 else ""))
+
+    def _print(self, line: str) -> None:
+        print(line, file=self.stream, flush=True)
+
+
+# ---- subcommands ----------------------------------------------------------------------
+
+
+def _load_config(args: argparse.Namespace) -> Any:
+    from .config import load_config
+
+    return load_config(getattr(args, "config", None))
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from .harness import Workspace
+    from .sim import SimConfig
+
+    root = Path(args.workspace)
+    if root.exists() and any(root.iterdir()):
+        raise CliError(f"{root}: exists and is not empty; choose a new directory")
+    sim = SimConfig(seed=args.seed, infra_rate=args.infra_rate)
+    ws = Workspace.init_simulated(root, sim)
+    ws.close()
+    out = {"workspace": str(root), "types": len(sim.resolved_pool_sizes()), "seed": args.seed}
+    _emit(args, out, f"created simulated workspace {root} ({out['types']} types, "
+                     f"seed {args.seed})")
+    return 0
+
+
+def _run_step(root: Path, epoch: int, step: int, args: argparse.Namespace,
+              progress: TerminalProgress) -> Any:
+    from .harness import Workspace, run_step, simulated_backend
+    from .sim import run_virtual
+
+    cfg = _load_config(args)
+    ws = Workspace.open(root)
+    try:
+        scale = None if args.time_scale is None else args.time_scale
+        backend = simulated_backend(ws, time_scale=1.0 if scale is None else scale)
+        coro = run_step(ws, epoch, step, infer=backend.infer, evolver=backend.evolver,
+                        cases=backend.cases, params=cfg.gate, guard=cfg.guard,
+                        concurrency=args.concurrency or cfg.concurrency, force=args.force,
+                        subscribers=[progress])
+        if scale is None:  # virtual clock: hours of simulated inference in seconds
+            return run_virtual(coro)
+        from ._sync import run_sync
+
+        return run_sync(coro)
+    finally:
+        ws.close()
+
+
+def _step_summary(res: Any) -> dict[str, Any]:
+    g = res.gate
+    return {
+        "epoch": res.epoch, "step": res.step, "step_run_id": res.step_run_id,
+        "makespan_s": None if g is None else g.wall_time_s,
+        "peak_in_flight": None if g is None else g.peak_in_flight,
+        "tokens": None if g is None else g.tokens,
+        "types": res.frame().to_dicts(),
+    }
+
+
+def cmd_step(args: argparse.Namespace) -> int:
+    progress = TerminalProgress(quiet=args.json)
+    res = _run_step(Path(args.workspace), args.epoch, args.step, args, progress)
+    summary = _step_summary(res)
+    _emit(args, summary, _decision_table(res))
+    return 0
+
+
+def _decision_table(res: Any) -> str:
+    import polars as pl
+
+    df = res.frame().select("task_type", "status", "action", "W", "L", "n_used", "e_plus",
+                            "stop_rank", "n_ladder", "started", "tokens", "version", "applied")
+    with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=200, fmt_str_lengths=30,
+                   tbl_hide_dataframe_shape=True, float_precision=3):
+        text = str(df)
+    g = res.gate
+    if g is not None:
+        text += (f"\nmakespan {g.wall_time_s / 3600:.2f} h (simulated), peak in flight "
+                 f"{g.peak_in_flight}/{g.concurrency}, tokens {g.tokens:,}, started "
+                 f"{g.total('started')}, cache hits {g.total('cache_hits')}, discarded after "
+                 f"freeze {g.total('discarded_after_freeze')}, never started "
+                 f"{g.total('cancelled_before_start')}")
+    return text
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .harness import Workspace
+    from .sim import SimConfig
+
+    root = Path(args.workspace)
+    if not (root / "workspace.json").exists():
+        if root.exists() and any(root.iterdir()):
+            raise CliError(f"{root}: exists, is not empty and is not a workspace")
+        Workspace.init_simulated(root, SimConfig(seed=args.seed)).close()
+    progress = TerminalProgress(quiet=args.json)
+    res = _run_step(root, 1, 1, args, progress)
+    figdir = Path(args.figures)
+    files = _demo_figures(res, figdir)
+    summary = _step_summary(res)
+    summary["figures"] = [str(f) for f in files]
+    summary_path = figdir / "demo_summary.json"
+    summary_path.write_text(json.dumps(summary, indent=2, default=str))
+    text = _decision_table(res) + f"\nwrote {', '.join(map(str, files))} and {summary_path}"
+    _emit(args, summary, text)
+    return 0
+
+
+def _demo_figures(res: Any, figdir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from .figures import plot_trajectories, save
+
+    if res.gate is None:
+        return []
+    fig = plot_trajectories(res.gate.outcomes, None)
+    return [save(fig, "demo_trajectories", figdir)]
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    import polars as pl
+
+    from .harness import replay_step
+
+    df = replay_step(args.workspace, args.epoch, args.step, block=args.block)
+    brief = [c for c in ("task_type", "live_action", "prefix_action", "prefix_stop_rank",
+                         "prefix_units", "block_action", "block_stop_rank", "block_units",
+                         "block_unrun_needed", "agree") if c in df.columns]
+    with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=220, fmt_str_lengths=40,
+                   tbl_hide_dataframe_shape=True, float_precision=3):
+        text = str(df.select(brief)) + "\n(--json for every column)"
+    _emit(args, {"epoch": args.epoch, "step": args.step, "block": args.block,
+                 "types": df.to_dicts()}, text)
+    return 0
+
+
+def _emit(args: argparse.Namespace, data: dict[str, Any], text: str) -> None:
+    if getattr(args, "json", False):
+        print(json.dumps(data, indent=2, default=str))
+    else:
+        print(text)
+
+
+# ---- parser ---------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="vtrm-gate",
+        description="Continuous concurrent e-process gate for skill evolution.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--json", action="store_true", help="machine-readable output")
+
+    i = sub.add_parser("init", help="create a simulated workspace")
+    i.add_argument("workspace", help="new directory for the workspace")
+    i.add_argument("--seed", type=_nonneg_int, default=0)
+    i.add_argument("--infra-rate", type=float, default=0.003)
+    common(i)
+    i.set_defaults(func=cmd_init)
+
+    def step_args(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--concurrency", type=_positive_int, default=None,
+                        help="slot pool size (default: config, 32)")
+        sp.add_argument("--config", help="config file (TOML or JSON); env and .env apply too")
+        sp.add_argument("--time-scale", type=_nonneg_float, default=None,
+                        help="real seconds per simulated second (default: virtual clock)")
+        sp.add_argument("--force", action="store_true",
+                        help="re-run even if the step's manifest changed")
+
+    s = sub.add_parser("step", help="run or re-run one gate step (phases A-D)")
+    s.add_argument("--workspace", required=True)
+    s.add_argument("--epoch", type=_positive_int, required=True)
+    s.add_argument("--step", type=_positive_int, required=True)
+    step_args(s)
+    common(s)
+    s.set_defaults(func=cmd_step)
+
+    d = sub.add_parser("demo", help="init + one step of a 12-type simulated world")
+    d.add_argument("--workspace", default="workspace-demo")
+    d.add_argument("--seed", type=_nonneg_int, default=11)
+    d.add_argument("--figures", default="figures")
+    step_args(d)
+    common(d)
+    d.set_defaults(func=cmd_demo)
+
+    r = sub.add_parser("replay", help="prefix vs block replay of a recorded step")
+    r.add_argument("--workspace", required=True)
+    r.add_argument("--epoch", type=_positive_int, required=True)
+    r.add_argument("--step", type=_positive_int, required=True)
+    r.add_argument("--block", type=_positive_int, default=8)
+    common(r)
+    r.set_defaults(func=cmd_replay)
+
+    from . import cli_cache
+
+    cli_cache.register(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except BrokenPipeError:  # `vtrm-gate ... | head`: the reader left; not an error
+        sys.stderr.close()
+        return 0
+    except KeyboardInterrupt:
+        print("vtrm-gate: interrupted; the step can be re-run (it is idempotent)",
+              file=sys.stderr)
+        return 130
+    except Exception as exc:  # map known user-facing errors to exit codes, re-raise bugs
+        code = _exit_code(exc)
+        if code is None:
+            raise
+        print(f"vtrm-gate: error: {exc}", file=sys.stderr)
+        return code
+
+
+def _exit_code(exc: BaseException) -> int | None:
+    names = {c.__name__ for c in type(exc).__mro__}
+    if "InfraGuardError" in names:
+        return EXIT_GUARD
+    if names & {"CliError", "WorkspaceError", "ConfigError", "StepRefusedError",
+                "FileNotFoundError", "PermissionError", "NotADirectoryError"}:
+        return EXIT_BAD_INPUT
+    if isinstance(exc, RuntimeError) and "same target skill file" in str(exc):
+        return EXIT_BAD_INPUT
+    return None
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,37 @@
+"""Harness (SPEC §4): persistence (HarnessLog, BaselineCache), the workspace, the gate step.
+
+Layering: imports stats, ladder, scheduler and _sync; the simulator only lazily (for
+`Workspace.init_simulated` and `simulated_backend`).
+"""
+
+from __future__ import annotations
+
+from .baseline import BaselineCache as BaselineCache
+from .baseline import BaselineKey as BaselineKey
+from .log import TABLES as TABLES
+from .log import GateSink as GateSink
+from .log import HarnessLog as HarnessLog
+from .step import PROBATION_STEP as PROBATION_STEP
+from .step import CaseSource as CaseSource
+from .step import Evolver as Evolver
+from .step import ProbationOutcome as ProbationOutcome
+from .step import ProbationResult as ProbationResult
+from .step import SimBackend as SimBackend
+from .step import StepRefusedError as StepRefusedError
+from .step import StepResult as StepResult
+from .step import TypeStep as TypeStep
+from .step import fail_fast_targets as fail_fast_targets
+from .step import replay_step as replay_step
+from .step import run_step as run_step
+from .step import run_step_sync as run_step_sync
+from .step import settle_probation as settle_probation
+from .step import settle_probation_sync as settle_probation_sync
+from .step import simulated_backend as simulated_backend
+from .workspace import Probation as Probation
+from .workspace import Rejected as Rejected
+from .workspace import SkillRef as SkillRef
+from .workspace import TrainingState as TrainingState
+from .workspace import Workspace as Workspace
+from .workspace import WorkspaceConfig as WorkspaceConfig
+from .workspace import WorkspaceError as WorkspaceError
+from .workspace import step_run_id as step_run_id

@@ -1,0 +1,616 @@
+"""The workspace (SPEC §4): a directory a researcher can open by hand.
+
+```
+workspace.json      kind, agent/model config, ladder seed, cooldown / probation knobs
+skills/<slug>.md    one current skill per type (+ default-strategy.md)
+history/<slug>/vN.md  every skill version ever issued (write-once; rollback source)
+pool.json           the frozen unit pool: {type: [unit ids]}
+seed_record.json    seed-baseline correctness {type: {unit: bool}} - ladder ORDERING only
+state.json          training state: versions, probation, cooldown, rejected buffer
+harness.sqlite      HarnessLog (predictions, traces, gate evidence, BaselineCache, ...)
+candidates/eE_sS/<slug>/  materialised candidate skill dirs of a step
+manifests/eE_sS.json      what a step ran with (config, skills, cases, ladders, candidates)
+```
+
+`Workspace.open` validates every file and writes nothing: a missing or malformed file raises
+`WorkspaceError` naming it. ``state.json`` is the training-state checkpoint: only Phase D of
+a step (and the epoch-end probation settlement) writes it, atomically (temp + ``os.replace``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..scheduler import content_hash, slugify
+
+if TYPE_CHECKING:
+    from ..sim import SimConfig
+    from .log import HarnessLog
+
+FORMAT = 1
+DEFAULT_STRATEGY = "default-strategy.md"
+FILES = ("workspace.json", "pool.json", "seed_record.json", "state.json", "harness.sqlite")
+
+
+class WorkspaceError(ValueError):
+    """A workspace file is missing or malformed; the message names the file and the fault."""
+
+
+# ---- small file helpers ---------------------------------------------------------------
+
+
+def canonical_json(value: Any) -> str:
+    """Deterministic JSON (sorted keys, no spaces) for hashing."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def json_hash(value: Any) -> str:
+    return hashlib.sha256(canonical_json(value).encode()).hexdigest()
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` all-or-nothing: temp file in the same dir, fsync, replace."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    try:
+        fd = os.open(path.parent, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_json(path: Path, value: Any) -> None:
+    atomic_write(path, json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def _rel(root: Path, path: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+def read_json(path: Path, root: Path | None = None) -> Any:
+    """Parse a JSON file, or raise WorkspaceError naming it."""
+    name = _rel(root, path) if root else str(path)
+    if not path.is_file():
+        raise WorkspaceError(f"{name}: missing (expected a file at {path})")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise WorkspaceError(f"{name}: not UTF-8 text ({exc.reason})") from None
+    except json.JSONDecodeError as exc:
+        raise WorkspaceError(f"{name}: malformed JSON at line {exc.lineno} column "
+                             f"{exc.colno}: {exc.msg}") from None
+
+
+def read_text(path: Path, root: Path | None = None) -> str:
+    """A skill file's text, or WorkspaceError naming it (missing, not UTF-8, empty)."""
+    name = _rel(root, path) if root else str(path)
+    if not path.is_file():
+        raise WorkspaceError(f"{name}: missing skill file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise WorkspaceError(f"{name}: not UTF-8 text ({exc.reason})") from None
+    if not text.strip():
+        raise WorkspaceError(f"{name}: empty skill file")
+    return text
+
+
+def _whole(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def step_run_id(epoch: int, step: int) -> str:
+    """The step's run-id stem: arm run ids are ``{step_run_id}_gate_{slug}_{arm}``."""
+    return f"e{epoch}_s{step}"
+
+
+# ---- configuration and training state -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkspaceConfig:
+    """``workspace.json``: how this workspace's steps run (all plain JSON values).
+
+    ``agent`` identifies the agent/model configuration; its hash keys the BaselineCache.
+    ``targets`` optionally maps a type to a skill file other than ``skills/<slug>.md``.
+    """
+
+    kind: str = "custom"
+    agent: Mapping[str, Any] = field(default_factory=lambda: {"backend": "custom"})
+    seed: int = 0
+    cooldown_steps: int = 2
+    rejected_max: int = 5
+    probation_min_w_net: int = 0
+    probation_units: int = 40
+    targets: Mapping[str, str] = field(default_factory=dict)
+    sim: Mapping[str, Any] | None = None
+    format: int = FORMAT
+
+    def __post_init__(self) -> None:
+        def bad(name: str, allowed: str, value: object) -> None:
+            raise ValueError(f"{name} must be {allowed}, got {value!r}")
+
+        if self.format != FORMAT:
+            bad("format", f"{FORMAT}", self.format)
+        if self.kind not in ("custom", "simulated"):
+            bad("kind", "'custom' or 'simulated'", self.kind)
+        if not isinstance(self.agent, Mapping):
+            bad("agent", "an object (agent/model configuration)", self.agent)
+        if not _whole(self.seed):
+            bad("seed", "an integer", self.seed)
+        for name in ("cooldown_steps", "rejected_max", "probation_units"):
+            v = getattr(self, name)
+            if not _whole(v) or v < 0:
+                bad(name, "an integer >= 0", v)
+        if not _whole(self.probation_min_w_net):
+            bad("probation_min_w_net", "an integer", self.probation_min_w_net)
+        if not isinstance(self.targets, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) and v.startswith("skills/")
+                and ".." not in v for k, v in self.targets.items()):
+            bad("targets", "an object mapping type -> 'skills/<file>.md'", self.targets)
+        if self.kind == "simulated" and not isinstance(self.sim, Mapping):
+            bad("sim", "an object of SimConfig fields for a simulated workspace", self.sim)
+
+    def as_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @property
+    def agent_hash(self) -> str:
+        """Hash of the agent/model configuration (BaselineCache key component)."""
+        return json_hash(dict(self.agent))
+
+
+@dataclass(frozen=True)
+class SkillRef:
+    """A type's current skill version, its content hash, and the highest version issued."""
+
+    version: int
+    hash: str
+    latest: int
+
+
+@dataclass(frozen=True)
+class Probation:
+    """A PROVISIONAL version on probation; ``prev_version`` is what a rollback restores."""
+
+    version: int
+    prev_version: int
+    epoch: int
+    step: int
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A rejected candidate in the evolver's rejected buffer."""
+
+    hash: str
+    text: str
+    epoch: int
+    step: int
+    action: str
+
+
+@dataclass(frozen=True)
+class TrainingState:
+    """``state.json``: everything a step's Phase D changes, checkpointed once per step.
+
+    ``steps_applied`` counts applied steps (the cooldown clock: a type is cooling down while
+    ``cooldown_until[t] > steps_applied``). ``before_last`` is the state before the last
+    applied step, so that step can be re-run (idempotently) until the epoch is settled.
+    """
+
+    skills: Mapping[str, SkillRef]
+    probation: Mapping[str, Probation] = field(default_factory=dict)
+    cooldown_until: Mapping[str, int] = field(default_factory=dict)
+    rejected: Mapping[str, tuple[Rejected, ...]] = field(default_factory=dict)
+    steps_applied: int = 0
+    last_step: tuple[int, int] | None = None
+    before_last: TrainingState | None = None
+    settled_epochs: tuple[int, ...] = ()
+
+    def in_cooldown(self, task_type: str) -> bool:
+        return self.cooldown_until.get(task_type, 0) > self.steps_applied
+
+    def rejected_texts(self, task_type: str) -> list[str]:
+        return [r.text for r in self.rejected.get(task_type, ())]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "skills": {t: dataclasses.asdict(s) for t, s in sorted(self.skills.items())},
+            "probation": {t: dataclasses.asdict(p) for t, p in sorted(self.probation.items())},
+            "cooldown_until": dict(sorted(self.cooldown_until.items())),
+            "rejected": {t: [dataclasses.asdict(r) for r in rs]
+                         for t, rs in sorted(self.rejected.items())},
+            "steps_applied": self.steps_applied,
+            "last_step": None if self.last_step is None else list(self.last_step),
+            "before_last": None if self.before_last is None else self.before_last.to_json(),
+            "settled_epochs": list(self.settled_epochs),
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = "state") -> TrainingState:
+        """Parse and validate; ValueError names the offending key path."""
+        def need(cond: bool, key: str, what: str, value: object) -> None:
+            if not cond:
+                raise ValueError(f"{where}.{key} must be {what}, got {value!r}")
+
+        need(isinstance(data, dict), "", "an object", type(data).__name__)
+        need(data.get("format") == FORMAT, "format", str(FORMAT), data.get("format"))
+        skills: dict[str, SkillRef] = {}
+        raw = data.get("skills")
+        need(isinstance(raw, dict), "skills", "an object {type: {version, hash, latest}}", raw)
+        for t, s in raw.items():
+            need(isinstance(s, dict) and _whole(s.get("version")) and s["version"] >= 1
+                 and _whole(s.get("latest")) and s["latest"] >= s["version"]
+                 and isinstance(s.get("hash"), str) and len(s["hash"]) == 64,
+                 f"skills[{t!r}]", "{version >= 1, latest >= version, hash: sha256}", s)
+            skills[t] = SkillRef(s["version"], s["hash"], s["latest"])
+        probation: dict[str, Probation] = {}
+        for t, p in (data.get("probation") or {}).items():
+            try:
+                probation[t] = Probation(**p)
+            except TypeError:
+                need(False, f"probation[{t!r}]", "{version, prev_version, epoch, step}", p)
+            need(all(_whole(getattr(probation[t], k)) for k in
+                     ("version", "prev_version", "epoch", "step")),
+                 f"probation[{t!r}]", "integers", p)
+        cooldown = data.get("cooldown_until") or {}
+        need(isinstance(cooldown, dict) and all(_whole(v) for v in cooldown.values()),
+             "cooldown_until", "an object {type: integer}", cooldown)
+        rejected: dict[str, tuple[Rejected, ...]] = {}
+        for t, rs in (data.get("rejected") or {}).items():
+            need(isinstance(rs, list), f"rejected[{t!r}]", "a list", rs)
+            try:
+                rejected[t] = tuple(Rejected(**r) for r in rs)
+            except TypeError:
+                need(False, f"rejected[{t!r}]", "a list of {hash, text, epoch, step, action}",
+                     rs)
+        steps_applied = data.get("steps_applied", 0)
+        need(_whole(steps_applied) and steps_applied >= 0, "steps_applied", "an integer >= 0",
+             steps_applied)
+        last = data.get("last_step")
+        need(last is None or (isinstance(last, list) and len(last) == 2
+                              and all(_whole(x) for x in last)),
+             "last_step", "null or [epoch, step]", last)
+        before = data.get("before_last")
+        settled = data.get("settled_epochs") or []
+        need(isinstance(settled, list) and all(_whole(x) for x in settled), "settled_epochs",
+             "a list of integers", settled)
+        return cls(skills, probation, dict(cooldown), rejected, steps_applied,
+                   None if last is None else (last[0], last[1]),
+                   None if before is None else cls.from_json(before, f"{where}.before_last"),
+                   tuple(settled))
+
+
+# ---- the workspace ----------------------------------------------------------------------
+
+
+def _validate_pool(data: Any) -> dict[str, tuple[str, ...]]:
+    if not isinstance(data, dict) or not data:
+        raise ValueError("must be a non-empty object {task type: [unit ids]}")
+    pool: dict[str, tuple[str, ...]] = {}
+    for t, units in data.items():
+        if not isinstance(t, str) or not t.strip():
+            raise ValueError(f"task type names must be non-empty strings, got {t!r}")
+        try:
+            slugify(t)
+        except ValueError as exc:
+            raise ValueError(str(exc)) from None
+        if not isinstance(units, list):
+            raise ValueError(f"type {t!r}: expected a list of unit ids, got "
+                             f"{type(units).__name__}")
+        seen: set[str] = set()
+        for u in units:
+            if not isinstance(u, str) or not u:
+                raise ValueError(f"type {t!r}: unit ids must be non-empty strings, got {u!r}")
+            if u in seen:
+                raise ValueError(f"type {t!r}: duplicate unit id {u!r}")
+            seen.add(u)
+        pool[t] = tuple(units)
+    return pool
+
+
+def _validate_seed(data: Any, pool: Mapping[str, Sequence[str]]) -> dict[str, dict[str, bool]]:
+    if not isinstance(data, dict):
+        raise ValueError("must be an object {task type: {unit id: true|false}}")
+    out: dict[str, dict[str, bool]] = {}
+    for t, rec in data.items():
+        if t not in pool:
+            raise ValueError(f"type {t!r} is not in pool.json")
+        if not isinstance(rec, dict):
+            raise ValueError(f"type {t!r}: expected an object {{unit id: bool}}")
+        units = set(pool[t])
+        for u, v in rec.items():
+            if u not in units:
+                raise ValueError(f"type {t!r}: unit {u!r} is not in the type's pool")
+            if not isinstance(v, bool):
+                raise ValueError(f"type {t!r}, unit {u!r}: expected true or false, got {v!r}")
+        out[t] = dict(rec)
+    return out
+
+
+class Workspace:
+    """An opened, validated workspace. Construct with `open`, `create` or `init_simulated`.
+
+    The HarnessLog is opened lazily (``ws.log``) so that opening writes nothing.
+    """
+
+    def __init__(self, root: Path, config: WorkspaceConfig, pool: dict[str, tuple[str, ...]],
+                 seed_record: dict[str, dict[str, bool]], state: TrainingState,
+                 stale_skills: tuple[str, ...] = ()):
+        self.root = root
+        self.config = config
+        self.pool = pool
+        self.seed_record = seed_record
+        self.state = state
+        self.stale_skills = stale_skills
+        """Types whose skills/ file shows a recorded but not the current version (a Phase D
+        interrupted between the state checkpoint and the skill files); `sync_skills` fixes."""
+        self._log: HarnessLog | None = None
+
+    def __repr__(self) -> str:
+        return f"Workspace({str(self.root)!r}, types={len(self.pool)})"
+
+    # ---- layout ----
+
+    @property
+    def task_types(self) -> tuple[str, ...]:
+        return tuple(sorted(self.pool))
+
+    @property
+    def log_path(self) -> Path:
+        return self.root / "harness.sqlite"
+
+    @property
+    def state_path(self) -> Path:
+        return self.root / "state.json"
+
+    def target(self, task_type: str) -> str:
+        """The type's skill file, relative to the root (``skills/<slug>.md`` by default)."""
+        return self.config.targets.get(task_type) or f"skills/{slugify(task_type)}.md"
+
+    def skill_path(self, task_type: str) -> Path:
+        return self.root / self.target(task_type)
+
+    def history_path(self, task_type: str, version: int) -> Path:
+        return self.root / "history" / slugify(task_type) / f"v{version}.md"
+
+    def candidates_dir(self, epoch: int, step: int) -> Path:
+        return self.root / "candidates" / step_run_id(epoch, step)
+
+    def manifest_path(self, epoch: int, step: int) -> Path:
+        return self.root / "manifests" / f"{step_run_id(epoch, step)}.json"
+
+    @property
+    def log(self) -> HarnessLog:
+        """The workspace's HarnessLog (opened on first use)."""
+        if self._log is None:
+            from .log import HarnessLog
+
+            self._log = HarnessLog(self.log_path)
+        return self._log
+
+    def close(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> Workspace:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- skills ----
+
+    def version_text(self, task_type: str, version: int) -> str:
+        """The text of a recorded skill version (history/<slug>/vN.md)."""
+        return read_text(self.history_path(task_type, version), self.root)
+
+    def skill_text(self, task_type: str, state: TrainingState | None = None) -> str:
+        """The current skill text of a type under ``state`` (default: the workspace's)."""
+        state = state or self.state
+        return self.version_text(task_type, state.skills[task_type].version)
+
+    def default_strategy(self) -> str:
+        return read_text(self.root / "skills" / DEFAULT_STRATEGY, self.root)
+
+    def sync_skills(self, state: TrainingState | None = None) -> list[str]:
+        """Rewrite each type's skills/ file from ``state`` where it differs; returns types."""
+        state = state or self.state
+        changed = []
+        for t in self.task_types:
+            text = self.skill_text(t, state)
+            p = self.skill_path(t)
+            if not p.is_file() or p.read_text(encoding="utf-8") != text:
+                atomic_write(p, text)
+                changed.append(t)
+        self.stale_skills = ()
+        return changed
+
+    def save_state(self, state: TrainingState) -> None:
+        """Checkpoint training state (atomic), then bring skills/ in line with it."""
+        write_json(self.state_path, state.to_json())
+        self.state = state
+        self.sync_skills(state)
+
+    # ---- opening and creating ----
+
+    @classmethod
+    def open(cls, path: str | Path) -> Workspace:
+        """Open and validate a workspace; nothing is written (even on success)."""
+        root = Path(path)
+        if not root.exists():
+            raise WorkspaceError(f"{root}: no such workspace directory")
+        if not root.is_dir():
+            raise WorkspaceError(f"{root}: not a directory")
+        for name in FILES:
+            if not (root / name).is_file():
+                raise WorkspaceError(f"{name}: missing in workspace {root} (is this a "
+                                     f"vtrm_gate workspace? create one with init)")
+        with open(root / "harness.sqlite", "rb") as f:
+            if f.read(16) != b"SQLite format 3\x00":
+                raise WorkspaceError("harness.sqlite: not an SQLite database")
+        raw = read_json(root / "workspace.json", root)
+        if not isinstance(raw, dict):
+            raise WorkspaceError("workspace.json: must be an object")
+        known = {f.name for f in dataclasses.fields(WorkspaceConfig)}
+        unknown = set(raw) - known
+        if unknown:
+            raise WorkspaceError(f"workspace.json: unknown keys {sorted(unknown)}; valid keys: "
+                                 f"{sorted(known)}")
+        try:
+            config = WorkspaceConfig(**raw)
+        except ValueError as exc:
+            raise WorkspaceError(f"workspace.json: {exc}") from None
+        try:
+            pool = _validate_pool(read_json(root / "pool.json", root))
+        except ValueError as exc:
+            if isinstance(exc, WorkspaceError):
+                raise
+            raise WorkspaceError(f"pool.json: {exc}") from None
+        try:
+            seed = _validate_seed(read_json(root / "seed_record.json", root), pool)
+        except ValueError as exc:
+            if isinstance(exc, WorkspaceError):
+                raise
+            raise WorkspaceError(f"seed_record.json: {exc}") from None
+        try:
+            state = TrainingState.from_json(read_json(root / "state.json", root))
+        except ValueError as exc:
+            if isinstance(exc, WorkspaceError):
+                raise
+            raise WorkspaceError(f"state.json: {exc}") from None
+        missing = sorted(set(pool) - set(state.skills))
+        extra = sorted(set(state.skills) - set(pool))
+        if missing or extra:
+            raise WorkspaceError(f"state.json: skills must list exactly the types of pool.json"
+                                 f" (missing {missing}, unknown {extra})")
+        for t in config.targets:
+            if t not in pool:
+                raise WorkspaceError(f"workspace.json: targets names type {t!r}, which is not "
+                                     f"in pool.json")
+        ws = cls(root, config, pool, seed, state)
+        read_text(root / "skills" / DEFAULT_STRATEGY, root)
+        stale = []
+        for t in ws.task_types:
+            ref = state.skills[t]
+            text = read_text(ws.skill_path(t), root)
+            recorded = ws.version_text(t, ref.version)
+            if content_hash(recorded) != ref.hash:
+                raise WorkspaceError(f"{_rel(root, ws.history_path(t, ref.version))}: content "
+                                     f"does not match state.json's hash for {t!r} "
+                                     f"v{ref.version}")
+            if content_hash(text) == ref.hash:
+                continue
+            versions = [v for v in range(1, ref.latest + 1)
+                        if ws.history_path(t, v).is_file()
+                        and ws.history_path(t, v).read_text(encoding="utf-8") == text]
+            if not versions:
+                raise WorkspaceError(
+                    f"{ws.target(t)}: content matches neither state.json's version "
+                    f"v{ref.version} of {t!r} nor any recorded version (edited by hand?); "
+                    f"restore it from history/{slugify(t)}/v{ref.version}.md")
+            stale.append(t)
+        ws.stale_skills = tuple(stale)
+        return ws
+
+    @classmethod
+    def create(cls, path: str | Path, *, pool: Mapping[str, Sequence[str]],
+               skills: Mapping[str, str], seed_record: Mapping[str, Mapping[str, bool]]
+               | None = None, default_strategy: str = "# Default strategy\n\nAnswer with one "
+               "letter.\n", config: WorkspaceConfig | None = None) -> Workspace:
+        """Create a new workspace at ``path`` (must not exist or be empty); returns it opened.
+
+        Everything is validated before the first file is written.
+        """
+        root = Path(path)
+        if root.exists() and (not root.is_dir() or any(root.iterdir())):
+            raise WorkspaceError(f"{root}: exists and is not an empty directory; refusing to "
+                                 f"overwrite")
+        config = config or WorkspaceConfig()
+        pool_j = {t: list(us) for t, us in pool.items()}
+        try:
+            valid_pool = _validate_pool(pool_j)
+            seed_j = {t: {u: bool(v) for u, v in rec.items()}
+                      for t, rec in (seed_record or {}).items()}
+            _validate_seed(seed_j, valid_pool)
+        except ValueError as exc:
+            raise WorkspaceError(f"create: {exc}") from None
+        missing = sorted(set(valid_pool) - set(skills))
+        if missing:
+            raise WorkspaceError(f"create: no skill text for types {missing}")
+        for t, text in skills.items():
+            if not isinstance(text, str) or not text.strip():
+                raise WorkspaceError(f"create: skill text of {t!r} is empty")
+        if not default_strategy.strip():
+            raise WorkspaceError("create: default strategy text is empty")
+        root.mkdir(parents=True, exist_ok=True)
+        for d in ("skills", "history", "candidates", "manifests"):
+            (root / d).mkdir(exist_ok=True)
+        write_json(root / "workspace.json", config.as_json())
+        write_json(root / "pool.json", pool_j)
+        write_json(root / "seed_record.json", seed_j)
+        atomic_write(root / "skills" / DEFAULT_STRATEGY, default_strategy)
+        refs = {}
+        for t in valid_pool:
+            text = skills[t]
+            ws_tmp = cls(root, config, valid_pool, seed_j, TrainingState({}))
+            atomic_write(ws_tmp.history_path(t, 1), text)
+            atomic_write(ws_tmp.skill_path(t), text)
+            refs[t] = SkillRef(1, content_hash(text), 1)
+        from .log import HarnessLog
+
+        HarnessLog(root / "harness.sqlite").close()
+        write_json(root / "state.json", TrainingState(refs).to_json())
+        return cls.open(root)
+
+    @classmethod
+    def init_simulated(cls, path: str | Path, sim_config: SimConfig | None = None,
+                       **config: Any) -> Workspace:
+        """A workspace over a `vtrm_gate.sim.SimWorld`: its pools, seed record, v0 skills.
+
+        ``config`` sets other `WorkspaceConfig` fields (cooldown_steps, seed, ...).
+        """
+        from ..sim import SimConfig, SimWorld
+
+        sim_config = sim_config or SimConfig()
+        world = SimWorld(sim_config)
+        sim = sim_json(sim_config)
+        agent = {"backend": "sim", "model": "sim-agent",
+                 **{k: v for k, v in sim.items() if k != "time_scale"}}
+        cfg = WorkspaceConfig(kind="simulated", agent=agent, sim=sim,
+                              **{"seed": sim_config.seed, **config})
+        return cls.create(
+            path, pool={t: world.pool(t) for t in world.task_types},
+            skills={t: world.initial_skill(t) for t in world.task_types},
+            seed_record={t: world.seed_record(t) for t in world.task_types}, config=cfg)
+
+
+def sim_json(sim_config: SimConfig) -> dict[str, Any]:
+    """A SimConfig as plain JSON values (mappings become objects)."""
+    out = {}
+    for f in dataclasses.fields(sim_config):
+        v = getattr(sim_config, f.name)
+        out[f.name] = dict(v) if isinstance(v, Mapping) else v
+    return out
+
