@@ -34,9 +34,11 @@ CONCURRENCY = 32
 BLOCK = 8
 LB_TARGET = 1.10
 SPEEDUP_TARGET = 5.0
-# The default guard (>= 10 calls, > 10%) trips on a third to a half of these steps at a 1%
-# INFRA rate: a 503 returns in seconds and lands while its type has few completed calls.
-# The benchmark measures scheduling, so it uses a guard that ignores that noise (reported).
+# The simulator's default INFRA rate (0.3% per call, after retries). The SPEC guard
+# (>= 10 calls, > 10%) is jumpy at small denominators: at 1% it trips on ~20% of steps, at
+# 0.3% on a few percent. The benchmark measures scheduling, so a seed whose step the default
+# guard would abort runs with a guard that ignores that noise; such seeds are reported.
+INFRA_RATE = 0.003
 BENCH_GUARD = GuardParams(min_calls=40)
 APPLIED = {Action.ACCEPT, Action.PROVISIONAL}
 
@@ -44,14 +46,15 @@ APPLIED = {Action.ACCEPT, Action.PROVISIONAL}
 def run_one(seed: int, params: GateParams) -> dict[str, Any]:
     """One step of a 12-type world with realistic latency (minutes per inference)."""
     world = SimWorld(SimConfig(seed=seed, no_change_rate=0.0, mean_latency_s=120.0,
-                               infra_rate=0.01, time_scale=1.0))
+                               infra_rate=INFRA_RATE, time_scale=1.0))
     plans = gate_plans(world, epoch=1, step=1, n_max=params.n_max)
+    default_guard_trips = _trips_default_guard(world, plans, params)
     t0 = time.perf_counter()
-    cont = continuous_schedule(world, plans, params, CONCURRENCY, guard=BENCH_GUARD)
+    cont = continuous_schedule(world, plans, params, CONCURRENCY,
+                               guard=BENCH_GUARD if default_guard_trips else None)
     wall = time.perf_counter() - t0
     old = block_serial_schedule(world, plans, params, BLOCK)
     full = no_early_stop(world, plans)
-    default_guard_trips = _trips_default_guard(world, plans, params)
     same = sum(cont["outcomes"][t].action is old["outcomes"][t].action for t in world.task_types)
     same_applied = sum((cont["outcomes"][t].action in APPLIED)
                        == (old["outcomes"][t].action in APPLIED) for t in world.task_types)
@@ -114,7 +117,7 @@ def main(quick: bool = False) -> list[dict[str, Any]]:
     print(f"machine: {os.cpu_count()} CPUs, {platform.platform()}, "
           f"Python {platform.python_version()}")
     print(f"world: 12 Video-MME types, pools 9..320, n_max {params.n_max}, mean latency 120 s "
-          f"at 8 agent steps (lognormal, wrong answers ~2x slower), INFRA 1%; "
+          f"at 8 agent steps (lognormal, wrong answers ~2x slower), INFRA {INFRA_RATE:.1%}; "
           f"old = blocks of {BLOCK} (concurrency {BLOCK} per arm), continuous = "
           f"{CONCURRENCY} slots")
     rows = [run_one(s, params) for s in seeds]
@@ -177,8 +180,8 @@ def main(quick: bool = False) -> list[dict[str, Any]]:
           "is independent of it.")
     trips = sum(r["default_guard_trips"] for r in rows)
     print(f"- the default INFRA guard (>= 10 calls, > 10%) would have aborted {trips}/"
-          f"{len(rows)} of these steps at a 1% INFRA rate; the runs above use "
-          f"min_calls={BENCH_GUARD.min_calls}.")
+          f"{len(rows)} of these steps at a {INFRA_RATE:.1%} INFRA rate; those seeds ran "
+          f"with min_calls={BENCH_GUARD.min_calls}.")
     return rows
 
 
