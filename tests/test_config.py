@@ -87,4 +87,5 @@ def test_malformed_and_missing_files(tmp_path):
 def test_mask_url():
     assert mask_url("redis://:pw@host:6379/1") == "redis://:***@host:6379/1"
     assert mask_url("unix:///tmp/r.sock") == "unix:///tmp/r.sock"
-    assert mask_url(None) is None
+    assert mask_url(None) == "<embedded>"  # no REDIS_URL: the embedded server
+    assert Config().as_dict()["redis_url"] is None

@@ -25,17 +25,25 @@ from dataclasses import dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import redis.asyncio as aredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
+from ._env import DEFAULT_TTL as DEFAULT_TTL
+from ._env import REDIS_SCHEMES as REDIS_SCHEMES
+from ._env import cache_enabled as cache_enabled
+from ._env import check_redis_url as check_redis_url
+from ._env import environment as environment
+from ._env import mask_url as mask_url
+from ._env import parse_ttl as parse_ttl
+from ._env import read_dotenv as read_dotenv
+from ._env import scrub as scrub
+
 SCHEMA_VERSION = 1
 DEFAULT_PREFIX = "llm_cache"
-DEFAULT_TTL = 604800  # 7 days
-REDIS_SCHEMES = ("redis", "rediss", "unix")
 
 # Fields that change between identical calls (ids, clocks) and so must not reach the key.
 VOLATILE_KEYS = frozenset({"id", "created", "timestamp", "ts", "request_id", "tool_call_id",
@@ -50,72 +58,7 @@ Response = dict[str, Any]
 Validator = Callable[[Any], "str | None"]
 
 
-# ---- secrets --------------------------------------------------------------------------
-
-
-def _url_secrets(url: str) -> list[str]:
-    """The password in ``url`` (userinfo or ``?password=``), raw and percent-encoded."""
-    out: list[str] = []
-    try:
-        p = urlsplit(url)
-        if p.password:
-            out.append(p.password)
-        elif p.username and "@" in p.netloc and ":" not in p.netloc.rsplit("@", 1)[0]:
-            out.append(p.username)  # redis://secret@host: a bare userinfo may be a password
-        out += [v for k, v in parse_qsl(p.query) if k.lower() == "password" and v]
-    except ValueError:
-        pass
-    secrets = {s for s in out if s}
-    secrets |= {unquote(s) for s in secrets} | {quote(s, safe="") for s in secrets}
-    return sorted(secrets, key=len, reverse=True)
-
-
-def mask_url(url: str | None) -> str:
-    """``url`` with any password replaced by ``***`` (safe to print, log or put in a repr)."""
-    if url is None:
-        return "<embedded>"
-    try:
-        p = urlsplit(url)
-        netloc = p.netloc
-        if "@" in netloc:
-            userinfo, host = netloc.rsplit("@", 1)
-            user = userinfo.split(":", 1)[0] if ":" in userinfo else ""
-            netloc = f"{user}:***@{host}"
-        query = p.query
-        if query:
-            pairs = [(k, "***" if k.lower() == "password" else v)
-                     for k, v in parse_qsl(query, keep_blank_values=True)]
-            query = urlencode(pairs, safe="*")
-        out = f"{p.scheme}://{netloc}{p.path}" if p.scheme else f"{netloc}{p.path}"
-        return out + (f"?{query}" if query else "") + (f"#{p.fragment}" if p.fragment else "")
-    except ValueError:
-        return "<unparseable URL>"
-
-
-def scrub(text: str, url: str | None) -> str:
-    """``text`` with the password of ``url`` replaced by ``***`` (for exception messages)."""
-    if url:
-        for s in _url_secrets(url):
-            text = text.replace(s, "***")
-    return text
-
-
-def check_redis_url(url: str) -> str:
-    """Validate a Redis URL's scheme and shape; raise ValueError (password masked) if bad."""
-    try:
-        p = urlsplit(url)
-        _ = p.port  # raises ValueError on a bad port
-    except ValueError as exc:
-        raise ValueError(f"invalid Redis URL {mask_url(url)!r}: {scrub(str(exc), url)}") \
-            from None
-    if p.scheme not in REDIS_SCHEMES:
-        raise ValueError(f"invalid Redis URL {mask_url(url)!r}: scheme must be one of "
-                         f"redis://, rediss://, unix://")
-    if p.scheme == "unix" and not p.path:
-        raise ValueError(f"invalid Redis URL {mask_url(url)!r}: unix:// needs a socket path")
-    if p.scheme != "unix" and not p.hostname:
-        raise ValueError(f"invalid Redis URL {mask_url(url)!r}: no host")
-    return url
+# ---- connection -----------------------------------------------------------------------
 
 
 def connect(url: str, *, socket_timeout: float = 0.5, retries: int = 1) -> aredis.Redis:
@@ -127,59 +70,6 @@ def connect(url: str, *, socket_timeout: float = 0.5, retries: int = 1) -> aredi
     return aredis.Redis.from_url(url, socket_timeout=socket_timeout,
                                  socket_connect_timeout=socket_timeout,
                                  retry=Retry(NoBackoff(), retries), health_check_interval=0)
-
-
-# ---- environment ----------------------------------------------------------------------
-
-
-def read_dotenv(path: str | os.PathLike[str]) -> dict[str, str]:
-    """Parse a ``.env`` file: ``KEY=VALUE`` lines, ``export`` prefixes, quotes, comments."""
-    out: dict[str, str] = {}
-    try:
-        text = Path(path).read_text()
-    except OSError:
-        return out
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        if line.startswith("export "):
-            line = line[7:].lstrip()
-        key, _, value = line.partition("=")
-        key, value = key.strip(), value.strip()
-        if value[:1] in "'\"" and len(value) >= 2 and value[-1] == value[0]:
-            value = value[1:-1]
-        elif " #" in value:
-            value = value.split(" #", 1)[0].rstrip()
-        if key:
-            out[key] = value
-    return out
-
-
-def environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``env`` as given, or ``.env`` in the cwd overlaid by the process environment."""
-    if env is not None:
-        return dict(env)
-    return {**read_dotenv(Path.cwd() / ".env"), **os.environ}
-
-
-def cache_enabled(value: str | None) -> bool:
-    """``VTRM_CACHE``: off/0/false/no/disabled turn the cache off; anything else leaves it on."""
-    return (value or "on").strip().lower() not in {"off", "0", "false", "no", "disabled"}
-
-
-def parse_ttl(value: str | int | None, default: int = DEFAULT_TTL) -> int:
-    """A TTL in seconds (> 0), e.g. from ``REDIS_CACHE_TTL``; ValueError naming it if bad."""
-    if value is None or value == "":
-        return default
-    try:
-        ttl = int(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"REDIS_CACHE_TTL must be a whole number of seconds > 0, "
-                         f"got {value!r}") from None
-    if ttl <= 0:
-        raise ValueError(f"REDIS_CACHE_TTL must be > 0 seconds, got {ttl}")
-    return ttl
 
 
 # ---- keys -----------------------------------------------------------------------------

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
+from ._env import DEFAULT_TTL, check_redis_url, mask_url, read_dotenv
 from .scheduler import GuardParams
 from .stats import GateParams
 
@@ -38,21 +38,6 @@ class ConfigError(ValueError):
     """A configuration value or key is invalid; the message names it."""
 
 
-def mask_url(url: str | None) -> str | None:
-    """The URL with any password replaced by ``***`` (safe to print or log)."""
-    if not url:
-        return url
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query,
-                       parts.fragment))
-
-
 @dataclass(frozen=True)
 class Config:
     """Everything a gate step needs to know, validated once and passed in explicitly."""
@@ -61,7 +46,7 @@ class Config:
     gate: GateParams = field(default_factory=GateParams)
     guard: GuardParams = field(default_factory=GuardParams)
     redis_url: str | None = field(default=None, repr=False)
-    redis_cache_ttl: int = 604800
+    redis_cache_ttl: int = DEFAULT_TTL
     cache_prefix: str = "llm_cache"
     cache_enabled: bool = True
 
@@ -78,16 +63,20 @@ class Config:
             raise ConfigError(f"cache_prefix must be a non-empty string without glob "
                               f"characters or spaces, got {self.cache_prefix!r}")
         if self.redis_url is not None:
-            scheme = urlsplit(self.redis_url).scheme
-            if scheme not in ("redis", "rediss", "unix"):
-                raise ConfigError(f"redis_url must start with redis://, rediss:// or "
-                                  f"unix://, got {mask_url(self.redis_url)!r}")
+            try:
+                check_redis_url(self.redis_url)
+            except ValueError as exc:
+                raise ConfigError(f"redis_url: {exc}") from None
 
     def __repr__(self) -> str:
         return (f"Config(concurrency={self.concurrency}, gate={self.gate}, guard={self.guard}, "
-                f"redis_url={mask_url(self.redis_url)!r}, "
+                f"redis_url={self._masked_url!r}, "
                 f"redis_cache_ttl={self.redis_cache_ttl}, cache_prefix={self.cache_prefix!r}, "
                 f"cache_enabled={self.cache_enabled})")
+
+    @property
+    def _masked_url(self) -> str | None:
+        return None if self.redis_url is None else mask_url(self.redis_url)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain values (password masked) for manifests and reports."""
@@ -95,7 +84,7 @@ class Config:
             "concurrency": self.concurrency,
             "gate": {f.name: getattr(self.gate, f.name) for f in fields(GateParams)},
             "guard": {f.name: getattr(self.guard, f.name) for f in fields(GuardParams)},
-            "redis_url": mask_url(self.redis_url),
+            "redis_url": self._masked_url,
             "redis_cache_ttl": self.redis_cache_ttl,
             "cache_prefix": self.cache_prefix,
             "cache_enabled": self.cache_enabled,
@@ -134,28 +123,6 @@ def _coerce_int(name: str, v: Any) -> int:
         return int(str(v).strip())
     except ValueError:
         raise ConfigError(f"{name} must be an integer, got {v!r}") from None
-
-
-def read_dotenv(path: str | Path) -> dict[str, str]:
-    """Parse a ``.env`` file: KEY=VALUE lines, ``#`` comments, optional quotes."""
-    out: dict[str, str] = {}
-    p = Path(path)
-    if not p.is_file():
-        return out
-    for n, raw in enumerate(p.read_text().splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith("export "):
-            line = line[7:]
-        if "=" not in line:
-            raise ConfigError(f"{p}:{n}: expected KEY=VALUE, got {raw!r}")
-        k, v = line.split("=", 1)
-        v = v.strip()
-        if len(v) >= 2 and v[0] == v[-1] and v[0] in "'\"":
-            v = v[1:-1]
-        out[k.strip()] = v
-    return out
 
 
 def _read_file(path: Path) -> dict[str, Any]:
