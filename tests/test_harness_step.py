@@ -522,3 +522,32 @@ def test_forced_rerun_never_overwrites_a_recorded_version(tmp_path):
     assert (ws.root / "history/action-reasoning/v2.md").read_text() == v2
     assert "level=9" in (ws.root / "skills/action-reasoning.md").read_text()
     assert Workspace.open(ws.root).state.skills["Action Reasoning"].latest == 3
+
+
+def test_step_report_carries_llm_cache_counters_per_arm(tmp_path):
+    """With ``cache_stats`` the step report records each arm run's cache counters."""
+    import json as _json
+
+    from vtrm_gate.harness import Workspace, run_step_sync, simulated_backend
+    from vtrm_gate.sim import SimConfig
+
+    ws = Workspace.init_simulated(tmp_path / "ws", SimConfig(
+        seed=1, pool_sizes={"Counting Problem": 12, "OCR Problems": 15}, infra_rate=0.0,
+        time_scale=0.0, no_change_rate=0.0))
+    be = simulated_backend(ws)
+    seen: list[str] = []
+
+    def stats(run_id: str) -> dict[str, int]:
+        seen.append(run_id)
+        return {"hits": len(run_id), "misses": 1}
+
+    res = run_step_sync(ws, 1, 1, infer=be.infer, evolver=be.evolver, cases=be.cases,
+                        cache_stats=stats)
+    rows = ws.log.frame("step_report").filter(status="gated").to_dicts()
+    ws.close()
+    assert rows and len(seen) == 2 * len(rows)
+    for row in rows:
+        cache = _json.loads(row["llm_cache"])
+        base_id = f"{res.step_run_id}_gate_{row['task_type'].lower().replace(' ', '-')}_base"
+        assert cache["base"] == {"hits": len(base_id), "misses": 1}
+        assert set(cache) == {"base", "cand"}

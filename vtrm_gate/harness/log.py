@@ -57,9 +57,10 @@ SCHEMA: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
         ("n_consumed", "INTEGER"), ("n_ladder", "INTEGER"), ("started", "INTEGER"),
         ("completed", "INTEGER"), ("cache_hits", "INTEGER"),
         ("cancelled_before_start", "INTEGER"), ("cancelled_in_flight", "INTEGER"),
-        ("discarded_after_freeze", "INTEGER"), ("infra_units", "INTEGER"),
-        ("infra_calls", "INTEGER"), ("tokens", "INTEGER"), ("base_version", "INTEGER"),
-        ("base_hash", "TEXT"), ("cand_hash", "TEXT"), ("applied", "TEXT"), ("note", "TEXT"),
+        ("discarded_after_freeze", "INTEGER"), ("discarded_after_infra", "INTEGER"),
+        ("infra_units", "INTEGER"), ("infra_calls", "INTEGER"), ("tokens", "INTEGER"),
+        ("base_version", "INTEGER"), ("base_hash", "TEXT"), ("cand_hash", "TEXT"),
+        ("applied", "TEXT"), ("note", "TEXT"), ("llm_cache", "TEXT"),
     ), ("epoch", "step", "task_type")),
     "candidate_correctness": ((
         ("epoch", "INTEGER"), ("step", "INTEGER"), ("task_type", "TEXT"), ("unit_id", "TEXT"),
@@ -271,8 +272,13 @@ class HarnessLog:
                      outcome: TypeOutcome | None = None, counters: TypeCounters | None = None,
                      base_version: int | None = None, base_hash: str | None = None,
                      cand_hash: str | None = None, applied: str | None = None,
-                     note: str | None = None) -> None:
-        """Upsert the one step_report row of (epoch, step, type)."""
+                     note: str | None = None,
+                     llm_cache: Mapping[str, Any] | None = None) -> None:
+        """Upsert the one step_report row of (epoch, step, type).
+
+        ``llm_cache`` holds the LLM response-cache counters of the type's arm runs
+        (``{"base": {...}, "cand": {...}}``), stored as JSON.
+        """
         if status not in REPORT_STATUSES:
             raise ValueError(f"step_report status must be one of {REPORT_STATUSES}, "
                              f"got {status!r}")
@@ -280,12 +286,13 @@ class HarnessLog:
         stats = (None,) * 9 if o is None else (
             str(o.action), o.W, o.L, o.n_used, o.e_plus, o.e_minus, o.stop_rank,
             o.n_consumed, o.n_ladder)
-        work = (None,) * 9 if c is None else (
+        work = (None,) * 10 if c is None else (
             c.started, c.completed, c.cache_hits, c.cancelled_before_start,
-            c.cancelled_in_flight, c.discarded_after_freeze, c.infra_units, c.infra_calls,
-            c.tokens)
+            c.cancelled_in_flight, c.discarded_after_freeze, c.discarded_after_infra,
+            c.infra_units, c.infra_calls, c.tokens)
+        cache = None if llm_cache is None else json.dumps(llm_cache, sort_keys=True)
         row = (epoch, step, task_type, status, *stats, *work, base_version, base_hash,
-               cand_hash, applied, note)
+               cand_hash, applied, note, cache)
         self.upsert("step_report", [row])
 
     def set_applied(self, epoch: int, step: int, applied: Mapping[str, str]) -> None:

@@ -314,12 +314,14 @@ async def run_step(workspace: Workspace | str | Path, epoch: int, step: int, *, 
                    evolver: Evolver, params: GateParams = DEFAULT_PARAMS, concurrency: int = 32,
                    guard: GuardParams | None = None, force: bool = False,
                    subscribers: Iterable[Subscriber] = (),
-                   cases: CaseSource | Mapping[str, Sequence[str]] | None = None
-                   ) -> StepResult:
+                   cases: CaseSource | Mapping[str, Sequence[str]] | None = None,
+                   cache_stats: Callable[[str], Any] | None = None) -> StepResult:
     """Run (or re-run) gate step ``(epoch, step)`` of ``workspace``: phases A–D.
 
     ``cases`` gives the step's evolution cases (default: ``evolver.error_cases`` or
-    ``evolver.world.error_cases``). Raises `StepRefusedError` if a recorded manifest differs
+    ``evolver.world.error_cases``). ``cache_stats(run_id)`` (e.g. an LLM
+    ``ResponseCache.stats``) puts each arm run's hit/miss/error counters in the step report.
+    Raises `StepRefusedError` if a recorded manifest differs
     (unless ``force``), `RuntimeError` if two types share a target file, and re-raises
     `InfraGuardError` after recording an ``aborted`` step_report (state untouched).
     """
@@ -327,7 +329,8 @@ async def run_step(workspace: Workspace | str | Path, epoch: int, step: int, *, 
     try:
         return await _run_step(ws, epoch, step, infer=infer, evolver=evolver, params=params,
                                concurrency=concurrency, guard=guard, force=force,
-                               subscribers=subscribers, cases=cases)
+                               subscribers=subscribers, cases=cases,
+                               cache_stats=cache_stats)
     finally:
         if ws is not workspace:  # opened here from a path: release the SQLite connection
             ws.close()
@@ -336,7 +339,8 @@ async def run_step(workspace: Workspace | str | Path, epoch: int, step: int, *, 
 async def _run_step(ws: Workspace, epoch: int, step: int, *, infer: Infer, evolver: Evolver,
                     params: GateParams, concurrency: int, guard: GuardParams | None,
                     force: bool, subscribers: Iterable[Subscriber],
-                    cases: CaseSource | Mapping[str, Sequence[str]] | None) -> StepResult:
+                    cases: CaseSource | Mapping[str, Sequence[str]] | None,
+                    cache_stats: Callable[[str], Any] | None = None) -> StepResult:
     _check_ids(epoch, step)
     if not isinstance(params, GateParams):
         raise TypeError(f"params must be GateParams, got {type(params).__name__}")
@@ -453,6 +457,7 @@ async def _run_step(ws: Workspace, epoch: int, step: int, *, infer: Infer, evolv
     # ---- Phase C: the continuous gate ----
     plans = [TypePlan(t, ladders[t], texts[t], cand[t], srid, target_file=ws.target(t),
                       cand_dir=str(cand_dirs[t])) for t in gated]
+    plans_by = {p.task_type: p for p in plans}
     sink = GateSink(ws.log, epoch, step, extra)
     gate: GateResult | None = None
     if plans:
@@ -472,7 +477,9 @@ async def _run_step(ws: Workspace, epoch: int, step: int, *, infer: Infer, evolv
             raise
         for t in gated:
             ws.log.write_report(epoch, step, t, "gated", outcome=gate.outcomes[t],
-                                counters=gate.counters[t], **extra[t])
+                                counters=gate.counters[t],
+                                llm_cache=_arm_cache_stats(cache_stats, plans_by[t]),
+                                **extra[t])
 
     # ---- Phase D: the only writer of training state ----
     outcomes = gate.outcomes if gate else {}
@@ -491,6 +498,18 @@ async def _run_step(ws: Workspace, epoch: int, step: int, *, infer: Infer, evolv
                      notes.get(t))
          for t in types},
         gate, ws.manifest_path(epoch, step), recorded is not None, rerun_applied, cleared)
+
+
+def _arm_cache_stats(cache_stats: Callable[[str], Any] | None,
+                     plan: TypePlan) -> dict[str, Any] | None:
+    """The response-cache counters of both arm runs of one type, as plain values."""
+    if cache_stats is None:
+        return None
+    out = {}
+    for arm in ("base", "cand"):
+        st = cache_stats(plan.run_id(arm))
+        out[arm] = st.as_dict() if hasattr(st, "as_dict") else dict(st)
+    return out
 
 
 def run_step_sync(*args: Any, **kwargs: Any) -> StepResult:
@@ -686,8 +705,8 @@ async def _settle(ws: Workspace, epoch: int, infer: Infer, concurrency: int) -> 
         log.upsert("step_report", [(
             epoch, PROBATION_STEP, t, "probation", "PROBATION_PASSED" if passed
             else "PROBATION_FAILED", W, L, n_used, None, None, None, len(probe), len(probe),
-            *(None,) * 9, p.prev_version, content_hash(prev_text), content_hash(cur_text),
-            applied, f"settling v{p.version} from e{p.epoch} s{p.step}")])
+            *(None,) * 10, p.prev_version, content_hash(prev_text), content_hash(cur_text),
+            applied, f"settling v{p.version} from e{p.epoch} s{p.step}", None)])
     new_state = dataclasses.replace(
         state, skills=skills, probation=probation, rejected=rejected, before_last=None,
         settled_epochs=tuple(sorted({*state.settled_epochs, epoch})))
