@@ -66,16 +66,25 @@ def trajectory_series(outcomes: Mapping[str, TypeOutcome]) -> list[TrajectorySer
             for t, o in sorted(outcomes.items())]
 
 
+def type_colour(i: int) -> tuple[float, float, float, float]:
+    """A distinct colour per type index (tab20: dark/light pairs, darks first)."""
+    from matplotlib import colormaps
+
+    return colormaps["tab20"]((2 * i) % 20 + (2 * i) // 20)
+
+
 def draw_trajectories(ax: Axes, series: Sequence[TrajectorySeries], params: GateParams,
                       *, title: str | None = "E+ per type (ladder prefix)") -> None:
     """Draw one line per type (starting at E+ = 1 before any unit), the e_confirm and
     e_provisional lines, and a marker at each decided type's stopping point."""
     ax.set_yscale("log")
     markers: dict[Action, list[tuple[int, float]]] = {}
-    for s in series:
+    for i, s in enumerate(series):
         xs = (0, *s.steps)
         ys = [max(y, E_FLOOR) for y in (1.0, *s.e_plus)]
-        ax.plot(xs, ys, lw=1.4, label=s.task_type, gid=f"trajectory:{s.task_type}")
+        # 12 Video-MME types outnumber a 10-colour cycle: 20 colours, then line styles
+        ax.plot(xs, ys, lw=1.4, label=s.task_type, gid=f"trajectory:{s.task_type}",
+                color=type_colour(i % 20), ls=("-", "--", ":")[i // 20 % 3])
         if s.action in ACTION_MARKERS:
             markers.setdefault(s.action, []).append((xs[-1], ys[-1]))
     ax.axhline(params.e_confirm, color="black", lw=1.2, gid="e_confirm",
