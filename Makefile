@@ -22,7 +22,7 @@ lint: $(STAMP)
 
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests
-	$(BIN)/python -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env notebooks
+	VTRM_CI=1 $(BIN)/python -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env notebooks
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks

@@ -477,3 +477,45 @@ def test_no_redis_url_starts_the_embedded_server_in_the_workspace(tmp_path: Path
     finally:
         cache._server.close()
     assert (tmp_path / "redis" / "dump.rdb").exists()
+
+
+def test_cached_infer_replays_a_run_and_never_caches_infra(redis_target: RedisTarget) -> None:
+    """Any infer behind the cache: the same run replays from Redis (no call, no tokens, the
+    same answers), a new run id calls again, INFRA results are never written."""
+    from vtrm_gate.cache import cached_infer
+    from vtrm_gate.scheduler import TypePlan
+    from vtrm_gate.sim import SimConfig, SimWorld
+
+    world = SimWorld(SimConfig(seed=2, pool_sizes={"OCR Problems": 30}, infra_rate=0.1,
+                               time_scale=0.0))
+    plan = TypePlan("OCR Problems", world.pool("OCR Problems")[:30], "skill v1", "skill v2",
+                    step_run_id="e1_s1")
+    tasks = [plan.task(i, arm) for i in range(30) for arm in ("base", "cand")]
+
+    async def main() -> tuple[list, list, list, object, object]:
+        cache = cache_for(redis_target)
+        first = cached_infer(cache, world.infer, model="sim-agent", prompt=world.prompt,
+                             grade=world.grade)
+        a = [await first(t) for t in tasks]
+        again = cached_infer(cache, world.infer, model="sim-agent", prompt=world.prompt,
+                             grade=world.grade)
+        b = [await again(t) for t in tasks]
+        other = TypePlan("OCR Problems", plan.units, "skill v1", "skill v2",
+                         step_run_id="e1_s2")
+        fresh = cached_infer(cache, world.infer, model="sim-agent", prompt=world.prompt,
+                             grade=world.grade)
+        c = [await fresh(other.task(i, "base")) for i in range(5)]
+        await cache.aclose()
+        return a, b, c, (first.calls, again.calls, fresh.calls), again.tokens
+
+    a, b, c, calls, tokens_again = asyncio.run(main())
+    infra = [i for i, r in enumerate(a) if r.infra]
+    assert infra, "seeded world should produce some INFRA calls"
+    assert calls[0] == len(tasks) and calls[1] == len(infra) and calls[2] == 5
+    for i, (x, y) in enumerate(zip(a, b, strict=True)):
+        if i in infra:
+            assert y.infra and not y.cached  # re-called, never served from the cache
+        else:
+            assert y.cached and (y.correct, y.prediction) == (x.correct, x.prediction)
+    assert tokens_again == sum(a[i].tokens for i in infra) == 0
+    assert not any(r.cached for r in c)

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import redis.asyncio as aredis
@@ -41,6 +41,9 @@ from ._env import mask_url as mask_url
 from ._env import parse_ttl as parse_ttl
 from ._env import read_dotenv as read_dotenv
 from ._env import scrub as scrub
+
+if TYPE_CHECKING:
+    from .scheduler import UnitResult, UnitTask
 
 SCHEMA_VERSION = 1
 DEFAULT_PREFIX = "llm_cache"
@@ -574,6 +577,72 @@ class ResponseCache:
             return MissExplanation(key, reference, (), note=f"{reference}: malformed entry")
         return _explain(key, reference, parts.component_digests(), theirs,
                         parts.message_digests(), their_msgs)
+
+
+# ---- any infer behind the cache -------------------------------------------------------
+
+
+class _InfraResult(Exception):
+    """Carries an INFRA result out of a cached call, so it is never written."""
+
+    def __init__(self, result: UnitResult):
+        super().__init__(result.error or "INFRA")
+        self.result = result
+
+
+@dataclass
+class CachedInfer:
+    """An ``infer`` whose answers go through the response cache, keyed like an LLM call.
+
+    The key is (model, base URL, ``prompt(task)`` messages, salt = ``task.run_id``), so a
+    re-run of the same arm run replays its answers and a new run never reuses them. A hit
+    costs no call and no tokens and is graded with ``grade(task, answer)``; INFRA results
+    are never cached. ``calls`` and ``tokens`` count the fresh (paid) calls.
+    """
+
+    cache: ResponseCache
+    infer: Callable[[UnitTask], Awaitable[UnitResult]]
+    model: str
+    prompt: Callable[[UnitTask], Sequence[Mapping[str, Any]]]
+    grade: Callable[[UnitTask, str], bool]
+    base_url: str = "local://infer"
+    calls: int = 0
+    tokens: int = 0
+
+    async def __call__(self, task: UnitTask) -> UnitResult:
+        parts = KeyParts(self.model, self.base_url, tuple(self.prompt(task)), salt=task.run_id)
+        fresh: list[UnitResult] = []
+
+        async def call() -> Response:
+            res = await self.infer(task)
+            fresh.append(res)
+            self.calls += 1
+            self.tokens += res.tokens
+            if res.infra:
+                raise _InfraResult(res)
+            return {"choices": [{"message": {"role": "assistant",
+                                             "content": res.prediction or ""},
+                                 "finish_reason": "stop"}],
+                    "usage": {"total_tokens": res.tokens}}
+
+        try:
+            got = await self.cache.get_or_call(parts, call, run_id=task.run_id)
+        except _InfraResult as exc:
+            return exc.result
+        if fresh:
+            return fresh[0]
+        from .scheduler import UnitResult  # lazily: `vtrm-gate cache` must not load numpy
+
+        answer = got.response["choices"][0]["message"]["content"]
+        return UnitResult(correct=self.grade(task, answer), cached=True, prediction=answer)
+
+
+def cached_infer(cache: ResponseCache, infer: Callable[[UnitTask], Awaitable[UnitResult]], *,
+                 model: str, prompt: Callable[[UnitTask], Sequence[Mapping[str, Any]]],
+                 grade: Callable[[UnitTask, str], bool],
+                 base_url: str = "local://infer") -> CachedInfer:
+    """Put any ``infer`` (the simulator, a local model) behind the Redis response cache."""
+    return CachedInfer(cache, infer, model, prompt, grade, base_url)
 
 
 # ---- TTL renewal ----------------------------------------------------------------------

@@ -300,6 +300,16 @@ class SimWorld:
             "answer": u.answer,
         }
 
+    def prompt(self, task: UnitTask) -> list[dict[str, str]]:
+        """The messages an LLM agent would be sent for ``task`` (the response-cache key)."""
+        q = self.question(task.task_type, task.unit_id)
+        return [{"role": "system", "content": f"skill sha256:{task.skill_hash}"},
+                {"role": "user", "content": "\n".join([q["question"], *q["options"]])}]
+
+    def grade(self, task: UnitTask, answer: str) -> bool:
+        """Whether ``answer`` (a letter) is right for ``task``'s unit."""
+        return answer == self.question(task.task_type, task.unit_id)["answer"]
+
     def skill_ability(self, skill_text: str) -> float:
         """The ability carried in a skill's ``<!-- sim: ability=... -->`` line (0 if none)."""
         a = self._abilities.get(skill_text)
