@@ -139,7 +139,7 @@ def plot_prefix_vs_block(comparison: pl.DataFrame, ax: Axes | None = None) -> Fi
     total_b, total_p = int(rows["block_units"].sum()), int(rows["prefix_units"].sum())
     saved = 1 - total_p / total_b if total_b else 0.0
     ax.set_title(f"Same outcomes, block vs prefix: {total_b} → {total_p} units "
-                 f"({saved:.0%} fewer); decisions agree on "
+                 f"({saved:.0%} fewer)\ndecisions agree on "
                  f"{int(rows['agree'].sum())}/{rows.height} types")
     ax.set_xlim(0, max(int(rows["n_ladder"].max() or 1), 1) * 1.45)
     ax.legend(loc="lower right", fontsize="small")
