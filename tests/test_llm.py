@@ -1,19 +1,13 @@
 """The OpenAI-compatible agent against a real local HTTP server speaking chat completions
-(deterministic answers, injected 503/429 with Retry-After, timeouts, usage) and a real Redis."""
+(deterministic answers, injected 503/429 with Retry-After, timeouts, usage) and a real Redis.
+The server and its ``chat_server`` fixture live in `vtrm_gate.testing.chat`."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import random
-import re
-import threading
 import time
-from collections import deque
-from collections.abc import Iterator
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -22,7 +16,6 @@ from vtrm_gate.cache import ResponseCache
 from vtrm_gate.llm import (
     ANSWER_PROMPT,
     MCQ,
-    THINK_PROMPT,
     AgentEvent,
     LLMAgent,
     RetryPolicy,
@@ -31,155 +24,8 @@ from vtrm_gate.llm import (
 )
 from vtrm_gate.redis_server import RedisServer
 from vtrm_gate.scheduler import GateResult, TypePlan, UnitTask, run_gate
+from vtrm_gate.testing.chat import ChatServer, Fault
 from vtrm_gate.testing.redis import RedisTarget
-
-# ---- a real chat-completions server ---------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Fault:
-    """What the server does to the next matching request instead of answering at once."""
-
-    status: int | None = None
-    retry_after: str | None = None
-    sleep: float = 0.0
-    body: str | None = None
-    step: str | None = None  # "think" / "answer" / None = any
-
-
-class ChatServer:
-    """A deterministic ``/v1/chat/completions`` endpoint on 127.0.0.1.
-
-    Answer rule, read from the skill (system message): ``strategy: longest`` picks the
-    longest option, ``strategy: last`` the last one, otherwise A. ``mode: empty`` /
-    ``mode: filter`` / ``mode: ramble`` return empty choices / a content-filtered choice / an
-    unparseable answer.
-    """
-
-    def __init__(self) -> None:
-        self.requests: list[dict[str, Any]] = []
-        self.auth: list[str | None] = []
-        self.faults: deque[Fault] = deque()
-        self.lock = threading.Lock()
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                outer.handle(self)
-
-        class Server(ThreadingHTTPServer):
-            request_queue_size = 256  # the default backlog of 5 would throttle the client
-
-        self.httpd = Server(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.02,),
-                                       daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def inject(self, *faults: Fault) -> None:
-        with self.lock:
-            self.faults.extend(faults)
-
-    def steps(self) -> list[str]:
-        return [self.step_of(r) for r in self.requests]
-
-    @staticmethod
-    def step_of(body: dict[str, Any]) -> str:
-        return "think" if THINK_PROMPT in body["messages"][-1]["content"] else "answer"
-
-    def _fault_for(self, step: str) -> Fault | None:
-        with self.lock:
-            for f in self.faults:
-                if f.step in (None, step):
-                    self.faults.remove(f)
-                    return f
-        return None
-
-    def handle(self, h: BaseHTTPRequestHandler) -> None:
-        n = int(h.headers.get("content-length", 0))
-        body = json.loads(h.rfile.read(n))
-        if h.path != "/v1/chat/completions":
-            return self.reply(h, 404, {"error": {"message": f"no route {h.path}"}})
-        with self.lock:
-            self.requests.append(body)
-            self.auth.append(h.headers.get("authorization"))
-        step = self.step_of(body)
-        fault = self._fault_for(step)
-        if fault is not None:
-            if fault.sleep:
-                time.sleep(fault.sleep)
-            if fault.status is not None:
-                headers = {"Retry-After": fault.retry_after} if fault.retry_after else {}
-                return self.reply(h, fault.status, {"error": {"message": "injected"}},
-                                  headers)
-            if fault.body is not None:
-                return self.reply_raw(h, 200, fault.body.encode())
-        return self.reply(h, 200, self.answer(body, step))
-
-    def answer(self, body: dict[str, Any], step: str) -> dict[str, Any]:
-        skill = body["messages"][0]["content"]
-        question = body["messages"][1]["content"]
-        options = re.findall(r"^([A-Z])\. (.*)$", question, flags=re.M)
-        finish = "stop"
-        if "mode: empty" in skill:
-            return {"id": "x", "object": "chat.completion", "choices": [], "usage": {}}
-        if step == "think":
-            text = f"Let me weigh the {len(options)} options."
-        elif "mode: filter" in skill:
-            text, finish = "", "content_filter"
-        elif "mode: ramble" in skill:
-            text = "I cannot decide between them."
-        elif "strategy: longest" in skill:
-            text = f"The answer is ({max(options, key=lambda o: len(o[1]))[0]})."
-        elif "strategy: last" in skill:
-            text = options[-1][0]
-        else:
-            text = "A"
-        prompt_tokens = sum(len(m["content"].split()) for m in body["messages"])
-        completion_tokens = len(text.split())
-        return {"id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion",
-                "created": int(time.time()), "model": body["model"],
-                "choices": [{"index": 0, "finish_reason": finish,
-                             "message": {"role": "assistant", "content": text}}],
-                "usage": {"prompt_tokens": prompt_tokens,
-                          "completion_tokens": completion_tokens,
-                          "total_tokens": prompt_tokens + completion_tokens}}
-
-    def reply(self, h: BaseHTTPRequestHandler, status: int, doc: Any,
-              headers: dict[str, str] | None = None) -> None:
-        self.reply_raw(h, status, json.dumps(doc).encode(), headers)
-
-    @staticmethod
-    def reply_raw(h: BaseHTTPRequestHandler, status: int, data: bytes,
-                  headers: dict[str, str] | None = None) -> None:
-        try:
-            h.send_response(status)
-            h.send_header("Content-Type", "application/json")
-            h.send_header("Content-Length", str(len(data)))
-            for k, v in (headers or {}).items():
-                h.send_header(k, v)
-            h.end_headers()
-            h.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client timed out and left
-
-
-@pytest.fixture
-def chat_server() -> Iterator[ChatServer]:
-    server = ChatServer()
-    server.thread.start()
-    try:
-        yield server
-    finally:
-        server.httpd.shutdown()
-        server.httpd.server_close()
-
 
 UNITS = {f"u{i}": MCQ(f"Question {i}: what happens in the clip?",
                       ("a cat", "a dog running across the whole field", "a bird"),

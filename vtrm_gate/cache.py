@@ -335,6 +335,7 @@ class ResponseCache:
         self._down = False
         self._next_probe = 0.0
         self._server: Any = None
+        self._start_lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **kwargs: Any) -> ResponseCache:
@@ -394,14 +395,23 @@ class ResponseCache:
         loop = asyncio.get_running_loop()
         if self._redis is None or self._loop is not loop:
             if self._url is None:
+                await self._start_embedded(loop)
+            if self._redis is None or self._loop is not loop:  # re-checked after the await
+                self._redis = connect(self._url, socket_timeout=self.socket_timeout)
+                self._loop = loop
+        return self._redis
+
+    async def _start_embedded(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start the workspace's embedded server once, however many first calls race."""
+        if self._start_lock is None or self._start_lock[0] is not loop:
+            self._start_lock = (loop, asyncio.Lock())
+        async with self._start_lock[1]:
+            if self._url is None:
                 from .redis_server import embedded_server
 
                 ws = self.workspace or Path(os.environ.get("VTRM_WORKSPACE") or "workspace")
                 self._server = await asyncio.to_thread(embedded_server, ws)
                 self._url = self._server.url
-            self._redis = connect(self._url, socket_timeout=self.socket_timeout)
-            self._loop = loop
-        return self._redis
 
     def _skip(self) -> bool:
         """True while Redis is known down and the next probe is not due yet."""

@@ -1,5 +1,9 @@
 """The ``vtrm-gate`` command: init, step, demo, replay, cache.
 
+``init`` creates a simulated workspace, or with ``--llm`` one whose units are answered by an
+OpenAI-compatible chat model; ``step`` dispatches on the workspace's kind. The API key comes
+from ``OPENAI_API_KEY`` / ``VTRM_API_KEY`` only and is never written or printed.
+
 Heavy modules (numpy, polars, matplotlib) are imported inside the subcommands that need
 them. Bad input prints one line naming the problem and exits 2, with no traceback.
 """
@@ -132,12 +136,19 @@ def _load_config(args: argparse.Namespace) -> Any:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from .harness import Workspace
-    from .sim import SimConfig
-
     root = Path(args.workspace)
     if root.exists() and any(root.iterdir()):
         raise CliError(f"{root}: exists and is not empty; choose a new directory")
+    llm_only = [f"--{n.replace('_', '-')}" for n in ("units", "base_url", "model", "skills",
+                                                      "seed_record")
+                if getattr(args, n) is not None]
+    if args.llm:
+        return _init_llm(root, args)
+    if llm_only:
+        raise CliError(f"{', '.join(llm_only)} need --llm (an LLM workspace)")
+    from .harness import Workspace
+    from .sim import SimConfig
+
     sim = SimConfig(seed=args.seed, infra_rate=args.infra_rate)
     ws = Workspace.init_simulated(root, sim)
     ws.close()
@@ -145,6 +156,94 @@ def cmd_init(args: argparse.Namespace) -> int:
     _emit(args, out, f"created simulated workspace {root} ({out['types']} types, "
                      f"seed {args.seed})")
     return 0
+
+
+def _init_llm(root: Path, args: argparse.Namespace) -> int:
+    from .harness import Workspace
+
+    missing = [f"--{n.replace('_', '-')}" for n in ("units", "base_url", "model")
+               if not getattr(args, n)]
+    if missing:
+        raise CliError(f"init --llm needs {', '.join(missing)}")
+    ws = Workspace.init_llm(root, args.units, base_url=args.base_url, model=args.model,
+                            seed=args.seed, skills_dir=args.skills,
+                            seed_record=args.seed_record)
+    out = {"workspace": str(root), "kind": "llm", "types": len(ws.pool),
+           "units": sum(len(u) for u in ws.pool.values()), "model": args.model,
+           "seed": args.seed}
+    ws.close()
+    _emit(args, out, f"created llm workspace {root} ({out['types']} types, {out['units']} "
+                     f"units, model {args.model}, seed {args.seed})")
+    return 0
+
+
+def _api_key(env: dict[str, str]) -> str:
+    return env.get("OPENAI_API_KEY") or env.get("VTRM_API_KEY") or ""
+
+
+def _agent_printer(quiet: bool) -> Callable[[Any], None]:
+    """Retries and give-ups of the chat agent, one line each on stderr."""
+
+    def show(ev: Any) -> None:
+        if quiet or ev.kind == "request":
+            return
+        what = (f"retry {ev.attempt} in {ev.delay_s:.1f}s" if ev.kind == "retry"
+                else f"gave up after {ev.attempt} attempt(s)")
+        print(f"[agent] {ev.step} {ev.unit_id} ({ev.run_id}): {what}: {ev.error}",
+              file=sys.stderr, flush=True)
+
+    return show
+
+
+def _run_llm_step(ws: Any, epoch: int, step: int, args: argparse.Namespace,
+                  progress: TerminalProgress) -> tuple[Any, dict[str, Any]]:
+    """Rollout cases, then the step, for an ``llm`` workspace; returns (result, cache info)."""
+    from ._sync import run_sync
+    from .backends import EndpointUnreachableError, check_endpoint, llm_backend, rollout_cases
+    from .cache import ResponseCache, environment
+    from .harness import run_step
+
+    cfg = _load_config(args)
+    base_url = ws.config.agent["base_url"]
+    try:  # before anything starts or is written (the embedded Redis, the step's rows)
+        check_endpoint(base_url)
+    except EndpointUnreachableError as exc:
+        raise CliError(str(exc)) from None
+    env = environment()
+    cache = ResponseCache(cfg.redis_url, ttl=cfg.redis_cache_ttl, prefix=cfg.cache_prefix,
+                          enabled=cfg.cache_enabled, workspace=ws.root)
+    concurrency = args.concurrency or cfg.concurrency
+    backend = llm_backend(ws, cache=cache, api_key=_api_key(env),
+                          on_event=_agent_printer(args.json), concurrency=concurrency)
+
+    async def go() -> Any:
+        try:
+            cases = await rollout_cases(backend, ws, epoch, step)
+            return await run_step(ws, epoch, step, infer=backend.infer,
+                                  evolver=backend.evolver, cases=cases,
+                                  cache_stats=backend.cache_stats, params=cfg.gate,
+                                  guard=cfg.guard, concurrency=concurrency, force=args.force,
+                                  subscribers=[progress])
+        finally:
+            await backend.aclose()
+
+    res = run_sync(go())
+    info = {"url": cache.masked_url, "prefix": cache.prefix, "enabled": cache.enabled,
+            "runs": {r: cache.stats(r).as_dict() for r in sorted(cache.runs())}}
+    return res, info
+
+
+def _cache_lines(info: dict[str, Any]) -> str:
+    """Hit rates per run of the LLM response cache, for the end of ``step``'s output."""
+    lines = [f"LLM response cache {info['url']} (prefix {info['prefix']}"
+             + ("" if info["enabled"] else ", disabled") + "):"]
+    for run, st in info["runs"].items():
+        served = st["hits"] + st["coalesced"]
+        lines.append(f"  {run:<44} hit rate {st['hit_rate']:6.1%}  ({served}/{st['calls']} "
+                     f"calls served, {st['misses']} requests, {st['errors']} errors)")
+    if not info["runs"]:
+        lines.append("  (no LLM calls)")
+    return "\n".join(lines)
 
 
 def _run_step(root: Path, epoch: int, step: int, args: argparse.Namespace,
@@ -182,14 +281,25 @@ def _step_summary(res: Any) -> dict[str, Any]:
 
 
 def cmd_step(args: argparse.Namespace) -> int:
+    from .harness import Workspace
+
     progress = TerminalProgress(quiet=args.json)
-    res = _run_step(Path(args.workspace), args.epoch, args.step, args, progress)
-    summary = _step_summary(res)
-    _emit(args, summary, _decision_table(res))
+    ws = Workspace.open(Path(args.workspace))  # validates; writes nothing
+    if ws.config.kind != "llm":
+        ws.close()
+        res = _run_step(Path(args.workspace), args.epoch, args.step, args, progress)
+        _emit(args, _step_summary(res), _decision_table(res))
+        return 0
+    try:
+        res, info = _run_llm_step(ws, args.epoch, args.step, args, progress)
+    finally:
+        ws.close()
+    summary = {**_step_summary(res), "llm_cache": info}
+    _emit(args, summary, _decision_table(res, clock="wall clock") + "\n" + _cache_lines(info))
     return 0
 
 
-def _decision_table(res: Any) -> str:
+def _decision_table(res: Any, clock: str = "simulated") -> str:
     import polars as pl
 
     df = res.frame().select("task_type", "status", "action", "W", "L", "n_used", "e_plus",
@@ -199,7 +309,7 @@ def _decision_table(res: Any) -> str:
         text = str(df)
     g = res.gate
     if g is not None:
-        text += (f"\nmakespan {g.wall_time_s / 3600:.2f} h (simulated), peak in flight "
+        text += (f"\nmakespan {g.wall_time_s / 3600:.2f} h ({clock}), peak in flight "
                  f"{g.peak_in_flight}/{g.concurrency}, tokens {g.tokens:,}, started "
                  f"{g.total('started')}, cache hits {g.total('cache_hits')}, discarded after "
                  f"freeze {g.total('discarded_after_freeze')}, never started "
@@ -277,10 +387,21 @@ def build_parser() -> argparse.ArgumentParser:
     def common(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--json", action="store_true", help="machine-readable output")
 
-    i = sub.add_parser("init", help="create a simulated workspace")
+    i = sub.add_parser("init", help="create a simulated (or, with --llm, an LLM) workspace")
     i.add_argument("workspace", help="new directory for the workspace")
     i.add_argument("--seed", type=_nonneg_int, default=0)
-    i.add_argument("--infra-rate", type=float, default=0.003)
+    i.add_argument("--infra-rate", type=float, default=0.003,
+                   help="simulated INFRA failure rate")
+    i.add_argument("--llm", action="store_true",
+                   help="units answered by an OpenAI-compatible chat model (key from "
+                        "OPENAI_API_KEY / VTRM_API_KEY at step time)")
+    i.add_argument("--units", help="--llm: JSON-lines units file (unit_id, task_type, "
+                                   "question, options, answer)")
+    i.add_argument("--base-url", help="--llm: chat endpoint, e.g. https://api.openai.com/v1")
+    i.add_argument("--model", help="--llm: model name")
+    i.add_argument("--skills", help="--llm: directory of initial skills <slug>.md")
+    i.add_argument("--seed-record", help="--llm: JSON {unit_id: true|false} of the seed "
+                                         "baseline (ladder order only)")
     common(i)
     i.set_defaults(func=cmd_init)
 

@@ -1,7 +1,8 @@
 """Harness (SPEC §4): persistence (HarnessLog, BaselineCache), the workspace, the gate step.
 
 Layering: imports stats, ladder, scheduler and _sync; the simulator only lazily (for
-`Workspace.init_simulated` and `simulated_backend`).
+`Workspace.init_simulated` and `simulated_backend`). The LLM backend of ``llm`` workspaces
+lives in `vtrm_gate.backends` (it builds on this package, not the other way round).
 """
 
 from __future__ import annotations
@@ -27,11 +28,15 @@ from .step import run_step_sync as run_step_sync
 from .step import settle_probation as settle_probation
 from .step import settle_probation_sync as settle_probation_sync
 from .step import simulated_backend as simulated_backend
+from .step import step_input_state as step_input_state
+from .workspace import UNITS_FILE as UNITS_FILE
 from .workspace import Probation as Probation
 from .workspace import Rejected as Rejected
 from .workspace import SkillRef as SkillRef
 from .workspace import TrainingState as TrainingState
+from .workspace import UnitRecord as UnitRecord
 from .workspace import Workspace as Workspace
 from .workspace import WorkspaceConfig as WorkspaceConfig
 from .workspace import WorkspaceError as WorkspaceError
+from .workspace import read_units as read_units
 from .workspace import step_run_id as step_run_id

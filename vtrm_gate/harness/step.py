@@ -201,6 +201,16 @@ def _input_state(ws: Workspace, epoch: int, step: int) -> tuple[TrainingState, b
     return state, False
 
 
+def step_input_state(workspace: Workspace, epoch: int, step: int) -> TrainingState:
+    """The training state step ``(epoch, step)`` starts from (the state before it when it is
+    the last applied step, being re-run); `StepRefusedError` if it may not run.
+
+    What a backend reads to compute the step's inputs (e.g. rollout cases) before `run_step`.
+    """
+    _check_ids(epoch, step)
+    return _input_state(workspace, epoch, step)[0]
+
+
 def fail_fast_targets(ws: Workspace) -> None:
     """RuntimeError if two types map to one target skill file (before any inference)."""
     seen: dict[str, str] = {}

@@ -5,6 +5,7 @@ workspace.json      kind, agent/model config, ladder seed, cooldown / probation 
 skills/<slug>.md    one current skill per type (+ default-strategy.md)
 history/<slug>/vN.md  every skill version ever issued (write-once; rollback source)
 pool.json           the frozen unit pool: {type: [unit ids]}
+units.jsonl         (kind "llm") the multiple-choice units, one JSON object a line
 seed_record.json    seed-baseline correctness {type: {unit: bool}} - ladder ORDERING only
 state.json          training state: versions, probation, cooldown, rejected buffer
 harness.sqlite      HarnessLog (predictions, traces, gate evidence, BaselineCache, ...)
@@ -37,6 +38,10 @@ if TYPE_CHECKING:
 FORMAT = 1
 DEFAULT_STRATEGY = "default-strategy.md"
 FILES = ("workspace.json", "pool.json", "seed_record.json", "state.json", "harness.sqlite")
+UNITS_FILE = "units.jsonl"
+KINDS = ("custom", "simulated", "llm")
+# Agent keys that would put a credential into workspace.json (and into the BaselineCache key).
+_SECRET_KEYS = ("api_key", "apikey", "authorization", "password", "secret", "bearer")
 
 
 class WorkspaceError(ValueError):
@@ -150,8 +155,8 @@ class WorkspaceConfig:
 
         if self.format != FORMAT:
             bad("format", f"{FORMAT}", self.format)
-        if self.kind not in ("custom", "simulated"):
-            bad("kind", "'custom' or 'simulated'", self.kind)
+        if self.kind not in KINDS:
+            bad("kind", "'custom', 'simulated' or 'llm'", self.kind)
         if not isinstance(self.agent, Mapping):
             bad("agent", "an object (agent/model configuration)", self.agent)
         if not _whole(self.seed):
@@ -168,6 +173,8 @@ class WorkspaceConfig:
             bad("targets", "an object mapping type -> 'skills/<file>.md'", self.targets)
         if self.kind == "simulated" and not isinstance(self.sim, Mapping):
             bad("sim", "an object of SimConfig fields for a simulated workspace", self.sim)
+        if self.kind == "llm":
+            _check_llm_agent(self.agent)
 
     def as_json(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -176,6 +183,113 @@ class WorkspaceConfig:
     def agent_hash(self) -> str:
         """Hash of the agent/model configuration (BaselineCache key component)."""
         return json_hash(dict(self.agent))
+
+
+def _check_llm_agent(agent: Mapping[str, Any]) -> None:
+    """An ``llm`` workspace's agent: an OpenAI-compatible endpoint, a model, sampling
+    params; never a credential (the key comes from the environment at run time)."""
+    if agent.get("backend") != "openai":
+        raise ValueError(f"agent.backend must be 'openai' for an llm workspace, got "
+                         f"{agent.get('backend')!r}")
+    url = agent.get("base_url")
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise ValueError(f"agent.base_url must be an http(s):// URL, got {url!r}")
+    model = agent.get("model")
+    if not isinstance(model, str) or not model.strip():
+        raise ValueError(f"agent.model must be a non-empty string, got {model!r}")
+    secret = [k for k in agent if any(s in str(k).lower().replace("-", "_")
+                                      for s in _SECRET_KEYS)]
+    if secret:
+        raise ValueError(f"agent must not hold credentials (found {sorted(secret)}); the API "
+                         f"key comes from OPENAI_API_KEY / VTRM_API_KEY at run time")
+
+
+@dataclass(frozen=True)
+class UnitRecord:
+    """One multiple-choice unit of an ``llm`` workspace (a line of ``units.jsonl``)."""
+
+    unit_id: str
+    task_type: str
+    question: str
+    options: tuple[str, ...]
+    answer: str
+
+
+_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _unit_record(obj: Any) -> UnitRecord:
+    """Validate one parsed line; ValueError says what is wrong (extra keys are ignored)."""
+    if not isinstance(obj, dict):
+        raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+    missing = [k for k in ("unit_id", "task_type", "question", "options", "answer")
+               if k not in obj]
+    if missing:
+        raise ValueError(f"missing keys {missing}")
+    for k in ("unit_id", "task_type", "question"):
+        if not isinstance(obj[k], str) or not obj[k].strip():
+            raise ValueError(f"{k} must be a non-empty string, got {obj[k]!r}")
+    slugify(obj["task_type"])
+    opts = obj["options"]
+    if not isinstance(opts, list) or not 2 <= len(opts) <= len(_LETTERS) \
+            or not all(isinstance(o, str) and o.strip() for o in opts):
+        raise ValueError(f"options must be a list of 2 to 26 non-empty strings, got {opts!r}")
+    ans = obj["answer"]
+    valid = _LETTERS[:len(opts)]
+    if not isinstance(ans, str) or ans.strip().upper() not in valid or len(ans.strip()) != 1:
+        raise ValueError(f"answer must be one letter of {valid!r}, got {ans!r}")
+    return UnitRecord(obj["unit_id"], obj["task_type"], obj["question"], tuple(opts),
+                      ans.strip().upper())
+
+
+def read_units(path: Path, root: Path | None = None) -> dict[str, UnitRecord]:
+    """Parse and validate a units file (JSON lines; blank lines skipped), in file order.
+
+    Raises WorkspaceError naming the file and the line of the first fault (malformed JSON,
+    missing key, bad options or answer, duplicate unit id).
+    """
+    name = _rel(root, path) if root else str(path)
+    if not path.is_file():
+        raise WorkspaceError(f"{name}: missing (expected a units file at {path})")
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise WorkspaceError(f"{name}: not UTF-8 text ({exc.reason})") from None
+    units: dict[str, UnitRecord] = {}
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = _unit_record(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise WorkspaceError(f"{name}: line {i}: malformed JSON at column {exc.colno}: "
+                                 f"{exc.msg}") from None
+        except ValueError as exc:
+            raise WorkspaceError(f"{name}: line {i}: {exc}") from None
+        if rec.unit_id in units:
+            raise WorkspaceError(f"{name}: line {i}: duplicate unit_id {rec.unit_id!r}")
+        units[rec.unit_id] = rec
+    if not units:
+        raise WorkspaceError(f"{name}: no units (expected one JSON object a line)")
+    return units
+
+
+def units_pool(units: Mapping[str, UnitRecord]) -> dict[str, list[str]]:
+    """The unit pool of a units file: ``{task type: [unit ids in file order]}``."""
+    pool: dict[str, list[str]] = {}
+    for u in units.values():
+        pool.setdefault(u.task_type, []).append(u.unit_id)
+    return pool
+
+
+def default_llm_skill(task_type: str) -> str:
+    """A short starting skill for a type with no skill file of its own."""
+    return (f"# {task_type}\n\n"
+            f"You answer multiple-choice questions of type \"{task_type}\" about a video.\n\n"
+            f"## Strategy\n"
+            f"- Read the question and every option before deciding.\n"
+            f"- Eliminate options that contradict what the question describes.\n"
+            f"- Choose the single best-supported option.\n")
 
 
 @dataclass(frozen=True)
@@ -356,7 +470,8 @@ class Workspace:
 
     def __init__(self, root: Path, config: WorkspaceConfig, pool: dict[str, tuple[str, ...]],
                  seed_record: dict[str, dict[str, bool]], state: TrainingState,
-                 stale_skills: tuple[str, ...] = ()):
+                 stale_skills: tuple[str, ...] = (),
+                 units: Mapping[str, UnitRecord] | None = None):
         self.root = root
         self.config = config
         self.pool = pool
@@ -365,6 +480,8 @@ class Workspace:
         self.stale_skills = stale_skills
         """Types whose skills/ file shows a recorded but not the current version (a Phase D
         interrupted between the state checkpoint and the skill files); `sync_skills` fixes."""
+        self.units: Mapping[str, UnitRecord] = dict(units or {})
+        """An ``llm`` workspace's units (``units.jsonl``) by unit id; empty otherwise."""
         self._log: HarnessLog | None = None
 
     def __repr__(self) -> str:
@@ -509,7 +626,8 @@ class Workspace:
             if t not in pool:
                 raise WorkspaceError(f"workspace.json: targets names type {t!r}, which is not "
                                      f"in pool.json")
-        ws = cls(root, config, pool, seed, state)
+        units = _check_units(root, pool) if config.kind == "llm" else None
+        ws = cls(root, config, pool, seed, state, units=units)
         read_text(root / "skills" / DEFAULT_STRATEGY, root)
         stale = []
         for t in ws.task_types:
@@ -538,9 +656,11 @@ class Workspace:
     def create(cls, path: str | Path, *, pool: Mapping[str, Sequence[str]],
                skills: Mapping[str, str], seed_record: Mapping[str, Mapping[str, bool]]
                | None = None, default_strategy: str = "# Default strategy\n\nAnswer with one "
-               "letter.\n", config: WorkspaceConfig | None = None) -> Workspace:
+               "letter.\n", config: WorkspaceConfig | None = None,
+               files: Mapping[str, str] | None = None) -> Workspace:
         """Create a new workspace at ``path`` (must not exist or be empty); returns it opened.
 
+        ``files`` adds files (path relative to the root -> text), e.g. ``units.jsonl``.
         Everything is validated before the first file is written.
         """
         root = Path(path)
@@ -564,7 +684,13 @@ class Workspace:
                 raise WorkspaceError(f"create: skill text of {t!r} is empty")
         if not default_strategy.strip():
             raise WorkspaceError("create: default strategy text is empty")
+        for rel in files or {}:
+            if Path(rel).is_absolute() or ".." in Path(rel).parts or rel in FILES:
+                raise WorkspaceError(f"create: extra file {rel!r} must be a new relative path "
+                                     f"inside the workspace")
         root.mkdir(parents=True, exist_ok=True)
+        for rel, text in (files or {}).items():
+            atomic_write(root / rel, text)
         for d in ("skills", "history", "candidates", "manifests"):
             (root / d).mkdir(exist_ok=True)
         write_json(root / "workspace.json", config.as_json())
@@ -604,6 +730,74 @@ class Workspace:
             path, pool={t: world.pool(t) for t in world.task_types},
             skills={t: world.initial_skill(t) for t in world.task_types},
             seed_record={t: world.seed_record(t) for t in world.task_types}, config=cfg)
+
+    @classmethod
+    def init_llm(cls, path: str | Path, units_file: str | Path, *, base_url: str, model: str,
+                 seed: int = 0, skills_dir: str | Path | None = None,
+                 seed_record: str | Path | Mapping[str, Any] | None = None,
+                 temperature: float = 0.0, max_tokens: int | None = None, think: bool = True,
+                 **config: Any) -> Workspace:
+        """A workspace whose units are answered by an OpenAI-compatible chat model.
+
+        ``units_file`` (JSON lines: unit_id, task_type, question, options, answer) is copied
+        to ``units.jsonl``; the pool is its units per type, in file order. Initial skills come
+        from ``skills_dir/<slug>.md`` (and its ``default-strategy.md``, if any), else a short
+        default per type. ``seed_record`` (a JSON file or mapping ``{unit id: bool}``) orders
+        the ladder; without it the ladder is the deterministic shuffle. The agent mapping
+        (endpoint, model, sampling) keys the BaselineCache; it never holds the API key.
+        ``config`` sets other `WorkspaceConfig` fields (cooldown_steps, ...). Everything is
+        validated before the first file is written.
+        """
+        src = Path(units_file)
+        units = read_units(src)
+        pool = units_pool(units)
+        agent: dict[str, Any] = {"backend": "openai", "base_url": base_url.rstrip("/"),
+                                 "model": model, "think": bool(think),
+                                 "temperature": temperature}
+        if max_tokens is not None:
+            agent["max_tokens"] = max_tokens
+        try:
+            cfg = WorkspaceConfig(kind="llm", agent=agent, seed=seed, **config)
+        except ValueError as exc:
+            raise WorkspaceError(f"init_llm: {exc}") from None
+        skills = {t: default_llm_skill(t) for t in pool}
+        strategy: dict[str, str] = {}
+        if skills_dir is not None:
+            sdir = Path(skills_dir)
+            if not sdir.is_dir():
+                raise WorkspaceError(f"{sdir}: skills directory not found")
+            skills = {t: read_text(sdir / f"{slugify(t)}.md") for t in pool}
+            if (sdir / DEFAULT_STRATEGY).is_file():
+                strategy["default_strategy"] = read_text(sdir / DEFAULT_STRATEGY)
+        seed_rec: dict[str, dict[str, bool]] = {}
+        if seed_record is not None:
+            where = "seed_record" if isinstance(seed_record, Mapping) else str(seed_record)
+            raw = seed_record if isinstance(seed_record, Mapping) else \
+                read_json(Path(seed_record))
+            if not isinstance(raw, Mapping):
+                raise WorkspaceError(f"{where}: must be an object {{unit id: true|false}}")
+            for u, v in raw.items():
+                if u not in units:
+                    raise WorkspaceError(f"{where}: unit {u!r} is not in {src}")
+                if not isinstance(v, bool):
+                    raise WorkspaceError(f"{where}: unit {u!r}: expected true or false, got "
+                                         f"{v!r}")
+                seed_rec.setdefault(units[u].task_type, {})[u] = v
+        return cls.create(path, pool=pool, skills=skills, seed_record=seed_rec, config=cfg,
+                          files={UNITS_FILE: src.read_text(encoding="utf-8")}, **strategy)
+
+
+def _check_units(root: Path, pool: Mapping[str, Sequence[str]]) -> dict[str, UnitRecord]:
+    """An llm workspace's units.jsonl, validated, and every pool unit found in it."""
+    units = read_units(root / UNITS_FILE, root)
+    for t, us in pool.items():
+        for u in us:
+            rec = units.get(u)
+            if rec is None or rec.task_type != t:
+                where = "is not in" if rec is None else f"has task_type {rec.task_type!r} in"
+                raise WorkspaceError(f"pool.json: unit {u!r} of type {t!r} {where} "
+                                     f"{UNITS_FILE}")
+    return units
 
 
 def sim_json(sim_config: SimConfig) -> dict[str, Any]:

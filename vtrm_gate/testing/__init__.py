@@ -1,8 +1,12 @@
-"""pytest plugin shipped with vtrm_gate: a real Redis server, a seeded simulated world and an
-outcome-table ``infer``. Enable with ``pytest_plugins = ["vtrm_gate.testing"]``."""
+"""pytest plugin shipped with vtrm_gate: a real Redis server, a real local chat-completions
+server, a seeded simulated world and an outcome-table ``infer``. Enable with
+``pytest_plugins = ["vtrm_gate.testing"]``."""
 
 from __future__ import annotations
 
+from .chat import ChatServer as ChatServer
+from .chat import Fault as Fault
+from .chat import chat_server as chat_server
 from .outcomes import OutcomeTable as OutcomeTable
 from .outcomes import outcome_table as outcome_table
 from .redis import RedisTarget, fresh_redis_server, redis_server, redis_target, redis_url  # noqa: F401

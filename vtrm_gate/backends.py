@@ -1,0 +1,219 @@
+"""The real inference backend of an ``llm`` workspace (SPEC §6): agent, evolver, rollout cases.
+
+`llm_backend(ws)` wires the OpenAI-compatible `LLMAgent` (the gate's ``infer``), the
+`LLMEvolver` and the step's rollout to one Redis `ResponseCache` (``REDIS_URL``, else the
+embedded server inside the workspace). Every call is cached under a run id naming the step,
+so re-running a step replays rollout, evolution and gate calls from Redis:
+
+- rollout ``{step_run_id}_rollout_{slug}``: the current skill on a seeded batch of the pool;
+  the units it gets wrong are the evolution cases (excluded from the ladder);
+- evolution ``{step_run_id}_evolve_{slug}``;
+- gate arms ``{step_run_id}_gate_{slug}_base`` / ``_cand`` (the scheduler's run ids).
+
+``run_step`` takes cases synchronously, so compute them first::
+
+    backend = llm_backend(ws)
+    try:
+        cases = await rollout_cases(backend, ws, epoch, step)
+        res = await run_step(ws, epoch, step, infer=backend.infer, evolver=backend.evolver,
+                             cases=cases, cache_stats=backend.cache_stats)
+    finally:
+        await backend.aclose()
+
+Layering: imports harness, cache, llm and redis_server (via cache); only the CLI and
+notebooks import this module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from .cache import CacheStats, ResponseCache, environment, mask_url
+from .harness import Workspace, WorkspaceError, step_input_state, step_run_id
+from .ladder import shuffle_key
+from .llm import MCQ, AgentEvent, ErrorCase, LLMAgent, LLMEvolver, RetryPolicy
+from .scheduler import Infer, UnitTask, content_hash, slugify
+
+ROLLOUT_UNITS = 8
+
+
+class EndpointUnreachableError(ConnectionError):
+    """The chat endpoint did not answer at all (connection refused, DNS, timeout)."""
+
+
+def check_endpoint(base_url: str, timeout: float = 5.0) -> None:
+    """Raise `EndpointUnreachableError` unless ``base_url`` answers HTTP (any status counts:
+    a 401 or 404 still proves the server is there). Sends no key and costs no tokens."""
+    url = base_url.rstrip("/") + "/models"
+    try:
+        httpx.get(url, timeout=timeout)
+    except httpx.HTTPError as exc:
+        raise EndpointUnreachableError(
+            f"chat endpoint {mask_url(base_url)} is unreachable ({type(exc).__name__}: "
+            f"{str(exc) or 'no answer'})") from None
+
+
+def rollout_run_id(task_type: str, epoch: int, step: int) -> str:
+    """The rollout's run id (and cache salt) for one type of one step."""
+    return f"{step_run_id(epoch, step)}_rollout_{slugify(task_type)}"
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """The step's rollout: the current skill on a seeded batch of ``size`` units of the
+    type's pool (keyed by seed, epoch, step); its wrong answers are the evolution cases.
+
+    Results are memoised per (type, epoch, step, skill hash), so the evolver reads the cases
+    the ladder excluded without a second call.
+    """
+
+    agent: LLMAgent
+    pool: Mapping[str, Sequence[str]]
+    units: Mapping[str, MCQ]
+    seed: int
+    size: int = ROLLOUT_UNITS
+    concurrency: int = 32
+    _memo: dict[tuple[str, int, int, str], tuple[ErrorCase, ...]] = field(
+        default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.size < 1 or self.concurrency < 1:
+            raise ValueError(f"Rollout: size and concurrency must be >= 1, got {self.size}, "
+                             f"{self.concurrency}")
+
+    def batch(self, task_type: str, epoch: int, step: int) -> list[str]:
+        """The units rolled out: ``min(size, pool)`` by a deterministic shuffle."""
+        key = f"{self.seed}:rollout:{step_run_id(epoch, step)}"
+        units = sorted(self.pool[task_type],
+                       key=lambda u: shuffle_key(key, f"{task_type}\x1f{u}"))
+        return units[:self.size]
+
+    async def errors(self, task_type: str, skill: str, epoch: int, step: int,
+                     slots: asyncio.Semaphore | None = None) -> tuple[ErrorCase, ...]:
+        """The batch units ``skill`` answered wrong (INFRA answers are neither)."""
+        memo_key = (task_type, epoch, step, content_hash(skill))
+        if memo_key in self._memo:
+            return self._memo[memo_key]
+        slots = slots or asyncio.Semaphore(self.concurrency)
+        run_id = rollout_run_id(task_type, epoch, step)
+        batch = self.batch(task_type, epoch, step)
+
+        async def one(rank: int, unit: str) -> Any:
+            async with slots:
+                return await self.agent.infer(UnitTask(task_type, unit, "base", rank, run_id,
+                                                       skill, content_hash(skill)))
+
+        results = await asyncio.gather(*(one(r, u) for r, u in enumerate(batch)))
+        out = tuple(ErrorCase(u, self.units[u], res.prediction)
+                    for u, res in zip(batch, results, strict=True)
+                    if not res.infra and not res.correct)
+        self._memo[memo_key] = out
+        return out
+
+    def cases(self, task_type: str, epoch: int, step: int, current_skill: str) -> list[str]:
+        """A `CaseSource` over the computed rollouts (run `rollout_cases` first)."""
+        memo_key = (task_type, epoch, step, content_hash(current_skill))
+        if memo_key not in self._memo:
+            raise RuntimeError(f"no rollout of {task_type!r} for e{epoch} s{step} with this "
+                               f"skill: await rollout_cases(backend, workspace, {epoch}, "
+                               f"{step}) before run_step")
+        return [c.unit_id for c in self._memo[memo_key]]
+
+
+@dataclass(frozen=True)
+class LLMBackend:
+    """infer, evolver, case source and cache counters of an ``llm`` workspace."""
+
+    agent: LLMAgent
+    evolver: LLMEvolver
+    rollout: Rollout
+    cache: ResponseCache
+
+    @property
+    def infer(self) -> Infer:
+        """The gate's ``infer``: the agent answering a unit with the arm's skill."""
+        return self.agent.infer
+
+    @property
+    def cases(self) -> Callable[[str, int, int, str], list[str]]:
+        """A `CaseSource` reading the rollouts `rollout_cases` computed."""
+        return self.rollout.cases
+
+    @property
+    def cache_stats(self) -> Callable[[str], CacheStats]:
+        """Response-cache counters per run id (``run_step(cache_stats=...)``)."""
+        return self.cache.stats
+
+    async def aclose(self) -> None:
+        """Close the HTTP client and the Redis client of the running loop."""
+        await self.agent.aclose()
+        await self.cache.aclose()
+
+
+def workspace_units(ws: Workspace) -> dict[str, MCQ]:
+    """The workspace's units as `MCQ`s, by unit id."""
+    return {u: MCQ(r.question, r.options, r.answer) for u, r in ws.units.items()}
+
+
+def llm_backend(workspace: Workspace, *, cache: ResponseCache | None = None,
+                api_key: str | None = None, env: Mapping[str, str] | None = None,
+                on_event: Callable[[AgentEvent], Any] | None = None,
+                retry: RetryPolicy | None = None, timeout: float = 60.0,
+                rollout_units: int = ROLLOUT_UNITS, concurrency: int = 32,
+                evolver_model: str | None = None,
+                evolver_temperature: float = 0.7) -> LLMBackend:
+    """The backend of an ``llm`` workspace, from its agent config (``workspace.json``).
+
+    ``cache`` defaults to `ResponseCache.from_env` (``REDIS_URL``, ``REDIS_CACHE_TTL``,
+    ``VTRM_CACHE``...) with the embedded Redis inside the workspace when no URL is set. The
+    API key is ``api_key``, else ``OPENAI_API_KEY`` / ``VTRM_API_KEY`` from ``env`` (default:
+    ``.env`` + the process environment); it is sent as a header and stored nowhere.
+    ``concurrency`` caps the rollout's calls (the gate has its own slot pool).
+    """
+    if workspace.config.kind != "llm":
+        raise WorkspaceError(f"workspace.json: {workspace.root} is not an llm workspace "
+                             f"(kind {workspace.config.kind!r})")
+    e = environment(env)
+    if cache is None:
+        cache = ResponseCache.from_env(e, workspace=workspace.root)
+    if api_key is None:
+        api_key = e.get("OPENAI_API_KEY") or e.get("VTRM_API_KEY") or ""
+    a = dict(workspace.config.agent)
+    agent = LLMAgent(workspace_units(workspace), base_url=a["base_url"], model=a["model"],
+                     api_key=api_key, cache=cache, timeout=timeout, retry=retry,
+                     think=bool(a.get("think", True)),
+                     temperature=float(a.get("temperature", 0.0)),
+                     max_tokens=a.get("max_tokens"), params=a.get("params"),
+                     on_event=on_event)
+    rollout = Rollout(agent, workspace.pool, agent.units, workspace.config.seed,
+                      rollout_units, concurrency)
+
+    async def error_cases(task_type: str, skill: str, epoch: int,
+                          step: int) -> tuple[ErrorCase, ...]:
+        return await rollout.errors(task_type, skill, epoch, step)
+
+    evolver = LLMEvolver(agent, error_cases, model=evolver_model,
+                         temperature=evolver_temperature)
+    return LLMBackend(agent, evolver, rollout, cache)
+
+
+async def rollout_cases(backend: LLMBackend, workspace: Workspace, epoch: int,
+                        step: int) -> dict[str, list[str]]:
+    """The step's evolution cases per type (pass as ``run_step(cases=...)``).
+
+    Rolls out the skill each type has at the start of the step (the state before it, when
+    re-running the last applied step), all types concurrently, types in cooldown skipped.
+    Calls go through the cache under the rollout run id, so a re-run costs nothing.
+    """
+    state = step_input_state(workspace, epoch, step)
+    slots = asyncio.Semaphore(backend.rollout.concurrency)
+    types = [t for t in workspace.task_types if not state.in_cooldown(t)]
+    found = await asyncio.gather(*(
+        backend.rollout.errors(t, workspace.skill_text(t, state), epoch, step, slots)
+        for t in types))
+    return {t: [c.unit_id for c in cs] for t, cs in zip(types, found, strict=True)}

@@ -1,0 +1,213 @@
+"""A real local ``/v1/chat/completions`` server for tests (deterministic answers, injected
+faults, usage fields), plus the ``chat_server`` fixture. Used by the agent, evolver and
+backend tests, in process and against the ``vtrm-gate`` command run as a subprocess."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from ..llm import EVOLVE_SYSTEM, THINK_PROMPT
+
+EvolveReply = Callable[[str, str, dict[str, Any]], str]
+"""``reply(task_type, current_skill, body) -> reply text`` of an evolution request."""
+
+HELPFUL_MARKER = "strategy: longest"
+
+
+def append_marker(task_type: str, current_skill: str, body: dict[str, Any]) -> str:
+    """The default evolution reply: the current skill plus the helpful marker, fenced."""
+    return f"```markdown\n{current_skill.rstrip()}\n- {HELPFUL_MARKER}\n```"
+
+
+@dataclass(frozen=True)
+class Fault:
+    """What the server does to the next matching request instead of answering at once."""
+
+    status: int | None = None
+    retry_after: str | None = None
+    sleep: float = 0.0
+    body: str | None = None
+    step: str | None = None  # "think" / "answer" / None = any
+
+
+class ChatServer:
+    """A deterministic ``/v1/chat/completions`` endpoint on 127.0.0.1.
+
+    Answer rule, read from the skill (system message): ``strategy: longest`` picks the
+    longest option, ``strategy: last`` the last one, otherwise A. ``mode: empty`` /
+    ``mode: filter`` / ``mode: ramble`` return empty choices / a content-filtered choice / an
+    unparseable answer. An evolution request (`vtrm_gate.llm.LLMEvolver`'s prompt) is
+    answered by ``evolve_reply(task_type, current_skill, body)`` (default: the current skill
+    plus ``strategy: longest``, so the candidate is helpful where the longest option is right).
+
+    Every POST body is kept in ``requests`` (and its Authorization header in ``auth``).
+    """
+
+    def __init__(self, evolve_reply: EvolveReply = append_marker) -> None:
+        self.evolve_reply = evolve_reply
+        self.requests: list[dict[str, Any]] = []
+        self.auth: list[str | None] = []
+        self.faults: deque[Fault] = deque()
+        self.lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                outer.handle(self)
+
+        class Server(ThreadingHTTPServer):
+            request_queue_size = 256  # the default backlog of 5 would throttle the client
+
+        self.httpd = Server(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.02,),
+                                       daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def start(self) -> ChatServer:
+        self.thread.start()
+        return self
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def __enter__(self) -> ChatServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def of_step(self, step: str) -> list[dict[str, Any]]:
+        """The requests of one step kind: ``think``, ``answer`` or ``evolve``."""
+        with self.lock:
+            return [r for r in self.requests if self.step_of(r) == step]
+
+    def inject(self, *faults: Fault) -> None:
+        with self.lock:
+            self.faults.extend(faults)
+
+    def steps(self) -> list[str]:
+        return [self.step_of(r) for r in self.requests]
+
+    @staticmethod
+    def step_of(body: dict[str, Any]) -> str:
+        if body["messages"][0]["content"] == EVOLVE_SYSTEM:
+            return "evolve"
+        return "think" if THINK_PROMPT in body["messages"][-1]["content"] else "answer"
+
+    def _fault_for(self, step: str) -> Fault | None:
+        with self.lock:
+            for f in self.faults:
+                if f.step in (None, step):
+                    self.faults.remove(f)
+                    return f
+        return None
+
+    def handle(self, h: BaseHTTPRequestHandler) -> None:
+        n = int(h.headers.get("content-length", 0))
+        body = json.loads(h.rfile.read(n))
+        if h.path != "/v1/chat/completions":
+            return self.reply(h, 404, {"error": {"message": f"no route {h.path}"}})
+        with self.lock:
+            self.requests.append(body)
+            self.auth.append(h.headers.get("authorization"))
+        step = self.step_of(body)
+        fault = self._fault_for(step)
+        if fault is not None:
+            if fault.sleep:
+                time.sleep(fault.sleep)
+            if fault.status is not None:
+                headers = {"Retry-After": fault.retry_after} if fault.retry_after else {}
+                return self.reply(h, fault.status, {"error": {"message": "injected"}},
+                                  headers)
+            if fault.body is not None:
+                return self.reply_raw(h, 200, fault.body.encode())
+        return self.reply(h, 200, self.answer(body, step))
+
+    def evolution(self, body: dict[str, Any]) -> str:
+        """The reply text to an evolution request (see ``evolve_reply``)."""
+        prompt = body["messages"][-1]["content"]
+        m = re.search(r"^Question type: (.*)$", prompt, flags=re.M)
+        skill = re.search(r"<current_skill>\n(.*?)\n</current_skill>", prompt, flags=re.S)
+        return self.evolve_reply(m.group(1) if m else "", skill.group(1) if skill else "",
+                                 body)
+
+    def answer(self, body: dict[str, Any], step: str) -> dict[str, Any]:
+        if step == "evolve":
+            return self.completion(body, self.evolution(body))
+        skill = body["messages"][0]["content"]
+        question = body["messages"][1]["content"]
+        options = re.findall(r"^([A-Z])\. (.*)$", question, flags=re.M)
+        finish = "stop"
+        if "mode: empty" in skill:
+            return {"id": "x", "object": "chat.completion", "choices": [], "usage": {}}
+        if step == "think":
+            text = f"Let me weigh the {len(options)} options."
+        elif "mode: filter" in skill:
+            text, finish = "", "content_filter"
+        elif "mode: ramble" in skill:
+            text = "I cannot decide between them."
+        elif "strategy: longest" in skill:
+            text = f"The answer is ({max(options, key=lambda o: len(o[1]))[0]})."
+        elif "strategy: last" in skill:
+            text = options[-1][0]
+        else:
+            text = "A"
+        return self.completion(body, text, finish)
+
+    def completion(self, body: dict[str, Any], text: str,
+                   finish: str = "stop") -> dict[str, Any]:
+        """A chat.completion document carrying ``text``, with usage counted in words."""
+        prompt_tokens = sum(len(m["content"].split()) for m in body["messages"])
+        completion_tokens = len(text.split())
+        return {"id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion",
+                "created": int(time.time()), "model": body["model"],
+                "choices": [{"index": 0, "finish_reason": finish,
+                             "message": {"role": "assistant", "content": text}}],
+                "usage": {"prompt_tokens": prompt_tokens,
+                          "completion_tokens": completion_tokens,
+                          "total_tokens": prompt_tokens + completion_tokens}}
+
+    def reply(self, h: BaseHTTPRequestHandler, status: int, doc: Any,
+              headers: dict[str, str] | None = None) -> None:
+        self.reply_raw(h, status, json.dumps(doc).encode(), headers)
+
+    @staticmethod
+    def reply_raw(h: BaseHTTPRequestHandler, status: int, data: bytes,
+                  headers: dict[str, str] | None = None) -> None:
+        try:
+            h.send_response(status)
+            h.send_header("Content-Type", "application/json")
+            h.send_header("Content-Length", str(len(data)))
+            for k, v in (headers or {}).items():
+                h.send_header(k, v)
+            h.end_headers()
+            h.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client timed out and left
+
+
+@pytest.fixture
+def chat_server() -> Iterator[ChatServer]:
+    """A fresh `ChatServer` on a free local port, stopped after the test."""
+    with ChatServer() as server:
+        yield server
+
+
