@@ -23,6 +23,7 @@ from vtrm_gate.backends import (
     EndpointUnreachableError,
     LLMBackend,
     check_endpoint,
+    init_simulated,
     llm_backend,
     rollout_cases,
 )
@@ -198,7 +199,7 @@ def test_default_cache_is_the_embedded_redis_inside_the_workspace(tmp_path: Path
     assert backend.cache.url is None and backend.cache.workspace == ws.root  # not started yet
     assert backend.cache_stats == backend.cache.stats and backend.infer == backend.agent.infer
     with pytest.raises(WorkspaceError, match="not an llm workspace"):
-        llm_backend(Workspace.init_simulated(tmp_path / "sim"))
+        llm_backend(init_simulated(tmp_path / "sim"))
 
 
 # ---- evolver pieces -------------------------------------------------------------------

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from vtrm_gate.harness import Workspace, run_step_sync, simulated_backend
+from vtrm_gate.backends import init_simulated, simulated_backend
+from vtrm_gate.harness import Workspace, run_step_sync
 from vtrm_gate.scheduler import UnitResult, UnitTask
 from vtrm_gate.sim import SimConfig
 
@@ -31,7 +32,8 @@ CONFIG = SimConfig(
 
 CHILD = textwrap.dedent("""
     import sys
-    from vtrm_gate.harness import run_step_sync, simulated_backend
+    from vtrm_gate.backends import simulated_backend
+    from vtrm_gate.harness import run_step_sync
     be = simulated_backend(sys.argv[1])
     run_step_sync(sys.argv[1], 1, 1, infer=be.infer, evolver=be.evolver, concurrency=8)
     print("finished")
@@ -51,7 +53,7 @@ def _rows(db: Path, sql: str) -> list[tuple]:
 @pytest.mark.slow
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
 def test_killed_in_phase_c_then_rerun_matches_an_uninterrupted_run(tmp_path):
-    ws = Workspace.init_simulated(tmp_path / "ws", CONFIG)
+    ws = init_simulated(tmp_path / "ws", CONFIG)
     root = ws.root
     ws.close()
     twin = shutil.copytree(root, tmp_path / "twin")

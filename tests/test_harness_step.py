@@ -528,10 +528,11 @@ def test_step_report_carries_llm_cache_counters_per_arm(tmp_path):
     """With ``cache_stats`` the step report records each arm run's cache counters."""
     import json as _json
 
-    from vtrm_gate.harness import Workspace, run_step_sync, simulated_backend
+    from vtrm_gate.backends import init_simulated, simulated_backend
+    from vtrm_gate.harness import run_step_sync
     from vtrm_gate.sim import SimConfig
 
-    ws = Workspace.init_simulated(tmp_path / "ws", SimConfig(
+    ws = init_simulated(tmp_path / "ws", SimConfig(
         seed=1, pool_sizes={"Counting Problem": 12, "OCR Problems": 15}, infra_rate=0.0,
         time_scale=0.0, no_change_rate=0.0))
     be = simulated_backend(ws)

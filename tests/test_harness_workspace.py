@@ -39,7 +39,9 @@ def test_workspace_layout_opens_by_hand(tmp_path):
 
 
 def test_init_simulated_builds_the_twelve_types(tmp_path):
-    ws = Workspace.init_simulated(tmp_path / "sim", SimConfig(seed=1))
+    from vtrm_gate.backends import init_simulated
+
+    ws = init_simulated(tmp_path / "sim", SimConfig(seed=1))
     assert set(ws.task_types) == set(TASK_TYPES)
     assert ws.config.kind == "simulated" and ws.config.sim["seed"] == 1
     assert "time_scale" not in ws.config.agent  # latency does not change a measurement

@@ -27,17 +27,28 @@ notebooks import this module.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from .cache import CacheStats, ResponseCache, environment, mask_url
-from .harness import Workspace, WorkspaceError, step_input_state, step_run_id
+from .harness import (
+    CaseSource,
+    Evolver,
+    Workspace,
+    WorkspaceConfig,
+    WorkspaceError,
+    step_input_state,
+    step_run_id,
+)
 from .ladder import shuffle_key
 from .llm import MCQ, AgentEvent, ErrorCase, LLMAgent, LLMEvolver, RetryPolicy
 from .scheduler import Infer, UnitTask, content_hash, slugify
+from .sim import SimConfig, SimEvolver, SimWorld
 
 ROLLOUT_UNITS = 8
 
@@ -217,3 +228,66 @@ async def rollout_cases(backend: LLMBackend, workspace: Workspace, epoch: int,
         backend.rollout.errors(t, workspace.skill_text(t, state), epoch, step, slots)
         for t in types))
     return {t: [c.unit_id for c in cs] for t, cs in zip(types, found, strict=True)}
+
+
+# ---- simulated workspaces -------------------------------------------------------------
+
+
+def sim_json(sim_config: SimConfig) -> dict[str, Any]:
+    """A SimConfig as plain JSON values (mappings become objects)."""
+    out = {}
+    for f in dataclasses.fields(sim_config):
+        v = getattr(sim_config, f.name)
+        out[f.name] = dict(v) if isinstance(v, Mapping) else v
+    return out
+
+
+def init_simulated(path: str | Path, sim_config: SimConfig | None = None,
+                   **config: Any) -> Workspace:
+    """A workspace over a `vtrm_gate.sim.SimWorld`: its pools, seed record, v0 skills.
+
+    ``config`` sets other `WorkspaceConfig` fields (cooldown_steps, seed, ...).
+    """
+    sim_config = sim_config or SimConfig()
+    world = SimWorld(sim_config)
+    sim = sim_json(sim_config)
+    agent = {"backend": "sim", "model": "sim-agent",
+             **{k: v for k, v in sim.items() if k != "time_scale"}}
+    cfg = WorkspaceConfig(kind="simulated", agent=agent, sim=sim,
+                          **{"seed": sim_config.seed, **config})
+    return Workspace.create(
+        path, pool={t: world.pool(t) for t in world.task_types},
+        skills={t: world.initial_skill(t) for t in world.task_types},
+        seed_record={t: world.seed_record(t) for t in world.task_types}, config=cfg)
+
+
+@dataclass(frozen=True)
+class SimBackend:
+    """infer, evolver and case source of a simulated workspace's world."""
+
+    world: SimWorld
+    infer: Infer
+    evolver: Evolver
+    cases: CaseSource
+
+
+def simulated_backend(workspace: Workspace | str | Path, *,
+                      time_scale: float | None = None) -> SimBackend:
+    """Rebuild the `SimWorld` a simulated workspace was created from (optionally with
+    another ``time_scale``: latency only, outcomes are unchanged)."""
+    ws = workspace if isinstance(workspace, Workspace) else Workspace.open(workspace)
+    try:
+        if ws.config.kind != "simulated" or ws.config.sim is None:
+            raise WorkspaceError(f"workspace.json: {ws.root} is not a simulated workspace "
+                                 f"(kind {ws.config.kind!r})")
+        sim = dict(ws.config.sim)
+    finally:
+        if ws is not workspace:
+            ws.close()
+    if time_scale is not None:
+        sim["time_scale"] = time_scale
+    try:
+        world = SimWorld(SimConfig(**sim))
+    except (TypeError, ValueError) as exc:
+        raise WorkspaceError(f"workspace.json: sim: {exc}") from None
+    return SimBackend(world, world.infer, SimEvolver(world), world.error_cases)

@@ -146,11 +146,11 @@ def cmd_init(args: argparse.Namespace) -> int:
         return _init_llm(root, args)
     if llm_only:
         raise CliError(f"{', '.join(llm_only)} need --llm (an LLM workspace)")
-    from .harness import Workspace
+    from .backends import init_simulated
     from .sim import SimConfig
 
     sim = SimConfig(seed=args.seed, infra_rate=args.infra_rate)
-    ws = Workspace.init_simulated(root, sim)
+    ws = init_simulated(root, sim)
     ws.close()
     out = {"workspace": str(root), "types": len(sim.resolved_pool_sizes()), "seed": args.seed}
     _emit(args, out, f"created simulated workspace {root} ({out['types']} types, "
@@ -248,7 +248,8 @@ def _cache_lines(info: dict[str, Any]) -> str:
 
 def _run_step(root: Path, epoch: int, step: int, args: argparse.Namespace,
               progress: TerminalProgress) -> Any:
-    from .harness import Workspace, run_step, simulated_backend
+    from .backends import simulated_backend
+    from .harness import Workspace, run_step
     from .sim import run_virtual
 
     cfg = _load_config(args)
@@ -318,14 +319,14 @@ def _decision_table(res: Any, clock: str = "simulated") -> str:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .harness import Workspace
+    from .backends import init_simulated
     from .sim import SimConfig
 
     root = Path(args.workspace)
     if not (root / "workspace.json").exists():
         if root.exists() and any(root.iterdir()):
             raise CliError(f"{root}: exists, is not empty and is not a workspace")
-        Workspace.init_simulated(root, SimConfig(seed=args.seed)).close()
+        init_simulated(root, SimConfig(seed=args.seed)).close()
     progress = TerminalProgress(quiet=args.json)
     res = _run_step(root, 1, 1, args, progress)
     figdir = Path(args.figures)

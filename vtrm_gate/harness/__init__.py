@@ -1,7 +1,7 @@
 """Harness (SPEC §4): persistence (HarnessLog, BaselineCache), the workspace, the gate step.
 
-Layering: imports stats, ladder, scheduler and _sync; the simulator only lazily (for
-`Workspace.init_simulated` and `simulated_backend`). The LLM backend of ``llm`` workspaces
+Layering: imports stats, ladder, scheduler and _sync only. Simulated and LLM workspaces are
+created and driven from `vtrm_gate.backends`, a layer below. The LLM backend of ``llm`` workspaces
 lives in `vtrm_gate.backends` (it builds on this package, not the other way round).
 """
 
@@ -17,7 +17,6 @@ from .step import CaseSource as CaseSource
 from .step import Evolver as Evolver
 from .step import ProbationOutcome as ProbationOutcome
 from .step import ProbationResult as ProbationResult
-from .step import SimBackend as SimBackend
 from .step import StepRefusedError as StepRefusedError
 from .step import StepResult as StepResult
 from .step import TypeStep as TypeStep
@@ -27,7 +26,6 @@ from .step import run_step as run_step
 from .step import run_step_sync as run_step_sync
 from .step import settle_probation as settle_probation
 from .step import settle_probation_sync as settle_probation_sync
-from .step import simulated_backend as simulated_backend
 from .step import step_input_state as step_input_state
 from .workspace import UNITS_FILE as UNITS_FILE
 from .workspace import Probation as Probation

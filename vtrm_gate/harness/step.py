@@ -71,8 +71,6 @@ from .workspace import (
 if TYPE_CHECKING:
     import polars as pl
 
-    from ..sim import SimWorld
-
 DEFAULT_PARAMS = GateParams()
 
 PROBATION_STEP = 0
@@ -836,36 +834,3 @@ def _row(o: TypeOutcome, needs: int) -> dict[str, Any]:
     return {"action": str(o.action), "stop_rank": o.stop_rank, "W": o.W, "L": o.L,
             "n_used": o.n_used, "e_plus": o.e_plus,
             "units": 0 if o.stop_rank is None else o.stop_rank + 1, "needs": needs}
-
-
-# ---- the simulated backend --------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SimBackend:
-    """infer, evolver and case source of a simulated workspace's world."""
-
-    world: SimWorld
-    infer: Infer
-    evolver: Evolver
-    cases: CaseSource
-
-
-def simulated_backend(workspace: Workspace | str | Path, *,
-                      time_scale: float | None = None) -> SimBackend:
-    """Rebuild the `SimWorld` a simulated workspace was created from (optionally with
-    another ``time_scale``: latency only, outcomes are unchanged)."""
-    from ..sim import SimConfig, SimEvolver, SimWorld
-
-    ws = _as_workspace(workspace)
-    if ws.config.kind != "simulated" or ws.config.sim is None:
-        raise WorkspaceError(f"workspace.json: {ws.root} is not a simulated workspace "
-                             f"(kind {ws.config.kind!r})")
-    sim = dict(ws.config.sim)
-    if time_scale is not None:
-        sim["time_scale"] = time_scale
-    try:
-        world = SimWorld(SimConfig(**sim))
-    except (TypeError, ValueError) as exc:
-        raise WorkspaceError(f"workspace.json: sim: {exc}") from None
-    return SimBackend(world, world.infer, SimEvolver(world), world.error_cases)

@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 from ..scheduler import content_hash, slugify
 
 if TYPE_CHECKING:
-    from ..sim import SimConfig
     from .log import HarnessLog
 
 FORMAT = 1
@@ -463,7 +462,8 @@ def _validate_seed(data: Any, pool: Mapping[str, Sequence[str]]) -> dict[str, di
 
 
 class Workspace:
-    """An opened, validated workspace. Construct with `open`, `create` or `init_simulated`.
+    """An opened, validated workspace: `open` or `create` (`vtrm_gate.backends` makes
+    simulated and LLM workspaces).
 
     The HarnessLog is opened lazily (``ws.log``) so that opening writes nothing.
     """
@@ -711,27 +711,6 @@ class Workspace:
         return cls.open(root)
 
     @classmethod
-    def init_simulated(cls, path: str | Path, sim_config: SimConfig | None = None,
-                       **config: Any) -> Workspace:
-        """A workspace over a `vtrm_gate.sim.SimWorld`: its pools, seed record, v0 skills.
-
-        ``config`` sets other `WorkspaceConfig` fields (cooldown_steps, seed, ...).
-        """
-        from ..sim import SimConfig, SimWorld
-
-        sim_config = sim_config or SimConfig()
-        world = SimWorld(sim_config)
-        sim = sim_json(sim_config)
-        agent = {"backend": "sim", "model": "sim-agent",
-                 **{k: v for k, v in sim.items() if k != "time_scale"}}
-        cfg = WorkspaceConfig(kind="simulated", agent=agent, sim=sim,
-                              **{"seed": sim_config.seed, **config})
-        return cls.create(
-            path, pool={t: world.pool(t) for t in world.task_types},
-            skills={t: world.initial_skill(t) for t in world.task_types},
-            seed_record={t: world.seed_record(t) for t in world.task_types}, config=cfg)
-
-    @classmethod
     def init_llm(cls, path: str | Path, units_file: str | Path, *, base_url: str, model: str,
                  seed: int = 0, skills_dir: str | Path | None = None,
                  seed_record: str | Path | Mapping[str, Any] | None = None,
@@ -798,13 +777,3 @@ def _check_units(root: Path, pool: Mapping[str, Sequence[str]]) -> dict[str, Uni
                 raise WorkspaceError(f"pool.json: unit {u!r} of type {t!r} {where} "
                                      f"{UNITS_FILE}")
     return units
-
-
-def sim_json(sim_config: SimConfig) -> dict[str, Any]:
-    """A SimConfig as plain JSON values (mappings become objects)."""
-    out = {}
-    for f in dataclasses.fields(sim_config):
-        v = getattr(sim_config, f.name)
-        out[f.name] = dict(v) if isinstance(v, Mapping) else v
-    return out
-
