@@ -338,3 +338,28 @@ def test_redis_outage_mid_step_then_recovery(chat_server: ChatServer,
     assert len(unavailable) == 1
     assert again.decisions() == replay.decisions() == healthy.decisions()
     assert replay.tokens == 0  # caching resumed after the restart
+
+
+def test_retrying_state_shows_in_the_gates_event_stream(chat_server: ChatServer) -> None:
+    """An agent retrying a 503 reports it through `report_progress`: the gate publishes a
+    `TaskProgress` event for that very task (outside a gate the call is a no-op)."""
+    from vtrm_gate import TaskProgress, report_progress
+
+    assert report_progress("retrying") is False  # no gate running here
+    chat_server.inject(Fault(status=503, retry_after="0"))
+    events: list[TaskProgress] = []
+
+    async def go() -> GateResult:
+        a = agent(chat_server)
+        try:
+            return await run_gate(gate_plans("step9"), a.infer, concurrency=1,
+                                  subscribers=[lambda ev: isinstance(ev, TaskProgress)
+                                               and events.append(ev)])
+        finally:
+            await a.aclose()
+
+    asyncio.run(go())
+    assert len(events) == 1
+    ev = events[0]
+    assert ev.status == "retrying" and ev.info["status"] == 503 and ev.info["attempt"] == 1
+    assert ev.task.arm == "base" and ev.task.ladder_rank == 0  # the first call made

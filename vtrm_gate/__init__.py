@@ -20,8 +20,9 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "scheduler": ("BaselineStore", "EventStream", "GateAborted", "GateEvent", "GateFinished",
                   "GateHandle", "GateResult", "GateStarted", "GuardParams", "InfraGuardError",
                   "PrefixAdvanced", "ResultSink", "TaskFinished", "TaskStarted",
-                  "TypeCounters", "TypeDecided", "TypePlan", "UnitResult", "UnitTask",
-                  "arm_run_id", "launch", "run_gate", "slugify"),
+                  "TaskProgress", "TypeCounters", "TypeDecided", "TypePlan", "UnitResult",
+                  "UnitTask", "arm_run_id", "launch", "report_progress", "run_gate",
+                  "slugify"),
     "config": ("Config", "ConfigError", "load_config"),
 }
 _WHERE = {name: mod for mod, names in _EXPORTS.items() for name in names}
@@ -66,6 +67,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
         PrefixAdvanced,
         ResultSink,
         TaskFinished,
+        TaskProgress,
         TaskStarted,
         TypeCounters,
         TypeDecided,
@@ -74,6 +76,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
         UnitTask,
         arm_run_id,
         launch,
+        report_progress,
         run_gate,
         slugify,
     )

@@ -71,6 +71,7 @@ class TerminalProgress:
         self.consumed: dict[str, int] = {}
         self.decided: dict[str, str] = {}
         self.in_flight = 0
+        self.retries = 0
         self.t0: float | None = None
         self._last = 0.0
 
@@ -85,6 +86,7 @@ class TerminalProgress:
             GateStarted,
             PrefixAdvanced,
             TaskFinished,
+            TaskProgress,
             TaskStarted,
             TypeDecided,
         )
@@ -102,6 +104,8 @@ class TerminalProgress:
             self.in_flight = max(0, self.in_flight - 1)
         elif isinstance(ev, PrefixAdvanced):
             self.consumed[ev.task_type] = ev.ladder_rank + 1
+        elif isinstance(ev, TaskProgress) and ev.status == "retrying":
+            self.retries += 1
         elif isinstance(ev, TypeDecided):
             o = ev.outcome
             self.decided[ev.task_type] = str(o.action)
@@ -119,7 +123,8 @@ class TerminalProgress:
             self._last = now
             busy = [f"{t.split()[0][:6]} {self.consumed.get(t, 0)}/{n}"
                     for t, n in self.ladder.items() if t not in self.decided]
-            self._print(f"[{self._clock(ev.t)}] in flight {self.in_flight:>2} | "
+            retrying = f" | {self.retries} retries" if self.retries else ""
+            self._print(f"[{self._clock(ev.t)}] in flight {self.in_flight:>2}{retrying} | "
                         + ", ".join(busy[:6]) + (" ..." if len(busy) > 6 else ""))
 
     def _print(self, line: str) -> None:

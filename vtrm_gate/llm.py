@@ -31,7 +31,7 @@ from .cache import (
     salt_for_run,
     validate_response,
 )
-from .scheduler import UnitResult, UnitTask, slugify
+from .scheduler import UnitResult, UnitTask, report_progress, slugify
 
 log = logging.getLogger("vtrm_gate.llm")
 
@@ -251,6 +251,10 @@ class LLMAgent:
             await http.aclose()
 
     def _emit(self, ev: AgentEvent) -> None:
+        if ev.kind != "request":  # retries and give-ups show in the gate's event stream
+            report_progress("retrying" if ev.kind == "retry" else "giving_up",
+                            step=ev.step, attempt=ev.attempt, status=ev.status,
+                            delay_s=ev.delay_s, error=ev.error)
         if self.on_event is None:
             return
         try:

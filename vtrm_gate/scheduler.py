@@ -9,6 +9,7 @@ the base-arm cache through a `BaselineStore`, inference through an ``infer`` cal
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import hashlib
 import inspect
 import re
@@ -205,6 +206,33 @@ class TaskFinished(GateEvent):
     task: UnitTask
     result: UnitResult
     status: Literal["pending", "discarded", "cache_hit"]
+
+
+@dataclass(frozen=True)
+class TaskProgress(GateEvent):
+    """What an in-flight call reports about itself (e.g. an LLM agent ``retrying``)."""
+
+    task: UnitTask
+    status: str
+    info: dict[str, Any]
+
+
+# Set inside each inference call's own asyncio task, so `report_progress` reaches the gate
+# that started the call (and nothing else): context-scoped, never shared between gates.
+_PROGRESS: contextvars.ContextVar[Callable[[str, dict[str, Any]], None] | None] = (
+    contextvars.ContextVar("vtrm_gate_progress", default=None))
+
+
+def report_progress(status: str, /, **info: Any) -> bool:
+    """From inside ``infer``: publish a `TaskProgress` event for the running call.
+
+    A no-op (returning False) outside a gate, so backends may call it unconditionally.
+    """
+    sink = _PROGRESS.get()
+    if sink is None:
+        return False
+    sink(status, info)
+    return True
 
 
 @dataclass(frozen=True)
@@ -423,6 +451,8 @@ class _Gate:
 
     async def _call(self, task: UnitTask) -> None:
         t = self.now()
+        _PROGRESS.set(lambda status, info: self.bus.publish(
+            TaskProgress(self.now(), task, status, info)))
         try:
             res = await self.infer(task)
             if not isinstance(res, UnitResult):
