@@ -1,1 +1,11 @@
+import os
+
+from hypothesis import settings
+
 pytest_plugins = ["vtrm_gate.testing"]
+
+# Property tests reproduce run to run (derandomized, no example database on disk); set
+# HYPOTHESIS_PROFILE=explore for fresh random examples when hunting for bugs locally.
+settings.register_profile("vtrm", derandomize=True, database=None, deadline=None)
+settings.register_profile("explore", database=None, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "vtrm"))
