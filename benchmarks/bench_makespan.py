@@ -68,6 +68,8 @@ def run_one(seed: int, params: GateParams) -> dict[str, Any]:
         "continuous_makespan_h": cont["makespan_s"] / 3600,
         "lower_bound_h": lb / 3600,
         "ratio_to_lower_bound": cont["makespan_s"] / lb,
+        # the other reading: all inference the gate ran (speculative included) / 32
+        "ratio_to_total_bound": cont["makespan_s"] / (cont["busy_s"] / CONCURRENCY),
         "speedup_vs_old": old["makespan_s"] / cont["makespan_s"],
         "old_slot_utilisation": old["slot_utilisation"],
         "continuous_slot_utilisation": cont["slot_utilisation"],
@@ -122,24 +124,32 @@ def main(quick: bool = False) -> list[dict[str, Any]]:
           f"{CONCURRENCY} slots")
     rows = [run_one(s, params) for s in seeds]
     hdr = (f"{'seed':>4} {'old h':>7} {'cont h':>7} {'LB h':>6} {'cont/LB':>7} {'speedup':>7} "
-           f"{'util old':>8} {'util cont':>9} {'units c/o/all':>15} {'Mtok c/o/all':>17} "
+           f"{'c/LBall':>7} {'util old':>8} {'util cont':>9} {'units c/o/all':>15} "
+           f"{'Mtok c/o/all':>17} "
            f"{'past stop':>9} {'same':>5} {'wall s':>6}")
     print(hdr)
     for r in rows:
         print(f"{r['seed']:>4} {r['old_makespan_h']:7.2f} {r['continuous_makespan_h']:7.2f} "
               f"{r['lower_bound_h']:6.2f} {r['ratio_to_lower_bound']:7.3f} "
-              f"{r['speedup_vs_old']:7.2f} {r['old_slot_utilisation']:8.1%} "
+              f"{r['speedup_vs_old']:7.2f} {r['ratio_to_total_bound']:7.3f} "
+              f"{r['old_slot_utilisation']:8.1%} "
               f"{r['continuous_slot_utilisation']:9.1%} "
               f"{r['units_continuous']:>4}/{r['units_old']:>4}/{r['units_no_stop']:>4}  "
               f"{r['tokens_continuous'] / 1e6:5.2f}/{r['tokens_old'] / 1e6:5.2f}/"
               f"{r['tokens_no_stop'] / 1e6:5.2f} {r['calls_past_stop']:>9} "
               f"{r['decisions_same_action']:>2}/{r['types']:<2} {r['wall_s']:6.2f}")
     ratio = [r["ratio_to_lower_bound"] for r in rows]
+    ratio_all = [r["ratio_to_total_bound"] for r in rows]
     speed = [r["speedup_vs_old"] for r in rows]
     n_lb = sum(r["meets_lower_bound_target"] for r in rows)
     n_sp = sum(r["meets_speedup_target"] for r in rows)
-    print(f"\ncontinuous / lower bound: median {statistics.median(ratio):.3f}, worst "
-          f"{max(ratio):.3f}; target <= {LB_TARGET}: met in {n_lb}/{len(rows)} seeds")
+    print(f"\ncontinuous / lower bound (needed inference / {CONCURRENCY}): median "
+          f"{statistics.median(ratio):.3f}, worst {max(ratio):.3f}; target <= {LB_TARGET}: "
+          f"met in {n_lb}/{len(rows)} seeds")
+    n_all = sum(r <= LB_TARGET for r in ratio_all)
+    print(f"continuous / lower bound (all inference run, speculative included, / "
+          f"{CONCURRENCY}) 'c/LBall': median {statistics.median(ratio_all):.3f}, worst "
+          f"{max(ratio_all):.3f}; <= {LB_TARGET} in {n_all}/{len(rows)} seeds")
     print(f"speed-up vs old: median {statistics.median(speed):.2f}x, worst {min(speed):.2f}x; "
           f"target >= {SPEEDUP_TARGET}x: met in {n_sp}/{len(rows)} seeds")
     print(f"live decisions == replay_prefix on the same outcomes: "
