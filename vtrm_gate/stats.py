@@ -440,6 +440,8 @@ def _replay_batch(d: np.ndarray, ok: np.ndarray, params: GateParams,
         newly = live & (code != 0)
         action = np.where(newly, code, action).astype(np.int8)
         stop = np.where(newly, rank, stop)
+    # the capital processes are never negative and never NaN (NaN fails both comparisons)
+    assert bool(np.all(ep >= 0)) and bool(np.all(em >= 0)), "capital process invalid"
     return BatchOutcome(action, W, L, used, consumed, ep, em, stop)
 
 
