@@ -21,7 +21,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, make_dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -234,18 +234,6 @@ def validate_response(resp: Any) -> str | None:
 # ---- counters -------------------------------------------------------------------------
 
 
-@dataclass
-class _Counters:
-    hits: int = 0
-    misses: int = 0
-    coalesced: int = 0
-    bypassed: int = 0
-    errors: int = 0
-    malformed: int = 0
-    writes: int = 0
-    not_cached: int = 0
-
-
 @dataclass(frozen=True)
 class CacheStats:
     """A snapshot of the cache counters (one run, or all runs).
@@ -279,6 +267,10 @@ class CacheStats:
         d["calls"] = self.calls
         d["hit_rate"] = self.hit_rate
         return d
+
+
+# The mutable per-run counters behind a CacheStats snapshot: the same fields, one list.
+_Counters = make_dataclass("_Counters", [(f.name, int, 0) for f in fields(CacheStats)])
 
 
 @dataclass(frozen=True)

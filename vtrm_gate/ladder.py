@@ -25,6 +25,20 @@ class LadderEntry:
     tier: int | None  # 0 seed-wrong, 1 seed-right, None no seed record
 
 
+def check_unit_ids(units: Iterable[object], where: str = "") -> tuple[str, ...]:
+    """The unit ids as a tuple; ValueError (prefixed by ``where``) on an empty, non-string
+    or duplicate id. One check shared by ladders, gate plans and workspace pools."""
+    out = tuple(units)
+    seen: set[object] = set()
+    for u in out:
+        if not isinstance(u, str) or not u:
+            raise ValueError(f"{where}unit ids must be non-empty strings, got {u!r}")
+        if u in seen:
+            raise ValueError(f"{where}duplicate unit id {u!r}")
+        seen.add(u)
+    return out  # type: ignore[return-value]
+
+
 def shuffle_key(seed: int | str, unit_id: str) -> str:
     """Deterministic, platform-independent sort key for the in-tier shuffle."""
     return hashlib.sha256(f"{seed}\x1f{unit_id}".encode()).hexdigest()
@@ -40,14 +54,7 @@ def build_ladder(pool: Iterable[str], seed_correct: Mapping[str, bool] | None = 
     """
     if not isinstance(n_max, int) or isinstance(n_max, bool) or n_max < 0:
         raise ValueError(f"n_max must be an integer >= 0, got {n_max!r}")
-    units = list(pool)
-    seen: set[str] = set()
-    for u in units:
-        if not isinstance(u, str) or not u:
-            raise ValueError(f"unit ids must be non-empty strings, got {u!r}")
-        if u in seen:
-            raise ValueError(f"duplicate unit id in pool: {u!r}")
-        seen.add(u)
+    units = check_unit_ids(pool, "pool: ")
     seed_correct = seed_correct or {}
     excluded = set(exclude)
 

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterat
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from .ladder import check_unit_ids
 from .stats import Action, DecisionRule, GateParams, GateState, SequentialTest, TypeOutcome
 
 Arm = Literal["base", "cand"]
@@ -93,15 +94,7 @@ class TypePlan:
             raise ValueError(f"TypePlan.task_type must be a non-empty string, "
                              f"got {self.task_type!r}")
         slugify(self.task_type)
-        units = tuple(self.units)
-        seen: set[str] = set()
-        for u in units:
-            if not isinstance(u, str) or not u:
-                raise ValueError(f"TypePlan {self.task_type!r}: unit ids must be non-empty "
-                                 f"strings, got {u!r}")
-            if u in seen:
-                raise ValueError(f"TypePlan {self.task_type!r}: duplicate unit id {u!r}")
-            seen.add(u)
+        units = check_unit_ids(self.units, f"TypePlan {self.task_type!r}: ")
         object.__setattr__(self, "units", units)
 
     @property

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..ladder import check_unit_ids
 from ..scheduler import content_hash, slugify
 
 if TYPE_CHECKING:
@@ -431,14 +432,7 @@ def _validate_pool(data: Any) -> dict[str, tuple[str, ...]]:
         if not isinstance(units, list):
             raise ValueError(f"type {t!r}: expected a list of unit ids, got "
                              f"{type(units).__name__}")
-        seen: set[str] = set()
-        for u in units:
-            if not isinstance(u, str) or not u:
-                raise ValueError(f"type {t!r}: unit ids must be non-empty strings, got {u!r}")
-            if u in seen:
-                raise ValueError(f"type {t!r}: duplicate unit id {u!r}")
-            seen.add(u)
-        pool[t] = tuple(units)
+        pool[t] = check_unit_ids(units, f"type {t!r}: ")
     return pool
 
 
