@@ -260,7 +260,7 @@ def _run_step(root: Path, epoch: int, step: int, args: argparse.Namespace,
     cfg = _load_config(args)
     ws = Workspace.open(root)
     try:
-        scale = None if args.time_scale is None else args.time_scale
+        scale = args.time_scale  # None: the virtual clock
         backend = simulated_backend(ws, time_scale=1.0 if scale is None else scale)
         coro = run_step(ws, epoch, step, infer=backend.infer, evolver=backend.evolver,
                         cases=backend.cases, params=cfg.gate, guard=cfg.guard,

@@ -786,25 +786,23 @@ def _replay(ws: Workspace, epoch: int, step: int, block: int) -> pl.DataFrame:
         rows.append({
             "task_type": t, "n_ladder": len(ladder), "status": status,
             "live_action": live_action, "live_stop_rank": live_stop,
-            "prefix_action": prefix["action"], "prefix_stop_rank": prefix["stop_rank"],
-            "prefix_W": prefix["W"], "prefix_L": prefix["L"],
-            "prefix_n_used": prefix["n_used"], "prefix_e_plus": prefix["e_plus"],
-            "prefix_units": prefix["units"],
-            "prefix_tokens": sum(tokens[:prefix["units"]]) if prefix["units"] is not None
-            else None,
+            **_replay_columns("prefix", prefix, tokens),
             "prefix_matches_live": prefix["action"] == live_action
             and prefix["stop_rank"] == live_stop,
-            "block_action": blocks["action"], "block_stop_rank": blocks["stop_rank"],
-            "block_W": blocks["W"], "block_L": blocks["L"],
-            "block_n_used": blocks["n_used"], "block_e_plus": blocks["e_plus"],
-            "block_units": blocks["units"],
-            "block_tokens": sum(tokens[:blocks["units"]]) if blocks["units"] is not None
-            else None,
+            **_replay_columns("block", blocks, tokens),
             "block_needs_unrun_units": blocks["needs"] > 0,
             "block_unrun_needed": blocks["needs"],
             "agree": None if blocks["needs"] else prefix["action"] == blocks["action"],
         })
     return pl.DataFrame(rows, infer_schema_length=None)
+
+
+def _replay_columns(name: str, r: Mapping[str, Any], tokens: Sequence[int]) -> dict[str, Any]:
+    """One replay's columns (decision, stats, units and tokens used), prefixed by ``name``."""
+    units = r["units"]
+    return {f"{name}_{k}": r[k] for k in ("action", "stop_rank", "W", "L", "n_used",
+                                           "e_plus", "units")} | {
+        f"{name}_tokens": None if units is None else sum(tokens[:units])}
 
 
 def _replay_known(pairs: Sequence[tuple[bool, bool] | None], known: Sequence[bool],
