@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from .baseline import BaselineCache as BaselineCache
 from .baseline import BaselineKey as BaselineKey
+from .lock import LockHolder as LockHolder
+from .lock import WorkspaceLock as WorkspaceLock
+from .lock import WorkspaceLockedError as WorkspaceLockedError
+from .lock import workspace_lock as workspace_lock
 from .log import TABLES as TABLES
 from .log import GateSink as GateSink
 from .log import HarnessLog as HarnessLog
