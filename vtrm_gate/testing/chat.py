@@ -50,7 +50,10 @@ class ChatServer:
     answered by ``evolve_reply(task_type, current_skill, body)`` (default: the current skill
     plus ``strategy: longest``, so the candidate is helpful where the longest option is right).
 
-    Every POST body is kept in ``requests`` (and its Authorization header in ``auth``).
+    Every POST body is kept in ``requests`` (and its Authorization header in ``auth``);
+    ``in_flight`` / ``peak_in_flight`` count the requests being handled at once, and
+    ``hold_until(n)`` makes requests wait until ``n`` are in flight together (a concurrency
+    property measured without a clock).
     """
 
     def __init__(self, evolve_reply: EvolveReply = append_marker) -> None:
@@ -59,6 +62,10 @@ class ChatServer:
         self.auth: list[str | None] = []
         self.faults: deque[Fault] = deque()
         self.lock = threading.Lock()
+        self.in_flight = 0
+        self.peak_in_flight = 0
+        self._held = threading.Condition(self.lock)
+        self._hold_n = 0
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -103,6 +110,11 @@ class ChatServer:
         with self.lock:
             self.faults.extend(faults)
 
+    def hold_until(self, n: int, timeout: float = 30.0) -> None:
+        """Make requests wait until ``n`` are in flight together (or ``timeout`` passes: a
+        safety net, so a client with a hidden cap fails a test instead of hanging it)."""
+        self._hold_n, self._hold_timeout = n, timeout
+
     def steps(self) -> list[str]:
         return [self.step_of(r) for r in self.requests]
 
@@ -121,6 +133,21 @@ class ChatServer:
         return None
 
     def handle(self, h: BaseHTTPRequestHandler) -> None:
+        with self.lock:
+            self.in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+            self._held.notify_all()
+            # released for good once n were in flight together
+            if self._hold_n and self._held.wait_for(
+                    lambda: self.peak_in_flight >= self._hold_n, self._hold_timeout):
+                self._hold_n = 0
+        try:
+            self._handle(h)
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+    def _handle(self, h: BaseHTTPRequestHandler) -> None:
         n = int(h.headers.get("content-length", 0))
         body = json.loads(h.rfile.read(n))
         if h.path != "/v1/chat/completions":
