@@ -83,10 +83,41 @@ def test_same_call_in_same_run_gives_the_same_key() -> None:
     assert parts().key().startswith("llm_cache:") and len(parts().key()) == 10 + 64
 
 
-def test_volatile_fields_and_dict_order_do_not_change_the_key() -> None:
-    a = parts(messages=[{"role": "user", "content": "q", "id": "m1", "timestamp": 5}])
-    b = parts(messages=[{"content": "q", "role": "user", "id": "m2", "created": 9}])
+def test_dict_order_does_not_change_the_key() -> None:
+    a = parts(messages=[{"role": "user", "content": "q", "name": "n"}])
+    b = parts(messages=[{"name": "n", "content": "q", "role": "user"}])
     assert a.key() == b.key()
+
+
+def frame(t: float, field: str = "timestamp") -> list[dict[str, Any]]:
+    return [{"role": "user", "content": [
+        {"type": "text", "text": "What is on screen?"},
+        {"type": "image_url", "image_url": {"url": "file:///clip.mp4#frame"}, field: t}]}]
+
+
+@pytest.mark.parametrize("field", ["timestamp", "ts", "id", "created", "request_id"])
+def test_fields_named_like_clocks_or_ids_inside_messages_reach_the_key(field: str) -> None:
+    # The frame at 95.5 s must never get the cached answer for the frame at 12.0 s.
+    a, b = parts(messages=frame(12.0, field)), parts(messages=frame(95.5, field))
+    assert a.key() != b.key()
+    assert explain_miss(a, b).differing == ("messages",)
+
+
+def test_media_references_reach_the_key() -> None:
+    a = parts(messages=[{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "file:///v/1.jpg", "id": "f1"}}]}])
+    b = parts(messages=[{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "file:///v/1.jpg", "id": "f2"}}]}])
+    assert a.key() != b.key()
+
+
+def test_only_top_level_request_bookkeeping_is_left_out() -> None:
+    body = {"model": "m", "messages": frame(12.0), "temperature": 0}
+    key = KeyParts.from_request(body, "http://h/v1", "r").key()
+    noisy = {**body, "request_id": "req-1", "user": "alice", "metadata": {"ts": 1}}
+    assert KeyParts.from_request(noisy, "http://h/v1", "r").key() == key
+    nested = {**body, "messages": frame(12.5)}
+    assert KeyParts.from_request(nested, "http://h/v1", "r").key() != key
 
 
 _text = st.text(max_size=20)
@@ -95,16 +126,18 @@ _message = st.fixed_dictionaries({"role": st.sampled_from(["system", "user", "as
 
 
 @given(st.lists(_message, min_size=1, max_size=5), st.data())
-def test_key_ignores_key_order_and_volatile_fields_but_not_content(
+def test_key_ignores_key_order_but_not_content(
         messages: list[dict[str, str]], data: st.DataObject) -> None:
-    noisy = [{"id": data.draw(_text), "created": data.draw(st.integers()),
-              **dict(reversed(list(m.items())))} for m in messages]
-    assert parts(messages=noisy).key() == parts(messages=messages).key()
+    shuffled = [dict(reversed(list(m.items()))) for m in messages]
+    assert parts(messages=shuffled).key() == parts(messages=messages).key()
     i = data.draw(st.integers(0, len(messages) - 1))
     changed = [dict(m) for m in messages]
     changed[i]["content"] += "!"
     why = explain_miss(parts(messages=changed), parts(messages=messages))
     assert why.differing == ("messages",) and why.first_differing_message == i
+    stamped = [dict(m) for m in messages]
+    stamped[i]["id"] = data.draw(_text)
+    assert parts(messages=stamped).key() != parts(messages=messages).key()
 
 
 def test_base_url_is_normalised() -> None:

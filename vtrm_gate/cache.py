@@ -1,8 +1,10 @@
 """LLM response cache on Redis (SPEC §5): content-addressed keys, single flight, never a SPOF.
 
-Key: ``{prefix}:{sha256(canonical JSON of model, base URL, messages without volatile fields,
-sampling params, tools, response_format, schema version, salt)}``; the salt is the run id, so
-a fresh base-arm run never replays the samples of the run that selected its units. Only
+Key: ``{prefix}:{sha256(canonical JSON of model, base URL, messages (exactly as sent, media
+references included), sampling params, tools, response_format, schema version, salt)}``; only
+top-level request bookkeeping (``request_id``, ``user``, ``metadata``...) is left out, never a
+field by name at any depth. The salt is the workspace's namespace plus the run id, so a
+fresh base-arm run never replays the samples of the run that selected its units. Only
 valid responses are written (``SET ... EX ttl``, atomic); a malformed value is a miss and is
 overwritten. If Redis is down, calls go uncached with one warning per outage and an error
 counter, and caching resumes by itself when Redis is back.
@@ -48,12 +50,13 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 1
 DEFAULT_PREFIX = "llm_cache"
 
-# Fields that change between identical calls (ids, clocks) and so must not reach the key.
-VOLATILE_KEYS = frozenset({"id", "created", "timestamp", "ts", "request_id", "tool_call_id",
-                           "system_fingerprint"})
-# Request fields that do not change the response's content.
-_NOT_IN_KEY = frozenset({"model", "messages", "tools", "response_format", "user", "metadata",
-                         "store", "stream", "stream_options"})
+# Top-level request fields that are bookkeeping (ids, end-user tags, delivery options) and do
+# not change the response's content. Nothing is ever stripped by name inside the messages: a
+# nested "timestamp" or "id" may be what tells two video frames apart.
+VOLATILE_REQUEST_FIELDS = frozenset({"request_id", "user", "metadata", "store", "stream",
+                                     "stream_options"})
+_NOT_IN_KEY = frozenset({"model", "messages", "tools", "response_format"}) \
+    | VOLATILE_REQUEST_FIELDS
 
 log = logging.getLogger("vtrm_gate.cache")
 
@@ -88,15 +91,6 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def strip_volatile(obj: Any) -> Any:
-    """A copy of ``obj`` without ids and timestamps at any depth."""
-    if isinstance(obj, Mapping):
-        return {k: strip_volatile(v) for k, v in obj.items() if k not in VOLATILE_KEYS}
-    if isinstance(obj, list | tuple):
-        return [strip_volatile(v) for v in obj]
-    return obj
-
-
 def _normalise_base_url(url: str) -> str:
     """Lower-case scheme and host, no credentials, no trailing slash."""
     p = urlsplit(url.strip())
@@ -128,13 +122,14 @@ class KeyParts:
     schema: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "messages", tuple(strip_volatile(list(self.messages))))
+        object.__setattr__(self, "messages", tuple(self.messages))
         object.__setattr__(self, "base_url", _normalise_base_url(self.base_url))
         object.__setattr__(self, "params", dict(self.params))
 
     @classmethod
     def from_request(cls, body: Mapping[str, Any], base_url: str, salt: str) -> KeyParts:
-        """Key parts of a chat-completions request body: every other field is a parameter."""
+        """Key parts of a chat-completions request body: every field but the top-level
+        bookkeeping (`VOLATILE_REQUEST_FIELDS`) is a parameter."""
         params = {k: v for k, v in body.items() if k not in _NOT_IN_KEY}
         return cls(model=str(body["model"]), base_url=base_url,
                    messages=tuple(body["messages"]), params=params,
