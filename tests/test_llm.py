@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 
-from vtrm_gate.cache import ResponseCache
+from vtrm_gate.cache import ResponseCache, scrub_credentials
 from vtrm_gate.llm import (
     ANSWER_PROMPT,
     MCQ,
     AgentEvent,
     LLMAgent,
+    LLMInfraError,
     RetryPolicy,
     parse_choice,
     parse_retry_after,
@@ -363,3 +364,50 @@ def test_retrying_state_shows_in_the_gates_event_stream(chat_server: ChatServer)
     ev = events[0]
     assert ev.status == "retrying" and ev.info["status"] == 503 and ev.info["attempt"] == 1
     assert ev.task.arm == "base" and ev.task.ladder_rank == 0  # the first call made
+
+
+# ---- secrets --------------------------------------------------------------------------
+
+SECRET = "sk-test-0123456789abcdefSECRET"
+
+
+@pytest.mark.parametrize("status", [401, 503])
+def test_an_echoed_api_key_is_scrubbed_from_every_error_text(
+        chat_server: ChatServer, caplog: pytest.LogCaptureFixture, status: int) -> None:
+    events: list[AgentEvent] = []
+    chat_server.inject(*[Fault(status=status, echo_auth=True)] * FAST.max_attempts)
+    a = agent(chat_server, api_key=SECRET, on_event=events.append)
+    with caplog.at_level(logging.DEBUG):
+        [res] = infer(a, task())
+    assert res.infra and f"HTTP {status}" in (res.error or "")
+    texts = [res.error or "", *(e.error or "" for e in events), caplog.text, repr(res)]
+    assert chat_server.auth[0] == f"Bearer {SECRET}"
+    for text in texts:
+        assert SECRET not in text and "Bearer sk-" not in text
+
+
+def test_chat_raises_with_the_key_scrubbed(chat_server: ChatServer) -> None:
+    chat_server.inject(Fault(status=401, echo_auth=True))
+    a = agent(chat_server, api_key=SECRET)
+
+    async def go() -> str:
+        try:
+            await a.chat({"model": "m", "messages": [{"role": "user", "content": "q"}]})
+        except LLMInfraError as exc:
+            return str(exc)
+        finally:
+            await a.aclose()
+        return ""
+
+    text = asyncio.run(go())
+    assert "HTTP 401" in text and "invalid credentials" in text and SECRET not in text
+
+
+@pytest.mark.parametrize("text", [
+    f"Authorization: Bearer {SECRET}", f'{{"authorization": "Bearer {SECRET}"}}',
+    f"api-key={SECRET}", f"'api-key': '{SECRET}'", f"x-api-key: {SECRET} more",
+    f"a token: Bearer {SECRET[::-1]}.", f"url?api-key={SECRET}&x=1",
+])
+def test_scrub_credentials_removes_header_values_and_the_key(text: str) -> None:
+    out = scrub_credentials(text, [SECRET])
+    assert SECRET not in out and SECRET[::-1] not in out and "***" in out

@@ -6,7 +6,8 @@ Shared by `vtrm_gate.config` and `vtrm_gate.cache` (and so by the fast-starting 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
@@ -62,6 +63,26 @@ def scrub(text: str, url: str | None) -> str:
         for s in _url_secrets(url):
             text = text.replace(s, "***")
     return text
+
+
+# A credential header (or query parameter) and its value, e.g. ``Authorization: Bearer x``,
+# ``"api-key": "x"``, ``?api-key=x``; and any ``Bearer``/``Basic`` token on its own.
+_CREDENTIAL_FIELD = re.compile(
+    r"""(?i)\b((?:proxy-)?authorization|x-api-key|api[-_]?key)(["']?\s*[:=]\s*["']?)"""
+    r"""(?:(bearer|basic|token)\s+)?[^\s"'&,;}]+""")
+_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{6,}")
+
+
+def scrub_credentials(text: str, secrets: Iterable[str | None] = ()) -> str:
+    """``text`` with every ``secrets`` value (raw or percent-encoded), every credential
+    header's value (Authorization, api-key, x-api-key) and every Bearer/Basic token replaced
+    by ``***``: apply to any error text before it is logged, stored or raised."""
+    for lit in sorted({x for s in secrets if s for x in (s, quote(s, safe=""))}, key=len,
+                    reverse=True):
+        text = text.replace(lit, "***")
+    text = _CREDENTIAL_FIELD.sub(
+        lambda m: f"{m[1]}{m[2]}{m[3] + ' ' if m[3] else ''}***", text)
+    return _BEARER.sub(lambda m: f"{m[1]} ***", text)
 
 
 def check_redis_url(url: str) -> str:

@@ -43,6 +43,7 @@ from ._env import mask_url as mask_url
 from ._env import parse_ttl as parse_ttl
 from ._env import read_dotenv as read_dotenv
 from ._env import scrub as scrub
+from ._env import scrub_credentials as scrub_credentials
 
 if TYPE_CHECKING:
     from .scheduler import UnitResult, UnitTask

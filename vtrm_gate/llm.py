@@ -29,6 +29,7 @@ from .cache import (
     Validator,
     environment,
     salt_for_run,
+    scrub_credentials,
     validate_response,
 )
 from .scheduler import UnitResult, UnitTask, report_progress, slugify
@@ -281,6 +282,11 @@ class LLMAgent:
             raise _Retryable(f"HTTP {r.status_code} with a body that is not JSON") from None
         return data if isinstance(data, dict) else {"unexpected": data}
 
+    def scrub(self, text: str) -> str:
+        """``text`` without the API key or any credential header value (see
+        `scrub_credentials`): every error text passes here before it leaves the agent."""
+        return scrub_credentials(text, [self._api_key])
+
     async def chat(self, body: Mapping[str, Any], *, run_id: str = "", unit_id: str = "",
                    step: str = "answer") -> dict[str, Any]:
         """One chat call with retries; raises `LLMInfraError` when they run out."""
@@ -292,22 +298,24 @@ class LLMAgent:
             try:
                 return await self._post_once(body)
             except _Retryable as exc:
+                err = self.scrub(str(exc))
                 delay = exc.retry_after if exc.retry_after is not None else \
                     self.retry.backoff(attempt, self._rng)
                 elapsed = time.monotonic() - t0
                 if attempt >= self.retry.max_attempts or \
                         elapsed + delay > self.retry.max_total_s:
-                    why = (f"gave up after {attempt} attempt(s) in {elapsed:.1f}s: {exc}")
+                    why = (f"gave up after {attempt} attempt(s) in {elapsed:.1f}s: {err}")
                     self._emit(AgentEvent("give_up", run_id, unit_id, step, attempt,
-                                          exc.status, 0.0, str(exc)))
+                                          exc.status, 0.0, err))
                     raise LLMInfraError(why) from None
                 self._emit(AgentEvent("retry", run_id, unit_id, step, attempt, exc.status,
-                                      delay, str(exc)))
+                                      delay, err))
                 await asyncio.sleep(delay)
             except LLMInfraError as exc:
+                err = self.scrub(str(exc))
                 self._emit(AgentEvent("give_up", run_id, unit_id, step, attempt, None, 0.0,
-                                      str(exc)))
-                raise
+                                      err))
+                raise LLMInfraError(err) from None
 
     # -- the agent --------------------------------------------------------------------
 

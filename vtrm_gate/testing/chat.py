@@ -38,6 +38,7 @@ class Fault:
     sleep: float = 0.0
     body: str | None = None
     step: str | None = None  # "think" / "answer" / None = any
+    echo_auth: bool = False  # the error body repeats the request's credential headers
 
 
 class ChatServer:
@@ -162,8 +163,13 @@ class ChatServer:
                 time.sleep(fault.sleep)
             if fault.status is not None:
                 headers = {"Retry-After": fault.retry_after} if fault.retry_after else {}
-                return self.reply(h, fault.status, {"error": {"message": "injected"}},
-                                  headers)
+                error: dict[str, Any] = {"message": "injected"}
+                if fault.echo_auth:  # as some gateways do: the credential in the error text
+                    auth, key = h.headers.get("authorization"), h.headers.get("api-key")
+                    error = {"message": f"invalid credentials: Authorization: {auth}; "
+                                        f"api-key={key}",
+                             "request_headers": {"authorization": auth, "api-key": key}}
+                return self.reply(h, fault.status, {"error": error}, headers)
             if fault.body is not None:
                 return self.reply_raw(h, 200, fault.body.encode())
         return self.reply(h, 200, self.answer(body, step))
