@@ -552,3 +552,30 @@ def test_cached_infer_replays_a_run_and_never_caches_infra(redis_target: RedisTa
             assert y.cached and (y.correct, y.prediction) == (x.correct, x.prediction)
     assert tokens_again == sum(a[i].tokens for i in infra) == 0
     assert not any(r.cached for r in c)
+
+
+def _nested(depth: int) -> Any:
+    x: Any = []
+    for _ in range(depth):
+        x = [x]
+    return x
+
+
+@pytest.mark.parametrize("extra", [float("nan"), float("-inf"), _nested(5000), {1, 2}],
+                         ids=["nan", "-inf", "deep", "set"])
+def test_an_unencodable_response_is_returned_not_cached_and_never_raises(
+        redis_target: RedisTarget, extra: Any) -> None:
+    cache = cache_for(redis_target)
+    resp = {**ok(), "extra": extra}
+    call = Counting(resp)
+
+    async def go() -> Any:
+        try:
+            return await cache.get_or_call(parts(), call)
+        finally:
+            await cache.aclose()
+
+    got = asyncio.run(go())
+    assert got.response is resp and got.source == "miss"
+    st_ = cache.stats()
+    assert (st_.writes, st_.not_cached) == (0, 1)

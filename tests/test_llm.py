@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import re
 import time
 from typing import Any
 
@@ -245,14 +246,76 @@ def test_empty_choices_are_infra_and_not_cached(chat_server: ChatServer,
 
 @pytest.mark.parametrize("mode, why", [("mode: filter", "content filtered"),
                                        ("mode: ramble", "unparseable answer")])
-def test_unusable_answers_are_wrong_not_infra_and_not_cached(
+def test_unusable_answers_are_wrong_and_a_rerun_replays_them_with_zero_requests(
         chat_server: ChatServer, redis_target: RedisTarget, mode: str, why: str) -> None:
     cache = ResponseCache(redis_target.url, prefix=redis_target.prefix)
-    res, again = infer(agent(chat_server, cache), task(skill=mode), task(skill=mode))
+    [res] = infer(agent(chat_server, cache), task(skill=mode))
     assert not res.infra and not res.correct and res.prediction is None
-    assert why in (res.error or "") and why in (again.error or "")
-    assert cache.stats().writes == 1  # the think step only
-    assert chat_server.steps() == ["think", "answer", "answer"]
+    assert why in (res.error or "") and not res.cached
+    assert chat_server.steps() == ["think", "answer"] and cache.stats().writes == 2
+    rerun_cache = ResponseCache(redis_target.url, prefix=redis_target.prefix)
+    [again] = infer(agent(chat_server, rerun_cache), task(skill=mode))
+    assert len(chat_server.requests) == 2  # the re-run made zero HTTP requests
+    assert (again.correct, again.infra, again.prediction, again.error) == \
+        (res.correct, res.infra, res.prediction, res.error) and again.cached
+
+
+def test_a_rerun_with_the_same_cache_replays_every_outcome_exactly(
+        chat_server: ChatServer, redis_target: RedisTarget) -> None:
+    skills = ["strategy: longest", "mode: ramble", "strategy: last", "mode: filter", "plain"]
+    tasks = [task(f"u{i}", skill=sk) for i in range(8) for sk in skills]
+    first = infer(agent(chat_server, ResponseCache(redis_target.url,
+                                                   prefix=redis_target.prefix)), *tasks)
+    n = len(chat_server.requests)
+    again = infer(agent(chat_server, ResponseCache(redis_target.url,
+                                                   prefix=redis_target.prefix)), *tasks)
+    assert len(chat_server.requests) == n == 2 * len(tasks)
+    outcome = [(r.correct, r.infra, r.prediction, r.error) for r in first]
+    assert [(r.correct, r.infra, r.prediction, r.error) for r in again] == outcome
+    assert all(r.cached for r in again)
+
+
+# ---- malformed and oversized responses ------------------------------------------------
+
+VALID = ('{"choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant",'
+         ' "content": "B"}}], "usage": {"total_tokens": %s}%s}')
+
+
+@pytest.mark.parametrize("body, reason", [
+    (VALID % ("NaN", ""), "non-finite number NaN"),
+    (VALID % ("-Infinity", ""), "non-finite number -Infinity"),
+    (VALID % ("1", ', "extra": [1, Infinity]'), "non-finite number Infinity"),
+    ("[" * 200_000 + "]" * 200_000, "nested too deeply"),
+    (VALID % ("1", ', "extra": ' + "[" * 200_000 + "]" * 200_000), "nested too deeply"),
+])
+def test_a_malformed_200_is_infra_with_its_reason_never_an_exception(
+        chat_server: ChatServer, redis_target: RedisTarget, body: str, reason: str) -> None:
+    cache = ResponseCache(redis_target.url, prefix=redis_target.prefix)
+    chat_server.inject(*[Fault(body=body)] * FAST.max_attempts)
+    [res] = infer(agent(chat_server, cache, think=False), task())
+    assert res.infra and reason in (res.error or "") and "gave up" in (res.error or "")
+    assert cache.stats().writes == 0
+
+
+def test_a_deep_but_parseable_response_never_breaks_the_cache_encoder(
+        chat_server: ChatServer, redis_target: RedisTarget) -> None:
+    cache = ResponseCache(redis_target.url, prefix=redis_target.prefix)
+    deep = VALID % ("1", ', "extra": ' + "[" * 990 + "]" * 990)
+    chat_server.inject(Fault(body=deep))
+
+    async def go() -> Any:  # a deeper call stack than a bare asyncio.run
+        a = agent(chat_server, cache, think=False)
+
+        async def nest(k: int) -> Any:
+            return await (nest(k - 1) if k else a.infer(task()))
+
+        try:
+            return await nest(40)
+        finally:
+            await a.aclose()
+
+    res = asyncio.run(go())
+    assert not res.infra or "nested too deeply" in (res.error or "")
 
 
 def test_no_semaphore_of_its_own(chat_server: ChatServer) -> None:
@@ -411,3 +474,34 @@ def test_chat_raises_with_the_key_scrubbed(chat_server: ChatServer) -> None:
 def test_scrub_credentials_removes_header_values_and_the_key(text: str) -> None:
     out = scrub_credentials(text, [SECRET])
     assert SECRET not in out and SECRET[::-1] not in out and "***" in out
+
+
+def test_a_trickled_body_hits_the_call_deadline_and_the_connection_is_closed(
+        chat_server: ChatServer) -> None:
+    # Every read gets a byte well within the 5 s read timeout: only the deadline ends it.
+    chat_server.inject(*[Fault(trickle_s=0.2)] * 4)
+    policy = RetryPolicy(max_attempts=4, base_delay_s=0.01, max_total_s=1.0)
+    [res] = infer(agent(chat_server, think=False, timeout=5.0, retry=policy), task())
+    assert res.infra and "deadline of 1s" in (res.error or "")
+    assert chat_server.client_left.wait(10)  # the server saw the connection closed
+    assert len(chat_server.requests) == 1  # the deadline covers the attempt and every retry
+
+
+def test_a_huge_chunked_body_is_aborted_at_the_size_cap(chat_server: ChatServer) -> None:
+    cap = 1 << 20
+    chat_server.inject(Fault(chunked_bytes=600 << 20))
+    [res] = infer(agent(chat_server, think=False, max_response_bytes=cap), task())
+    assert res.infra and f"larger than max_response_bytes={cap}" in (res.error or "")
+    read = int(re.search(r"aborted after (\d+) bytes", res.error or "")[1])
+    assert cap < read <= cap + (64 << 10) + 16  # stops within one chunk of the cap
+    assert chat_server.client_left.wait(10)
+    assert chat_server.body_bytes_sent < 64 << 20  # the server was stopped, far from 600 MB
+    assert len(chat_server.requests) == 1  # too large is not retried
+
+
+def test_a_declared_content_length_over_the_cap_is_refused_before_reading(
+        chat_server: ChatServer) -> None:
+    chat_server.inject(Fault(trickle_s=0.05))  # declares 1,000,000 bytes
+    [res] = infer(agent(chat_server, think=False, max_response_bytes=1000), task())
+    assert res.infra and "Content-Length 1000000" in (res.error or "")
+    assert chat_server.body_bytes_sent <= 2

@@ -444,14 +444,22 @@ class ResponseCache:
     def _decode(self, raw: bytes, validate: Validator) -> Response | None:
         try:
             value = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, RecursionError):
             return None
         if not isinstance(value, dict) or value.get("schema") != SCHEMA_VERSION:
             return None
         resp = value.get("response")
         return resp if validate(resp) is None else None
 
-    def _encode(self, parts: KeyParts, resp: Response) -> bytes:
+    def _encode(self, parts: KeyParts, resp: Response) -> bytes | None:
+        """The stored value, or None when ``resp`` has no JSON form (NaN, sets, nesting too
+        deep for the encoder): such a response is served but never cached, never raised."""
+        try:
+            return self._encode_value(parts, resp)
+        except (ValueError, TypeError, RecursionError):
+            return None
+
+    def _encode_value(self, parts: KeyParts, resp: Response) -> bytes:
         return canonical_json({"schema": SCHEMA_VERSION, "response": resp,
                                "components": parts.component_digests(),
                                "messages": parts.message_digests(),
@@ -479,9 +487,12 @@ class ResponseCache:
         if validate(resp) is not None:
             self._c(run).not_cached += 1
             return False
+        key, value = parts.key(self.prefix), self._encode(parts, resp)
+        if value is None:
+            self._c(run).not_cached += 1
+            return False
         if not self.enabled or self._skip():
             return False
-        key, value = parts.key(self.prefix), self._encode(parts, resp)
         ok, _ = await self._op(run, lambda r: r.set(key, value, ex=self.ttl))
         if ok:
             self._c(run).writes += 1

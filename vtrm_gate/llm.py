@@ -4,14 +4,18 @@
 gate's slot pool is the only limit), sends every step's call through the Redis
 `ResponseCache` (so a replay reuses the longest cached prefix of the conversation), retries
 429/5xx/timeouts with exponential backoff and jitter honouring ``Retry-After``, and turns
-exhausted retries into an INFRA result. `LLMEvolver` proposes candidate skill texts with the
-same endpoint and cache.
+exhausted retries into an INFRA result. Every call has a hard deadline (attempts + waits)
+and a response size cap (the body is streamed and abandoned past it); a malformed body
+(non-finite numbers, nesting too deep) is INFRA with its reason, never an exception. Every
+answer the model gave, even an unusable one, is cached, so a re-run replays the outcome.
+`LLMEvolver` proposes candidate skill texts with the same endpoint and cache.
 """
 
 from __future__ import annotations
 
 import asyncio
 import email.utils
+import json
 import logging
 import os
 import random
@@ -48,6 +52,29 @@ ANSWER_PROMPT = "Answer with the letter of the correct option only."
 # Validation failures that mean the endpoint misbehaved (INFRA), not that the model answered.
 _PROTOCOL_FAILURES = frozenset({"response is not a JSON object", "response carries an error",
                                 "empty choices", "malformed choice", "choice has no message"})
+DEFAULT_MAX_RESPONSE_BYTES = 8 << 20
+"""A chat completion is kilobytes; a body past this cap is abandoned (INFRA)."""
+
+
+def protocol_failure(resp: Any) -> str | None:
+    """Why ``resp`` is not a chat completion at all (INFRA, never cached), or None: the
+    model answered, maybe unusably (filtered, empty, unparseable), and that answer is cached
+    like any other so a re-run replays the same outcome."""
+    why = validate_response(resp)
+    return why if why in _PROTOCOL_FAILURES else None
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"non-finite number {name}")
+
+
+def parse_body(data: bytes) -> Any:
+    """A response body as JSON; ValueError naming the fault (not JSON, NaN/Infinity, nested
+    too deeply) instead of a float the cache cannot store or a RecursionError."""
+    try:
+        return json.loads(data, parse_constant=_reject_constant)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
 
 
 @dataclass(frozen=True)
@@ -94,7 +121,8 @@ def parse_choice(text: str | None, n_options: int) -> str | None:
 @dataclass(frozen=True)
 class RetryPolicy:
     """Retries on 429/5xx/timeouts: exponential backoff with jitter, ``Retry-After`` honoured,
-    at most ``max_attempts`` attempts and ``max_total_s`` seconds in all."""
+    at most ``max_attempts`` attempts; ``max_total_s`` is the call's hard deadline (every
+    attempt and every wait; a body still arriving when it passes is abandoned)."""
 
     max_attempts: int = 6
     base_delay_s: float = 0.5
@@ -172,14 +200,16 @@ def _tokens(resp: Mapping[str, Any]) -> int:
         if total is None:
             total = int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
         return int(total)
-    except (TypeError, ValueError, AttributeError):
+    except (TypeError, ValueError, AttributeError, OverflowError):
         return 0
 
 
 class LLMAgent:
     """Answers `MCQ` units over an OpenAI-compatible ``/chat/completions`` endpoint.
 
-    The API key defaults to ``OPENAI_API_KEY`` (or ``VTRM_API_KEY``) and is never shown.
+    The API key defaults to ``OPENAI_API_KEY`` (or ``VTRM_API_KEY``) and is never shown:
+    every error text is scrubbed of it (and of any credential header value).
+    ``retry.max_total_s`` is each call's deadline, ``max_response_bytes`` its size cap.
 
     ``think=True``: two steps (reason, then answer with a letter), each a cached call whose
     messages extend the previous step's; ``think=False``: one answering call.
@@ -192,11 +222,19 @@ class LLMAgent:
                  params: Mapping[str, Any] | None = None,
                  on_event: Callable[[AgentEvent], Any] | None = None,
                  rng: random.Random | None = None,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+                 transport: httpx.AsyncBaseTransport | None = None,
+                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES) -> None:
         if not base_url or not model:
             raise ValueError("LLMAgent needs a base_url and a model")
         if timeout <= 0:
             raise ValueError(f"LLMAgent.timeout must be > 0 seconds, got {timeout}")
+        if isinstance(max_response_bytes, bool) or not isinstance(max_response_bytes, int) \
+                or max_response_bytes < 1:
+            raise ValueError(f"LLMAgent.max_response_bytes must be an integer >= 1, got "
+                             f"{max_response_bytes!r}")
+        self.max_response_bytes = max_response_bytes
+        self.http_requests = 0
+        """HTTP requests sent (every attempt, retries included)."""
         self.units, self.base_url, self.model = units, base_url.rstrip("/"), model
         if api_key is None:
             api_key = os.environ.get("OPENAI_API_KEY") or os.environ.get("VTRM_API_KEY")
@@ -263,24 +301,44 @@ class LLMAgent:
         except Exception:  # an observer must not break inference
             log.exception("LLMAgent on_event callback failed")
 
+    async def _read_capped(self, r: httpx.Response) -> bytes:
+        """The body, streamed; `LLMInfraError` as soon as it passes ``max_response_bytes``."""
+        cap = self.max_response_bytes
+        declared = r.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > cap:
+            raise LLMInfraError(f"HTTP {r.status_code} response larger than "
+                                f"max_response_bytes={cap} (Content-Length {declared})")
+        chunks, n = [], 0
+        async for chunk in r.aiter_raw():
+            n += len(chunk)
+            if n > cap:
+                raise LLMInfraError(f"HTTP {r.status_code} response larger than "
+                                    f"max_response_bytes={cap} (aborted after {n} bytes)")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
     async def _post_once(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        try:
-            r = await self._client().post("chat/completions", json=body)
+        self.http_requests += 1
+        try:  # leaving the stream early closes the connection: nothing more is read
+            async with self._client().stream("POST", "chat/completions", json=body) as r:
+                if r.status_code in self.retry.retry_statuses:
+                    raise _Retryable(f"HTTP {r.status_code}", r.status_code,
+                                     parse_retry_after(r.headers.get("retry-after")))
+                data = await self._read_capped(r)
         except httpx.TimeoutException as exc:
             raise _Retryable(f"timeout after {self.timeout:g}s ({type(exc).__name__})") \
                 from None
         except httpx.TransportError as exc:
             raise _Retryable(f"{type(exc).__name__}: {exc}") from None
-        if r.status_code in self.retry.retry_statuses:
-            raise _Retryable(f"HTTP {r.status_code}", r.status_code,
-                             parse_retry_after(r.headers.get("retry-after")))
         if r.status_code >= 400:
-            raise LLMInfraError(f"HTTP {r.status_code} (not retryable): {r.text[:200]}")
+            text = data[:200].decode("utf-8", errors="replace")
+            raise LLMInfraError(f"HTTP {r.status_code} (not retryable): {text}")
         try:
-            data = r.json()
-        except ValueError:
-            raise _Retryable(f"HTTP {r.status_code} with a body that is not JSON") from None
-        return data if isinstance(data, dict) else {"unexpected": data}
+            doc = parse_body(data)
+        except ValueError as exc:
+            raise _Retryable(f"HTTP {r.status_code} with a malformed JSON body: {exc}") \
+                from None
+        return doc if isinstance(doc, dict) else {"unexpected": doc}
 
     def scrub(self, text: str) -> str:
         """``text`` without the API key or any credential header value (see
@@ -289,11 +347,26 @@ class LLMAgent:
 
     async def chat(self, body: Mapping[str, Any], *, run_id: str = "", unit_id: str = "",
                    step: str = "answer") -> dict[str, Any]:
-        """One chat call with retries; raises `LLMInfraError` when they run out."""
+        """One chat call with retries; raises `LLMInfraError` when they run out or the
+        deadline (``retry.max_total_s``, attempts and waits together) passes."""
+        attempts = [0]
+        try:
+            async with asyncio.timeout(self.retry.max_total_s):
+                return await self._attempts(body, run_id, unit_id, step, attempts)
+        except TimeoutError:
+            err = (f"deadline of {self.retry.max_total_s:g}s exceeded during attempt "
+                   f"{attempts[0]} (retry.max_total_s)")
+            self._emit(AgentEvent("give_up", run_id, unit_id, step, attempts[0], None, 0.0,
+                                  err))
+            raise LLMInfraError(err) from None
+
+    async def _attempts(self, body: Mapping[str, Any], run_id: str, unit_id: str, step: str,
+                        attempts: list[int]) -> dict[str, Any]:
         t0 = time.monotonic()
         attempt = 0
         while True:
             attempt += 1
+            attempts[0] = attempt
             self._emit(AgentEvent("request", run_id, unit_id, step, attempt))
             try:
                 return await self._post_once(body)
@@ -345,26 +418,18 @@ class LLMAgent:
             raise KeyError(f"LLMAgent has no unit {task.unit_id!r}")
         t0 = time.perf_counter()
         n = len(mcq.options)
-
-        def answer_ok(resp: Any) -> str | None:
-            why = validate_response(resp)
-            if why is None and parse_choice(_content(resp), n) is None:
-                why = "unparseable answer"
-            return why
-
         steps: list[dict[str, Any]] = []
         tokens = 0
         messages = self.messages(task, mcq)
-        plan: list[tuple[str, Validator]] = [("think", validate_response)] if self.think else []
-        plan.append(("answer", answer_ok))
+        plan = ["think", "answer"] if self.think else ["answer"]
         prediction: str | None = None
         error: str | None = None
-        for i, (step, validate) in enumerate(plan):
+        for i, step in enumerate(plan):
             if i:
                 messages = [*messages, {"role": "assistant", "content": steps[-1]["content"]},
                             {"role": "user", "content": ANSWER_PROMPT}]
-            try:
-                resp, source = await self._step(task, step, messages, validate)
+            try:  # cached unless INFRA: an unusable answer is replayed like any answer
+                resp, source = await self._step(task, step, messages, protocol_failure)
             except LLMInfraError as exc:
                 return self._result(task, t0, steps, tokens, infra=True,
                                     error=f"{step} step: {exc}")
@@ -373,10 +438,12 @@ class LLMAgent:
             tokens += used if fresh else 0
             steps.append({"step": step, "source": source, "content": _content(resp),
                           "tokens": used})
-            why = validate(resp)
+            why = validate_response(resp)
             if why in _PROTOCOL_FAILURES:
                 return self._result(task, t0, steps, tokens, infra=True,
                                     error=f"{step} step: {why}")
+            if why is None and step == "answer" and parse_choice(_content(resp), n) is None:
+                why = "unparseable answer"
             if why is not None:
                 error = f"{step} step: {why}"  # the model answered, unusably: a wrong answer
                 break
@@ -525,7 +592,8 @@ class LLMEvolver:
                 resp = await call()
             else:
                 parts = KeyParts.from_request(body, self.agent.base_url, salt_for_run(run_id))
-                resp = (await self.agent.cache.get_or_call(parts, call, validate=usable,
+                resp = (await self.agent.cache.get_or_call(parts, call,
+                                                           validate=protocol_failure,
                                                            run_id=run_id)).response
         except LLMInfraError as exc:
             raise EvolveError(f"evolver call for {task_type!r} failed: {exc}") from None

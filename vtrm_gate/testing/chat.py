@@ -39,6 +39,8 @@ class Fault:
     body: str | None = None
     step: str | None = None  # "think" / "answer" / None = any
     echo_auth: bool = False  # the error body repeats the request's credential headers
+    trickle_s: float = 0.0  # send a 200's body one byte every trickle_s seconds
+    chunked_bytes: int = 0  # send a 200 with a chunked body of this many bytes
 
 
 class ChatServer:
@@ -65,6 +67,10 @@ class ChatServer:
         self.lock = threading.Lock()
         self.in_flight = 0
         self.peak_in_flight = 0
+        self.body_bytes_sent = 0
+        """Bytes of trickled / chunked bodies written so far (all faults together)."""
+        self.client_left = threading.Event()
+        """Set when a trickled or chunked body could not be written: the client closed."""
         self._held = threading.Condition(self.lock)
         self._hold_n = 0
         outer = self
@@ -170,6 +176,8 @@ class ChatServer:
                                         f"api-key={key}",
                              "request_headers": {"authorization": auth, "api-key": key}}
                 return self.reply(h, fault.status, {"error": error}, headers)
+            if fault.trickle_s or fault.chunked_bytes:
+                return self.stream(h, fault)
             if fault.body is not None:
                 return self.reply_raw(h, 200, fault.body.encode())
         return self.reply(h, 200, self.answer(body, step))
@@ -217,6 +225,36 @@ class ChatServer:
                 "usage": {"prompt_tokens": prompt_tokens,
                           "completion_tokens": completion_tokens,
                           "total_tokens": prompt_tokens + completion_tokens}}
+
+    def stream(self, h: BaseHTTPRequestHandler, fault: Fault) -> None:
+        """A 200 whose body trickles or never seems to end; stops when the client leaves."""
+        chunk = 64 * 1024
+        try:
+            h.send_response(200)
+            h.send_header("Content-Type", "application/json")
+            if fault.trickle_s:
+                h.send_header("Content-Length", "1000000")
+            else:
+                h.send_header("Transfer-Encoding", "chunked")
+            h.end_headers()
+            h.wfile.flush()
+            sent = 0
+            while fault.trickle_s or sent < fault.chunked_bytes:
+                if fault.trickle_s:
+                    time.sleep(fault.trickle_s)
+                    h.wfile.write(b" ")
+                    n = 1
+                else:
+                    n = min(chunk, fault.chunked_bytes - sent)
+                    h.wfile.write(b"%x\r\n" % n + b" " * n + b"\r\n")
+                h.wfile.flush()
+                sent += n
+                with self.lock:
+                    self.body_bytes_sent += n
+            h.wfile.write(b"0\r\n\r\n")
+        except OSError:  # BrokenPipe / ConnectionReset: the client closed the connection
+            self.client_left.set()
+        h.close_connection = True
 
     def reply(self, h: BaseHTTPRequestHandler, status: int, doc: Any,
               headers: dict[str, str] | None = None) -> None:
