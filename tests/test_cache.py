@@ -579,3 +579,37 @@ def test_an_unencodable_response_is_returned_not_cached_and_never_raises(
     assert got.response is resp and got.source == "miss"
     st_ = cache.stats()
     assert (st_.writes, st_.not_cached) == (0, 1)
+
+
+def test_cached_infer_replays_no_valid_answer_as_a_wrong_answer(
+        redis_target: RedisTarget) -> None:
+    from vtrm_gate.cache import cached_infer
+    from vtrm_gate.scheduler import UnitResult, UnitTask
+
+    calls: list[str] = []
+
+    async def mute(task: UnitTask) -> UnitResult:  # answers, but nothing usable
+        calls.append(task.unit_id)
+        return UnitResult(correct=False, prediction=None, tokens=3)
+
+    def prompt(task: UnitTask) -> list[dict[str, str]]:
+        return [{"role": "user", "content": task.unit_id}]
+
+    tasks = [UnitTask("OCR", f"u{i}", "base", i, "e1_s1_gate_ocr_base") for i in range(4)]
+
+    async def main() -> tuple[list[UnitResult], list[UnitResult]]:
+        cache = cache_for(redis_target)
+        try:
+            runs = []
+            for _ in range(2):
+                infer = cached_infer(cache, mute, model="m", prompt=prompt,
+                                     grade=lambda t, a: a == "B")
+                runs.append([await infer(t) for t in tasks])
+            return runs[0], runs[1]
+        finally:
+            await cache.aclose()
+
+    first, again = asyncio.run(main())
+    assert len(calls) == 4  # the re-run made no call
+    assert all(not r.correct and not r.infra and r.prediction is None for r in first + again)
+    assert all(r.cached for r in again)

@@ -227,6 +227,19 @@ def validate_response(resp: Any) -> str | None:
     return None
 
 
+# Validation failures that mean the endpoint misbehaved (INFRA), not that the model answered.
+PROTOCOL_FAILURES = frozenset({"response is not a JSON object", "response carries an error",
+                               "empty choices", "malformed choice", "choice has no message"})
+
+
+def protocol_failure(resp: Any) -> str | None:
+    """Why ``resp`` is not a chat completion at all (INFRA, never cached), or None: the
+    model answered, maybe unusably (filtered, empty, unparseable), and that answer is cached
+    like any other so a re-run replays the same outcome."""
+    why = validate_response(resp)
+    return why if why in PROTOCOL_FAILURES else None
+
+
 # ---- counters -------------------------------------------------------------------------
 
 
@@ -605,8 +618,9 @@ class CachedInfer:
 
     The key is (model, base URL, ``prompt(task)`` messages, salt = ``task.run_id``), so a
     re-run of the same arm run replays its answers and a new run never reuses them. A hit
-    costs no call and no tokens and is graded with ``grade(task, answer)``; INFRA results
-    are never cached. ``calls`` and ``tokens`` count the fresh (paid) calls.
+    costs no call and no tokens and is graded with ``grade(task, answer)`` (no answer is a
+    wrong answer, cached and replayed like any other); INFRA results are never cached.
+    ``calls`` and ``tokens`` count the fresh (paid) calls.
     """
 
     cache: ResponseCache
@@ -634,16 +648,18 @@ class CachedInfer:
                                  "finish_reason": "stop"}],
                     "usage": {"total_tokens": res.tokens}}
 
-        try:
-            got = await self.cache.get_or_call(parts, call, run_id=task.run_id)
+        try:  # "no valid answer" is cached too: a re-run replays it as a wrong answer
+            got = await self.cache.get_or_call(parts, call, validate=protocol_failure,
+                                               run_id=task.run_id)
         except _InfraResult as exc:
             return exc.result
         if fresh:
             return fresh[0]
         from .scheduler import UnitResult  # lazily: `vtrm-gate cache` must not load numpy
 
-        answer = got.response["choices"][0]["message"]["content"]
-        return UnitResult(correct=self.grade(task, answer), cached=True, prediction=answer)
+        answer = got.response["choices"][0]["message"].get("content") or None
+        return UnitResult(correct=answer is not None and self.grade(task, answer),
+                          cached=True, prediction=answer)
 
 
 def cached_infer(cache: ResponseCache, infer: Callable[[UnitTask], Awaitable[UnitResult]], *,

@@ -28,10 +28,12 @@ from typing import Any, Literal
 import httpx
 
 from .cache import (
+    PROTOCOL_FAILURES,
     KeyParts,
     ResponseCache,
     Validator,
     environment,
+    protocol_failure,
     salt_for_run,
     scrub_credentials,
     validate_response,
@@ -49,19 +51,8 @@ THINK_PROMPT = ("Think step by step about which option is correct. Do not state 
                 "answer yet.")
 ANSWER_PROMPT = "Answer with the letter of the correct option only."
 
-# Validation failures that mean the endpoint misbehaved (INFRA), not that the model answered.
-_PROTOCOL_FAILURES = frozenset({"response is not a JSON object", "response carries an error",
-                                "empty choices", "malformed choice", "choice has no message"})
 DEFAULT_MAX_RESPONSE_BYTES = 8 << 20
 """A chat completion is kilobytes; a body past this cap is abandoned (INFRA)."""
-
-
-def protocol_failure(resp: Any) -> str | None:
-    """Why ``resp`` is not a chat completion at all (INFRA, never cached), or None: the
-    model answered, maybe unusably (filtered, empty, unparseable), and that answer is cached
-    like any other so a re-run replays the same outcome."""
-    why = validate_response(resp)
-    return why if why in _PROTOCOL_FAILURES else None
 
 
 def _reject_constant(name: str) -> Any:
@@ -439,7 +430,7 @@ class LLMAgent:
             steps.append({"step": step, "source": source, "content": _content(resp),
                           "tokens": used})
             why = validate_response(resp)
-            if why in _PROTOCOL_FAILURES:
+            if why in PROTOCOL_FAILURES:
                 return self._result(task, t0, steps, tokens, infra=True,
                                     error=f"{step} step: {why}")
             if why is None and step == "answer" and parse_choice(_content(resp), n) is None:
