@@ -47,8 +47,8 @@ def test_gate_block_is_refused_saying_why(tmp_path):
 def test_unknown_keys_are_refused_naming_the_valid_ones(tmp_path):
     f = tmp_path / "gate.toml"
     f.write_text("concurency = 8\n")
-    with pytest.raises(ConfigError, match=r"'concurency'.*valid keys: cache_enabled, "
-                                          r"cache_prefix, concurrency"):
+    with pytest.raises(ConfigError, match=r"'concurency'.*valid keys: cache, cache_enabled, "
+                                          r"cache_prefix, cache_share, concurrency"):
         load_config(f, env={}, dotenv=None)
     f.write_text("[gate]\ne_confrim = 3\n")
     with pytest.raises(ConfigError, match=r"gate\.e_confrim.*e_confirm"):

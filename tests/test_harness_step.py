@@ -457,9 +457,10 @@ def test_seed_record_never_appears_as_a_base_arm_measurement(tmp_path):
         assert bool(r["correct"]) != seed[r["task_type"]][r["unit_id"]]
         assert r["run_id"] == arm_run_id("e1_s1", r["task_type"], "base")
         assert (r["task_type"], r["unit_id"]) in fresh
-    # No API can fill the cache from selection data: get, put (fresh results only) and key.
+    # No API can fill the cache from selection data: get, put (fresh results only), key, and
+    # the constructor from a workspace.
     public = {n for n in dir(BaselineCache) if not n.startswith("_")}
-    assert public == {"get", "put", "key"}
+    assert public == {"get", "put", "key", "for_workspace"}
 
 
 def test_baseline_cache_refuses_cand_infra_and_cached_results(tmp_path):

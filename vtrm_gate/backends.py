@@ -35,7 +35,7 @@ from typing import Any
 
 import httpx
 
-from .cache import CacheStats, ResponseCache, environment, mask_url
+from .cache import CacheStats, ResponseCache, cache_namespace, environment, mask_url
 from .harness import (
     CaseSource,
     Evolver,
@@ -177,7 +177,7 @@ def llm_backend(workspace: Workspace, *, cache: ResponseCache | None = None,
                 retry: RetryPolicy | None = None, timeout: float = 60.0,
                 rollout_units: int = ROLLOUT_UNITS, concurrency: int = 32,
                 evolver_model: str | None = None,
-                evolver_temperature: float = 0.7) -> LLMBackend:
+                evolver_temperature: float = 0.7, share: str | None = None) -> LLMBackend:
     """The backend of an ``llm`` workspace, from its agent config (``workspace.json``).
 
     ``cache`` defaults to `ResponseCache.from_env` (``REDIS_URL``, ``REDIS_CACHE_TTL``,
@@ -185,6 +185,9 @@ def llm_backend(workspace: Workspace, *, cache: ResponseCache | None = None,
     API key is ``api_key``, else ``OPENAI_API_KEY`` / ``VTRM_API_KEY`` from ``env`` (default:
     ``.env`` + the process environment); it is sent as a header and stored nowhere.
     ``concurrency`` caps the rollout's calls (the gate has its own slot pool).
+    Cached samples are salted with the workspace's id, so no other workspace reuses them;
+    ``share`` (else ``VTRM_CACHE_SHARE``) opts in to sharing them with every workspace using
+    the same name. A ``cache`` passed with a namespace of its own keeps it.
     """
     if workspace.config.kind != "llm":
         raise WorkspaceError(f"workspace.json: {workspace.root} is not an llm workspace "
@@ -192,6 +195,9 @@ def llm_backend(workspace: Workspace, *, cache: ResponseCache | None = None,
     e = environment(env)
     if cache is None:
         cache = ResponseCache.from_env(e, workspace=workspace.root)
+    if not cache.namespace:
+        cache.namespace = cache_namespace(workspace.workspace_id,
+                                          share or e.get("VTRM_CACHE_SHARE") or None)
     if api_key is None:
         api_key = e.get("OPENAI_API_KEY") or e.get("VTRM_API_KEY") or ""
     a = dict(workspace.config.agent)

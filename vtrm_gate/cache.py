@@ -99,10 +99,17 @@ def _normalise_base_url(url: str) -> str:
     return urlunsplit((p.scheme.lower(), host, p.path.rstrip("/"), p.query, ""))
 
 
-def salt_for_run(run_id: str) -> str:
-    """The cache salt of a run: its run id itself. Arm run ids name the step, so a new
-    step's base arm never reuses the samples of an earlier run; a re-run step reuses its own."""
-    return run_id
+def salt_for_run(run_id: str, namespace: str = "") -> str:
+    """The cache salt of a run: the cache's namespace (see `cache_namespace`), then the run
+    id. Arm run ids name the step, so a new step's base arm never reuses the samples of an
+    earlier run; a re-run step reuses its own; another workspace never reuses them."""
+    return f"{namespace}/{run_id}" if namespace else run_id
+
+
+def cache_namespace(workspace_id: str, share: str | None = None) -> str:
+    """The salt namespace of a workspace: its own id, or ``share`` when the user opted in to
+    sharing cached samples with every workspace configured with the same name."""
+    return f"share:{share}" if share else f"ws:{workspace_id}"
 
 
 KEY_COMPONENTS = ("schema", "model", "base_url", "messages", "params", "tools",
@@ -305,14 +312,16 @@ class _LeaderCancelled(Exception):
 class ResponseCache:
     """The LLM response cache. ``url=None`` starts the workspace's embedded Redis on first use.
 
-    One instance serves any number of runs; counters are kept per run id (the salt). Bound
+    One instance serves any number of runs; counters are kept per run id. ``namespace``
+    (the workspace's, see `cache_namespace`) goes into every salt made by `salt`. Bound
     lazily to the running event loop: a new loop (a new ``asyncio.run``) gets a new client.
     """
 
     def __init__(self, url: str | None = None, *, ttl: int = DEFAULT_TTL,
                  prefix: str = DEFAULT_PREFIX, enabled: bool = True,
                  workspace: str | os.PathLike[str] | None = None,
-                 socket_timeout: float = 0.5, retry_interval: float = 1.0) -> None:
+                 socket_timeout: float = 0.5, retry_interval: float = 1.0,
+                 namespace: str = "") -> None:
         if url is not None:
             check_redis_url(url)
         if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl <= 0:
@@ -326,6 +335,7 @@ class ResponseCache:
                              "retry_interval >= 0")
         self._url = url
         self.ttl, self.prefix, self.enabled = ttl, prefix, enabled
+        self.namespace = namespace
         self.workspace = Path(workspace) if workspace is not None else None
         self.socket_timeout, self.retry_interval = socket_timeout, retry_interval
         self._redis: aredis.Redis | None = None
@@ -347,6 +357,10 @@ class ResponseCache:
         kwargs.setdefault("prefix", e.get("VTRM_CACHE_PREFIX") or DEFAULT_PREFIX)
         return cls(e.get("REDIS_URL") or None, ttl=parse_ttl(e.get("REDIS_CACHE_TTL")),
                    enabled=cache_enabled(e.get("VTRM_CACHE")), **kwargs)
+
+    def salt(self, run_id: str) -> str:
+        """The key salt of a run in this cache's namespace."""
+        return salt_for_run(run_id, self.namespace)
 
     @property
     def url(self) -> str | None:
@@ -616,10 +630,11 @@ class _InfraResult(Exception):
 class CachedInfer:
     """An ``infer`` whose answers go through the response cache, keyed like an LLM call.
 
-    The key is (model, base URL, ``prompt(task)`` messages, salt = ``task.run_id``), so a
-    re-run of the same arm run replays its answers and a new run never reuses them. A hit
-    costs no call and no tokens and is graded with ``grade(task, answer)`` (no answer is a
-    wrong answer, cached and replayed like any other); INFRA results are never cached.
+    The key is (model, base URL, ``prompt(task)`` messages, salt = the cache's namespace and
+    ``task.run_id``), so a re-run of the same arm run replays its answers and a new run never
+    reuses them. A hit costs no call and no tokens and is graded with ``grade(task, answer)``
+    (no answer is a wrong answer, cached and replayed like any other); INFRA results are
+    never cached.
     ``calls`` and ``tokens`` count the fresh (paid) calls.
     """
 
@@ -633,7 +648,8 @@ class CachedInfer:
     tokens: int = 0
 
     async def __call__(self, task: UnitTask) -> UnitResult:
-        parts = KeyParts(self.model, self.base_url, tuple(self.prompt(task)), salt=task.run_id)
+        parts = KeyParts(self.model, self.base_url, tuple(self.prompt(task)),
+                         salt=self.cache.salt(task.run_id))
         fresh: list[UnitResult] = []
 
         async def call() -> Response:

@@ -219,7 +219,8 @@ def _run_llm_step(ws: Any, epoch: int, step: int, args: argparse.Namespace,
                           enabled=cfg.cache_enabled, workspace=ws.root)
     concurrency = args.concurrency or cfg.concurrency
     backend = llm_backend(ws, cache=cache, api_key=_api_key(env),
-                          on_event=_agent_printer(args.json), concurrency=concurrency)
+                          on_event=_agent_printer(args.json), concurrency=concurrency,
+                          share=cfg.cache_share)
 
     async def go() -> Any:
         try:

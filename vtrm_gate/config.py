@@ -31,7 +31,10 @@ ENV_KEYS = {
     "REDIS_CACHE_TTL": "redis_cache_ttl",
     "VTRM_CACHE_PREFIX": "cache_prefix",
     "VTRM_CACHE": "cache_enabled",
+    "VTRM_CACHE_SHARE": "cache_share",
 }
+# Keys of the ``[cache]`` table and the Config fields they set.
+CACHE_TABLE = {"share": "cache_share"}
 
 
 class ConfigError(ValueError):
@@ -49,6 +52,9 @@ class Config:
     redis_cache_ttl: int = DEFAULT_TTL
     cache_prefix: str = "llm_cache"
     cache_enabled: bool = True
+    cache_share: str | None = None
+    """``[cache] share = "name"`` (or ``VTRM_CACHE_SHARE``): share cached LLM samples with
+    every workspace configured with the same name (default: each workspace's are its own)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int) \
@@ -62,6 +68,11 @@ class Config:
                 or any(c in self.cache_prefix for c in "*?[] "):
             raise ConfigError(f"cache_prefix must be a non-empty string without glob "
                               f"characters or spaces, got {self.cache_prefix!r}")
+        if self.cache_share is not None and (not isinstance(self.cache_share, str)
+                                             or not self.cache_share.strip()
+                                             or any(c.isspace() for c in self.cache_share)):
+            raise ConfigError(f"cache.share must be a non-empty name without spaces, "
+                              f"got {self.cache_share!r}")
         if self.redis_url is not None:
             try:
                 check_redis_url(self.redis_url)
@@ -72,7 +83,7 @@ class Config:
         return (f"Config(concurrency={self.concurrency}, gate={self.gate}, guard={self.guard}, "
                 f"redis_url={self._masked_url!r}, "
                 f"redis_cache_ttl={self.redis_cache_ttl}, cache_prefix={self.cache_prefix!r}, "
-                f"cache_enabled={self.cache_enabled})")
+                f"cache_enabled={self.cache_enabled}, cache_share={self.cache_share!r})")
 
     @property
     def _masked_url(self) -> str | None:
@@ -88,6 +99,7 @@ class Config:
             "redis_cache_ttl": self.redis_cache_ttl,
             "cache_prefix": self.cache_prefix,
             "cache_enabled": self.cache_enabled,
+            "cache_share": self.cache_share,
         }
 
 
@@ -95,6 +107,7 @@ def _valid_keys() -> dict[str, set[str] | None]:
     top: dict[str, set[str] | None] = {f.name: None for f in fields(Config)}
     top["gate"] = {f.name for f in fields(GateParams)}
     top["guard"] = {f.name for f in fields(GuardParams)}
+    top["cache"] = set(CACHE_TABLE)  # [cache] share = "name" sets cache_share
     return top
 
 
@@ -147,6 +160,14 @@ def config_from_mapping(data: Mapping[str, Any]) -> Config:
         if key not in valid:
             _refuse_unknown(key, set(valid), "")
         sub = valid[key]
+        if key == "cache":
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"cache must be a table of {', '.join(sorted(sub or ()))}")
+            for k, v in value.items():
+                if k not in CACHE_TABLE:
+                    _refuse_unknown(k, set(CACHE_TABLE), "cache.")
+                kwargs[CACHE_TABLE[k]] = v
+            continue
         if sub is not None:
             if isinstance(value, GateParams | GuardParams):
                 kwargs[key] = value

@@ -34,7 +34,6 @@ from .cache import (
     Validator,
     environment,
     protocol_failure,
-    salt_for_run,
     scrub_credentials,
     validate_response,
 )
@@ -398,7 +397,7 @@ class LLMAgent:
 
         if self.cache is None:
             return await call(), "uncached"
-        parts = KeyParts.from_request(body, self.base_url, salt_for_run(task.run_id))
+        parts = KeyParts.from_request(body, self.base_url, self.cache.salt(task.run_id))
         res = await self.cache.get_or_call(parts, call, validate=validate, run_id=task.run_id)
         return res.response, res.source
 
@@ -582,7 +581,8 @@ class LLMEvolver:
             if self.agent.cache is None:
                 resp = await call()
             else:
-                parts = KeyParts.from_request(body, self.agent.base_url, salt_for_run(run_id))
+                parts = KeyParts.from_request(body, self.agent.base_url,
+                                              self.agent.cache.salt(run_id))
                 resp = (await self.agent.cache.get_or_call(parts, call,
                                                            validate=protocol_failure,
                                                            run_id=run_id)).response

@@ -1,7 +1,8 @@
 """BaselineCache (SPEC §3–§4): reuse of *fresh* base-arm measurements, content-addressed.
 
-Key: (task_type, unit_id, baseline skill content hash, agent/model config hash). After an
-ACCEPT the baseline content changes, so the new baseline gets new keys by construction.
+Key: (task_type, unit_id, baseline skill content hash, agent/model config hash, unit content
+hash). After an ACCEPT the baseline content changes, so the new baseline gets new keys by
+construction; a unit whose question, options, media or answer changed (a relabel) is a miss.
 One upsert per entry (one SQLite transaction: atomic), INFRA results are never written.
 
 Why there is no way to pre-fill it (the v1 failure, design note §7): v1 pre-filled this
@@ -16,11 +17,17 @@ class has no bulk-load method, and `put` refuses anything that is not such a res
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..scheduler import UnitResult, UnitTask, content_hash
 from .log import HarnessLog, encode_trace
+
+if TYPE_CHECKING:
+    from .workspace import Workspace
 
 
 @dataclass(frozen=True)
@@ -31,28 +38,49 @@ class BaselineKey:
     unit_id: str
     skill_hash: str
     config_hash: str
+    unit_hash: str = ""
+
+    @property
+    def stored_config(self) -> str:
+        """The ``config_hash`` column: the agent config hash, then ``:unit hash`` if any."""
+        return f"{self.config_hash}:{self.unit_hash}" if self.unit_hash else self.config_hash
 
 
 class BaselineCache:
     """`BaselineStore` backed by the ``baseline_cache`` table of the step's HarnessLog.
 
     ``config_hash`` identifies the agent/model configuration (model, sampling, agent code
-    version...): a different agent never reuses another's measurements.
+    version...): a different agent never reuses another's measurements. ``unit_hash(task)``
+    is the hash of the unit's content (question, options, media, answer): a changed unit
+    misses. `for_workspace` wires both from a workspace.
     """
 
-    def __init__(self, log: HarnessLog, config_hash: str):
+    def __init__(self, log: HarnessLog, config_hash: str,
+                 unit_hash: Callable[[UnitTask], str] | None = None):
         if not isinstance(config_hash, str) or not config_hash:
             raise ValueError(f"config_hash must be a non-empty string, got {config_hash!r}")
         self.log = log
         self.config_hash = config_hash
+        self.unit_hash = unit_hash
         self.hits = 0
         self.misses = 0
         self.writes = 0
 
+    @classmethod
+    def for_workspace(cls, ws: Workspace) -> BaselineCache:
+        """The workspace's BaselineCache: its log, its agent hash, and (``llm`` workspaces)
+        the content hash of each unit's record in units.jsonl. A simulated world's units are
+        fixed by its config, which the agent hash already covers."""
+        hashes = {u: content_hash(json.dumps(dataclasses.asdict(rec), sort_keys=True))
+                  for u, rec in ws.units.items()}
+        return cls(ws.log, ws.config.agent_hash,
+                   (lambda task: hashes.get(task.unit_id, "")) if hashes else None)
+
     def key(self, task: UnitTask) -> BaselineKey:
         """The entry's key; the skill hash is recomputed when the task does not carry one."""
         return BaselineKey(task.task_type, task.unit_id,
-                           task.skill_hash or content_hash(task.skill), self.config_hash)
+                           task.skill_hash or content_hash(task.skill), self.config_hash,
+                           self.unit_hash(task) if self.unit_hash is not None else "")
 
     async def get(self, task: UnitTask) -> UnitResult | None:
         """The stored fresh base-arm result for this content, or None (a miss)."""
@@ -62,7 +90,7 @@ class BaselineCache:
         rows = self.log.query(
             "SELECT correct, prediction, trace FROM baseline_cache WHERE "
             "task_type = ? AND unit_id = ? AND skill_hash = ? AND config_hash = ?",
-            (k.task_type, k.unit_id, k.skill_hash, k.config_hash))
+            (k.task_type, k.unit_id, k.skill_hash, k.stored_config))
         if not rows:
             self.misses += 1
             return None
@@ -84,10 +112,11 @@ class BaselineCache:
             return
         k = self.key(task)
         self.log.upsert("baseline_cache", [(
-            k.task_type, k.unit_id, k.skill_hash, k.config_hash, int(bool(result.correct)),
+            k.task_type, k.unit_id, k.skill_hash, k.stored_config, int(bool(result.correct)),
             result.prediction, int(result.tokens), float(result.latency_s),
             encode_trace(result.trace), task.run_id)])
         self.writes += 1
 
     def __len__(self) -> int:
-        return self.log.count("baseline_cache", "config_hash = ?", (self.config_hash,))
+        return self.log.count("baseline_cache", "config_hash = ? OR config_hash LIKE ?",
+                              (self.config_hash, f"{self.config_hash}:%"))

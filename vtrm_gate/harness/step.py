@@ -471,7 +471,7 @@ async def _run_step(ws: Workspace, epoch: int, step: int, *, infer: Infer, evolv
     if plans:
         try:
             gate = await run_gate(plans, infer, params, concurrency,
-                                  baseline=BaselineCache(ws.log, ws.config.agent_hash),
+                                  baseline=BaselineCache.for_workspace(ws),
                                   sink=sink, subscribers=subscribers, guard=guard)
         except InfraGuardError as exc:
             part = exc.partial
@@ -651,7 +651,7 @@ async def _settle(ws: Workspace, epoch: int, infer: Infer, concurrency: int) -> 
     srid = f"e{epoch}_probation"
     log.clear_step(epoch, PROBATION_STEP, srid)
     entries = {t: p for t, p in sorted(state.probation.items()) if p.epoch <= epoch}
-    cache = BaselineCache(log, ws.config.agent_hash)
+    cache = BaselineCache.for_workspace(ws)
     slots = asyncio.Semaphore(concurrency)
 
     async def one(task: UnitTask) -> UnitResult:

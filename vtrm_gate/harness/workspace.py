@@ -24,6 +24,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,6 +137,8 @@ class WorkspaceConfig:
 
     ``agent`` identifies the agent/model configuration; its hash keys the BaselineCache.
     ``targets`` optionally maps a type to a skill file other than ``skills/<slug>.md``.
+    ``workspace_id`` (random, created at ``init``) salts the LLM response cache, so two
+    workspaces on one Redis never share samples unless they opt in (``cache.share``).
     """
 
     kind: str = "custom"
@@ -148,6 +151,7 @@ class WorkspaceConfig:
     targets: Mapping[str, str] = field(default_factory=dict)
     sim: Mapping[str, Any] | None = None
     format: int = FORMAT
+    workspace_id: str = ""
 
     def __post_init__(self) -> None:
         def bad(name: str, allowed: str, value: object) -> None:
@@ -175,6 +179,9 @@ class WorkspaceConfig:
             bad("sim", "an object of SimConfig fields for a simulated workspace", self.sim)
         if self.kind == "llm":
             _check_llm_agent(self.agent)
+        if not isinstance(self.workspace_id, str) or any(c.isspace() or c == "/"
+                                                         for c in self.workspace_id):
+            bad("workspace_id", "a string without spaces or slashes", self.workspace_id)
 
     def as_json(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -478,6 +485,16 @@ class Workspace:
         """An ``llm`` workspace's units (``units.jsonl``) by unit id; empty otherwise."""
         self._log: HarnessLog | None = None
 
+    @property
+    def workspace_id(self) -> str:
+        """This workspace's identity (the response-cache salt's namespace): workspace.json's
+        ``workspace_id``; a workspace created before ids existed gets one derived from its
+        absolute path (stable, nothing written; moving it starts a fresh cache namespace)."""
+        if self.config.workspace_id:
+            return self.config.workspace_id
+        path = str(self.root.resolve())
+        return "path-" + hashlib.sha256(path.encode()).hexdigest()[:24]
+
     def __repr__(self) -> str:
         return f"Workspace({str(self.root)!r}, types={len(self.pool)})"
 
@@ -662,6 +679,8 @@ class Workspace:
             raise WorkspaceError(f"{root}: exists and is not an empty directory; refusing to "
                                  f"overwrite")
         config = config or WorkspaceConfig()
+        if not config.workspace_id:  # a new workspace is a new identity
+            config = dataclasses.replace(config, workspace_id=uuid.uuid4().hex)
         pool_j = {t: list(us) for t, us in pool.items()}
         try:
             valid_pool = _validate_pool(pool_j)

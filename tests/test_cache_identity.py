@@ -1,0 +1,184 @@
+"""What a cached outcome is keyed by: the workspace (its id in the response-cache salt, with
+sharing as an explicit opt-in) and the unit's content (in the BaselineCache key), so a new
+workspace draws fresh samples and a relabelled unit is a miss."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vtrm_gate.backends import llm_backend
+from vtrm_gate.cache import ResponseCache
+from vtrm_gate.config import ConfigError, load_config
+from vtrm_gate.harness import BaselineCache, Workspace, run_step
+from vtrm_gate.llm import RetryPolicy
+from vtrm_gate.scheduler import UnitResult, UnitTask, content_hash
+from vtrm_gate.testing.chat import ChatServer
+from vtrm_gate.testing.redis import RedisTarget
+
+FAST = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.02, max_total_s=5.0)
+LONG = "the longest option, by a clear margin"
+
+
+def unit(i: int, answer: str = "B", question: str | None = None,
+         task_type: str = "OCR Problems") -> dict[str, Any]:
+    options = ["a cat", LONG, "a bird"]
+    return {"unit_id": f"u{i:02d}", "task_type": task_type,
+            "question": question or f"Question {i}: what happens in the clip?",
+            "options": options, "answer": answer}
+
+
+def write_units(path: Path, units: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(u) + "\n" for u in units))
+    return path
+
+
+def make_ws(root: Path, server: ChatServer, n: int = 10) -> Workspace:
+    src = write_units(root.parent / f"{root.name}-units.jsonl", [unit(i) for i in range(n)])
+    return Workspace.init_llm(root, src, base_url=server.url, model="test-model", seed=1)
+
+
+# ---- the workspace id in the response-cache salt --------------------------------------
+
+
+def answer_all(ws: Workspace, target: RedisTarget, share: str | None = None,
+               run_id: str = "e1_s1_gate_ocr-problems_base") -> list[UnitResult]:
+    """Every unit of ``ws`` answered once through a fresh backend on the test's Redis prefix;
+    also one evolver proposal (temperature 0.7: it must draw fresh samples per workspace)."""
+    cache = ResponseCache(target.url, prefix=target.prefix)
+    backend = llm_backend(ws, cache=cache, api_key="k", env={}, retry=FAST, share=share)
+    skill = ws.skill_text("OCR Problems")
+
+    async def go() -> list[UnitResult]:
+        try:
+            out = [await backend.infer(UnitTask("OCR Problems", u, "base", r, run_id, skill))
+                   for r, u in enumerate(ws.pool["OCR Problems"])]
+            await backend.evolver.evolve("OCR Problems", skill, [], 1, 1)
+            return out
+        finally:
+            await backend.aclose()
+
+    return asyncio.run(go())
+
+
+def test_two_workspaces_on_one_redis_never_share_samples_by_default(
+        tmp_path: Path, chat_server: ChatServer, redis_target: RedisTarget) -> None:
+    a, b = make_ws(tmp_path / "a", chat_server), make_ws(tmp_path / "b", chat_server)
+    assert a.workspace_id != b.workspace_id and len(a.workspace_id) >= 16
+    answer_all(a, redis_target)
+    n = len(chat_server.requests)
+    assert n == 10 * 2 + 8 * 2 + 1  # think + answer per unit; rollout; one evolver call
+    results = answer_all(b, redis_target)
+    assert len(chat_server.requests) == 2 * n  # no cross hits: b drew its own samples
+    assert not any(r.cached for r in results)
+    answer_all(a, redis_target)  # a's own re-run still replays from Redis
+    assert len(chat_server.requests) == 2 * n
+
+
+def test_sharing_across_workspaces_is_an_explicit_opt_in(
+        tmp_path: Path, chat_server: ChatServer, redis_target: RedisTarget) -> None:
+    a, b = make_ws(tmp_path / "a", chat_server), make_ws(tmp_path / "b", chat_server)
+    answer_all(a, redis_target, share="team")
+    n = len(chat_server.requests)
+    assert all(r.cached for r in answer_all(b, redis_target, share="team"))
+    assert len(chat_server.requests) == n  # same share name: every call a hit
+    answer_all(b, redis_target, share="other")
+    assert len(chat_server.requests) == 2 * n  # another name is another cache
+    answer_all(b, redis_target)
+    assert len(chat_server.requests) == 3 * n  # and b's own namespace is a third
+
+
+def test_cache_share_is_read_from_the_config_file_and_the_environment(tmp_path: Path) -> None:
+    toml = tmp_path / "vtrm.toml"
+    toml.write_text('[cache]\nshare = "team"\n')
+    assert load_config(toml, env={}, dotenv=None).cache_share == "team"
+    assert load_config(None, env={"VTRM_CACHE_SHARE": "lab"}, dotenv=None).cache_share == "lab"
+    assert load_config(None, env={}, dotenv=None).cache_share is None
+    toml.write_text('[cache]\nshared = "team"\n')
+    with pytest.raises(ConfigError, match=r"cache\.shared.*valid keys: share"):
+        load_config(toml, env={}, dotenv=None)
+    toml.write_text('[cache]\nshare = ""\n')
+    with pytest.raises(ConfigError, match=r"cache\.share must be a non-empty"):
+        load_config(toml, env={}, dotenv=None)
+
+
+def test_a_workspace_without_an_id_gets_a_stable_one_and_nothing_is_written(
+        tmp_path: Path, chat_server: ChatServer) -> None:
+    ids = []
+    for name in ("old1", "old2"):
+        ws = make_ws(tmp_path / name, chat_server)
+        ws.close()
+        cfg = json.loads((ws.root / "workspace.json").read_text())
+        del cfg["workspace_id"]  # as written before workspace ids existed
+        (ws.root / "workspace.json").write_text(json.dumps(cfg))
+        before = (ws.root / "workspace.json").read_bytes()
+        first, again = Workspace.open(ws.root), Workspace.open(ws.root)
+        assert first.workspace_id == again.workspace_id != ""
+        assert (ws.root / "workspace.json").read_bytes() == before
+        ids.append(first.workspace_id)
+        first.close()
+        again.close()
+    assert ids[0] != ids[1]
+
+
+# ---- unit content in the BaselineCache key --------------------------------------------
+
+
+def test_baseline_cache_misses_when_a_units_content_changes(
+        tmp_path: Path, chat_server: ChatServer) -> None:
+    ws = make_ws(tmp_path / "ws", chat_server)
+    skill = ws.skill_text("OCR Problems")
+    task = UnitTask("OCR Problems", "u03", "base", 0, "e1_s1_gate_ocr-problems_base", skill,
+                    content_hash(skill))
+    asyncio.run(BaselineCache.for_workspace(ws).put(
+        task, UnitResult(correct=True, prediction="B")))
+    ws.close()
+
+    def lookup(**change: Any) -> UnitResult | None:
+        units = [unit(i, **(change if i == 3 else {})) for i in range(10)]
+        write_units(tmp_path / "ws" / "units.jsonl", units)
+        with Workspace.open(tmp_path / "ws") as w:
+            return asyncio.run(BaselineCache.for_workspace(w).get(task))
+
+    assert lookup() is not None  # unchanged: a hit
+    assert lookup(answer="C") is None  # relabelled
+    assert lookup(question="Another question?") is None
+    assert lookup() is not None
+
+
+def test_a_relabelled_unit_is_measured_again_on_a_rerun(
+        tmp_path: Path, chat_server: ChatServer, redis_target: RedisTarget) -> None:
+    # The agent answers "A" (plain skill). Every label is B first, so every base answer is
+    # wrong; then u00..u04 are relabelled A, and the re-run must grade them right.
+    ws = make_ws(tmp_path / "ws", chat_server)
+
+    def step() -> None:
+        cache = ResponseCache(redis_target.url, prefix=redis_target.prefix)
+        with Workspace.open(tmp_path / "ws") as w:
+            backend = llm_backend(w, cache=cache, api_key="k", env={}, retry=FAST)
+
+            async def go() -> None:
+                try:
+                    await run_step(w, 1, 1, infer=backend.infer, evolver=backend.evolver,
+                                   cases={"OCR Problems": ["u09"]}, concurrency=64,
+                                   force=True)
+                finally:
+                    await backend.aclose()
+
+            asyncio.run(go())
+
+    ws.close()
+    step()
+    write_units(tmp_path / "ws" / "units.jsonl",
+                [unit(i, answer="A" if i < 5 else "B") for i in range(10)])
+    step()
+    with Workspace.open(tmp_path / "ws") as w:
+        rows = w.log.query("SELECT unit_id, correct, prediction FROM predictions WHERE "
+                           "run_id LIKE '%_base'")
+        answers = {u: r.answer for u, r in w.units.items()}
+    assert rows and all(bool(c) == (p == answers[u]) for u, c, p in rows), rows
+    assert {u for u, c, _ in rows if c} >= {"u00", "u01"}
