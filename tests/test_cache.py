@@ -425,6 +425,51 @@ def test_outage_mid_run_then_recovery(fresh_redis_server: RedisServer,
     assert len(warnings_of(caplog, "resumed")) == 1
 
 
+def test_a_flapping_server_warns_once_per_outage_and_once_when_it_ends(
+        fresh_redis_server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+    server = fresh_redis_server
+    cache = ResponseCache(server.url, retry_interval=0.02)
+    call = Counting()
+
+    async def calls(tag: str, n: int) -> list[str]:
+        return [(await cache.get_or_call(parts(f"{tag}{i}"), call)).source for i in range(n)]
+
+    async def go() -> list[str]:
+        seen = await calls("a", 2)
+        server.kill()
+        seen += await calls("b", 3)  # the outage begins: one warning
+        for flip in range(3):  # back for one call, gone again: still the same outage
+            server.start()
+            await asyncio.sleep(0.03)
+            seen += await calls(f"c{flip}", 1)
+            server.kill()
+            await asyncio.sleep(0.03)
+            seen += await calls(f"d{flip}", 2)
+        server.start()
+        await asyncio.sleep(0.03)
+        seen += await calls("e", 4)  # steadily back: the outage ends, one warning
+        return seen
+
+    with caplog.at_level(logging.WARNING, "vtrm_gate.cache"):
+        seen = asyncio.run(go())
+    assert len(warnings_of(caplog, "unavailable")) == 1
+    assert len(warnings_of(caplog, "resumed")) == 1
+    assert call.calls == len(seen) == 2 + 3 + 3 * 3 + 4  # every call answered, once
+    st_ = cache.stats()
+    assert st_.requests == st_.misses + st_.bypassed == call.calls  # every request counted
+    assert st_.bypassed >= 3 + 3 * 2
+
+
+def test_the_step_summary_counts_bypassed_calls_as_requests() -> None:
+    from vtrm_gate.cli import _cache_lines
+
+    st_ = CacheStats(hits=2, misses=8, bypassed=56, errors=3)
+    assert st_.requests == 64 and st_.as_dict()["requests"] == 64
+    info = {"url": "unix:///x.sock", "prefix": "llm_cache", "enabled": True,
+            "runs": {"e1_s1_gate_ocr_base": st_.as_dict()}}
+    assert "64 requests" in _cache_lines(info) and "56 uncached" in _cache_lines(info)
+
+
 def test_a_stopped_and_restarted_server_keeps_serving_hits(
         fresh_redis_server: RedisServer) -> None:
     cache = ResponseCache(fresh_redis_server.url, retry_interval=0.0)

@@ -59,6 +59,9 @@ VOLATILE_REQUEST_FIELDS = frozenset({"request_id", "user", "metadata", "store", 
 _NOT_IN_KEY = frozenset({"model", "messages", "tools", "response_format"}) \
     | VOLATILE_REQUEST_FIELDS
 
+RECOVERY_OPS = 3
+"""Redis operations in a row that must succeed before an outage is declared over."""
+
 log = logging.getLogger("vtrm_gate.cache")
 
 Response = dict[str, Any]
@@ -274,6 +277,12 @@ class CacheStats:
         return self.hits + self.misses + self.coalesced + self.bypassed
 
     @property
+    def requests(self) -> int:
+        """Calls that went to the backend: misses, and calls made uncached (cache off or
+        Redis down). A call's retries are not counted here (see `LLMAgent.http_requests`)."""
+        return self.misses + self.bypassed
+
+    @property
     def hit_rate(self) -> float:
         """Share of all calls served without a request (0.0 when there were none)."""
         return (self.hits + self.coalesced) / self.calls if self.calls else 0.0
@@ -281,6 +290,7 @@ class CacheStats:
     def as_dict(self) -> dict[str, float]:
         d: dict[str, float] = {f.name: getattr(self, f.name) for f in fields(self)}
         d["calls"] = self.calls
+        d["requests"] = self.requests
         d["hit_rate"] = self.hit_rate
         return d
 
@@ -344,6 +354,8 @@ class ResponseCache:
         self._inflight_loop: asyncio.AbstractEventLoop | None = None
         self._counters: dict[str, _Counters] = {}
         self._down = False
+        self._era = 0  # bumped when an outage begins or ends
+        self._ok_streak = 0  # operations in a row that succeeded during an outage
         self._next_probe = 0.0
         self._server: Any = None
         self._start_lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
@@ -433,7 +445,14 @@ class ResponseCache:
         return self._down and time.monotonic() < self._next_probe
 
     async def _op(self, run: str, fn: Callable[[aredis.Redis], Awaitable[Any]]) -> tuple[bool, Any]:
-        """Run one Redis operation; on failure count it, warn once per outage, return False."""
+        """Run one Redis operation; on failure count it and return False.
+
+        One warning when an outage begins and one when it ends. An outage ends after
+        `RECOVERY_OPS` operations in a row succeed (a server flapping up and down is one
+        outage), and an operation begun before the latest change of state (slow, in flight
+        across it) neither begins nor ends one.
+        """
+        era = self._era
         try:
             client = await self._client()
             out = await fn(client)
@@ -442,16 +461,19 @@ class ResponseCache:
         except (TimeoutError, RedisError, OSError, RuntimeError) as exc:
             self._c(run).errors += 1
             self._next_probe = time.monotonic() + self.retry_interval
-            if not self._down:
-                self._down = True
+            self._ok_streak = 0
+            if not self._down and era == self._era:
+                self._down, self._era = True, self._era + 1
                 log.warning("Redis cache at %s is unavailable (%s); LLM calls go uncached "
                             "until it is back", self.masked_url,
                             scrub(f"{type(exc).__name__}: {exc}", self._url))
             return False, None
-        if self._down:
-            self._down = False
-            log.warning("Redis cache at %s is reachable again; caching resumed",
-                        self.masked_url)
+        if self._down and era == self._era:
+            self._ok_streak += 1
+            if self._ok_streak >= RECOVERY_OPS:
+                self._down, self._era, self._ok_streak = False, self._era + 1, 0
+                log.warning("Redis cache at %s is reachable again; caching resumed",
+                            self.masked_url)
         return True, out
 
     async def ping(self) -> bool:

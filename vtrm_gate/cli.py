@@ -235,6 +235,7 @@ def _run_llm_step(ws: Any, epoch: int, step: int, args: argparse.Namespace,
 
     res = run_sync(go())
     info = {"url": cache.masked_url, "prefix": cache.prefix, "enabled": cache.enabled,
+            "http_requests": backend.agent.http_requests,
             "runs": {r: cache.stats(r).as_dict() for r in sorted(cache.runs())}}
     return res, info
 
@@ -245,10 +246,14 @@ def _cache_lines(info: dict[str, Any]) -> str:
              + ("" if info["enabled"] else ", disabled") + "):"]
     for run, st in info["runs"].items():
         served = st["hits"] + st["coalesced"]
+        uncached = f", {st['bypassed']} uncached" if st["bypassed"] else ""
         lines.append(f"  {run:<44} hit rate {st['hit_rate']:6.1%}  ({served}/{st['calls']} "
-                     f"calls served, {st['misses']} requests, {st['errors']} errors)")
+                     f"calls served, {st['requests']} requests{uncached}, "
+                     f"{st['errors']} errors)")
     if not info["runs"]:
         lines.append("  (no LLM calls)")
+    if "http_requests" in info:
+        lines.append(f"  {info['http_requests']} HTTP requests sent in all (retries included)")
     return "\n".join(lines)
 
 
