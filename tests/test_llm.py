@@ -373,6 +373,80 @@ def test_run_gate_end_to_end_and_a_rerun_hits_the_cache(chat_server: ChatServer,
     assert cache.stats("step4_gate_ocr_base").hits == 0
 
 
+def crash_then_rerun(chat_server: ChatServer, cache: ResponseCache,
+                     crash_at: int) -> dict[str, set[tuple[str, str]] | int]:
+    """A gate (4 slots, 16 calls, one request each) killed when its ``crash_at``-th request
+    is sent, then re-run on the same cache. Which calls completed, were in flight at the
+    crash, never started; which calls the re-run sent to the endpoint."""
+    started: set[tuple[str, str]] = set()
+    done: set[tuple[str, str]] = set()
+    sent: list[tuple[str, str]] = []
+    chat_server.inject(*[Fault(sleep=0.05)] * 64)  # calls overlap: some are in flight
+
+    async def first() -> None:
+        gate: asyncio.Task[GateResult] | None = None
+        requests = [0]
+
+        def crash(ev: AgentEvent) -> None:
+            requests[0] += ev.kind == "request"
+            if ev.kind == "request" and requests[0] == crash_at and gate is not None:
+                gate.cancel()  # as a kill: nothing in flight finishes or is cached
+
+        a = agent(chat_server, cache, think=False, on_event=crash)
+
+        async def tracked(task: UnitTask) -> Any:
+            started.add((task.run_id, task.unit_id))
+            res = await a.infer(task)
+            done.add((task.run_id, task.unit_id))
+            return res
+
+        gate = asyncio.ensure_future(run_gate(gate_plans("crash"), tracked, concurrency=4))
+        try:
+            await gate
+        except (asyncio.CancelledError, Exception):  # cancelled (or aborted): the crash
+            pass
+        finally:
+            await a.aclose()
+
+    started2: set[tuple[str, str]] = set()
+
+    async def rerun() -> GateResult:
+        a = agent(chat_server, cache, think=False,
+                  on_event=lambda ev: ev.kind == "request" and sent.append((ev.run_id,
+                                                                           ev.unit_id)))
+
+        async def tracked(task: UnitTask) -> Any:
+            started2.add((task.run_id, task.unit_id))
+            return await a.infer(task)
+
+        try:
+            return await run_gate(gate_plans("crash"), tracked, concurrency=4)
+        finally:
+            await a.aclose()
+
+    asyncio.run(first())
+    n_first = len(chat_server.requests)
+    asyncio.run(rerun())
+    return {"completed": done, "in_flight": started - done, "started": started,
+            "rerun_started": started2, "rerun_sent": set(sent), "rerun_requests": len(sent),
+            "first_requests": n_first}
+
+
+@pytest.mark.parametrize("crash_at", [5, 8])
+def test_a_rerun_costs_the_calls_in_flight_at_the_crash_plus_the_work_never_started(
+        chat_server: ChatServer, redis_target: RedisTarget, crash_at: int) -> None:
+    cache = ResponseCache(redis_target.url, prefix=redis_target.prefix)
+    m = crash_then_rerun(chat_server, cache, crash_at)
+    # 4 slots: a 5th request is only sent after a call completed; the call that sent it is
+    # in flight when the crash comes
+    assert m["in_flight"] and m["completed"] and m["first_requests"] >= 4
+    assert not m["rerun_sent"] & m["completed"]  # nothing completed is asked again
+    never_started = m["rerun_started"] - m["started"]
+    needed_in_flight = m["in_flight"] & m["rerun_started"]  # a frozen type may not need all
+    assert m["rerun_sent"] == needed_in_flight | never_started
+    assert m["rerun_requests"] == len(needed_in_flight) + len(never_started)
+
+
 def test_redis_outage_mid_step_then_recovery(chat_server: ChatServer,
                                             fresh_redis_server: RedisServer,
                                             caplog: pytest.LogCaptureFixture) -> None:
