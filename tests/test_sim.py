@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import time
 
 import pytest
 
@@ -218,13 +217,10 @@ def test_error_cases_are_wrong_rollout_units_and_sometimes_empty():
     assert seen_empty
 
 
-def test_gate_on_a_twelve_type_world_takes_seconds_of_wall_time_and_hours_of_loop_time():
+def test_gate_on_a_twelve_type_world_takes_hours_of_loop_time():
     world = SimWorld(SimConfig(seed=0))
     plans = gate_plans(world)
-    t0 = time.perf_counter()
     result = run_virtual(run_gate(plans, world.infer, GateParams(), 32))
-    wall = time.perf_counter() - t0
-    assert wall < 10
     assert result.wall_time_s > 3600  # loop clock: simulated seconds
     assert result.peak_in_flight == 32
     for plan in plans:
@@ -235,9 +231,7 @@ def test_gate_on_a_twelve_type_world_takes_seconds_of_wall_time_and_hours_of_loo
 def test_scaled_real_time_gives_the_same_decisions():
     fast = SimWorld(SimConfig(seed=3, pool_sizes=SMALL, time_scale=1e-6, infra_rate=0.0))
     plans = gate_plans(fast)
-    t0 = time.perf_counter()
     result = asyncio.run(run_gate(plans, fast.infer, GateParams(), 8))
-    assert time.perf_counter() - t0 < 5
     for plan in plans:
         assert result.outcomes[plan.task_type].same_decision(replay_prefix(_pairs(fast, plan)))
 
