@@ -36,7 +36,7 @@ from vtrm_gate.testing.redis import RedisTarget
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = "sk-test-DO-NOT-LEAK-4b1d"
-FAST = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.02, max_total_s=2.0)
+FAST = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.02, max_total_s=10.0)
 LONG = "the longest option, by a clear margin"
 
 # type -> (pool size, position of the right answer for unit i)

@@ -20,7 +20,7 @@ from vtrm_gate.scheduler import UnitResult, UnitTask, content_hash
 from vtrm_gate.testing.chat import ChatServer
 from vtrm_gate.testing.redis import RedisTarget
 
-FAST = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.02, max_total_s=5.0)
+FAST = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.02, max_total_s=10.0)
 LONG = "the longest option, by a clear margin"
 
 

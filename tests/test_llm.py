@@ -33,7 +33,7 @@ UNITS = {f"u{i}": MCQ(f"Question {i}: what happens in the clip?",
                       ("a cat", "a dog running across the whole field", "a bird"),
                       "B" if i % 4 else "A")
          for i in range(8)}
-FAST = RetryPolicy(max_attempts=4, base_delay_s=0.01, max_delay_s=0.05, max_total_s=5.0)
+FAST = RetryPolicy(max_attempts=4, base_delay_s=0.01, max_delay_s=0.05, max_total_s=10.0)
 
 
 def task(unit: str = "u1", run_id: str = "s1_gate_ocr_base", skill: str = "strategy: longest",
@@ -210,7 +210,7 @@ def test_exhausted_retries_are_infra_and_never_cached(chat_server: ChatServer,
 def test_total_retry_time_is_capped(chat_server: ChatServer) -> None:
     events: list[AgentEvent] = []
     chat_server.inject(Fault(status=503, retry_after="30"))
-    [res] = infer(agent(chat_server, retry=RetryPolicy(max_total_s=1.0),
+    [res] = infer(agent(chat_server, retry=RetryPolicy(max_total_s=5.0),
                         on_event=events.append), task())
     assert res.infra and "gave up after 1 attempt(s)" in (res.error or "")
     assert len(chat_server.requests) == 1
@@ -571,6 +571,13 @@ def test_a_huge_chunked_body_is_aborted_at_the_size_cap(chat_server: ChatServer)
     assert chat_server.client_left.wait(10)
     assert chat_server.body_bytes_sent < 64 << 20  # the server was stopped, far from 600 MB
     assert len(chat_server.requests) == 1  # too large is not retried
+
+
+def test_the_deadline_and_the_size_cap_are_validated() -> None:
+    with pytest.raises(ValueError, match="max_total_s"):
+        RetryPolicy(max_total_s=0)
+    with pytest.raises(ValueError, match="max_response_bytes"):
+        LLMAgent(UNITS, base_url="http://127.0.0.1:9/v1", model="m", max_response_bytes=0)
 
 
 def test_a_declared_content_length_over_the_cap_is_refused_before_reading(

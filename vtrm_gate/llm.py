@@ -124,8 +124,11 @@ class RetryPolicy:
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
             raise ValueError(f"RetryPolicy.max_attempts must be >= 1, got {self.max_attempts}")
-        if self.base_delay_s < 0 or self.max_delay_s < 0 or self.max_total_s < 0:
+        if self.base_delay_s < 0 or self.max_delay_s < 0:
             raise ValueError("RetryPolicy delays must be >= 0")
+        if not self.max_total_s > 0:  # also refuses NaN
+            raise ValueError(f"RetryPolicy.max_total_s (the call's deadline) must be > 0 "
+                             f"seconds, got {self.max_total_s}")
         if not 0 <= self.jitter <= 1:
             raise ValueError(f"RetryPolicy.jitter must be in [0, 1], got {self.jitter}")
 
