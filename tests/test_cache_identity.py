@@ -1,11 +1,13 @@
 """What a cached outcome is keyed by: the workspace (its id in the response-cache salt, with
 sharing as an explicit opt-in) and the unit's content (in the BaselineCache key), so a new
-workspace draws fresh samples and a relabelled unit is a miss."""
+workspace draws fresh samples and a relabelled unit is a miss; and nothing stored or logged
+holds the API key, even when a server echoes it."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ from vtrm_gate.config import ConfigError, load_config
 from vtrm_gate.harness import BaselineCache, Workspace, run_step
 from vtrm_gate.llm import RetryPolicy
 from vtrm_gate.scheduler import UnitResult, UnitTask, content_hash
-from vtrm_gate.testing.chat import ChatServer
+from vtrm_gate.testing.chat import ChatServer, Fault
 from vtrm_gate.testing.redis import RedisTarget
 
 FAST = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.02, max_total_s=10.0)
@@ -182,3 +184,37 @@ def test_a_relabelled_unit_is_measured_again_on_a_rerun(
         answers = {u: r.answer for u, r in w.units.items()}
     assert rows and all(bool(c) == (p == answers[u]) for u, c, p in rows), rows
     assert {u for u, c, _ in rows if c} >= {"u00", "u01"}
+
+
+# ---- nothing stored holds the API key -------------------------------------------------
+
+
+def test_an_echoed_api_key_never_reaches_the_log_rows_or_the_workspace(
+        tmp_path: Path, chat_server: ChatServer, redis_target: RedisTarget,
+        caplog: pytest.LogCaptureFixture) -> None:
+    secret = "sk-live-4f9a0c1e7b2d3a5f6e8c"
+    ws = make_ws(tmp_path / "ws", chat_server)
+    cache = ResponseCache(redis_target.url, prefix=redis_target.prefix)
+    errors: list[str] = []
+    backend = llm_backend(ws, cache=cache, api_key=secret, env={}, retry=FAST,
+                          on_event=lambda ev: ev.error and errors.append(ev.error))
+    # every agent call refused (the evolver still proposes): the gate's calls are all INFRA
+    chat_server.inject(*[Fault(status=401, echo_auth=True, step="think")] * 200)
+
+    async def go() -> None:
+        try:
+            await run_step(ws, 1, 1, infer=backend.infer, evolver=backend.evolver,
+                           cases={"OCR Problems": ["u09"]}, concurrency=8)
+        finally:
+            await backend.aclose()
+
+    with caplog.at_level(logging.DEBUG), pytest.raises(Exception, match="INFRA"):
+        asyncio.run(go())
+    rows = ws.log.query("SELECT error FROM predictions WHERE error IS NOT NULL")
+    ws.close()
+    assert rows and all("HTTP 401" in e and "invalid credentials" in e for (e,) in rows)
+    assert errors and chat_server.auth[-1] == f"Bearer {secret}"
+    for text in [*(e for (e,) in rows), *errors, caplog.text]:
+        assert secret not in text and "Bearer sk-" not in text
+    for p in (tmp_path / "ws").rglob("*"):
+        assert not p.is_file() or secret.encode() not in p.read_bytes(), p
