@@ -77,8 +77,8 @@ def scrub_credentials(text: str, secrets: Iterable[str | None] = ()) -> str:
     """``text`` with every ``secrets`` value (raw or percent-encoded), every credential
     header's value (Authorization, api-key, x-api-key) and every Bearer/Basic token replaced
     by ``***``: apply to any error text before it is logged, stored or raised."""
-    for lit in sorted({x for s in secrets if s for x in (s, quote(s, safe=""))}, key=len,
-                    reverse=True):
+    literals = {x for s in secrets if s for x in (s, quote(s, safe=""))}
+    for lit in sorted(literals, key=len, reverse=True):
         text = text.replace(lit, "***")
     text = _CREDENTIAL_FIELD.sub(
         lambda m: f"{m[1]}{m[2]}{m[3] + ' ' if m[3] else ''}***", text)
