@@ -302,7 +302,7 @@ class LLMAgent:
             raise LLMInfraError(f"HTTP {r.status_code} response larger than "
                                 f"max_response_bytes={cap} (Content-Length {declared})")
         chunks, n = [], 0
-        async for chunk in r.aiter_raw():
+        async for chunk in r.aiter_bytes():  # decoded: the cap also stops a gzip bomb
             n += len(chunk)
             if n > cap:
                 raise LLMInfraError(f"HTTP {r.status_code} response larger than "
