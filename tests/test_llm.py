@@ -573,6 +573,12 @@ def test_a_huge_chunked_body_is_aborted_at_the_size_cap(chat_server: ChatServer)
     assert len(chat_server.requests) == 1  # too large is not retried
 
 
+def test_a_gzip_encoded_completion_is_decoded_under_the_cap(chat_server: ChatServer) -> None:
+    chat_server.inject(Fault(gzip=True))
+    [res] = infer(agent(chat_server, think=False), task())
+    assert res.correct and not res.infra and len(chat_server.requests) == 1
+
+
 def test_the_deadline_and_the_size_cap_are_validated() -> None:
     with pytest.raises(ValueError, match="max_total_s"):
         RetryPolicy(max_total_s=0)

@@ -4,6 +4,7 @@ backend tests, in process and against the ``vtrm-gate`` command run as a subproc
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import threading
@@ -41,6 +42,7 @@ class Fault:
     echo_auth: bool = False  # the error body repeats the request's credential headers
     trickle_s: float = 0.0  # send a 200's body one byte every trickle_s seconds
     chunked_bytes: int = 0  # send a 200 with a chunked body of this many bytes
+    gzip: bool = False  # answer normally, gzip-encoded (Content-Encoding: gzip)
 
 
 class ChatServer:
@@ -180,6 +182,9 @@ class ChatServer:
                 return self.stream(h, fault)
             if fault.body is not None:
                 return self.reply_raw(h, 200, fault.body.encode())
+            if fault.gzip:
+                data = gzip.compress(json.dumps(self.answer(body, step)).encode())
+                return self.reply_raw(h, 200, data, {"Content-Encoding": "gzip"})
         return self.reply(h, 200, self.answer(body, step))
 
     def evolution(self, body: dict[str, Any]) -> str:
