@@ -552,13 +552,14 @@ def test_scrub_credentials_removes_header_values_and_the_key(text: str) -> None:
 
 def test_a_trickled_body_hits_the_call_deadline_and_the_connection_is_closed(
         chat_server: ChatServer) -> None:
-    # Every read gets a byte well within the 5 s read timeout: only the deadline ends it.
-    chat_server.inject(*[Fault(trickle_s=0.2)] * 4)
+    # 1 byte/s: every read gets a byte within the 5 s read timeout, only the deadline ends it
+    chat_server.inject(*[Fault(trickle_s=1.0)] * 4)
     policy = RetryPolicy(max_attempts=4, base_delay_s=0.01, max_total_s=1.0)
     [res] = infer(agent(chat_server, think=False, timeout=5.0, retry=policy), task())
     assert res.infra and "deadline of 1s" in (res.error or "")
     assert chat_server.client_left.wait(10)  # the server saw the connection closed
     assert len(chat_server.requests) == 1  # the deadline covers the attempt and every retry
+    assert chat_server.body_bytes_sent < 10  # abandoned near the deadline, not read on
 
 
 def test_a_huge_chunked_body_is_aborted_at_the_size_cap(chat_server: ChatServer) -> None:
