@@ -5,9 +5,11 @@ references included), sampling params, tools, response_format, schema version, s
 top-level request bookkeeping (``request_id``, ``user``, ``metadata``...) is left out, never a
 field by name at any depth. The salt is the workspace's namespace plus the run id, so a
 fresh base-arm run never replays the samples of the run that selected its units. Only
-valid responses are written (``SET ... EX ttl``, atomic); a malformed value is a miss and is
-overwritten. If Redis is down, calls go uncached with one warning per outage and an error
-counter, and caching resumes by itself when Redis is back.
+responses that pass the caller's validator are written (``SET ... EX ttl``, atomic; the
+agent's accepts any chat completion, an unusable answer included, so a re-run replays it),
+never one the encoder cannot store; a malformed value is a miss and is overwritten. If Redis
+is down, calls go uncached and counted, with one warning when the outage begins and one when
+it ends, and caching resumes by itself when Redis is back.
 
 Also here: TTL renewal (`renew_ttl`, SCAN + one round trip per batch, never KEYS) and
 `cache_stats` for the ``vtrm-gate cache`` commands.

@@ -74,7 +74,7 @@ class ChatServer:
         self.client_left = threading.Event()
         """Set when a trickled or chunked body could not be written: the client closed."""
         self._held = threading.Condition(self.lock)
-        self._hold_n = 0
+        self._hold_n, self._hold_timeout = 0, 0.0
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
