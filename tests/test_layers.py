@@ -1,6 +1,6 @@
 """Layering (STYLE.md): each layer imports only from the layers before it.
 
-stats -> ladder -> scheduler -> harness, cache/llm -> sim, backends, faces -> cli.
+stats -> ladder, dispatch -> scheduler -> harness, cache/llm -> sim, backends, faces -> cli.
 A module-level or function-level import of a later layer is an upward dependency.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parents[1] / "vtrm_gate"
 
 LAYER = {
-    "_env": 0, "stats": 0, "ladder": 1, "scheduler": 2, "_sync": 2, "config": 3,
+    "_env": 0, "stats": 0, "ladder": 1, "dispatch": 1, "scheduler": 2, "_sync": 2, "config": 3,
     "harness": 4, "cache": 5, "redis_server": 5, "llm": 5, "cli_cache": 5,
     "sim": 6, "montecarlo": 6, "frames": 6, "figures": 7, "backends": 8, "live": 8,
     "cli": 9, "testing": 9, "__init__": 10, "__main__": 10,

@@ -17,6 +17,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
               "operating_characteristics", "replay_arrival", "replay_arrival_batch",
               "replay_blocks", "replay_blocks_batch", "replay_prefix", "replay_prefix_batch"),
     "ladder": ("LadderEntry", "build_ladder"),
+    "dispatch": ("DispatchPolicy", "NeedAware", "RoundRobin"),
     "scheduler": ("BaselineStore", "EventStream", "GateAborted", "GateEvent", "GateFinished",
                   "GateHandle", "GateResult", "GateStarted", "GuardParams", "InfraGuardError",
                   "PrefixAdvanced", "ResultSink", "TaskFinished", "TaskStarted",
@@ -52,6 +53,7 @@ def run_gate_sync(*args: Any, **kwargs: Any) -> Any:
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
     from .config import Config, ConfigError, load_config  # noqa: F401
+    from .dispatch import DispatchPolicy, NeedAware, RoundRobin  # noqa: F401
     from .ladder import LadderEntry, build_ladder  # noqa: F401
     from .scheduler import (  # noqa: F401
         BaselineStore,

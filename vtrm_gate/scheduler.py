@@ -14,11 +14,11 @@ import hashlib
 import inspect
 import re
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from .dispatch import DispatchName, DispatchPolicy, dispatch_order, resolve_dispatch
 from .ladder import check_unit_ids
 from .stats import Action, DecisionRule, GateParams, GateState, SequentialTest, TypeOutcome
 
@@ -198,7 +198,7 @@ class TaskStarted(GateEvent):
 class TaskFinished(GateEvent):
     task: UnitTask
     result: UnitResult
-    status: Literal["pending", "discarded", "cache_hit"]
+    status: Literal["pending", "discarded", "cache_hit", "cancelled"]
 
 
 @dataclass(frozen=True)
@@ -403,19 +403,11 @@ def _validate(plans: Sequence[TypePlan], concurrency: int) -> None:
         targets[p.target] = p.task_type
 
 
-def _emission(runs: list[_TypeRun]) -> Iterator[tuple[_TypeRun, int, Arm]]:
-    """Lazy fair order: round-robin over types (sorted by name), one unit per turn,
-    base then cand adjacent; inside a type, ladder order."""
-    turn = deque(r for r in runs if r.n)
-    cursor = {id(r): 0 for r in runs}
-    while turn:
-        r = turn.popleft()
-        if r.frozen:
-            continue
-        i = cursor[id(r)]
-        cursor[id(r)] = i + 1
-        if i + 1 < r.n:
-            turn.append(r)
+def _emission(runs: list[_TypeRun], policy: DispatchPolicy
+              ) -> Iterator[tuple[_TypeRun, int, Arm]]:
+    """Lazy order: the policy picks the type (round-robin by default, types sorted by
+    name), one unit per pick, base then cand adjacent; inside a type, ladder order."""
+    for r, i in dispatch_order(runs, policy):
         yield r, i, "base"
         yield r, i, "cand"
 
@@ -424,8 +416,12 @@ class _Gate:
     def __init__(self, plans: Sequence[TypePlan], infer: Infer, params: GateParams,
                  concurrency: int, baseline: BaselineStore | None, sink: ResultSink | None,
                  subscribers: Iterable[Subscriber], rule: DecisionRule | None,
-                 guard: GuardParams):
+                 guard: GuardParams, dispatch: DispatchPolicy,
+                 cancel_after_freeze: bool = False):
         self.infer, self.params, self.concurrency = infer, params, concurrency
+        self.dispatch, self.cancel_after_freeze = dispatch, cancel_after_freeze
+        # in-flight calls cancelled because their type froze (cancel_after_freeze)
+        self.freeze_cancelled: set[asyncio.Future[None]] = set()
         self.baseline, self.sink, self.guard = baseline, sink, guard
         self.runs = [_TypeRun(p, params, rule) for p in sorted(plans, key=lambda p: p.task_type)]
         self.by_type = {r.plan.task_type: r for r in self.runs}
@@ -465,7 +461,7 @@ class _Gate:
             for r in self.runs:
                 if r.n == 0:
                     await self._decided(r)
-            jobs = _emission(self.runs)
+            jobs = _emission(self.runs, self.dispatch)
             exhausted = False
             while True:
                 # Everything that has arrived is consumed before a free slot is refilled.
@@ -519,17 +515,28 @@ class _Gate:
 
     def _forget(self, fut: asyncio.Future[None]) -> None:
         task = self.in_flight.pop(fut, None)
+        if task is not None and fut in self.freeze_cancelled and fut.cancelled():
+            # the slot frees once the call has really stopped; wake the coordinator
+            self.done.put_nowait((task, None))
+            return
         if task is not None and not fut.cancelled() and fut.exception() is not None:
             # a BaseException escaped infer (not an Exception: those are INFRA); re-raise it
             # in the coordinator instead of waiting forever for a result that never comes
             self.fatal = fut.exception()
             self.done.put_nowait((task, UnitResult(infra=True, error=repr(self.fatal))))
 
-    async def _finish(self, task: UnitTask, res: UnitResult, cache_hit: bool = False) -> None:
+    async def _finish(self, task: UnitTask, res: UnitResult | None,
+                      cache_hit: bool = False) -> None:
         if self.fatal is not None:
             raise self.fatal
         run = self.by_type[task.task_type]
         c = run.counters
+        if res is None:  # cancelled after its type froze (cancel_after_freeze)
+            self.n_in_flight -= 1
+            c.cancelled_in_flight += 1
+            self.bus.publish(TaskFinished(self.now(), task, UnitResult(
+                error="cancelled after freeze"), "cancelled"))
+            return
         rank = task.ladder_rank
         if not cache_hit:
             self.n_in_flight -= 1
@@ -581,6 +588,10 @@ class _Gate:
                 await self._decided(run)
 
     async def _decided(self, run: _TypeRun) -> None:
+        if self.cancel_after_freeze:
+            for fut, task in list(self.in_flight.items()):
+                if task.task_type == run.plan.task_type and fut.cancel():
+                    self.freeze_cancelled.add(fut)
         outcome = run.test.outcome()
         if self.sink is not None:
             await self.sink.on_decided(run.plan.task_type, outcome)
@@ -594,11 +605,14 @@ class _Gate:
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
         for t, task in pending.items():
-            if t.cancelled():
+            if t.cancelled() and t not in self.freeze_cancelled:  # those: counted below
                 self.by_type[task.task_type].counters.cancelled_in_flight += 1
         try:
             while not self.done.empty():
                 task, res = self.done.get_nowait()
+                if res is None:  # cancelled after its type froze
+                    self.by_type[task.task_type].counters.cancelled_in_flight += 1
+                    continue
                 _count_completion(self.by_type[task.task_type].counters, res)
                 if self.sink is not None:
                     await asyncio.shield(self.sink.on_result(task, res, False))
@@ -633,17 +647,23 @@ async def run_gate(plans: Sequence[TypePlan], infer: Infer, params: GateParams |
                    concurrency: int = 32, *, baseline: BaselineStore | None = None,
                    sink: ResultSink | None = None, subscribers: Iterable[Subscriber] = (),
                    rule: DecisionRule | None = None,
-                   guard: GuardParams | None = None) -> GateResult:
+                   guard: GuardParams | None = None,
+                   dispatch: DispatchName | DispatchPolicy = "round_robin",
+                   cancel_after_freeze: bool = False) -> GateResult:
     """Run the continuous concurrent gate over ``plans`` and return every type's outcome.
 
-    Decisions equal `replay_prefix` on the same outcomes whatever the completion order.
+    Decisions equal `replay_prefix` on the same outcomes whatever the completion order and
+    whichever ``dispatch`` policy picks the next type (`vtrm_gate.dispatch`). With
+    ``cancel_after_freeze`` a frozen type's in-flight calls are cancelled (counted as
+    ``cancelled_in_flight``) instead of finishing.
     Raises `InfraGuardError` (with ``.partial``) if a type's INFRA ratio trips the guard,
     and `RuntimeError` before any inference if two types share one target skill file.
     """
     plans = list(plans)
     _validate(plans, concurrency)
     gate = _Gate(plans, infer, params or GateParams(), concurrency, baseline, sink,
-                 subscribers, rule, guard or GuardParams())
+                 subscribers, rule, guard or GuardParams(), resolve_dispatch(dispatch),
+                 cancel_after_freeze)
     return await gate.run()
 
 
@@ -693,6 +713,7 @@ def launch(plans: Sequence[TypePlan], infer: Infer, params: GateParams | None = 
     subs = list(kwargs.pop("subscribers", ()))
     plans = list(plans)
     _validate(plans, concurrency)  # bad input fails here, not later in the background
+    kwargs["dispatch"] = resolve_dispatch(kwargs.get("dispatch", "round_robin"))
     handle = GateHandle(task=None)  # type: ignore[arg-type]
     coro = run_gate(plans, infer, params, concurrency, subscribers=[handle._record, *subs],
                     **kwargs)
