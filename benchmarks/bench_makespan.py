@@ -6,29 +6,44 @@ arm then candidate arm, decisions only at block ends; (2) the continuous gate
 (`run_gate`, 32 slots); (3) the lower bound: inference time actually needed / 32.
 Targets (issue 3): continuous within 1.10x of the lower bound, >= 5x faster than the old.
 
-Run: ``python -m benchmarks.bench_makespan [--quick]``.
+Dispatch policies (issue 10), ``--worlds all``: in four worlds, >= 30 seeds each, every
+policy's makespan against the needed-work bound and against a clairvoyant schedule (the same
+world dispatched by a policy that knows each type's stop rank in advance), and the calls
+started past the stop.
+
+Run: ``python -m benchmarks.bench_makespan [--quick] [--worlds all|12x8,12x32,...]
+[--seeds N]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import hashlib
+import math
 import os
 import platform
 import statistics
 import sys
 import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Any
 
-from vtrm_gate.scheduler import GuardParams
+from vtrm_gate.dispatch import DispatchPolicy, Lane, NeedAware, Priority, RoundRobin
+from vtrm_gate.scheduler import GuardParams, TypePlan, UnitResult, UnitTask, run_gate
 from vtrm_gate.sim import (
+    DEFAULT_POOL_SIZES,
     SimConfig,
     SimWorld,
     block_serial_schedule,
     continuous_schedule,
     gate_plans,
     no_early_stop,
+    run_virtual,
 )
-from vtrm_gate.stats import Action, GateParams
+from vtrm_gate.stats import Action, GateParams, replay_prefix
 
 CONCURRENCY = 32
 BLOCK = 8
@@ -195,8 +210,230 @@ def main(quick: bool = False) -> list[dict[str, Any]]:
     return rows
 
 
+# ---- dispatch policies vs the clairvoyant schedule (issue 10) -----------------------------
+
+
+@dataclass(frozen=True)
+class World:
+    """A benchmark world: how many types, slots, and how heavy the latency tail is."""
+
+    label: str
+    n_types: int
+    slots: int
+    tail_sigma: float = 0.0
+    """Extra mean-preserving lognormal spread on every call's latency (0: the simulator's)."""
+
+    def config(self, seed: int) -> SimConfig:
+        sizes = list(DEFAULT_POOL_SIZES.items())
+        pools = (dict(sizes) if self.n_types == len(sizes) else
+                 {f"Type {i:02d}": sizes[i % len(sizes)][1] for i in range(self.n_types)})
+        return SimConfig(seed=seed, pool_sizes=pools, no_change_rate=0.0,
+                         mean_latency_s=120.0, infra_rate=INFRA_RATE, time_scale=1.0)
+
+
+WORLDS: dict[str, World] = {
+    "12x8": World("12 types, 8 slots", 12, 8),
+    "12x32": World("12 types, 32 slots", 12, 32),
+    "50x32": World("50 types, heavier tails, 32 slots", 50, 32, 0.6),
+    "50x256": World("50 types, heavier tails, 256 slots", 50, 256, 0.6),
+}
+# The guard is not what is measured here; it never trips (INFRA units are still excluded).
+NO_GUARD = GuardParams(min_calls=10**9)
+MEDIAN_TARGET, WORST_TARGET = 1.02, 1.05
+
+
+@dataclass(frozen=True)
+class Clairvoyant:
+    """The reference: knows each type's stop (units needed), starts nothing past it, and
+    gives the next slot to the type with the most needed units left (ties round-robin)."""
+
+    needed: Mapping[str, int]
+
+    def max_wait(self, n_lanes: int) -> int | None:
+        return None
+
+    def priority(self, lane: Lane, rank: int) -> Priority | None:
+        left = self.needed[lane.task_type] - rank
+        return (float(left),) if left > 0 else None
+
+
+POLICIES: dict[str, tuple[str, bool]] = {
+    # name -> (dispatch, cancel_after_freeze)
+    "round_robin": ("round_robin", False),
+    "round_robin+cancel": ("round_robin", True),
+    "need_aware": ("need_aware", False),
+    "need_aware+cancel": ("need_aware", True),
+}
+
+
+def _tail(sigma: float, task: UnitTask, seed: int) -> float:
+    if sigma == 0.0:
+        return 1.0
+    h = hashlib.sha256(repr((seed, task.unit_id, task.run_id, task.arm, "tail")).encode())
+    u = (int.from_bytes(h.digest()[:8], "big") + 0.5) / 2**64
+    return math.exp(sigma * NormalDist().inv_cdf(u) - sigma**2 / 2)
+
+
+def world_calls(world: World, seed: int, params: GateParams
+                ) -> tuple[list[TypePlan], dict[tuple[str, int, str], UnitResult], dict[str, int]]:
+    """The seed's plans, every ladder call's result (latency included), and each type's
+    needed units (its `replay_prefix` stop), shared by every policy run on this seed."""
+    sim = SimWorld(world.config(seed))
+    plans = gate_plans(sim, epoch=1, step=1, n_max=params.n_max)
+    calls: dict[tuple[str, int, str], UnitResult] = {}
+    needed: dict[str, int] = {}
+    for p in plans:
+        pairs = []
+        for rank in range(len(p.units)):
+            arms = []
+            for arm in ("base", "cand"):
+                task = p.task(rank, arm)  # type: ignore[arg-type]
+                res = sim.outcome(task)
+                res = UnitResult(res.correct, res.infra, False, res.prediction,
+                                 res.latency_s * _tail(world.tail_sigma, task, seed), res.tokens)
+                calls[(p.task_type, rank, arm)] = res
+                arms.append(res)
+            b, c = arms
+            pairs.append(None if b.infra or c.infra else (b.correct, c.correct))
+        out = replay_prefix(pairs, params)
+        needed[p.task_type] = 0 if out.stop_rank is None else out.stop_rank + 1
+    return plans, calls, needed
+
+
+def schedule(plans: Sequence[TypePlan], calls: Mapping[tuple[str, int, str], UnitResult],
+             needed: Mapping[str, int], params: GateParams, slots: int,
+             dispatch: str | DispatchPolicy, cancel: bool) -> dict[str, Any]:
+    """One gate run on the virtual clock: makespan, busy slot time, calls past the stop, the
+    longest wait of a type with units left (in units dispatched to others)."""
+    busy = [0.0]
+    order: list[str] = []
+
+    async def infer(task: UnitTask) -> UnitResult:
+        res = calls[(task.task_type, task.ladder_rank, task.arm)]
+        if task.arm == "base":
+            order.append(task.task_type)
+        loop = asyncio.get_running_loop()
+        t = loop.time()
+        try:
+            await asyncio.sleep(res.latency_s)
+        finally:  # a cancelled call holds its slot only until it is cancelled
+            busy[0] += loop.time() - t
+        return res
+
+    started: list[UnitTask] = []
+    gate = run_virtual(run_gate(plans, infer, params, slots, guard=NO_GUARD,
+                                dispatch=dispatch, cancel_after_freeze=cancel,
+                                subscribers=[lambda ev: started.append(ev.task)
+                                             if hasattr(ev, "in_flight") else None]))
+    past = sum(t.ladder_rank >= needed[t.task_type] for t in started)
+    last: dict[str, int] = {}
+    max_wait = 0
+    for i, t in enumerate(order):
+        max_wait = max(max_wait, i - last.get(t, 0))
+        last[t] = i + 1
+    return {"makespan_s": gate.wall_time_s, "busy_s": busy[0], "calls": len(started),
+            "calls_past_stop": past, "cancelled": gate.total("cancelled_in_flight"),
+            "max_wait": max_wait, "outcomes": gate.outcomes}
+
+
+def _pct(xs: Sequence[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, math.ceil(q * len(xs)) - 1)]
+
+
+def compare_policies(world: World, seeds: Sequence[int], params: GateParams | None = None,
+                     policies: Mapping[str, tuple[str, bool]] = POLICIES
+                     ) -> dict[str, list[dict[str, Any]]]:
+    """Per policy (and the clairvoyant reference), one row per seed of ``world``."""
+    params = params or GateParams()
+    rows: dict[str, list[dict[str, Any]]] = {name: [] for name in ("clairvoyant", *policies)}
+    for seed in seeds:
+        plans, calls, needed = world_calls(world, seed, params)
+        needed_busy = sum(r.latency_s for (t, rank, _), r in calls.items() if rank < needed[t])
+        bound = needed_busy / world.slots
+        ref = schedule(plans, calls, needed, params, world.slots, Clairvoyant(needed), False)
+        runs = {"clairvoyant": ref}
+        for name, (dispatch, cancel) in policies.items():
+            policy = NeedAware() if dispatch == "need_aware" else RoundRobin()
+            runs[name] = schedule(plans, calls, needed, params, world.slots, policy, cancel)
+        for name, r in runs.items():
+            decisions = {t: o.action for t, o in r["outcomes"].items()}
+            same = decisions == {t: o.action for t, o in ref["outcomes"].items()}
+            rows[name].append({
+                "seed": seed, "vs_bound": r["makespan_s"] / bound,
+                "vs_clairvoyant": r["makespan_s"] / ref["makespan_s"],
+                "calls_past_stop": r["calls_past_stop"], "cancelled": r["cancelled"],
+                "wasted_share": (r["busy_s"] - needed_busy) / needed_busy,
+                "max_wait": r["max_wait"], "same_decisions": same,
+                "makespan_h": r["makespan_s"] / 3600})
+    return rows
+
+
+def summarise(rows: Mapping[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One line per policy: median / p90 / worst of both ratios, calls past the stop."""
+    out = []
+    for name, rs in rows.items():
+        vb = [r["vs_bound"] for r in rs]
+        vc = [r["vs_clairvoyant"] for r in rs]
+        out.append({
+            "policy": name, "seeds": len(rs),
+            "bound med": statistics.median(vb), "bound p90": _pct(vb, 0.9),
+            "bound worst": max(vb),
+            "clair med": statistics.median(vc), "clair p90": _pct(vc, 0.9),
+            "clair worst": max(vc),
+            "past stop/step": statistics.mean(r["calls_past_stop"] for r in rs),
+            "cancelled/step": statistics.mean(r["cancelled"] for r in rs),
+            "wasted busy": statistics.mean(r["wasted_share"] for r in rs),
+            "max wait": max(r["max_wait"] for r in rs),
+            "same decisions": all(r["same_decisions"] for r in rs),
+            "meets 2%/5%": (statistics.median(vc) <= MEDIAN_TARGET
+                            and max(vc) <= WORST_TARGET)})
+    return out
+
+
+def policy_main(world_names: Sequence[str], n_seeds: int = 30) -> dict[str, list[dict[str, Any]]]:
+    """Print one table per world; return the summaries by world name."""
+    print(f"machine: {os.cpu_count()} CPUs, {platform.platform()}, "
+          f"Python {platform.python_version()}")
+    print(f"{n_seeds} seeds per world; makespan / needed-work bound (inference the decisions "
+          f"needed / slots) and / the clairvoyant schedule (knows every stop; most needed "
+          f"units left first). Targets for the default policy vs clairvoyant: median <= "
+          f"{MEDIAN_TARGET}, worst <= {WORST_TARGET}.")
+    out = {}
+    for name in world_names:
+        world = WORLDS[name]
+        t0 = time.perf_counter()
+        summary = summarise(compare_policies(world, range(n_seeds)))
+        _print_summary(f"{name}: {world.label} ({time.perf_counter() - t0:.0f} s)", summary)
+        out[name] = summary
+    print("\n- past stop/step: calls started beyond a type's stop (mean per step); "
+          "cancelled/step: of those, cancelled in flight (cancel_after_freeze); wasted busy: "
+          "slot time beyond the needed work, as a share of it; max wait: the most units "
+          "dispatched to other types between two units of one type that still had units "
+          "left (need_aware's bound is max_wait + K - 1 = 3K - 1).")
+    return out
+
+
+def _print_summary(title: str, summary: Sequence[dict[str, Any]]) -> None:
+    from benchmarks._common import print_table
+
+    print_table(title, [{k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in r.items()}
+                        for r in summary])
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one seed instead of ten")
-    main(ap.parse_args().quick)
+    ap.add_argument("--worlds", help=f"compare dispatch policies in these worlds: all or a "
+                                     f"comma list of {', '.join(WORLDS)}")
+    ap.add_argument("--seeds", type=int, default=30, help="seeds per world (default 30)")
+    args = ap.parse_args()
+    if args.worlds:
+        names = list(WORLDS) if args.worlds == "all" else args.worlds.split(",")
+        unknown = [n for n in names if n not in WORLDS]
+        if unknown:
+            ap.error(f"unknown world(s) {unknown}; choose from all, {', '.join(WORLDS)}")
+        policy_main(names, args.seeds)
+    else:
+        main(args.quick)
     sys.exit(0)

@@ -47,6 +47,7 @@ class FakeLane:
     """A lane as `dispatch_order` sees it, with no test progress (prefix stays 0)."""
 
     n: int
+    task_type: str = "T"
     frozen: bool = False
     prefix: int = 0
     test: SequentialTest = field(init=False)

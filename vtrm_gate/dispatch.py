@@ -23,6 +23,9 @@ class Lane(Protocol):
     """What a policy sees of one type: ladder size, its sequential test, prefix, freeze."""
 
     @property
+    def task_type(self) -> str: ...
+
+    @property
     def n(self) -> int: ...
 
     @property

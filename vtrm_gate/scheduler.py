@@ -384,6 +384,10 @@ class _TypeRun:
     def frozen(self) -> bool:
         return self.test.decided
 
+    @property
+    def task_type(self) -> str:
+        return self.plan.task_type
+
 
 def _validate(plans: Sequence[TypePlan], concurrency: int) -> None:
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
