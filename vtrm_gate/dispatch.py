@@ -40,7 +40,8 @@ class Lane(Protocol):
 
 class DispatchPolicy(Protocol):
     """Scores the unit at ``rank`` of ``lane`` (higher dispatches first, ties round-robin);
-    None means never start this lane's remaining units."""
+    None means never start this lane's remaining units. A score may depend only on the
+    lane's state (its prefix and test) and ``rank``: it is reused until either moves."""
 
     def max_wait(self, n_lanes: int) -> int | None: ...
 
@@ -55,7 +56,8 @@ def dispatch_order(lanes: Sequence[LaneT], policy: DispatchPolicy) -> Iterator[t
 
     Inside a lane units go in ladder order. A lane whose wait (units dispatched since its
     last one) reaches ``max_wait`` goes first (the longest wait first, ties round-robin), so
-    no lane with units left waits more than ``max_wait + K - 1`` dispatches.
+    no lane with units left waits more than ``max_wait + K - 1`` dispatches. A lane's
+    priority is asked again only when its prefix or its next rank has moved.
     """
     k_all = len(lanes)
     cursor = [0] * k_all
@@ -64,6 +66,7 @@ def dispatch_order(lanes: Sequence[LaneT], policy: DispatchPolicy) -> Iterator[t
     max_wait = policy.max_wait(sum(not d for d in dead))
     count = 0
     turn = 0  # round-robin position: the lane after the one served last
+    scored: list[tuple[int, int, Priority | None] | None] = [None] * k_all
     while True:
         best, best_key = -1, None
         for j in range(k_all):
@@ -78,7 +81,12 @@ def dispatch_order(lanes: Sequence[LaneT], policy: DispatchPolicy) -> Iterator[t
             if max_wait is not None and wait >= max_wait:
                 key: tuple[float, ...] = (1.0, wait)
             else:
-                prio = policy.priority(lane, cursor[k])
+                seen = scored[k]
+                if seen is not None and seen[0] == lane.prefix and seen[1] == cursor[k]:
+                    prio = seen[2]
+                else:
+                    prio = policy.priority(lane, cursor[k])
+                    scored[k] = (lane.prefix, cursor[k], prio)
                 if prio is None:
                     dead[k] = True
                     continue
@@ -157,6 +165,8 @@ class NeedAware:
         ids = (id(rule), id(params))
         entry = self._memo.get(ids)
         if entry is None or entry[0] is not rule or entry[1] is not params:
+            if len(self._memo) >= 16:  # a new rule or params per gate: keep the memo small
+                self._memo.clear()
             entry = self._memo[ids] = (rule, params, {})
         return self._survival(rule, params, entry[2], state, n_ladder, ahead)
 
@@ -180,13 +190,16 @@ class NeedAware:
         return total
 
 
+_NEED_AWARE = NeedAware()  # shared, so its memo carries over from one gate to the next
+
+
 def resolve_dispatch(dispatch: DispatchName | DispatchPolicy) -> DispatchPolicy:
     """A policy from its name (``round_robin``, ``need_aware``) or the policy itself."""
     if isinstance(dispatch, str):
         if dispatch == "round_robin":
             return RoundRobin()
         if dispatch == "need_aware":
-            return NeedAware()
+            return _NEED_AWARE
         raise ValueError(f"dispatch must be 'round_robin', 'need_aware' or a DispatchPolicy, "
                          f"got {dispatch!r}")
     if not (callable(getattr(dispatch, "priority", None))
