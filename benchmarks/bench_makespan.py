@@ -375,6 +375,7 @@ def compare_policies(world: World, seeds: Sequence[int], params: GateParams | No
             rows[name].append({
                 "seed": seed, "vs_bound": r["makespan_s"] / bound,
                 "vs_clairvoyant": r["makespan_s"] / ref["makespan_s"],
+                "vs_clairvoyant_rr": r["makespan_s"] / runs["clairvoyant_rr"]["makespan_s"],
                 "calls_past_stop": r["calls_past_stop"], "cancelled": r["cancelled"],
                 "wasted_share": (r["busy_s"] - needed_busy) / needed_busy,
                 "max_wait": r["max_wait"], "same_decisions": same,
@@ -388,12 +389,14 @@ def summarise(rows: Mapping[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
     for name, rs in rows.items():
         vb = [r["vs_bound"] for r in rs]
         vc = [r["vs_clairvoyant"] for r in rs]
+        vr = [r["vs_clairvoyant_rr"] for r in rs]
         out.append({
             "policy": name, "seeds": len(rs),
             "bound med": statistics.median(vb), "bound p90": _pct(vb, 0.9),
             "bound worst": max(vb),
             "clair med": statistics.median(vc), "clair p90": _pct(vc, 0.9),
             "clair worst": max(vc),
+            "clair_rr med": statistics.median(vr), "clair_rr worst": max(vr),
             "past stop/step": statistics.mean(r["calls_past_stop"] for r in rs),
             "cancelled/step": statistics.mean(r["cancelled"] for r in rs),
             "wasted busy": statistics.mean(r["wasted_share"] for r in rs),
