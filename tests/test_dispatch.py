@@ -16,6 +16,7 @@ from vtrm_gate import (
     Action,
     GateParams,
     GuardParams,
+    InfraGuardError,
     NeedAware,
     RoundRobin,
     TaskFinished,
@@ -316,3 +317,32 @@ def test_launch_refuses_an_unknown_dispatch_before_starting():
     with pytest.raises(ValueError, match="dispatch must be"):
         run(main())
     assert table.calls == []
+
+
+class GuardAtDecisionSink:
+    """A sink that raises the guard's error while the decision is written: the gate aborts
+    inside the freeze, and the error's ``partial`` shows the counters."""
+
+    async def on_result(self, task, result, counted):
+        pass
+
+    async def on_consumed(self, event):
+        pass
+
+    async def on_decided(self, task_type, outcome):
+        raise InfraGuardError("B", 2, 10, GuardParams())
+
+
+def test_freeze_cancelled_calls_are_counted_once_when_the_gate_aborts_right_after():
+    # A accepts at t=1 and its 4 speculative calls are asked to cancel; the gate then aborts
+    # while those cancellations are still pending: each must be counted exactly once.
+    table = _fast_stop_table()
+    with pytest.raises(InfraGuardError) as err:
+        run(run_gate(table.plans(), table, QUICK, concurrency=24, cancel_after_freeze=True,
+                     sink=GuardAtDecisionSink()))
+    assert table.in_flight == 0
+    a = err.value.partial.counters["A"]
+    long_calls = sum(t.task_type == "A" and t.ladder_rank >= 4 for t in table.calls)
+    assert long_calls == 4
+    assert a.cancelled_in_flight == long_calls
+    assert a.started == a.completed + a.cancelled_in_flight
