@@ -143,6 +143,25 @@ def test_without_max_wait_a_greedy_policy_starves_the_others():
     assert [k for k, _ in order][:6] == [0, 0, 1, 0, 0, 1]
 
 
+@dataclass(frozen=True)
+class OnlyFirstLane:
+    """Retires every lane but the first (as a clairvoyant policy retires stopped types)."""
+
+    def max_wait(self, n_lanes: int) -> int | None:
+        return 1
+
+    def priority(self, lane, rank):
+        return () if lane.n_index == 0 else None
+
+
+def test_a_retired_lane_is_never_forced_by_the_starvation_rule():
+    lanes = [FakeLane(4), FakeLane(4)]
+    for i, lane in enumerate(lanes):
+        lane.n_index = i  # type: ignore[attr-defined]
+    _, order = served_waits(lanes, OnlyFirstLane())
+    assert order == [(0, r) for r in range(4)]
+
+
 def test_need_aware_starvation_bound_holds_in_a_gate():
     rng = random.Random(7)
     outcomes = {t: [rng.choice([WIN, LOSS, TIE, TIE]) for _ in range(rng.randint(5, 30))]

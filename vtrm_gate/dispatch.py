@@ -77,20 +77,18 @@ def dispatch_order(lanes: Sequence[LaneT], policy: DispatchPolicy) -> Iterator[t
             if lane.frozen or cursor[k] >= lane.n:
                 dead[k] = True
                 continue
-            wait = count - last[k]
-            if max_wait is not None and wait >= max_wait:
-                key: tuple[float, ...] = (1.0, wait)
+            seen = scored[k]
+            if seen is not None and seen[0] == lane.prefix and seen[1] == cursor[k]:
+                prio = seen[2]
             else:
-                seen = scored[k]
-                if seen is not None and seen[0] == lane.prefix and seen[1] == cursor[k]:
-                    prio = seen[2]
-                else:
-                    prio = policy.priority(lane, cursor[k])
-                    scored[k] = (lane.prefix, cursor[k], prio)
-                if prio is None:
-                    dead[k] = True
-                    continue
-                key = (0.0, *prio)
+                prio = policy.priority(lane, cursor[k])
+                scored[k] = (lane.prefix, cursor[k], prio)
+            if prio is None:
+                dead[k] = True
+                continue
+            wait = count - last[k]
+            starving = max_wait is not None and wait >= max_wait
+            key = (1.0, wait) if starving else (0.0, *prio)
             if best_key is None or key > best_key:  # strict: ties keep round-robin order
                 best, best_key = k, key
         if best < 0:
