@@ -16,6 +16,7 @@ from typing import Literal, Protocol, TypeVar
 from .stats import Action, DecisionRule, GateParams, GateState, Pair, SequentialTest
 
 Priority = tuple[float, ...]
+_MEMO_CAP = 1_000_000  # memoised survival probabilities kept per (rule, params)
 DispatchName = Literal["round_robin", "need_aware"]
 
 
@@ -166,6 +167,8 @@ class NeedAware:
             if len(self._memo) >= 16:  # a new rule or params per gate: keep the memo small
                 self._memo.clear()
             entry = self._memo[ids] = (rule, params, {})
+        if len(entry[2]) > _MEMO_CAP:  # a long session: start over rather than grow forever
+            entry[2].clear()
         return self._survival(rule, params, entry[2], state, n_ladder, ahead)
 
     def _survival(self, rule: DecisionRule, params: GateParams,
