@@ -218,22 +218,24 @@ def _run_llm_step(ws: Any, epoch: int, step: int, args: argparse.Namespace,
     cache = ResponseCache(cfg.redis_url, ttl=cfg.redis_cache_ttl, prefix=cfg.cache_prefix,
                           enabled=cfg.cache_enabled, workspace=ws.root)
     concurrency = args.concurrency or cfg.concurrency
-    backend = llm_backend(ws, cache=cache, api_key=_api_key(env),
-                          on_event=_agent_printer(args.json), concurrency=concurrency,
-                          share=cfg.cache_share)
+    with _writer_lock(ws.root, args):  # the rollout reads the state the step will replace
+        ws.reload_state()
+        backend = llm_backend(ws, cache=cache, api_key=_api_key(env),
+                              on_event=_agent_printer(args.json), concurrency=concurrency,
+                              share=cfg.cache_share)
 
-    async def go() -> Any:
-        try:
-            cases = await rollout_cases(backend, ws, epoch, step)
-            return await run_step(ws, epoch, step, infer=backend.infer,
-                                  evolver=backend.evolver, cases=cases,
-                                  cache_stats=backend.cache_stats, params=cfg.gate,
-                                  guard=cfg.guard, concurrency=concurrency, force=args.force,
-                                  subscribers=[progress])
-        finally:
-            await backend.aclose()
+        async def go() -> Any:
+            try:
+                cases = await rollout_cases(backend, ws, epoch, step)
+                return await run_step(ws, epoch, step, infer=backend.infer,
+                                      evolver=backend.evolver, cases=cases,
+                                      cache_stats=backend.cache_stats, params=cfg.gate,
+                                      guard=cfg.guard, concurrency=concurrency,
+                                      force=args.force, subscribers=[progress])
+            finally:
+                await backend.aclose()
 
-    res = run_sync(go())
+        res = run_sync(go())
     info = {"url": cache.masked_url, "prefix": cache.prefix, "enabled": cache.enabled,
             "http_requests": backend.agent.http_requests,
             "runs": {r: cache.stats(r).as_dict() for r in sorted(cache.runs())}}
@@ -264,8 +266,7 @@ def _run_step(root: Path, epoch: int, step: int, args: argparse.Namespace,
     from .sim import run_virtual
 
     cfg = _load_config(args)
-    ws = Workspace.open(root)
-    try:
+    with _writer_lock(root, args), Workspace.open(root) as ws:
         scale = args.time_scale  # None: the virtual clock
         backend = simulated_backend(ws, time_scale=1.0 if scale is None else scale)
         coro = run_step(ws, epoch, step, infer=backend.infer, evolver=backend.evolver,
@@ -277,8 +278,14 @@ def _run_step(root: Path, epoch: int, step: int, args: argparse.Namespace,
         from ._sync import run_sync
 
         return run_sync(coro)
-    finally:
-        ws.close()
+
+
+def _writer_lock(root: Path, args: argparse.Namespace) -> Any:
+    """The workspace's writer lock for this command (a second writer exits 2 at once)."""
+    from .harness import workspace_lock
+
+    what = f" e{args.epoch} s{args.step}" if hasattr(args, "epoch") else ""
+    return workspace_lock(root, f"vtrm-gate {args.command}{what}")
 
 
 def _step_summary(res: Any) -> dict[str, Any]:

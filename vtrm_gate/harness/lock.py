@@ -4,6 +4,9 @@ An OS file lock (``flock`` on ``<workspace>/.lock``), so the kernel releases it 
 holder dies: a kill -9 never leaves a stale lock. The file also records who holds it
 (pid, command, since) so a refused writer can name the holder in one line.
 
+Taking the lock (outermost) also removes the ``.<name>.tmp-PID`` files a killed writer's
+`atomic_write` left behind.
+
 Re-entrant within one process: ``train`` holds the lock and calls ``run_step``, which takes
 it again; only the outermost release unlocks. (flock conflicts between two open file
 descriptions even in one process, hence the small per-process table of held locks.)
@@ -21,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from .workspace import WorkspaceError
+from .workspace import WorkspaceError, clean_temp_files
 
 LOCK_FILE = ".lock"
 
@@ -124,6 +127,11 @@ class WorkspaceLock:
             os.pwrite(fd, info.encode(), 0)
             _HELD[key] = [fd, 1]
             self._key = key
+        try:  # the first writer after a kill finds its half-written temp files
+            clean_temp_files(key)
+        except BaseException:
+            self.release()
+            raise
         return self
 
     def release(self) -> None:

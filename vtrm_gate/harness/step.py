@@ -20,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -51,6 +52,7 @@ from ..stats import (
     replay_prefix,
 )
 from .baseline import BaselineCache
+from .lock import workspace_lock
 from .log import GateSink
 from .workspace import (
     DEFAULT_STRATEGY,
@@ -174,6 +176,23 @@ class StepResult:
 
 def _as_workspace(workspace: Workspace | str | Path) -> Workspace:
     return workspace if isinstance(workspace, Workspace) else Workspace.open(workspace)
+
+
+@contextmanager
+def _writer(workspace: Workspace | str | Path, command: str) -> Iterator[Workspace]:
+    """The workspace opened for writing: its writer lock held for the block (a second writer
+    gets `WorkspaceLockedError` at once) and its state read under the lock."""
+    root = workspace.root if isinstance(workspace, Workspace) else Path(workspace)
+    with workspace_lock(root, command):
+        if isinstance(workspace, Workspace):
+            workspace.reload_state()  # another writer may have moved it on since opening
+            yield workspace
+            return
+        ws = Workspace.open(root)
+        try:
+            yield ws
+        finally:  # opened here from a path: release the SQLite connection
+            ws.close()
 
 
 def _check_ids(epoch: int, step: int) -> None:
@@ -329,19 +348,16 @@ async def run_step(workspace: Workspace | str | Path, epoch: int, step: int, *, 
     ``cases`` gives the step's evolution cases (default: ``evolver.error_cases`` or
     ``evolver.world.error_cases``). ``cache_stats(run_id)`` (e.g. an LLM
     ``ResponseCache.stats``) puts each arm run's hit/miss/error counters in the step report.
-    Raises `StepRefusedError` if a recorded manifest differs
+    Holds the workspace's writer lock throughout (`WorkspaceLockedError` at once if another
+    process holds it). Raises `StepRefusedError` if a recorded manifest differs
     (unless ``force``), `RuntimeError` if two types share a target file, and re-raises
     `InfraGuardError` after recording an ``aborted`` step_report (state untouched).
     """
-    ws = _as_workspace(workspace)
-    try:
+    with _writer(workspace, f"run_step e{epoch} s{step}") as ws:
         return await _run_step(ws, epoch, step, infer=infer, evolver=evolver, params=params,
                                concurrency=concurrency, guard=guard, force=force,
                                subscribers=subscribers, cases=cases,
                                cache_stats=cache_stats)
-    finally:
-        if ws is not workspace:  # opened here from a path: release the SQLite connection
-            ws.close()
 
 
 async def _run_step(ws: Workspace, epoch: int, step: int, *, infer: Infer, evolver: Evolver,
@@ -627,12 +643,8 @@ async def settle_probation(workspace: Workspace | str | Path, epoch: int, *, inf
     (run ids ``e{epoch}_probation_gate_<slug>_<arm>``) and in step_report at step 0.
     The settled epoch's last step can no longer be re-run afterwards.
     """
-    ws = _as_workspace(workspace)
-    try:
+    with _writer(workspace, f"settle_probation e{epoch}") as ws:
         return await _settle(ws, epoch, infer, concurrency)
-    finally:
-        if ws is not workspace:
-            ws.close()
 
 
 async def _settle(ws: Workspace, epoch: int, infer: Infer, concurrency: int) -> ProbationResult:

@@ -24,6 +24,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -78,6 +79,27 @@ def atomic_write(path: Path, text: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+_TEMP_NAME = re.compile(r"^\..+\.tmp-(\d+)$")
+
+
+def clean_temp_files(root: Path) -> list[Path]:
+    """Remove ``.<name>.tmp-PID`` files `atomic_write` left behind (a writer killed mid-write).
+
+    Called by a writer that holds the workspace lock, so no other writer is mid-write; files
+    of this process are kept. Returns the files removed.
+    """
+    removed = []
+    for p in root.rglob(".*.tmp-*"):
+        m = _TEMP_NAME.match(p.name)
+        if m and int(m.group(1)) != os.getpid() and p.is_file() and not p.is_symlink():
+            try:
+                p.unlink()
+            except FileNotFoundError:
+                continue
+            removed.append(p)
+    return removed
 
 
 def write_json(path: Path, value: Any) -> None:
@@ -580,6 +602,13 @@ class Workspace:
         write_json(self.state_path, state.to_json())
         self.state = state
         self.sync_skills(state)
+
+    def reload_state(self) -> None:
+        """Re-read ``state.json`` (and which skill files are stale) from disk: a writer calls
+        it once it holds the workspace lock, so it never starts from a replaced state."""
+        fresh = type(self).open(self.root)
+        fresh.close()
+        self.state, self.stale_skills = fresh.state, fresh.stale_skills
 
     # ---- opening and creating ----
 
