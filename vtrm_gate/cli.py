@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -26,16 +28,20 @@ class CliError(Exception):
     """A user-facing error: printed as one line, exit code 2."""
 
 
+_INT_MAX = 2**63 - 1  # SQLite's INTEGER: epochs, steps and seeds are stored as one
+
+
 def _int_at_least(low: int) -> Callable[[str], int]:
-    """An argparse ``type`` accepting integers >= ``low``."""
+    """An argparse ``type`` accepting integers from ``low`` to 2**63 - 1."""
 
     def parse(text: str) -> int:
         try:
             v = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if v < low:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {v}")
+        if not low <= v <= _INT_MAX:
+            raise argparse.ArgumentTypeError(f"expected an integer from {low} to {_INT_MAX}, "
+                                             f"got {text}")
         return v
 
     return parse
@@ -45,14 +51,26 @@ _positive_int = _int_at_least(1)
 _nonneg_int = _int_at_least(0)
 
 
-def _nonneg_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not v >= 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text}")
-    return v
+def _float_in(low: float, high: float, upper_open: bool) -> Callable[[str], float]:
+    """An argparse ``type`` accepting finite numbers in [low, high) or [low, high]."""
+    bracket = ")" if upper_open else "]"
+
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        ok = low <= v < high if upper_open else low <= v <= high
+        if not (ok and math.isfinite(v)):
+            raise argparse.ArgumentTypeError(f"expected a finite number in [{low:g}, "
+                                             f"{high:g}{bracket}, got {text}")
+        return v
+
+    return parse
+
+
+_nonneg_float = _float_in(0.0, math.inf, upper_open=True)
+_rate = _float_in(0.0, 1.0, upper_open=True)
 
 
 # ---- live terminal progress -----------------------------------------------------------
@@ -141,8 +159,10 @@ def _load_config(args: argparse.Namespace) -> Any:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
+    from .harness.atomic_dir import only_lock_file
+
     root = Path(args.workspace)
-    if root.exists() and any(root.iterdir()):
+    if root.exists() and (not root.is_dir() or not only_lock_file(root)):
         raise CliError(f"{root}: exists and is not empty; choose a new directory")
     llm_only = [f"--{n.replace('_', '-')}" for n in ("units", "base_url", "model", "skills",
                                                       "seed_record")
@@ -409,7 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("init", help="create a simulated (or, with --llm, an LLM) workspace")
     i.add_argument("workspace", help="new directory for the workspace")
     i.add_argument("--seed", type=_nonneg_int, default=0)
-    i.add_argument("--infra-rate", type=float, default=0.003,
+    i.add_argument("--infra-rate", type=_rate, default=0.003,
                    help="simulated INFRA failure rate")
     i.add_argument("--llm", action="store_true",
                    help="units answered by an OpenAI-compatible chat model (key from "
@@ -464,6 +484,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The CLI's one error boundary: an expected failure is exit 2 (3: INFRA) and one line."""
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
@@ -476,22 +497,40 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as exc:  # map known user-facing errors to exit codes, re-raise bugs
         code = _exit_code(exc)
-        if code is None:
+        if code is None or os.environ.get("VTRM_DEBUG"):
             raise
-        print(f"vtrm-gate: error: {exc}", file=sys.stderr)
+        print(f"vtrm-gate: error: {_one_line(exc)}", file=sys.stderr)
         return code
 
 
 def _exit_code(exc: BaseException) -> int | None:
+    import sqlite3
+
     names = {c.__name__ for c in type(exc).__mro__}
-    if "InfraGuardError" in names:
+    if names & {"InfraGuardError", "StepUnmeasuredError"}:
         return EXIT_GUARD
-    if names & {"CliError", "WorkspaceError", "ConfigError", "StepRefusedError",
-                "FileNotFoundError", "PermissionError", "NotADirectoryError"}:
+    if isinstance(exc, CliError | ValueError | OSError | sqlite3.Error):
+        # ValueError covers WorkspaceError, ConfigError, StepRefusedError, UnicodeError
         return EXIT_BAD_INPUT
     if isinstance(exc, RuntimeError) and "same target skill file" in str(exc):
         return EXIT_BAD_INPUT
     return None
+
+
+def _one_line(exc: BaseException) -> str:
+    """The error's message on one line (an OSError as ``path: reason``)."""
+    import sqlite3
+
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f"{exc.filename}: " if exc.filename else ""
+        text = f"{where}{exc.strerror}"
+    elif isinstance(exc, sqlite3.Error):
+        text = f"SQLite: {exc}"
+    else:
+        text = str(exc) or type(exc).__name__
+    if type(exc).__name__ == "StepRefusedError":
+        return text  # its list of changed inputs, one per line, is the point
+    return " ".join(text.split())
 
 
 if __name__ == "__main__":

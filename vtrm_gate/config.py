@@ -73,6 +73,9 @@ class Config:
                                              or any(c.isspace() for c in self.cache_share)):
             raise ConfigError(f"cache.share must be a non-empty name without spaces, "
                               f"got {self.cache_share!r}")
+        if self.redis_url is not None and not isinstance(self.redis_url, str):
+            raise ConfigError(f"redis_url must be a string (a redis://, rediss:// or unix:// "
+                              f"URL), got {type(self.redis_url).__name__}")
         if self.redis_url is not None:
             try:
                 check_redis_url(self.redis_url)
@@ -140,9 +143,12 @@ def _coerce_int(name: str, v: Any) -> int:
 
 def _read_file(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path} is not UTF-8 text ({exc.reason} at byte "
+                          f"{exc.start})") from None
     try:
         data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
@@ -179,7 +185,7 @@ def config_from_mapping(data: Mapping[str, Any]) -> Config:
                     _refuse_unknown(k, sub, f"{key}.")
             try:
                 kwargs[key] = (GateParams if key == "gate" else GuardParams)(**value)
-            except ValueError as exc:
+            except (TypeError, ValueError) as exc:  # TypeError: e.g. a string compared to 0
                 raise ConfigError(str(exc)) from None
         elif key == "redis_cache_ttl" or key == "concurrency":
             kwargs[key] = _coerce_int(key, value)

@@ -12,6 +12,7 @@ threading lock is enough and the event loop never interleaves two transactions.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -117,6 +118,24 @@ def quadrant(base: bool | None, cand: bool | None, infra: bool) -> str:
             (False, True): "cand_only", (False, False): "both_wrong"}[(bool(base), bool(cand))]
 
 
+def _connect_readonly(path: Path) -> sqlite3.Connection:
+    """A read-only connection. On a read-only directory SQLite cannot create the WAL's
+    shared-memory file, so there the file is opened ``immutable`` (no writer can run there)."""
+    if not path.is_file():
+        raise sqlite3.OperationalError(f"unable to open database file {path}: no such file")
+    uri = path.resolve().as_uri() + "?mode=ro"
+    if not os.access(path.parent, os.W_OK):
+        uri += "&immutable=1"
+    con = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False,
+                          timeout=30.0)
+    try:
+        con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
 class HarnessLog:
     """The step's persistent record: predictions, traces, gate evidence, reports, caches.
 
@@ -124,9 +143,14 @@ class HarnessLog:
     ``log.frame("gate_evidence")`` returns a polars DataFrame for analysis.
     """
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, *, readonly: bool = False):
         self.path = Path(path)
+        self.readonly = readonly
+        """Opened for reading only (``mode=ro``): no schema, no WAL switch, writes fail."""
         self._lock = threading.Lock()
+        if readonly:
+            self._con = _connect_readonly(self.path)
+            return
         self._con = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
                                     timeout=30.0)
         with self._lock:

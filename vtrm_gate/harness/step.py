@@ -174,24 +174,24 @@ class StepResult:
 # ---- helpers ----------------------------------------------------------------------------
 
 
-def _as_workspace(workspace: Workspace | str | Path) -> Workspace:
-    return workspace if isinstance(workspace, Workspace) else Workspace.open(workspace)
+def _for_reading(workspace: Workspace | str | Path) -> Workspace:
+    """The workspace as given, or opened read-only from a path (readers take no lock)."""
+    return workspace if isinstance(workspace, Workspace) else Workspace.open(workspace,
+                                                                           readonly=True)
 
 
 @contextmanager
 def _writer(workspace: Workspace | str | Path, command: str) -> Iterator[Workspace]:
-    """The workspace opened for writing: its writer lock held for the block (a second writer
-    gets `WorkspaceLockedError` at once) and its state read under the lock."""
-    root = workspace.root if isinstance(workspace, Workspace) else Path(workspace)
-    with workspace_lock(root, command):
-        if isinstance(workspace, Workspace):
-            workspace.reload_state()  # another writer may have moved it on since opening
-            yield workspace
-            return
-        ws = Workspace.open(root)
-        try:
+    """The workspace opened for writing: validated first (a broken workspace is refused
+    before anything is written), then its writer lock held for the block (a second writer
+    gets `WorkspaceLockedError` at once) and its state re-read under the lock."""
+    ws = workspace if isinstance(workspace, Workspace) else Workspace.open(workspace)
+    try:
+        with workspace_lock(ws.root, command):
+            ws.reload_state()  # another writer may have moved it on since it was opened
             yield ws
-        finally:  # opened here from a path: release the SQLite connection
+    finally:
+        if ws is not workspace:  # opened here from a path: release the SQLite connection
             ws.close()
 
 
@@ -752,7 +752,7 @@ def replay_step(workspace: Workspace | str | Path, epoch: int, step: int, *,
     ``block_needs_unrun_units=True`` (k counts the unrun units up to the end of the block it
     would have had to finish), never an invented outcome.
     """
-    ws = _as_workspace(workspace)
+    ws = _for_reading(workspace)
     try:
         return _replay(ws, epoch, step, block)
     finally:

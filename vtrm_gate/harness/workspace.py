@@ -271,11 +271,22 @@ def _unit_record(obj: Any) -> UnitRecord:
                       ans.strip().upper())
 
 
+def _check_text(obj: Any) -> None:
+    """ValueError if a parsed JSON value holds text that is not valid Unicode (a lone
+    surrogate such as ``"\\ud800"``): it cannot be encoded into a prompt or a cache key."""
+    try:
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start:exc.end].encode("unicode_escape").decode()
+        raise ValueError(f"invalid text: a lone surrogate {bad} (not a Unicode character)"
+                         ) from None
+
+
 def read_units(path: Path, root: Path | None = None) -> dict[str, UnitRecord]:
     """Parse and validate a units file (JSON lines; blank lines skipped), in file order.
 
     Raises WorkspaceError naming the file and the line of the first fault (malformed JSON,
-    missing key, bad options or answer, duplicate unit id).
+    invalid text such as a lone surrogate, missing key, bad options or answer, duplicate unit id).
     """
     name = _rel(root, path) if root else str(path)
     if not path.is_file():
@@ -289,7 +300,9 @@ def read_units(path: Path, root: Path | None = None) -> dict[str, UnitRecord]:
         if not line.strip():
             continue
         try:
-            rec = _unit_record(json.loads(line))
+            obj = json.loads(line)
+            _check_text(obj)
+            rec = _unit_record(obj)
         except json.JSONDecodeError as exc:
             raise WorkspaceError(f"{name}: line {i}: malformed JSON at column {exc.colno}: "
                                  f"{exc.msg}") from None
@@ -451,13 +464,18 @@ def _validate_pool(data: Any) -> dict[str, tuple[str, ...]]:
     if not isinstance(data, dict) or not data:
         raise ValueError("must be a non-empty object {task type: [unit ids]}")
     pool: dict[str, tuple[str, ...]] = {}
+    slugs: dict[str, str] = {}
     for t, units in data.items():
         if not isinstance(t, str) or not t.strip():
             raise ValueError(f"task type names must be non-empty strings, got {t!r}")
         try:
-            slugify(t)
+            slug = slugify(t)
         except ValueError as exc:
             raise ValueError(str(exc)) from None
+        if slug in slugs:  # they would share run ids, cache salts and a skill file
+            raise ValueError(f"types {slugs[slug]!r} and {t!r} differ only in case or "
+                             f"punctuation (both {slug!r}); rename one")
+        slugs[slug] = t
         if not isinstance(units, list):
             raise ValueError(f"type {t!r}: expected a list of unit ids, got "
                              f"{type(units).__name__}")
@@ -506,6 +524,8 @@ class Workspace:
         self.units: Mapping[str, UnitRecord] = dict(units or {})
         """An ``llm`` workspace's units (``units.jsonl``) by unit id; empty otherwise."""
         self._log: HarnessLog | None = None
+        self.readonly = False
+        """Set by ``open(readonly=True)``: the log is opened read-only (a reader's view)."""
 
     @property
     def workspace_id(self) -> str:
@@ -556,7 +576,7 @@ class Workspace:
         if self._log is None:
             from .log import HarnessLog
 
-            self._log = HarnessLog(self.log_path)
+            self._log = HarnessLog(self.log_path, readonly=self.readonly)
         return self._log
 
     def close(self) -> None:
@@ -613,8 +633,11 @@ class Workspace:
     # ---- opening and creating ----
 
     @classmethod
-    def open(cls, path: str | Path) -> Workspace:
-        """Open and validate a workspace; nothing is written (even on success)."""
+    def open(cls, path: str | Path, *, readonly: bool = False) -> Workspace:
+        """Open and validate a workspace; nothing is written (even on success).
+
+        ``readonly``: its HarnessLog is opened read-only, so readers work on a read-only
+        workspace (a mount, a copy without write permission)."""
         root = Path(path)
         if not root.exists():
             raise WorkspaceError(f"{root}: no such workspace directory")
@@ -690,6 +713,7 @@ class Workspace:
                     f"restore it from history/{slugify(t)}/v{ref.version}.md")
             stale.append(t)
         ws.stale_skills = tuple(stale)
+        ws.readonly = readonly
         return ws
 
     @classmethod
@@ -701,10 +725,13 @@ class Workspace:
         """Create a new workspace at ``path`` (must not exist or be empty); returns it opened.
 
         ``files`` adds files (path relative to the root -> text), e.g. ``units.jsonl``.
-        Everything is validated before the first file is written.
+        Everything is validated before the first file is written, and the files are built in
+        a temporary sibling renamed into place: the workspace appears whole or not at all.
         """
+        from .atomic_dir import create_atomically, only_lock_file
+
         root = Path(path)
-        if root.exists() and (not root.is_dir() or any(root.iterdir())):
+        if root.exists() and (not root.is_dir() or not only_lock_file(root)):
             raise WorkspaceError(f"{root}: exists and is not an empty directory; refusing to "
                                  f"overwrite")
         config = config or WorkspaceConfig()
@@ -730,26 +757,28 @@ class Workspace:
             if Path(rel).is_absolute() or ".." in Path(rel).parts or rel in FILES:
                 raise WorkspaceError(f"create: extra file {rel!r} must be a new relative path "
                                      f"inside the workspace")
-        root.mkdir(parents=True, exist_ok=True)
-        for rel, text in (files or {}).items():
-            atomic_write(root / rel, text)
-        for d in ("skills", "history", "candidates", "manifests"):
-            (root / d).mkdir(exist_ok=True)
-        write_json(root / "workspace.json", config.as_json())
-        write_json(root / "pool.json", pool_j)
-        write_json(root / "seed_record.json", seed_j)
-        atomic_write(root / "skills" / DEFAULT_STRATEGY, default_strategy)
-        refs = {}
-        for t in valid_pool:
-            text = skills[t]
-            ws_tmp = cls(root, config, valid_pool, seed_j, TrainingState({}))
-            atomic_write(ws_tmp.history_path(t, 1), text)
-            atomic_write(ws_tmp.skill_path(t), text)
-            refs[t] = SkillRef(1, content_hash(text), 1)
-        from .log import HarnessLog
+        def build(tmp: Path) -> None:
+            for rel, text in (files or {}).items():
+                atomic_write(tmp / rel, text)
+            for d in ("skills", "history", "candidates", "manifests"):
+                (tmp / d).mkdir(exist_ok=True)
+            write_json(tmp / "workspace.json", config.as_json())
+            write_json(tmp / "pool.json", pool_j)
+            write_json(tmp / "seed_record.json", seed_j)
+            atomic_write(tmp / "skills" / DEFAULT_STRATEGY, default_strategy)
+            refs = {}
+            for t in valid_pool:
+                text = skills[t]
+                ws_tmp = cls(tmp, config, valid_pool, seed_j, TrainingState({}))
+                atomic_write(ws_tmp.history_path(t, 1), text)
+                atomic_write(ws_tmp.skill_path(t), text)
+                refs[t] = SkillRef(1, content_hash(text), 1)
+            from .log import HarnessLog
 
-        HarnessLog(root / "harness.sqlite").close()
-        write_json(root / "state.json", TrainingState(refs).to_json())
+            HarnessLog(tmp / "harness.sqlite").close()
+            write_json(tmp / "state.json", TrainingState(refs).to_json())
+
+        create_atomically(root, build)  # whole or not at all
         return cls.open(root)
 
     @classmethod
