@@ -28,7 +28,14 @@ from vtrm_gate.backends import (
     rollout_cases,
 )
 from vtrm_gate.cache import KeyParts, ResponseCache
-from vtrm_gate.harness import StepResult, Workspace, WorkspaceConfig, WorkspaceError, run_step
+from vtrm_gate.harness import (
+    StepResult,
+    StepUnmeasuredError,
+    Workspace,
+    WorkspaceConfig,
+    WorkspaceError,
+    run_step,
+)
 from vtrm_gate.llm import MCQ, ErrorCase, LLMEvolver, RetryPolicy, strip_fences
 from vtrm_gate.stats import Action
 from vtrm_gate.testing.chat import HELPFUL_MARKER, ChatServer, Fault
@@ -305,13 +312,22 @@ def test_a_failing_evolver_keeps_the_skill_and_the_step_records_evolve_error(
         tmp_path: Path, chat_server: ChatServer, redis_target: RedisTarget) -> None:
     ws = make_ws(tmp_path, chat_server)
     chat_server.inject(*[Fault(status=503, step="evolve")] * 20)
-    res, cache = step_once(ws, redis_target)
-    assert {t: s.status for t, s in res.types.items()} == {
+    state = (ws.root / "state.json").read_bytes()
+    # nothing reached the gate and the evolver failed: not applied as if clean
+    with pytest.raises(StepUnmeasuredError, match="nothing could be measured"):
+        step_once(ws, redis_target)
+    rows = ws.log.query("SELECT task_type, status, note FROM step_report")
+    assert {t: s for t, s, _ in rows} == {
         "Action Reasoning": "evolve_error", "Counting Problem": "evolve_error",
         "OCR Problems": "no_cases", "Object Recognition": "evolve_error"}
-    assert "evolver call for 'Action Reasoning' failed" in res.types["Action Reasoning"].note
-    assert res.gate is None and res.versions == dict.fromkeys(TYPES, 1)
-    assert cache.stats("e1_s1_evolve_action-reasoning").writes == 0  # failures never cached
+    assert "evolver call for 'Action Reasoning' failed" in dict(
+        (t, n) for t, _, n in rows)["Action Reasoning"]
+    assert (ws.root / "state.json").read_bytes() == state
+    assert not ws.manifest_path(1, 1).exists()
+    chat_server.faults.clear()
+    res, cache = step_once(ws, redis_target)  # the evolver is back: the step runs as new
+    assert res.types["Action Reasoning"].status == "gated"
+    assert cache.stats("e1_s1_evolve_action-reasoning").writes == 1
 
 
 def test_an_unreachable_endpoint_is_detected_before_anything() -> None:

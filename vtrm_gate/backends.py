@@ -38,6 +38,7 @@ import httpx
 from .cache import CacheStats, ResponseCache, cache_namespace, environment, mask_url
 from .harness import (
     CaseSource,
+    CasesUnavailable,
     Evolver,
     Workspace,
     WorkspaceConfig,
@@ -47,7 +48,7 @@ from .harness import (
 )
 from .ladder import shuffle_key
 from .llm import MCQ, AgentEvent, ErrorCase, LLMAgent, LLMEvolver, RetryPolicy
-from .scheduler import Infer, UnitTask, content_hash, slugify
+from .scheduler import GuardParams, Infer, UnitTask, content_hash, slugify
 from .sim import SimConfig, SimEvolver, SimWorld
 
 ROLLOUT_UNITS = 8
@@ -91,6 +92,8 @@ class Rollout:
     concurrency: int = 32
     _memo: dict[tuple[str, int, int, str], tuple[ErrorCase, ...]] = field(
         default_factory=dict, repr=False, compare=False)
+    _infra: dict[tuple[str, int, int, str], tuple[int, int, str | None]] = field(
+        default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.size < 1 or self.concurrency < 1:
@@ -123,8 +126,16 @@ class Rollout:
         out = tuple(ErrorCase(u, self.units[u], res.prediction)
                     for u, res in zip(batch, results, strict=True)
                     if not res.infra and not res.correct)
+        infra = [res for res in results if res.infra]
+        self._infra[memo_key] = (len(infra), len(results),
+                                 infra[-1].error if infra else None)
         self._memo[memo_key] = out
         return out
+
+    def infra(self, task_type: str, skill: str, epoch: int,
+              step: int) -> tuple[int, int, str | None]:
+        """(INFRA units, units, last INFRA error) of a computed rollout."""
+        return self._infra.get((task_type, epoch, step, content_hash(skill)), (0, 0, None))
 
     def cases(self, task_type: str, epoch: int, step: int, current_skill: str) -> list[str]:
         """A `CaseSource` over the computed rollouts (run `rollout_cases` first)."""
@@ -219,21 +230,35 @@ def llm_backend(workspace: Workspace, *, cache: ResponseCache | None = None,
     return LLMBackend(agent, evolver, rollout, cache)
 
 
-async def rollout_cases(backend: LLMBackend, workspace: Workspace, epoch: int,
-                        step: int) -> dict[str, list[str]]:
+async def rollout_cases(backend: LLMBackend, workspace: Workspace, epoch: int, step: int,
+                        guard: GuardParams | None = None
+                        ) -> dict[str, list[str] | CasesUnavailable]:
     """The step's evolution cases per type (pass as ``run_step(cases=...)``).
 
     Rolls out the skill each type has at the start of the step (the state before it, when
     re-running the last applied step), all types concurrently, types in cooldown skipped.
     Calls go through the cache under the rollout run id, so a re-run costs nothing.
+    The INFRA guard applies to each type's rollout: more than ``guard.max_ratio`` of its
+    units INFRA (a wrong key, a dead model) makes it `CasesUnavailable` (``rollout_error``),
+    not "no cases".
     """
+    guard = guard or GuardParams()
     state = step_input_state(workspace, epoch, step)
     slots = asyncio.Semaphore(backend.rollout.concurrency)
     types = [t for t in workspace.task_types if not state.in_cooldown(t)]
     found = await asyncio.gather(*(
         backend.rollout.errors(t, workspace.skill_text(t, state), epoch, step, slots)
         for t in types))
-    return {t: [c.unit_id for c in cs] for t, cs in zip(types, found, strict=True)}
+    out: dict[str, list[str] | CasesUnavailable] = {}
+    for t, cs in zip(types, found, strict=True):
+        n_infra, n, last = backend.rollout.infra(t, workspace.skill_text(t, state), epoch, step)
+        if n and n_infra / n > guard.max_ratio:
+            out[t] = CasesUnavailable(f"rollout INFRA: {n_infra} of {n} units failed "
+                                      f"({n_infra / n:.0%} > {guard.max_ratio:.0%}); last "
+                                      f"error: {last}")
+        else:
+            out[t] = [c.unit_id for c in cs]
+    return out
 
 
 # ---- simulated workspaces -------------------------------------------------------------

@@ -246,7 +246,7 @@ def _run_llm_step(ws: Any, epoch: int, step: int, args: argparse.Namespace,
 
         async def go() -> Any:
             try:
-                cases = await rollout_cases(backend, ws, epoch, step)
+                cases = await rollout_cases(backend, ws, epoch, step, cfg.guard)
                 return await run_step(ws, epoch, step, infer=backend.infer,
                                       evolver=backend.evolver, cases=cases,
                                       cache_stats=backend.cache_stats, params=cfg.gate,

@@ -18,11 +18,13 @@ from .log import GateSink as GateSink
 from .log import HarnessLog as HarnessLog
 from .step import PROBATION_STEP as PROBATION_STEP
 from .step import CaseSource as CaseSource
+from .step import CasesUnavailable as CasesUnavailable
 from .step import Evolver as Evolver
 from .step import ProbationOutcome as ProbationOutcome
 from .step import ProbationResult as ProbationResult
 from .step import StepRefusedError as StepRefusedError
 from .step import StepResult as StepResult
+from .step import StepUnmeasuredError as StepUnmeasuredError
 from .step import TypeStep as TypeStep
 from .step import fail_fast_targets as fail_fast_targets
 from .step import replay_step as replay_step

@@ -80,8 +80,8 @@ STEP_TABLES: tuple[str, ...] = ("gate_evidence", "quadrant_pairs", "step_report"
                                 "candidate_correctness")
 """Tables keyed by (epoch, step): `clear_step` deletes their rows for the step."""
 
-REPORT_STATUSES = ("gated", "skipped", "cooldown", "no_cases", "evolve_error", "aborted",
-                   "probation")
+REPORT_STATUSES = ("gated", "skipped", "cooldown", "no_cases", "rollout_error",
+                   "evolve_error", "aborted", "probation")
 """step_report.status: gated through the gate, or why a type was not (or did not finish);
 ``probation`` rows (step 0) record the epoch-end probation settlement."""
 

@@ -87,6 +87,18 @@ class StepRefusedError(ValueError):
         self.changes = tuple(changes)
 
 
+class CasesUnavailable(Exception):
+    """A type's rollout could not be measured (its calls were INFRA): a case source raises
+    it (or a ``cases`` mapping holds it) and the type is reported ``rollout_error``, never
+    ``no_cases``."""
+
+
+class StepUnmeasuredError(RuntimeError):
+    """Nothing in the step could be measured: no type reached the gate and some failed
+    (``rollout_error`` / ``evolve_error``). step_report says why per type; the training
+    state is untouched (the step is not applied) and the step can be re-run as new."""
+
+
 class Evolver(Protocol):
     """Proposes a candidate skill text; ``rejected`` holds the type's rejected buffer."""
 
@@ -96,7 +108,8 @@ class Evolver(Protocol):
 
 CaseSource = Callable[[str, int, int, str], Sequence[str]]
 """``cases(task_type, epoch, step, current_skill) -> unit ids`` the current skill got wrong
-in this step's rollout (the evolution cases; excluded from the ladder)."""
+in this step's rollout (the evolution cases; excluded from the ladder). It raises
+`CasesUnavailable` when the rollout could not be measured."""
 
 
 # ---- results ----------------------------------------------------------------------------
@@ -108,7 +121,7 @@ class TypeStep:
 
     task_type: str
     status: str
-    """gated | skipped (no real change) | cooldown | no_cases | evolve_error"""
+    """gated | skipped (no real change) | cooldown | no_cases | rollout_error | evolve_error"""
     base_version: int
     version: int
     """The type's skill version after Phase D."""
@@ -242,8 +255,16 @@ def fail_fast_targets(ws: Workspace) -> None:
 def _case_source(cases: CaseSource | Mapping[str, Sequence[str]] | None,
                  evolver: object) -> CaseSource:
     if isinstance(cases, Mapping):
-        fixed = {t: list(us) for t, us in cases.items()}
-        return lambda t, e, s, skill: fixed.get(t, [])
+        fixed = {t: us if isinstance(us, CasesUnavailable) else list(us)
+                 for t, us in cases.items()}
+
+        def lookup(t: str, e: int, s: int, skill: str) -> Sequence[str]:
+            found = fixed.get(t, [])
+            if isinstance(found, CasesUnavailable):
+                raise found
+            return found
+
+        return lookup
     if cases is not None:
         return cases
     for owner in (evolver, getattr(evolver, "world", None)):
@@ -348,6 +369,9 @@ async def run_step(workspace: Workspace | str | Path, epoch: int, step: int, *, 
     ``cases`` gives the step's evolution cases (default: ``evolver.error_cases`` or
     ``evolver.world.error_cases``). ``cache_stats(run_id)`` (e.g. an LLM
     ``ResponseCache.stats``) puts each arm run's hit/miss/error counters in the step report.
+    A type whose cases are `CasesUnavailable` is ``rollout_error``; when no type reaches the
+    gate and some failed (rollout or evolver), `StepUnmeasuredError` is raised after the
+    step_report rows are written, and nothing is applied.
     Holds the workspace's writer lock throughout (`WorkspaceLockedError` at once if another
     process holds it). Raises `StepRefusedError` if a recorded manifest differs
     (unless ``force``), `RuntimeError` if two types share a target file, and re-raises
@@ -378,8 +402,14 @@ async def _run_step(ws: Workspace, epoch: int, step: int, *, infer: Infer, evolv
     types = ws.task_types
     texts = {t: ws.skill_text(t, base_state) for t in types}
     cooldown = [t for t in types if base_state.in_cooldown(t)]
-    step_cases = {t: list(dict.fromkeys(case_fn(t, epoch, step, texts[t])))
-                  for t in types if t not in cooldown}
+    step_cases: dict[str, list[str]] = {}
+    rollout_errors: dict[str, str] = {}
+    for t in types:
+        if t not in cooldown:
+            try:
+                step_cases[t] = list(dict.fromkeys(case_fn(t, epoch, step, texts[t])))
+            except CasesUnavailable as exc:
+                step_cases[t], rollout_errors[t] = [], str(exc) or "rollout failed"
     ladders = {t: ladder_units(build_ladder(ws.pool[t], ws.seed_record.get(t),
                                             exclude=us, n_max=params.n_max,
                                             seed=_ladder_seed(ws, srid)))
@@ -425,6 +455,8 @@ async def _run_step(ws: Workspace, epoch: int, step: int, *, infer: Infer, evolv
             status[t], notes[t] = "cooldown", (
                 f"cooling down until {base_state.cooldown_until[t]} steps are applied "
                 f"({base_state.steps_applied} so far)")
+        elif t in rollout_errors:
+            status[t], notes[t] = "rollout_error", rollout_errors[t]
         elif not step_cases[t]:
             status[t], notes[t] = "no_cases", "no error cases this step"
     todo = [t for t in types if t not in status]
@@ -451,6 +483,15 @@ async def _run_step(ws: Workspace, epoch: int, step: int, *, infer: Infer, evolv
                 status[t], notes[t] = "gated", None
                 cand[t] = p
     gated = [t for t in types if status[t] == "gated"]
+    failed = [t for t in types if status[t] in ("rollout_error", "evolve_error")]
+    if failed and not gated:  # nothing measured: report why, apply nothing, write no manifest
+        for t in types:
+            ws.log.write_report(epoch, step, t, status[t], note=notes.get(t),
+                                base_version=base_state.skills[t].version,
+                                base_hash=base_state.skills[t].hash)
+        raise StepUnmeasuredError(
+            f"step e{epoch} s{step}: nothing could be measured, so it was not applied ("
+            + "; ".join(f"{t}: {status[t]}: {notes[t]}" for t in failed) + ")")
 
     # ---- Phase B: ladders + candidate dirs + manifest ----
     cand_dirs: dict[str, Path] = {}
