@@ -78,9 +78,12 @@ def test_embedded_server_lives_in_the_workspace_and_is_reused(tmp_path: Path) ->
     first = embedded_server(tmp_path)
     try:
         assert Path(first.socket_path).parent == (tmp_path / "redis").resolve()
-        second = embedded_server(tmp_path)  # already running: attached, not restarted
-        assert second.url == first.url and not second.running
+        second = embedded_server(tmp_path)  # already running: a second lease, same server
+        assert second.url == first.url and second.pid == first.pid and second.running
         redis.Redis.from_url(second.url).set("kept", "1")
+        second.close()
+        assert first.running  # one lease is still open
     finally:
         first.close()
+    assert not first.running
     assert (tmp_path / "redis" / "dump.rdb").exists()

@@ -486,6 +486,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """The CLI's one error boundary: an expected failure is exit 2 (3: INFRA) and one line."""
     args = build_parser().parse_args(argv)
+    _sigterm_as_sigint()
     try:
         return int(args.func(args) or 0)
     except BrokenPipeError:  # `vtrm-gate ... | head`: the reader left; not an error
@@ -501,6 +502,16 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"vtrm-gate: error: {_one_line(exc)}", file=sys.stderr)
         return code
+
+
+def _sigterm_as_sigint() -> None:
+    """SIGTERM behaves like Ctrl-C: the running step is cancelled, its rows marked aborted,
+    leases (the embedded Redis) given up at exit, exit code 130."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda signum, frame: signal.raise_signal(signal.SIGINT))
 
 
 def _exit_code(exc: BaseException) -> int | None:

@@ -1,4 +1,5 @@
-"""``vtrm-gate cache renew|stats``: TTL renewal and key statistics of the LLM response cache.
+"""``vtrm-gate cache renew|stats|stop``: TTL renewal and key statistics of the LLM response
+cache; stopping the workspace's embedded Redis.
 
 Light at import (argparse only): redis and the cache module load when a command runs, so a
 one-off ``cache renew`` is not dominated by start-up. Bad input prints one line on stderr
@@ -27,12 +28,13 @@ class CliError(Exception):
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the ``cache`` command (``renew``, ``stats``) to an argparse subparsers object."""
+    """Add the ``cache`` command (``renew``, ``stats``, ``stop``) to an argparse subparsers
+    object."""
     p = subparsers.add_parser(
         "cache", help="LLM response cache: TTL renewal and statistics",
         description="Operate on the Redis LLM response cache (REDIS_URL, or the workspace's "
                     "embedded server).")
-    sub = p.add_subparsers(dest="cache_command", metavar="{renew,stats}")
+    sub = p.add_subparsers(dest="cache_command", metavar="{renew,stats,stop}")
     sub.required = True
 
     def common(sp: argparse.ArgumentParser) -> None:
@@ -63,8 +65,43 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     s.add_argument("--prefix", default=DEFAULT_PREFIX, help="key prefix (default llm_cache)")
     s.add_argument("--batch", default="1000", help="SCAN COUNT per round trip")
     common(s)
+    st = sub.add_parser(
+        "stop", help="stop the workspace's embedded Redis (refused while a process uses it)",
+        description="The embedded Redis is shared by the processes using a workspace and "
+                    "stopped by the last one; this stops one left running (e.g. after a "
+                    "kill -9), saving its data. Refused while another process uses it.")
+    st.add_argument("--workspace", default=None,
+                    help="workspace holding the embedded Redis (default: VTRM_WORKSPACE or "
+                         "./workspace)")
+    st.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run)
     return p
+
+
+def _workspace_dir(args: argparse.Namespace, env: Any) -> Any:
+    from pathlib import Path
+
+    return Path(args.workspace or env.get("VTRM_WORKSPACE") or "workspace")
+
+
+def _stop(args: argparse.Namespace) -> int:
+    """``cache stop``: stop the embedded server if nobody uses it."""
+    from .cache import environment
+    from .redis_server import ServerInUseError, stop_embedded
+
+    ws = _workspace_dir(args, environment())
+    try:
+        pid = stop_embedded(ws)
+    except ServerInUseError as exc:
+        raise CliError(str(exc)) from None
+    except OSError as exc:
+        raise CliError(f"cannot stop the embedded Redis in {ws / 'redis'}: {exc}") from None
+    if args.json:
+        print(json.dumps({"workspace": str(ws), "stopped_pid": pid}))
+    else:
+        print(f"stopped the embedded Redis in {ws / 'redis'} (pid {pid})" if pid else
+              f"no embedded Redis running in {ws / 'redis'}")
+    return 0
 
 
 def _positive_int(name: str, value: str) -> int:
@@ -88,11 +125,9 @@ def _resolve_url(args: argparse.Namespace) -> tuple[str, Any]:
             return check_redis_url(url), None
         except ValueError as exc:
             raise CliError(str(exc)) from None
-    from pathlib import Path
-
     from .redis_server import RedisServer, _ping, embedded_server
 
-    ws = Path(args.workspace or env.get("VTRM_WORKSPACE") or "workspace")
+    ws = _workspace_dir(args, env)
     probe = RedisServer(ws / "redis")
     if not _ping(probe.socket_path) and not (ws / "redis" / "dump.rdb").exists():
         raise CliError(f"no Redis: --url and REDIS_URL are unset and there is no embedded "
@@ -152,10 +187,12 @@ def _mib(n: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``cache renew`` / ``cache stats``; returns the exit code (2 on bad input)."""
+    """Run ``cache renew`` / ``stats`` / ``stop``; returns the exit code (2 on bad input)."""
     cmd = getattr(args, "cache_command", None)
     prog = f"vtrm-gate cache {cmd}"
     try:
+        if cmd == "stop":
+            return _stop(args)
         if cmd == "renew":
             ttl = _positive_int("--ttl", args.ttl)
         batch = _positive_int("--batch", args.batch)

