@@ -5,7 +5,10 @@ OpenAI-compatible chat model; ``step`` dispatches on the workspace's kind. The A
 from ``OPENAI_API_KEY`` / ``VTRM_API_KEY`` only and is never written or printed.
 
 Heavy modules (numpy, polars, matplotlib) are imported inside the subcommands that need
-them. Bad input prints one line naming the problem and exits 2, with no traceback.
+them. One error boundary (`main`): bad input and expected failures (a bad value, an OSError
+such as a full disk or a read-only workspace, an SQLite error, a locked workspace) print one
+line and exit 2, with no traceback (``VTRM_DEBUG=1`` shows it); INFRA (the guard tripped,
+nothing measured) exits 3; SIGINT and SIGTERM exit 130 after marking the step aborted.
 """
 
 from __future__ import annotations
