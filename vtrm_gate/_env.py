@@ -1,10 +1,12 @@
-"""Environment helpers with no heavy imports: ``.env`` files, Redis URLs, secret masking.
+"""Environment helpers with no heavy imports: ``.env`` files, Redis URLs, secret masking,
+whether a process still runs.
 
 Shared by `vtrm_gate.config` and `vtrm_gate.cache` (and so by the fast-starting CLI).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -154,3 +156,25 @@ def parse_ttl(value: str | int | None, default: int = DEFAULT_TTL) -> int:
     if ttl <= 0:
         raise ValueError(f"REDIS_CACHE_TTL must be > 0 seconds, got {ttl}")
     return ttl
+
+
+# ---- processes ------------------------------------------------------------------------
+
+
+def pid_alive(pid: int) -> bool:
+    """True if process ``pid`` runs: not gone, not an exited child (reaped here), not a
+    zombie nobody has reaped yet (its pid file or build directory is then stale)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    with contextlib.suppress(ChildProcessError):
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True

@@ -37,15 +37,18 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cache_command", metavar="{renew,stats,stop}")
     sub.required = True
 
+    def workspace_json(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--workspace", default=None,
+                        help="workspace holding the embedded Redis (default: VTRM_WORKSPACE "
+                             "or ./workspace)")
+        sp.add_argument("--json", action="store_true", help="print the result as JSON")
+
     def common(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--url", default=None,
                         help="Redis URL: redis://, rediss:// or unix:// (default: REDIS_URL "
                              "from the environment or .env, else the workspace's embedded "
                              "Redis)")
-        sp.add_argument("--workspace", default=None,
-                        help="workspace holding the embedded Redis (default: VTRM_WORKSPACE "
-                             "or ./workspace)")
-        sp.add_argument("--json", action="store_true", help="print the result as JSON")
+        workspace_json(sp)
 
     r = sub.add_parser(
         "renew", help="extend TTLs of cache keys: 0 < ttl < target => ttl = target",
@@ -70,10 +73,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         description="The embedded Redis is shared by the processes using a workspace and "
                     "stopped by the last one; this stops one left running (e.g. after a "
                     "kill -9), saving its data. Refused while another process uses it.")
-    st.add_argument("--workspace", default=None,
-                    help="workspace holding the embedded Redis (default: VTRM_WORKSPACE or "
-                         "./workspace)")
-    st.add_argument("--json", action="store_true", help="print the result as JSON")
+    workspace_json(st)
     p.set_defaults(func=run)
     return p
 

@@ -25,6 +25,8 @@ from pathlib import Path
 from types import TracebackType
 from urllib.parse import quote
 
+from ._env import pid_alive
+
 # Unix socket paths are limited to 108 bytes on Linux (104 on macOS); keep a margin.
 _MAX_SOCKET_PATH = 100
 
@@ -263,23 +265,6 @@ def _read_pid(directory: Path) -> int | None:
         return None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    with contextlib.suppress(ChildProcessError):  # our own exited child: reap it
-        if os.waitpid(pid, os.WNOHANG)[0] == pid:
-            return False
-    try:  # an exited orphan nobody has reaped yet (a zombie) is not running
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
 @contextlib.contextmanager
 def _flock(path: Path, mode: int) -> Iterator[int]:
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
@@ -301,9 +286,9 @@ def _shutdown(server: RedisServer, timeout: float = 10.0) -> int | None:
             os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and (
-            (pid is not None and _alive(pid)) or _ping(server.socket_path)):
+            (pid is not None and pid_alive(pid)) or _ping(server.socket_path)):
         time.sleep(0.01)
-    if pid is not None and _alive(pid):
+    if pid is not None and pid_alive(pid):
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
     with contextlib.suppress(OSError):

@@ -17,18 +17,9 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from .._env import pid_alive
 from .lock import LOCK_FILE, workspace_lock
 from .workspace import WorkspaceError
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _remove_dead_builds(parent: Path, name: str) -> None:
@@ -36,7 +27,7 @@ def _remove_dead_builds(parent: Path, name: str) -> None:
     pattern = re.compile(rf"^\.{re.escape(name)}\.init-(\d+)$")
     for p in parent.glob(f".{name}.init-*"):
         m = pattern.match(p.name)
-        if m and p.is_dir() and not p.is_symlink() and not _alive(int(m.group(1))):
+        if m and p.is_dir() and not p.is_symlink() and not pid_alive(int(m.group(1))):
             shutil.rmtree(p, ignore_errors=True)
 
 
