@@ -225,8 +225,9 @@ def _to_arrays(seqs):
 @settings(max_examples=60, deadline=None)
 @given(st.integers(1, 45).flatmap(lambda n: st.lists(st.lists(pairs, min_size=n, max_size=n),
                                                      min_size=1, max_size=8)),
-       st.sampled_from([GateParams(), GateParams(delta_min=0.1, lambda_dir=0.6, w_net_min=2),
-                        GateParams(e_confirm=5, e_reject=5)]))
+       st.sampled_from([GateParams(n_max=45),
+                        GateParams(delta_min=0.1, lambda_dir=0.6, w_net_min=2, n_max=45),
+                        GateParams(e_confirm=5, e_reject=5, n_max=45)]))
 def test_batch_replays_match_scalar_replays_exactly(seqs, params):
     base, cand, infra = _to_arrays(seqs)
     rng = np.random.default_rng(len(seqs))
@@ -307,3 +308,126 @@ def test_oc_input_validation():
     with pytest.raises(ValueError, match="n_units"):
         operating_characteristics(GateParams(), 0.5, 0.5, -1)
     assert operating_characteristics(GateParams(), 0.5, 0.5, 0).p_inertia == 1.0
+
+
+# ---- exact OC == exhaustive enumeration, at every boundary (issue 7, item 13) ----------
+
+def _enumerate(params, p_win, discordance, n, infra_rate=0.0):
+    """Every outcome sequence of length n, replayed, weighted by its probability."""
+    q = 1.0 - infra_rate
+    probs = np.array([q * discordance * p_win, q * discordance * (1 - p_win),
+                      q * (1 - discordance), infra_rate])  # win, loss, tie, INFRA
+    seqs = np.array(list(itertools.product(range(4 if infra_rate else 3), repeat=n)))
+    weight = np.prod(probs[seqs], axis=1)
+    base, cand = np.isin(seqs, (1, 2)), np.isin(seqs, (0, 2))
+    out = replay_prefix_batch(base, cand, params, infra=seqs == 3)
+    rates = {a: float(weight[out.action == ACTION_CODES.index(a)].sum()) for a in ACTION_CODES}
+    return (rates, float((weight * out.n_consumed).sum()), float((weight * out.n_used).sum()))
+
+
+def _random_cases(count, seed):
+    import random
+
+    rng = random.Random(seed)
+    for _ in range(count):
+        delta = rng.choice([0.0, 0.0, rng.uniform(0, 0.5)])
+        lam_max = 1 / (1 + delta)
+        lam = rng.choice([lam_max, rng.uniform(0.05, lam_max)])
+        n = rng.randint(4, 7)
+        p = GateParams(e_confirm=rng.uniform(1.5, 30), lambda_dir=lam, delta_min=delta,
+                       w_net_min=rng.randint(0, 3), e_reject=rng.uniform(1.5, 30),
+                       e_provisional=rng.uniform(1.0, 4.0),
+                       w_net_min_provisional=rng.randint(0, 3), n_max=n)
+        yield p, rng.uniform(0, 1), rng.uniform(0.05, 1), n, rng.choice([0.0, 0.15])
+
+
+OC_CASES = [
+    # the largest bet: a loss zeroes E+ (log form: 0 * -inf)
+    (GateParams(lambda_dir=1.0, n_max=10), 0.8, 0.5, 10, 0.0),
+    (GateParams(lambda_dir=1 / 1.25, delta_min=0.25, n_max=7), 0.7, 0.6, 7, 0.1),
+    # e_confirm exactly equal to the E+ of 7 straight wins
+    (GateParams(e_confirm=1.5**7, n_max=7), 0.8, 1.0, 7, 0.0),
+    (GateParams(e_confirm=1.5**5, w_net_min=0, n_max=7), 0.6, 0.7, 7, 0.2),
+    (GateParams(delta_min=0.1, lambda_dir=0.8, n_max=7), 0.6, 0.5, 7, 0.1),
+    *_random_cases(16, seed=13),
+]
+
+
+@pytest.mark.parametrize("params,p_win,discordance,n,infra_rate", OC_CASES)
+def test_oc_equals_exhaustive_enumeration(params, p_win, discordance, n, infra_rate):
+    oc = operating_characteristics(params, p_win, discordance, n, infra_rate)
+    rates, units, pairs = _enumerate(params, p_win, discordance, n, infra_rate)
+    got = {Action.ACCEPT: oc.p_accept, Action.REJECT: oc.p_reject, Action.FUTILE: oc.p_futile,
+           Action.PROVISIONAL: oc.p_provisional, Action.INERTIA: oc.p_inertia}
+    for action, p in got.items():
+        assert p == pytest.approx(rates[action], abs=1e-12), action
+    assert rates[Action.CONTINUE] == 0.0
+    assert oc.expected_units == pytest.approx(units, abs=1e-12)
+    assert oc.expected_pairs == pytest.approx(pairs, abs=1e-12)
+
+
+def test_oc_at_the_largest_bet_and_at_an_attainable_threshold():
+    assert operating_characteristics(GateParams(lambda_dir=1.0), 0.8, 0.5, 10).p_accept \
+        == pytest.approx(0.20416, abs=1e-12)
+    oc = operating_characteristics(GateParams(e_confirm=1.5**7), 0.8, 1.0, 7)
+    assert oc.p_accept == pytest.approx(0.8**7, abs=1e-12)  # 0.2097: seven straight wins
+
+
+def test_e_plus_exactly_at_e_confirm_accepts():
+    p = GateParams(e_confirm=1.5**7, n_max=7)
+    assert 1.5**7 == 17.0859375  # exact in binary: seven wins land on the threshold
+    out = replay_prefix([WIN] * 7, p)
+    assert (out.action, out.stop_rank, out.e_plus) == (Action.ACCEPT, 6, p.e_confirm)
+    base, cand, _ = _to_arrays([[WIN] * 7])
+    assert replay_prefix_batch(base, cand, p).actions() == [Action.ACCEPT]
+    s = GateState(W=7, n_used=7, n_consumed=7, e_plus=p.e_confirm)
+    assert gate_decision(s, 3, p) is Action.ACCEPT
+
+
+def test_futility_never_stops_an_accept_because_of_rounding():
+    """Nine wins multiplied one by one reach e_confirm; ``E+ * wf**8`` rounds just below it."""
+    lam = 0.6115957632512388
+    e9 = 1.0
+    for _ in range(9):
+        e9 *= 1.0 + lam
+    p = GateParams(e_confirm=e9, lambda_dir=lam, w_net_min=0, e_provisional=e9,
+                   w_net_min_provisional=9, n_max=9)
+    assert (1.0 + lam) * (1.0 + lam) ** 8 < e9  # the closed form misses by one ulp
+    out = replay_prefix([WIN] * 9, p)
+    assert (out.action, out.stop_rank) == (Action.ACCEPT, 8)
+    base, cand, _ = _to_arrays([[WIN] * 9])
+    assert replay_prefix_batch(base, cand, p).actions() == [Action.ACCEPT]
+    assert operating_characteristics(p, 1.0, 1.0, 9).p_accept == 1.0
+
+
+def test_rule_holds_for_a_ladder_of_ten_thousand_units():
+    n = 10_000
+    p = GateParams(lambda_dir=1.0, w_net_min=9_000, n_max=n)
+    for n_rem in (1_000, n - 1):
+        assert gate_decision(GateState(W=1, n_used=1, n_consumed=1, e_plus=2.0), n_rem, p) \
+            is Action.CONTINUE
+    # 5,000 wins overflow E+ to inf; the loss after them zeroes it (never NaN); hopeless then
+    seq = [WIN] * 5_000 + [LOSS] + [TIE_RIGHT] * (n - 5_001)
+    out = replay_prefix(seq, p)
+    assert (out.action, out.stop_rank, out.e_plus) == (Action.FUTILE, 5_000, 0.0)
+    base, cand, _ = _to_arrays([seq])
+    batch = replay_prefix_batch(base, cand, p)
+    assert batch.actions() == [Action.FUTILE] and batch.e_plus[0] == 0.0
+    assert replay_blocks(seq, p).action is Action.FUTILE
+    ties = replay_prefix([TIE_RIGHT] * n, GateParams(e_provisional=1.0,
+                                                     w_net_min_provisional=0, n_max=n))
+    assert (ties.action, ties.n_consumed) == (Action.PROVISIONAL, n)
+
+
+def test_replays_refuse_ladders_longer_than_n_max():
+    p = GateParams(n_max=5)
+    with pytest.raises(ValueError, match=r"6 units, more than GateParams\.n_max = 5"):
+        replay_prefix([TIE_RIGHT] * 6, p)
+    with pytest.raises(ValueError, match="n_max"):
+        replay_blocks([TIE_RIGHT] * 6, p)
+    with pytest.raises(ValueError, match="n_max"):
+        replay_arrival([TIE_RIGHT] * 6, list(range(6)), p)
+    base, cand, _ = _to_arrays([[TIE_RIGHT] * 6])
+    with pytest.raises(ValueError, match="n_max"):
+        replay_prefix_batch(base, cand, p)
+    assert replay_prefix([TIE_RIGHT] * 5, p).n_ladder == 5

@@ -101,7 +101,53 @@ class GateParams:
     @property
     def win_factor(self) -> float:
         """E+ multiplier of a win (d=+1): the best case used by the futility check."""
-        return 1.0 + self.lambda_dir * (1.0 - self.delta_min)
+        return bet_factors(self, 1)[0]
+
+
+def bet_factors(params: GateParams, d: int) -> tuple[float, float]:
+    """(E+ factor, E- factor) of one paired unit with difference ``d``.
+
+    The one place the factors are computed, so the live update, the batch replays and the
+    exact operating characteristics multiply bit-identical numbers.
+    """
+    return 1.0 + params.lambda_dir * (d - params.delta_min), 1.0 - params.lambda_dir * d
+
+
+def _times(e: float, f: float) -> float:
+    # 0 * inf is NaN in floats; a zero factor ends a capital process at exactly 0
+    return 0.0 if f == 0.0 else e * f
+
+
+FUTILITY_RTOL = 1e-9
+"""Slack of the futility check: n straight wins multiplied one by one may round up to
+n * 2**-53 above the closed form, so FUTILE only fires when the best case misses its
+threshold by more than this relative margin (lossless for ladders up to ~10**6 units)."""
+
+
+def best_case_floor(target: float, n_remaining: int, params: GateParams) -> float:
+    """Smallest E+ from which ``n_remaining`` straight wins can still reach ``target``.
+
+    Log space, so no ladder length overflows (``win_factor ** n`` raises past ~1,000 units).
+    """
+    lw = math.log(params.win_factor)
+    return math.exp(math.log(target) - n_remaining * lw) * (1.0 - FUTILITY_RTOL)
+
+
+def _hopeful(e_plus, w_net, n_remaining: int, params: GateParams):  # type: ignore[no-untyped-def]
+    """Can straight wins still reach ACCEPT or PROVISIONAL? (floats or numpy arrays alike)"""
+    w_best = w_net + n_remaining
+    acc = ((e_plus >= best_case_floor(params.e_confirm, n_remaining, params))
+           & (w_best >= params.w_net_min))
+    prov = ((e_plus >= best_case_floor(params.e_provisional, n_remaining, params))
+            & (w_best >= params.w_net_min_provisional))
+    return (e_plus > 0) & (acc | prov)
+
+
+def check_ladder_length(n: int, params: GateParams, what: str = "the ladder") -> None:
+    """Refuse a ladder longer than ``GateParams.n_max`` (the cap holds everywhere)."""
+    if n > params.n_max:
+        raise ValueError(f"{what} has {n} units, more than GateParams.n_max = {params.n_max}; "
+                         f"truncate it to n_max (build_ladder does) or raise n_max")
 
 
 @dataclass(frozen=True)
@@ -134,9 +180,8 @@ def update_state(state: GateState, pair: Pair, params: GateParams) -> GateState:
         return replace(state, n_consumed=state.n_consumed + 1)
     base, cand = pair
     d = int(bool(cand)) - int(bool(base))
-    lam, delta = params.lambda_dir, params.delta_min
-    e_plus = state.e_plus * (1.0 + lam * (d - delta))
-    e_minus = state.e_minus * (1.0 - lam * d)
+    f_plus, f_minus = bet_factors(params, d)
+    e_plus, e_minus = _times(state.e_plus, f_plus), _times(state.e_minus, f_minus)
     assert e_plus >= 0.0 and e_minus >= 0.0, "capital process went negative"
     return GateState(
         W=state.W + (d == 1),
@@ -158,12 +203,7 @@ def gate_decision(state: GateState, n_remaining: int, params: GateParams) -> Act
         return Action.REJECT
     if n_remaining > 0:
         # Lossless futility: every remaining unit a win is the best case for both E+ and W-L.
-        e_best = state.e_plus * params.win_factor**n_remaining
-        w_best = state.w_net + n_remaining
-        can_accept = e_best >= params.e_confirm and w_best >= params.w_net_min
-        can_provisional = (e_best >= params.e_provisional
-                           and w_best >= params.w_net_min_provisional)
-        if not (can_accept or can_provisional):
+        if not _hopeful(state.e_plus, state.w_net, n_remaining, params):
             return Action.FUTILE
         return Action.CONTINUE
     if state.e_plus >= params.e_provisional and state.w_net >= params.w_net_min_provisional:
@@ -244,6 +284,7 @@ class SequentialTest:
     __slots__ = ("action", "n_ladder", "params", "points", "rule", "state", "stop_rank")
 
     def __init__(self, n_ladder: int, params: GateParams, rule: DecisionRule | None = None):
+        check_ladder_length(n_ladder, params)
         self.n_ladder = n_ladder
         self.params = params
         self.rule = rule or DEFAULT_RULE
@@ -383,16 +424,35 @@ def _as_batch(base: np.ndarray, cand: np.ndarray,
     return d, ok
 
 
+def _decide_codes(ep: np.ndarray, em: np.ndarray, wnet: np.ndarray, n_rem: int,
+                  params: GateParams) -> np.ndarray:
+    """`gate_decision` over arrays of states: action codes (0 = CONTINUE)."""
+    acc = (ep >= params.e_confirm) & (wnet >= params.w_net_min)
+    rej = ~acc & (em >= params.e_reject)
+    code = np.where(acc, _CODE[Action.ACCEPT], np.where(rej, _CODE[Action.REJECT], 0))
+    rest = ~acc & ~rej
+    if n_rem > 0:
+        futile = rest & ~_hopeful(ep, wnet, n_rem, params)
+        return np.where(futile, _CODE[Action.FUTILE], code).astype(np.int8)
+    prov = (ep >= params.e_provisional) & (wnet >= params.w_net_min_provisional)
+    return np.where(rest, np.where(prov, _CODE[Action.PROVISIONAL], _CODE[Action.INERTIA]),
+                    code).astype(np.int8)
+
+
+def _times_array(e: np.ndarray, f: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.where((e == 0.0) | (f == 0.0), 0.0, e * f)
+
+
 def _replay_batch(d: np.ndarray, ok: np.ndarray, params: GateParams,
                   order: np.ndarray | None, decide_at: np.ndarray) -> BatchOutcome:
     """Core loop. ``order[r, k]`` is the ladder rank consumed k-th (None: ladder order);
     ``decide_at[k]`` says whether the rule is evaluated after the k-th consumed unit."""
     R, n = d.shape
-    lam, delta = params.lambda_dir, params.delta_min
+    check_ladder_length(n, params, "each sequence")
     # The same scalar factors as update_state, so batch and scalar replays agree bit for bit.
-    f_plus = {v: 1.0 + lam * (v - delta) for v in (-1, 0, 1)}
-    f_minus = {v: 1.0 - lam * v for v in (-1, 0, 1)}
-    best = [params.win_factor**k for k in range(n + 1)]
+    f_plus = {v: bet_factors(params, v)[0] for v in (-1, 0, 1)}
+    f_minus = {v: bet_factors(params, v)[1] for v in (-1, 0, 1)}
     W = np.zeros(R, np.int64)
     L = np.zeros(R, np.int64)
     used = np.zeros(R, np.int64)
@@ -413,31 +473,16 @@ def _replay_batch(d: np.ndarray, ok: np.ndarray, params: GateParams,
         okk = ok[rows, rank] & live
         fp = np.where(dk == 1, f_plus[1], np.where(dk == -1, f_plus[-1], f_plus[0]))
         fm = np.where(dk == 1, f_minus[1], np.where(dk == -1, f_minus[-1], f_minus[0]))
-        ep = np.where(okk, ep * fp, ep)
-        em = np.where(okk, em * fm, em)
+        ep = np.where(okk, _times_array(ep, fp), ep)
+        em = np.where(okk, _times_array(em, fm), em)
         W += okk & (dk == 1)
         L += okk & (dk == -1)
         used += okk
         consumed += live
         if not decide_at[k]:
             continue
-        n_rem = n - (k + 1)
-        wnet = W - L
-        acc = live & (ep >= params.e_confirm) & (wnet >= params.w_net_min)
-        rej = live & ~acc & (em >= params.e_reject)
-        code = np.where(acc, _CODE[Action.ACCEPT], np.where(rej, _CODE[Action.REJECT], 0))
-        rest = live & ~acc & ~rej
-        if n_rem > 0:
-            e_best = ep * best[n_rem]
-            w_best = wnet + n_rem
-            hopeful = ((e_best >= params.e_confirm) & (w_best >= params.w_net_min)) | (
-                (e_best >= params.e_provisional) & (w_best >= params.w_net_min_provisional))
-            code = np.where(rest & ~hopeful, _CODE[Action.FUTILE], code)
-        else:
-            prov = (ep >= params.e_provisional) & (wnet >= params.w_net_min_provisional)
-            code = np.where(rest, np.where(prov, _CODE[Action.PROVISIONAL],
-                                           _CODE[Action.INERTIA]), code)
-        newly = live & (code != 0)
+        code = np.where(live, _decide_codes(ep, em, W - L, n - (k + 1), params), 0)
+        newly = code != 0
         action = np.where(newly, code, action).astype(np.int8)
         stop = np.where(newly, rank, stop)
     # the capital processes are never negative and never NaN (NaN fails both comparisons)
@@ -479,7 +524,7 @@ def replay_arrival_batch(base: np.ndarray, cand: np.ndarray, completion_times: n
 
 
 # --------------------------------------------------------------------------------------
-# Exact operating characteristics by dynamic programming over (W, L, ties).
+# Exact operating characteristics by dynamic programming over (consumed, W, L).
 
 
 @dataclass(frozen=True)
@@ -502,13 +547,35 @@ class OperatingCharacteristics:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
+def _powers(f: float, n: int) -> np.ndarray:
+    """``f**0 .. f**n`` multiplied one by one, as the live update does along a run of equal d."""
+    out = np.empty(n + 1)
+    acc = 1.0
+    for i in range(n + 1):
+        out[i] = acc
+        acc = _times(acc, f)
+    return out
+
+
+def _product(*factors: np.ndarray) -> np.ndarray:
+    """Elementwise product of capital factors where any zero factor gives exactly 0."""
+    out = factors[0]
+    for f in factors[1:]:
+        out = _times_array(out, f)
+    return out
+
+
 def operating_characteristics(params: GateParams, p_win: float, discordance: float,
                               n_units: int, infra_rate: float = 0.0) -> OperatingCharacteristics:
     """Exact P(each exit) and E[units consumed] for the prefix rule on i.i.d. units.
 
     Each unit is INFRA with probability ``infra_rate``; otherwise discordant with
     probability ``discordance``, and a discordant unit is a win with probability ``p_win``.
-    The state after k consumed units is (W, L, T) with T ties; E+ and E- depend only on it.
+    E+ and E- are products of the same factors the live update multiplies (no logs, so
+    lambda = 1/(1+delta), where a loss zeroes E+, and thresholds equal to an attainable E+
+    are exact). The state after k consumed units is (W, L): ties only matter through
+    T = k - W - L, or not at all when delta = 0, so the cost is O(n^3). Only delta > 0 with
+    INFRA needs T itself: (W, L, T), O(n^4).
     """
     for name, v in (("p_win", p_win), ("discordance", discordance), ("infra_rate", infra_rate)):
         if not (isinstance(v, int | float) and 0.0 <= v <= 1.0):
@@ -519,51 +586,97 @@ def operating_characteristics(params: GateParams, p_win: float, discordance: flo
     if n == 0:
         return OperatingCharacteristics(0, 0, 0, 0, 1.0, 0.0, 0.0, p_win, discordance, 0,
                                         infra_rate)
-    lam, delta = params.lambda_dir, params.delta_min
     q = 1.0 - infra_rate
     pw, pl, pt = q * discordance * p_win, q * discordance * (1 - p_win), q * (1 - discordance)
-    idx = np.arange(n + 1)
-    Wg, Lg, Tg = np.meshgrid(idx, idx, idx, indexing="ij")
-    with np.errstate(divide="ignore"):
-        log_ep = (Wg * math.log(1 + lam * (1 - delta)) + Tg * math.log(1 - lam * delta)
-                  + Lg * (math.log(1 - lam * (1 + delta)) if lam * (1 + delta) < 1 else -np.inf))
-        log_em = Wg * (math.log(1 - lam) if lam < 1 else -np.inf) + Lg * math.log(1 + lam)
-    ep, em = np.exp(log_ep), np.exp(log_em)
-    wnet = Wg - Lg
-    mass = np.zeros((n + 1, n + 1, n + 1))
-    mass[0, 0, 0] = 1.0
-    exits = dict.fromkeys(ACTION_CODES[1:], 0.0)
-    exp_units = 0.0
-    exp_pairs = 0.0
-    used = Wg + Lg + Tg
-    for k in range(1, n + 1):
-        new = infra_rate * mass
-        new[1:, :, :] += pw * mass[:-1, :, :]
-        new[:, 1:, :] += pl * mass[:, :-1, :]
-        new[:, :, 1:] += pt * mass[:, :, :-1]
-        mass = new
-        n_rem = n - k
-        acc = (ep >= params.e_confirm) & (wnet >= params.w_net_min)
-        rej = ~acc & (em >= params.e_reject)
-        rest = ~acc & ~rej
-        stops = {Action.ACCEPT: acc, Action.REJECT: rej}
-        if n_rem > 0:
-            e_best = ep * params.win_factor**n_rem
-            w_best = wnet + n_rem
-            hopeful = ((e_best >= params.e_confirm) & (w_best >= params.w_net_min)) | (
-                (e_best >= params.e_provisional) & (w_best >= params.w_net_min_provisional))
-            stops[Action.FUTILE] = rest & ~hopeful
-        else:
-            prov = (ep >= params.e_provisional) & (wnet >= params.w_net_min_provisional)
-            stops[Action.PROVISIONAL] = rest & prov
-            stops[Action.INERTIA] = rest & ~prov
-        for a, m in stops.items():
-            pm = float(mass[m].sum())
-            exits[a] += pm
-            exp_units += k * pm
-            exp_pairs += float((mass[m] * used[m]).sum())
-            mass[m] = 0.0
+    (fw, gw), (fl, gl), (ft, _) = bet_factors(params, 1), bet_factors(params, -1), \
+        bet_factors(params, 0)
+    PW, PL, PT = _powers(fw, n), _powers(fl, n), _powers(ft, n)
+    MW, ML = _powers(gw, n), _powers(gl, n)
+    dp = _oc_wlt if (infra_rate > 0 and ft != 1.0) else _oc_wl
+    exits, exp_units, exp_pairs = dp(params, n, infra_rate, pw, pl, pt, PW, PL, PT, MW, ML)
     return OperatingCharacteristics(
         exits[Action.ACCEPT], exits[Action.REJECT], exits[Action.FUTILE],
         exits[Action.PROVISIONAL], exits[Action.INERTIA], exp_units, exp_pairs,
         p_win, discordance, n, infra_rate)
+
+
+_OCParts = tuple[dict[Action, float], float, float]
+
+
+def _settle(codes: np.ndarray, mass: np.ndarray, used_mass: np.ndarray, k: int,
+            exits: dict[Action, float]) -> tuple[float, float]:
+    """Book the mass of every state that stops after unit k; zero it in place."""
+    units = pairs = 0.0
+    for c in np.unique(codes[codes != 0]).tolist():
+        m = codes == c
+        pm = float(mass[m].sum())
+        exits[ACTION_CODES[c]] += pm
+        units += k * pm
+        pairs += float(used_mass[m].sum())
+        mass[m] = 0.0
+        used_mass[m] = 0.0
+    return units, pairs
+
+
+def _oc_wl(params: GateParams, n: int, infra_rate: float, pw: float, pl: float, pt: float,
+           PW: np.ndarray, PL: np.ndarray, PT: np.ndarray, MW: np.ndarray,
+           ML: np.ndarray) -> _OCParts:
+    """State (W, L) after k units; ``used`` carries the first moment of n_used per state."""
+    idx = np.arange(n + 1)
+    Wg, Lg = np.meshgrid(idx, idx, indexing="ij")
+    em_all = _product(MW[Wg], ML[Lg])
+    ep_wl = _product(PW[Wg], PL[Lg])
+    mass = np.zeros((n + 1, n + 1))
+    used = np.zeros((n + 1, n + 1))
+    mass[0, 0] = 1.0
+    exits = dict.fromkeys(ACTION_CODES[1:], 0.0)
+    exp_units = exp_pairs = 0.0
+    stay = infra_rate + pt
+    for k in range(1, n + 1):
+        s = slice(0, k + 1)  # W, L <= k
+        m, u = mass[s, s], used[s, s]
+        moved = m + u  # n_used grows by one on every non-INFRA unit
+        new_m, new_u = stay * m, infra_rate * u + pt * (u + m)
+        new_m[1:, :] += pw * m[:-1, :]
+        new_m[:, 1:] += pl * m[:, :-1]
+        new_u[1:, :] += pw * moved[:-1, :]
+        new_u[:, 1:] += pl * moved[:, :-1]
+        mass[s, s], used[s, s] = new_m, new_u
+        ep = ep_wl[s, s]
+        if PT[1] != 1.0:  # delta > 0, and then no INFRA: T = k - W - L
+            ep = _product(ep, PT[np.clip(k - Wg[s, s] - Lg[s, s], 0, n)])
+        codes = _decide_codes(ep, em_all[s, s], Wg[s, s] - Lg[s, s], n - k, params)
+        du, dpairs = _settle(codes, new_m, new_u, k, exits)
+        mass[s, s], used[s, s] = new_m, new_u
+        exp_units += du
+        exp_pairs += dpairs
+    return exits, exp_units, exp_pairs
+
+
+def _oc_wlt(params: GateParams, n: int, infra_rate: float, pw: float, pl: float, pt: float,
+            PW: np.ndarray, PL: np.ndarray, PT: np.ndarray, MW: np.ndarray,
+            ML: np.ndarray) -> _OCParts:
+    """State (W, L, T): needed only when ties move E+ (delta > 0) and INFRA does not."""
+    idx = np.arange(n + 1)
+    Wg, Lg, Tg = np.meshgrid(idx, idx, idx, indexing="ij")
+    ep_all = _product(PW[Wg], PL[Lg], PT[Tg])
+    em_all = _product(MW[Wg], ML[Lg])
+    used_all = (Wg + Lg + Tg).astype(float)
+    mass = np.zeros((n + 1, n + 1, n + 1))
+    mass[0, 0, 0] = 1.0
+    exits = dict.fromkeys(ACTION_CODES[1:], 0.0)
+    exp_units = exp_pairs = 0.0
+    for k in range(1, n + 1):
+        s = slice(0, k + 1)
+        m = mass[s, s, s]
+        new = infra_rate * m
+        new[1:, :, :] += pw * m[:-1, :, :]
+        new[:, 1:, :] += pl * m[:, :-1, :]
+        new[:, :, 1:] += pt * m[:, :, :-1]
+        codes = _decide_codes(ep_all[s, s, s], em_all[s, s, s], Wg[s, s, s] - Lg[s, s, s],
+                              n - k, params)
+        du, dpairs = _settle(codes, new, new * used_all[s, s, s], k, exits)
+        mass[s, s, s] = new
+        exp_units += du
+        exp_pairs += dpairs
+    return exits, exp_units, exp_pairs
