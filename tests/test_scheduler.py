@@ -14,6 +14,7 @@ from vtrm_gate import (
     GateAborted,
     GateFinished,
     GateParams,
+    GateStarted,
     GuardParams,
     InfraGuardError,
     PrefixAdvanced,
@@ -28,11 +29,13 @@ from vtrm_gate import (
     run_gate,
     run_gate_sync,
 )
+from vtrm_gate.scheduler import SubscriberWarning
 from vtrm_gate.testing import OutcomeTable
 
 WIN, LOSS, TIE = (False, True), (True, False), (True, True)
 # rule that never stops early except at exhaustion (futility cannot fire: E+ >= 1 always is)
-PATIENT = GateParams(e_confirm=1e9, e_reject=1e9, e_provisional=1.0, w_net_min_provisional=0)
+PATIENT = GateParams(e_confirm=1e9, e_reject=1e9, e_provisional=1.0, w_net_min_provisional=0,
+                    n_max=10_000)
 
 
 def run(coro):
@@ -393,12 +396,12 @@ def test_no_plans_returns_at_once():
     assert res.outcomes == {} and res.peak_in_flight == 0
 
 
-def test_infer_returning_wrong_type_is_infra():
+def test_infer_returning_wrong_type_fails_the_gate():
     async def bad(task):
         return {"correct": True}
 
-    res = run(run_gate([TypePlan("A", ["u"])], bad, guard=GuardParams(min_calls=100)))
-    assert res.counters["A"].infra_units == 1
+    with pytest.raises(TypeError, match="infer returned dict, expected UnitResult"):
+        run(run_gate([TypePlan("A", ["u"])], bad, guard=GuardParams(min_calls=100)))
 
 
 # ---- events, handles, cancellation, sync wrapper -------------------------------------
@@ -428,7 +431,9 @@ def test_slow_subscriber_does_not_slow_the_gate():
         await asyncio.sleep(3600)
 
     fast_res = run(run_gate(table.plans(), table, PATIENT, concurrency=4))
-    slow_res = run(run_gate(table.plans(), table, PATIENT, concurrency=4, subscribers=[slow]))
+    with pytest.warns(SubscriberWarning, match="slow fell behind"):
+        slow_res = run(run_gate(table.plans(), table, PATIENT, concurrency=4,
+                                subscribers=[slow]))
     assert slow_res.wall_time_s == fast_res.wall_time_s == 10.0
 
 
@@ -438,11 +443,12 @@ def test_broken_subscriber_does_not_break_the_gate():
     def broken(ev):
         raise RuntimeError("plot failed")
 
-    res = run(run_gate(table.plans(), table, subscribers=[broken]))
+    with pytest.warns(SubscriberWarning, match="plot failed"):
+        res = run(run_gate(table.plans(), table, subscribers=[broken]))
     assert res.outcomes["A"].action is Action.ACCEPT
 
 
-def test_cancel_propagates_and_cancels_in_flight_calls():
+def test_cancel_returns_the_partial_result_and_cancels_in_flight_calls():
     table = OutcomeTable({"A": [TIE] * 40}, latency=lambda t, r: 100.0)
     sink = ListSink()
     rec = Recorder()
@@ -451,16 +457,21 @@ def test_cancel_propagates_and_cancels_in_flight_calls():
         handle = launch(table.plans(), table, PATIENT, concurrency=4, sink=sink,
                         subscribers=[rec])
         await asyncio.sleep(150)
+        assert handle.partial().aborted is None
+        assert handle.partial().counters["A"].completed == 4
         handle.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await handle
-        await asyncio.sleep(0)
-        return handle
+        res = await handle
+        return handle, res
 
-    run(main())
+    handle, res = run(main())
     assert len(sink.results) == 4  # the first wave finished at t=100 and was persisted
     assert isinstance(rec.events[-1], GateAborted)
     assert table.in_flight == 0
+    assert res.aborted and "Cancelled" in res.aborted
+    assert res.counters["A"].completed == 4 and res.counters["A"].cancelled_in_flight == 4
+    assert res.outcomes["A"].n_consumed == 2 and not res.outcomes["A"].decided
+    assert handle.result() is res and handle.partial() is res
+    assert "\n" not in repr(res) and "aborted" in repr(res)
 
 
 def test_sync_wrapper_in_script_and_inside_a_running_loop():
@@ -518,3 +529,259 @@ def test_late_arm_of_an_infra_unit_is_counted_as_discarded():
     c = res.counters["A"]
     assert c.discarded_after_infra == 1 and c.discarded_after_freeze == 0
     assert sum(not counted for *_, counted in sink.results) == 1
+
+
+# ---- edge cases (issue 7, item 12; issue 8, item 5) -----------------------------------
+
+def _alive_tasks():
+    return {t for t in asyncio.all_tasks() if t is not asyncio.current_task()}
+
+
+def test_cancelled_error_raised_by_infer_is_infra_not_a_hang():
+    """A CancelledError the gate did not cause (a backend's own) used to hold its slot
+    for ever; it is an INFRA result for that arm."""
+    async def infer(task):
+        await asyncio.sleep(1)
+        if (task.ladder_rank, task.arm) == (0, "cand"):
+            raise asyncio.CancelledError
+        return UnitResult(correct=True)
+
+    sink = ListSink()
+    res = run(asyncio.wait_for(run_gate([TypePlan("A", ["u0", "u1", "u2"])], infer, PATIENT,
+                                        sink=sink, guard=GuardParams(min_calls=100)), 1000))
+    assert res.counters["A"].infra_units == 1 and res.outcomes["A"].n_used == 2
+    errors = [r.error for _, r, _ in sink.results if r.infra]
+    assert errors == ["CancelledError: raised by infer (the gate did not cancel this call)"]
+
+
+def test_a_second_cancel_during_the_abort_still_cleans_up():
+    """Calls take 5 s to unwind after a cancel; a second cancel lands meanwhile."""
+    table = OutcomeTable({"A": [TIE] * 40}, latency=lambda t, r: 100.0)
+
+    async def slow_to_unwind(task):
+        try:
+            return await table(task)
+        except asyncio.CancelledError:
+            await asyncio.sleep(5)
+            raise
+
+    sink = ListSink()
+    rec = Recorder()
+
+    async def main():
+        handle = launch(table.plans(), slow_to_unwind, PATIENT, concurrency=4, sink=sink,
+                        subscribers=[rec])
+        reader = asyncio.ensure_future(_collect(handle.events()))
+        await asyncio.sleep(150)
+        handle.cancel()
+        await asyncio.sleep(1)
+        handle.cancel()
+        await asyncio.sleep(100)  # the abort needs 5 s
+        alive = _alive_tasks() - {reader}
+        return handle, reader, alive
+
+    handle, reader, alive = run(main())
+    assert isinstance(rec.events[-1], GateAborted)
+    assert reader.done() and isinstance(reader.result()[-1], GateAborted)
+    assert alive == set()  # no pump task, no call left behind
+    assert len(sink.results) == 4  # the first wave, persisted
+    res = handle.result()
+    assert res.aborted and res.counters["A"].cancelled_in_flight == 4
+
+
+async def _collect(stream):
+    return [ev async for ev in stream]
+
+
+def test_cancel_before_the_task_first_runs_ends_events():
+    table = OutcomeTable({"A": [TIE] * 4})
+    rec = Recorder()
+
+    async def main():
+        handle = launch(table.plans(), table, subscribers=[rec])
+        handle.cancel()
+        seen = await asyncio.wait_for(_collect(handle.events()), 1000)
+        return seen, await handle, handle
+
+    seen, res, handle = run(main())
+    assert [type(e) for e in seen] == [GateStarted, GateAborted]
+    assert isinstance(rec.events[-1], GateAborted)
+    assert res.aborted and table.calls == [] and handle.result() is res
+
+
+def test_launch_without_a_running_loop_points_to_run_gate_sync():
+    table = OutcomeTable({"A": [TIE]})
+    with pytest.raises(RuntimeError, match="run_gate_sync"):
+        launch(table.plans(), table)
+
+
+def test_handle_repr_is_one_line():
+    table = OutcomeTable({t: [WIN] * 20 for t in "ABC"}, latency=lambda t, r: 1.0)
+
+    async def main():
+        handle = launch(table.plans(), table, concurrency=4)
+        await asyncio.sleep(2.5)
+        during = repr(handle)
+        await handle
+        return during, repr(handle)
+
+    during, after = run(main())
+    assert during == "<GateHandle running: 0/3 types decided, 4 calls in flight, 2.5 s elapsed>"
+    assert after.startswith("<GateHandle finished: 3/3 types decided, 0 calls in flight")
+
+
+def test_slow_subscriber_never_delays_the_return():
+    """20 ms per event (the gate itself is over in 0.1 s) used to delay the return by the
+    whole backlog; now by at most the close timeout (loop clock)."""
+    table = OutcomeTable({"A": [TIE] * 100}, latency=lambda t, r: 0.001)
+
+    async def slow(ev):
+        await asyncio.sleep(0.02)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        with pytest.warns(SubscriberWarning, match=r"slow fell behind: \d+ events"):
+            res = await run_gate(table.plans(), table, PATIENT, concurrency=4,
+                                 subscribers=[slow], subscriber_timeout_s=0.5)
+        return res, loop.time() - t0, _alive_tasks()
+
+    res, returned_after, alive = run(main())
+    assert res.total("completed") == 200 and res.wall_time_s == pytest.approx(0.05)
+    assert returned_after <= res.wall_time_s + 0.5 + 1e-9
+    assert alive == set()
+
+
+def test_hung_subscriber_never_blocks_the_result():
+    table = OutcomeTable({"A": [WIN] * 10}, latency=lambda t, r: 1.0)
+
+    async def hung(ev):
+        await asyncio.Event().wait()
+
+    with pytest.warns(SubscriberWarning, match="hung fell behind"):
+        res = run(asyncio.wait_for(run_gate(table.plans(), table, subscribers=[hung]), 1000))
+    assert res.outcomes["A"].action is Action.ACCEPT
+
+
+def test_subscriber_error_is_reported_once_and_the_gate_keeps_running(recwarn):
+    table = OutcomeTable({"A": [WIN] * 10})
+    calls = []
+
+    def broken(ev):
+        calls.append(ev)
+        raise RuntimeError("plot failed")
+
+    res = run(run_gate(table.plans(), table, subscribers=[broken]))
+    assert res.outcomes["A"].action is Action.ACCEPT
+    ours = [w for w in recwarn if issubclass(w.category, SubscriberWarning)]
+    assert len(ours) == 1 and len(calls) > 10  # every event still delivered
+    msg = str(ours[0].message)
+    assert "broken" in msg and "RuntimeError: plot failed" in msg
+
+
+@pytest.mark.parametrize("error", [TypeError("bad argument"), AttributeError("no attribute x"),
+                                   NameError("name 'x' is not defined")])
+def test_programming_errors_from_infer_fail_the_gate_at_once(error):
+    calls = []
+
+    async def infer(task):
+        calls.append(task)
+        await asyncio.sleep(1)
+        raise error
+
+    sink = ListSink()
+    with pytest.raises(type(error)) as ei:
+        run(run_gate([TypePlan("A", [f"u{i}" for i in range(30)])], infer, concurrency=4,
+                     sink=sink))
+    assert len(calls) == 4  # the first wave; nothing more was started
+    assert any(entry.name == "infer" for entry in ei.traceback)  # the traceback is kept
+    assert "programming error" in "".join(getattr(ei.value, "__notes__", []))
+
+
+def test_infer_that_is_not_a_coroutine_function_fails_the_gate_at_once():
+    def infer(task):  # forgot "async"
+        return UnitResult(correct=True)
+
+    with pytest.raises(TypeError, match="infer must be an async function"):
+        run(run_gate([TypePlan("A", [f"u{i}" for i in range(30)])], infer))
+    with pytest.raises(TypeError, match="infer must be an async function"):
+        run(run_gate([TypePlan("A", ["u"])], "not callable"))
+
+
+def test_other_exceptions_from_infer_stay_infra_and_the_guard_names_them():
+    async def infer(task):
+        raise ConnectionError(f"backend down at {task.unit_id}")
+
+    with pytest.raises(InfraGuardError, match=r"last errors: .*ConnectionError: backend down "
+                                              r"at u\d+"):
+        run(run_gate([TypePlan("A", [f"u{i}" for i in range(20)])], infer))
+
+
+def test_ladders_longer_than_n_max_are_refused_before_anything_runs():
+    table = OutcomeTable({"A": [TIE] * 41})
+    with pytest.raises(ValueError, match=r"type 'A' has 41 units, more than GateParams\.n_max"):
+        run(run_gate(table.plans(), table))
+
+    async def main():
+        launch(table.plans(), table)
+
+    with pytest.raises(ValueError, match="n_max"):
+        run(main())
+    assert table.calls == []
+
+
+def test_types_that_share_a_slug_are_refused_before_anything_runs():
+    table = OutcomeTable({"OCR Problems": [TIE], "OCR problems": [TIE]})
+    plans = [TypePlan("OCR Problems", ["u"], target_file="skills/a.md"),
+             TypePlan("OCR problems", ["u"], target_file="skills/b.md")]
+    sink = ListSink()
+    with pytest.raises(ValueError, match=r"'OCR Problems' and 'OCR problems'.*'ocr-problems'"):
+        run(run_gate(plans, table, sink=sink))
+    assert table.calls == [] and sink.results == []
+
+
+# ---- tests that kill mutants (issue 7, item 17) ---------------------------------------
+
+def test_guard_denominator_excludes_cache_hits():
+    """Base arms all cached, 2 cand calls INFRA of 10: 2/10 trips (2/20 would not)."""
+    seq = [TIE] * 8 + [None] * 2
+    table = OutcomeTable({"A": seq}, latency=lambda t, r: 1.0 + t.ladder_rank)
+    plan = table.plans()[0]
+    store = DictBaseline({store_key: UnitResult(correct=True)
+                          for store_key in ((plan.task_type, u, plan.task(0, "base").skill_hash)
+                                            for u in plan.units)})
+    with pytest.raises(InfraGuardError, match="2 INFRA units out of 10 completed calls"):
+        run(run_gate([plan], table, PATIENT, baseline=store, guard=GuardParams(max_ratio=0.1)))
+
+
+def test_guard_counts_infra_units_not_calls():
+    """Both arms of 3 units fail: 3 units / 20 calls = 0.15 stays under 0.2 (6 calls would
+    be 0.3)."""
+    seq = [TIE] * 7 + [None] * 3
+    table = OutcomeTable({"A": seq}, infra_arm="both",
+                         latency=lambda t, r: 1.0 + 2 * t.ladder_rank + (t.arm == "cand"))
+    res = run(run_gate(table.plans(), table, PATIENT, guard=GuardParams(max_ratio=0.2)))
+    c = res.counters["A"]
+    assert (c.infra_units, c.infra_calls, c.completed) == (3, 6, 20)
+
+
+class SlowBaseline(DictBaseline):
+    """A BaselineStore whose lookup takes loop time (a remote cache), always a miss."""
+
+    async def get(self, task):
+        await asyncio.sleep(0.5)
+        return None
+
+
+def test_no_arm_starts_after_its_type_froze_even_mid_unit():
+    """Unit 7 decides right after unit 8's base arm started (its lookup took loop time):
+    unit 8's cand arm, next in the emission order, must not start (the dispatch check)."""
+    table = OutcomeTable({"A": [WIN] * 12}, latency=lambda t, r: 1.0)
+    rec = Recorder()
+    res = run(run_gate(table.plans(), table, concurrency=4, baseline=SlowBaseline(),
+                       subscribers=[rec]))
+    assert res.outcomes["A"].stop_rank == 7
+    decided_at = next(i for i, e in enumerate(rec.events) if isinstance(e, TypeDecided))
+    assert not [e for e in rec.events[decided_at:] if isinstance(e, TaskStarted)]
+    assert (8, "base") in {(t.ladder_rank, t.arm) for t in table.calls}
+    assert (8, "cand") not in {(t.ladder_rank, t.arm) for t in table.calls}

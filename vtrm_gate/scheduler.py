@@ -14,13 +14,23 @@ import hashlib
 import inspect
 import re
 import time
+import warnings
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
 from .dispatch import DispatchName, DispatchPolicy, dispatch_order, resolve_dispatch
 from .ladder import check_unit_ids
-from .stats import Action, DecisionRule, GateParams, GateState, SequentialTest, TypeOutcome
+from .stats import (
+    Action,
+    DecisionRule,
+    GateParams,
+    GateState,
+    SequentialTest,
+    TypeOutcome,
+    check_ladder_length,
+)
 
 Arm = Literal["base", "cand"]
 ARMS: tuple[Arm, Arm] = ("base", "cand")
@@ -138,15 +148,18 @@ class GuardParams:
 class InfraGuardError(RuntimeError):
     """The INFRA guard aborted the gate; ``partial`` holds what was done."""
 
-    def __init__(self, task_type: str, infra_units: int, calls: int, guard: GuardParams):
+    def __init__(self, task_type: str, infra_units: int, calls: int, guard: GuardParams,
+                 last_errors: Sequence[str] = ()):
         self.task_type, self.infra_units, self.calls, self.guard = (
             task_type, infra_units, calls, guard)
+        self.last_errors = tuple(last_errors)
         self.partial: GateResult | None = None
+        errors = "; ".join(repr(e) for e in self.last_errors) or "none recorded"
         super().__init__(
             f"INFRA guard tripped for type {task_type!r}: {infra_units} INFRA units out of "
             f"{calls} completed calls ({infra_units / calls:.1%} > {guard.max_ratio:.0%}, "
             f"minimum {guard.min_calls} calls); in-flight calls were cancelled and every "
-            f"finished result was persisted")
+            f"finished result was persisted; last errors: {errors}")
 
 
 class BaselineStore(Protocol):
@@ -287,39 +300,85 @@ class EventStream:
                 self._closed = True
 
 
-class _Bus:
-    """Fan-out with one unbounded queue and one pump task per subscriber.
+class SubscriberWarning(RuntimeWarning):
+    """A gate subscriber raised, fell behind or hung; the gate itself went on unaffected."""
 
-    Publishing never awaits a subscriber, so a slow one cannot slow the scheduler.
+
+def _name(fn: object) -> str:
+    return (getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+            or type(fn).__name__)
+
+
+class _Bus:
+    """Fan-out with one queue and one pump task per subscriber.
+
+    Publishing never awaits a subscriber, so a slow one cannot slow the scheduler, and
+    delivery is bounded so none can hold up the result: a backlog past ``max_backlog``
+    drops its oldest events, and `close` waits at most ``close_timeout_s`` (loop clock) for
+    the stragglers before it cancels them. Each drop, hang or first error is one warning.
     """
 
-    def __init__(self, subscribers: Iterable[Subscriber]):
+    def __init__(self, subscribers: Iterable[Subscriber], max_backlog: int = 10_000,
+                 close_timeout_s: float = 1.0):
+        self._subs = list(subscribers)
         self._queues: list[asyncio.Queue[GateEvent | None]] = []
         self._pumps: list[asyncio.Task[None]] = []
-        for sub in subscribers:
+        self.max_backlog, self.close_timeout_s = max_backlog, close_timeout_s
+        self.dropped = [0] * len(self._subs)
+        self.errors = [0] * len(self._subs)
+
+    def subscribe_first(self, sub: Subscriber) -> None:
+        """Add a subscriber ahead of the others (before `start`)."""
+        self._subs.insert(0, sub)
+        self.dropped.insert(0, 0)
+        self.errors.insert(0, 0)
+
+    def start(self) -> None:
+        for i, sub in enumerate(self._subs):
             q: asyncio.Queue[GateEvent | None] = asyncio.Queue()
             self._queues.append(q)
-            self._pumps.append(asyncio.ensure_future(self._pump(sub, q)))
-        self.errors: list[BaseException] = []
+            self._pumps.append(asyncio.ensure_future(self._pump(i, sub, q)))
 
-    async def _pump(self, sub: Subscriber, q: asyncio.Queue[GateEvent | None]) -> None:
+    async def _pump(self, i: int, sub: Subscriber, q: asyncio.Queue[GateEvent | None]) -> None:
         while (ev := await q.get()) is not None:
             try:
                 out = sub(ev)
                 if inspect.isawaitable(out):
                     await out
             except Exception as exc:  # a broken subscriber must not break the gate
-                self.errors.append(exc)
+                self.errors[i] += 1
+                if self.errors[i] == 1:
+                    warnings.warn(
+                        f"gate subscriber {_name(sub)} raised {type(exc).__name__}: {exc} "
+                        f"(on {type(ev).__name__}); the gate keeps running and later errors "
+                        f"of this subscriber are not reported again", SubscriberWarning,
+                        stacklevel=1)
 
     def publish(self, ev: GateEvent) -> None:
-        for q in self._queues:
+        for i, q in enumerate(self._queues):
+            if q.qsize() >= self.max_backlog:  # a live view wants the newest events
+                q.get_nowait()
+                self.dropped[i] += 1
             q.put_nowait(ev)
 
     async def close(self) -> None:
+        """Deliver what is queued within the timeout; then cancel, never wait for ever."""
         for q in self._queues:
             q.put_nowait(None)
         if self._pumps:
-            await asyncio.gather(*self._pumps, return_exceptions=True)
+            _, late = await asyncio.wait(self._pumps, timeout=self.close_timeout_s)
+            for t in late:
+                t.cancel()
+            if late:
+                await asyncio.wait(late)
+        for i, (sub, pump) in enumerate(zip(self._subs, self._pumps, strict=True)):
+            left = max(self._queues[i].qsize() - 1, 0)
+            if pump.cancelled() or self.dropped[i]:
+                warnings.warn(
+                    f"gate subscriber {_name(sub)} fell behind: {self.dropped[i] + left} "
+                    f"events not delivered"
+                    + (f" (cancelled {self.close_timeout_s:g} s after the gate ended)"
+                       if pump.cancelled() else ""), SubscriberWarning, stacklevel=1)
 
 
 # ---- result ---------------------------------------------------------------------------
@@ -363,6 +422,17 @@ class GateResult:
     def decisions(self) -> dict[str, Action]:
         return {t: o.action for t, o in self.outcomes.items()}
 
+    def __repr__(self) -> str:
+        tally: dict[str, int] = {}
+        for o in self.outcomes.values():
+            tally[str(o.action)] = tally.get(str(o.action), 0) + 1
+        decided = sum(o.decided for o in self.outcomes.values())
+        exits = ", ".join(f"{a} {k}" for a, k in sorted(tally.items()))
+        state = f"aborted ({self.aborted})" if self.aborted else "finished"
+        return (f"<GateResult {state}: {decided}/{len(self.outcomes)} types decided"
+                f"{' (' + exits + ')' if exits else ''}, {self.total('completed')} calls, "
+                f"peak {self.peak_in_flight} in flight, {self.wall_time_s:.1f} s>")
+
 
 # ---- the scheduler --------------------------------------------------------------------
 
@@ -389,10 +459,18 @@ class _TypeRun:
         return self.plan.task_type
 
 
-def _validate(plans: Sequence[TypePlan], concurrency: int) -> None:
+def _validate(plans: Sequence[TypePlan], infer: Infer, params: GateParams,
+              concurrency: int) -> None:
+    """Everything that can be refused is refused here, before any inference or write."""
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
         raise ValueError(f"concurrency must be an integer >= 1, got {concurrency!r}")
+    if not callable(infer):
+        raise TypeError(f"infer must be an async function (UnitTask -> UnitResult), "
+                        f"got {type(infer).__name__}")
+    if not isinstance(params, GateParams):
+        raise TypeError(f"params must be GateParams, got {type(params).__name__}")
     names: set[str] = set()
+    slugs: dict[str, str] = {}
     targets: dict[str, str] = {}
     for p in plans:
         if not isinstance(p, TypePlan):
@@ -400,6 +478,13 @@ def _validate(plans: Sequence[TypePlan], concurrency: int) -> None:
         if p.task_type in names:
             raise ValueError(f"duplicate task type in plans: {p.task_type!r}")
         names.add(p.task_type)
+        if p.slug in slugs:
+            raise ValueError(
+                f"task types {slugs[p.slug]!r} and {p.task_type!r} differ only in case or "
+                f"punctuation: both are named {p.slug!r} in run ids and skill files; "
+                f"rename one")
+        slugs[p.slug] = p.task_type
+        check_ladder_length(len(p.units), params, f"the ladder of type {p.task_type!r}")
         if p.target in targets:
             raise RuntimeError(
                 f"types {targets[p.target]!r} and {p.task_type!r} map to the same target "
@@ -418,10 +503,11 @@ def _emission(runs: list[_TypeRun], policy: DispatchPolicy
 
 class _Gate:
     def __init__(self, plans: Sequence[TypePlan], infer: Infer, params: GateParams,
-                 concurrency: int, baseline: BaselineStore | None, sink: ResultSink | None,
-                 subscribers: Iterable[Subscriber], rule: DecisionRule | None,
-                 guard: GuardParams, dispatch: DispatchPolicy,
-                 cancel_after_freeze: bool = False):
+                 concurrency: int, *, baseline: BaselineStore | None = None,
+                 sink: ResultSink | None = None, subscribers: Iterable[Subscriber] = (),
+                 rule: DecisionRule | None = None, guard: GuardParams,
+                 dispatch: DispatchPolicy, cancel_after_freeze: bool = False,
+                 subscriber_timeout_s: float = 1.0):
         self.infer, self.params, self.concurrency = infer, params, concurrency
         self.dispatch, self.cancel_after_freeze = dispatch, cancel_after_freeze
         # in-flight calls cancelled because their type froze (cancel_after_freeze)
@@ -429,8 +515,12 @@ class _Gate:
         self.baseline, self.sink, self.guard = baseline, sink, guard
         self.runs = [_TypeRun(p, params, rule) for p in sorted(plans, key=lambda p: p.task_type)]
         self.by_type = {r.plan.task_type: r for r in self.runs}
-        self.bus = _Bus(subscribers)
+        self.bus = _Bus(subscribers, close_timeout_s=subscriber_timeout_s)
         self.loop = asyncio.get_running_loop()
+        self.aborted: str | None = None
+        self.final: GateResult | None = None
+        self.last_errors: dict[str, deque[str]] = {r.plan.task_type: deque(maxlen=3)
+                                                   for r in self.runs}
         self.done: asyncio.Queue[tuple[UnitTask, UnitResult]] = asyncio.Queue()
         # A slot is held from dispatch until its result is taken off ``done``.
         self.n_in_flight = 0
@@ -447,10 +537,25 @@ class _Gate:
         _PROGRESS.set(lambda status, info: self.bus.publish(
             TaskProgress(self.now(), task, status, info)))
         try:
-            res = await self.infer(task)
+            out = self.infer(task)
+            if not inspect.isawaitable(out):
+                raise TypeError(
+                    f"infer must be an async function (async def infer(task) -> UnitResult); "
+                    f"{_name(self.infer)} returned {type(out).__name__}, which cannot be "
+                    f"awaited (wrap a blocking call in asyncio.to_thread)")
+            res = await out
             if not isinstance(res, UnitResult):
                 raise TypeError(f"infer returned {type(res).__name__}, expected UnitResult")
         except asyncio.CancelledError:
+            if asyncio.current_task().cancelling():  # type: ignore[union-attr]
+                raise  # the gate cancelled this call
+            # raised by infer itself: the call failed, it was not stopped
+            res = UnitResult(infra=True, error="CancelledError: raised by infer (the gate did "
+                             "not cancel this call)", latency_s=self.now() - t)
+        except _PROGRAMMING_ERRORS as exc:
+            exc.add_note(f"raised by infer for type {task.task_type!r}, unit {task.unit_id!r} "
+                         f"({task.arm} arm): a programming error fails the gate (other "
+                         f"exceptions count as INFRA)")
             raise
         except Exception as exc:  # a broken backend is INFRA for that arm, text kept
             res = UnitResult(infra=True, error=f"{type(exc).__name__}: {exc}",
@@ -458,6 +563,7 @@ class _Gate:
         self.done.put_nowait((task, res))
 
     async def run(self) -> GateResult:
+        self.bus.start()
         self.bus.publish(GateStarted(self.now(), tuple(r.plan.task_type for r in self.runs),
                                      tuple(r.n for r in self.runs), self.concurrency,
                                      self.params))
@@ -484,14 +590,28 @@ class _Gate:
                 await self._finish(*await self.done.get())
         except BaseException as exc:
             reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            await self._abort(reason)
+            self.aborted = reason
+            # a second cancel() while aborting must not skip the cleanup
+            await _to_the_end(self._abort(reason), reraise_cancel=False)
+            self.final = self._result(aborted=reason)
             if isinstance(exc, InfraGuardError):
-                exc.partial = self._result(aborted=reason)
+                exc.partial = self.final
             raise
-        result = self._result()
+        result = self.final = self._result()
         self.bus.publish(GateFinished(self.now(), result))
-        await self.bus.close()
+        await _to_the_end(self.bus.close())
         return result
+
+    async def abort_unstarted(self, reason: str) -> GateResult:
+        """Cancelled before it ran: nothing started; announce the start and the abort."""
+        self.bus.start()
+        self.bus.publish(GateStarted(self.now(), tuple(r.plan.task_type for r in self.runs),
+                                     tuple(r.n for r in self.runs), self.concurrency,
+                                     self.params))
+        self.aborted = reason
+        await _to_the_end(self._abort(reason), reraise_cancel=False)
+        self.final = self._result(aborted=reason)
+        return self.final
 
     async def _drain(self) -> None:
         while not self.done.empty():
@@ -559,8 +679,11 @@ class _Gate:
         if res.infra and not run.infra_marked[rank]:
             run.infra_marked[rank] = True
             c.infra_units += 1
+        if res.infra and res.error:
+            self.last_errors[task.task_type].append(res.error)
         if self.guard.tripped(c.infra_units, c.completed):  # before pairing
-            raise InfraGuardError(task.task_type, c.infra_units, c.completed, self.guard)
+            raise InfraGuardError(task.task_type, c.infra_units, c.completed, self.guard,
+                                  self.last_errors[task.task_type])
         if run.resolved[rank]:  # the other arm already made this unit INFRA
             c.discarded_after_infra += 1
             return
@@ -636,6 +759,29 @@ class _Gate:
             concurrency=self.concurrency, aborted=aborted)
 
 
+_PROGRAMMING_ERRORS = (TypeError, AttributeError, NameError)
+"""Raised by ``infer``, these are bugs, not infrastructure: the gate fails at once."""
+
+
+async def _to_the_end(coro: Awaitable[None], reraise_cancel: bool = True) -> None:
+    """Await ``coro`` to completion even when the caller is cancelled (again) meanwhile.
+
+    The cancel is not lost: with ``reraise_cancel`` one CancelledError follows the end.
+    """
+    task = asyncio.ensure_future(coro)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.done():
+                raise
+            cancelled = True
+    task.result()
+    if cancelled and reraise_cancel:
+        raise asyncio.CancelledError
+
+
 def _count_completion(c: TypeCounters, res: UnitResult) -> None:
     c.completed += 1
     c.tokens += res.tokens
@@ -647,59 +793,123 @@ def _as_cached(res: UnitResult) -> UnitResult:
                                              0, res.trace, res.error)
 
 
+def _new_gate(plans: Iterable[TypePlan], infer: Infer, params: GateParams | None,
+              concurrency: int, *, guard: GuardParams | None = None,
+              dispatch: DispatchName | DispatchPolicy = "round_robin", **kw: Any) -> _Gate:
+    """Validate, then build (not start) a gate; ``kw`` are `run_gate`'s keyword options."""
+    plans = list(plans)
+    params = params or GateParams()
+    _validate(plans, infer, params, concurrency)
+    return _Gate(plans, infer, params, concurrency, guard=guard or GuardParams(),
+                 dispatch=resolve_dispatch(dispatch), **kw)
+
+
 async def run_gate(plans: Sequence[TypePlan], infer: Infer, params: GateParams | None = None,
                    concurrency: int = 32, *, baseline: BaselineStore | None = None,
                    sink: ResultSink | None = None, subscribers: Iterable[Subscriber] = (),
-                   rule: DecisionRule | None = None,
-                   guard: GuardParams | None = None,
+                   rule: DecisionRule | None = None, guard: GuardParams | None = None,
                    dispatch: DispatchName | DispatchPolicy = "round_robin",
-                   cancel_after_freeze: bool = False) -> GateResult:
+                   cancel_after_freeze: bool = False,
+                   subscriber_timeout_s: float = 1.0) -> GateResult:
     """Run the continuous concurrent gate over ``plans`` and return every type's outcome.
 
     Decisions equal `replay_prefix` on the same outcomes whatever the completion order and
     whichever ``dispatch`` policy picks the next type (`vtrm_gate.dispatch`). With
     ``cancel_after_freeze`` a frozen type's in-flight calls are cancelled (counted as
     ``cancelled_in_flight``) instead of finishing.
-    Raises `InfraGuardError` (with ``.partial``) if a type's INFRA ratio trips the guard,
-    and `RuntimeError` before any inference if two types share one target skill file.
+    Raises `InfraGuardError` (with ``.partial``) if a type's INFRA ratio trips the guard;
+    before any inference, `ValueError` for bad input (ladders longer than ``params.n_max``,
+    two types with one slug) and `RuntimeError` if two types share one target skill file;
+    a TypeError, AttributeError or NameError raised by ``infer`` fails the gate at once.
+    Subscribers get at most ``subscriber_timeout_s`` after the gate ends to catch up.
     """
-    plans = list(plans)
-    _validate(plans, concurrency)
-    gate = _Gate(plans, infer, params or GateParams(), concurrency, baseline, sink,
-                 subscribers, rule, guard or GuardParams(), resolve_dispatch(dispatch),
-                 cancel_after_freeze)
+    gate = _new_gate(plans, infer, params, concurrency, baseline=baseline, sink=sink,
+                     subscribers=subscribers, rule=rule, guard=guard, dispatch=dispatch,
+                     cancel_after_freeze=cancel_after_freeze,
+                     subscriber_timeout_s=subscriber_timeout_s)
     return await gate.run()
 
 
-@dataclass
 class GateHandle:
     """A gate running in the background of the current loop (a Jupyter kernel's, say).
 
-    ``await handle`` for the result, ``handle.cancel()`` to stop it, ``handle.events()`` for
-    an async iterator over every event (including those already emitted).
+    ``await handle`` (or ``handle.result()`` once done) for the `GateResult`;
+    ``handle.cancel()`` stops it, and the result then has ``aborted`` set and the outcomes
+    so far (``handle.partial()`` gives them at any time); ``handle.events()`` is an async
+    iterator over every event, those already emitted included.
     """
 
-    task: asyncio.Task[GateResult]
-    history: list[GateEvent] = field(default_factory=list)
-    _streams: list[EventStream] = field(default_factory=list)
-    started_at: float = field(default_factory=time.monotonic)
+    def __init__(self, gate: _Gate) -> None:
+        self._gate = gate
+        gate.bus.subscribe_first(self._record)
+        self.history: list[GateEvent] = []
+        self._streams: list[EventStream] = []
+        self.started_at = time.monotonic()
+        self._cancel_requested = False
+        self._running = False
+        self.task: asyncio.Task[GateResult] = gate.loop.create_task(self._main())
+        self.task.add_done_callback(self._end_streams)
+
+    async def _main(self) -> GateResult:
+        self._running = True
+        if self._cancel_requested:  # cancelled before it first ran
+            return await self._gate.abort_unstarted("cancelled before it started")
+        try:
+            return await self._gate.run()
+        except asyncio.CancelledError:
+            if self._cancel_requested:  # handle.cancel(): a result, not an exception
+                return self.partial()
+            raise
 
     def _record(self, ev: GateEvent) -> None:
         self.history.append(ev)
         for s in self._streams:
             s(ev)
 
+    def _end_streams(self, task: asyncio.Task[GateResult]) -> None:
+        # a task cancelled from outside before it ran published nothing; end the iterators
+        if not any(isinstance(ev, GateFinished | GateAborted) for ev in self.history[-1:]):
+            self._record(GateAborted(self._gate.now(), "cancelled"))
+        self._streams.clear()
+
     def __await__(self):  # type: ignore[no-untyped-def]
-        return self.task.__await__()
+        return self._wait().__await__()
+
+    async def _wait(self) -> GateResult:
+        try:
+            return await self.task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if self.task.cancelled() and not (current and current.cancelling()):
+                return self.partial()  # the gate was cancelled, not this await
+            raise
 
     def done(self) -> bool:
         return self.task.done()
 
     def cancel(self) -> bool:
-        return self.task.cancel()
+        """Stop the gate; in-flight calls are cancelled, finished results persisted."""
+        if self.task.done():
+            return False
+        self._cancel_requested = True
+        if self._running:
+            self.task.cancel()
+        return True
 
     def result(self) -> GateResult:
+        """The result of a finished gate (raises `asyncio.InvalidStateError` while running)."""
+        if self.task.cancelled():
+            return self.partial()
         return self.task.result()
+
+    def partial(self) -> GateResult:
+        """The outcomes and counters so far (the final result once the gate has ended)."""
+        g = self._gate
+        if g.final is not None:
+            return g.final
+        res = g._result(aborted=g.aborted or ("cancelled" if self.task.cancelled() else None))
+        return replace(res, outcomes=dict(res.outcomes),
+                       counters={t: replace(c) for t, c in res.counters.items()})
 
     def events(self) -> EventStream:
         stream = EventStream()
@@ -709,17 +919,27 @@ class GateHandle:
             self._streams.append(stream)
         return stream
 
+    def __repr__(self) -> str:
+        g = self._gate
+        decided = sum(r.frozen for r in g.runs)
+        state = ("cancelling" if self._cancel_requested and not self.task.done() else
+                 "running" if not self.task.done() else
+                 "aborted" if (g.aborted or self.task.cancelled()) else "finished")
+        return (f"<GateHandle {state}: {decided}/{len(g.runs)} types decided, "
+                f"{g.n_in_flight} calls in flight, {g.now() - g.t0:.1f} s elapsed>")
+
 
 def launch(plans: Sequence[TypePlan], infer: Infer, params: GateParams | None = None,
            concurrency: int = 32, **kwargs: Any) -> GateHandle:
-    """Start `run_gate` as a task on the running loop and return at once."""
-    loop = asyncio.get_event_loop()
-    subs = list(kwargs.pop("subscribers", ()))
-    plans = list(plans)
-    _validate(plans, concurrency)  # bad input fails here, not later in the background
-    kwargs["dispatch"] = resolve_dispatch(kwargs.get("dispatch", "round_robin"))
-    handle = GateHandle(task=None)  # type: ignore[arg-type]
-    coro = run_gate(plans, infer, params, concurrency, subscribers=[handle._record, *subs],
-                    **kwargs)
-    handle.task = loop.create_task(coro)
-    return handle
+    """Start `run_gate` as a task on the running loop and return its handle at once.
+
+    Needs a running event loop (a Jupyter cell, or inside a coroutine); in a script, call
+    `run_gate_sync` instead. Bad input fails here, not later in the background.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        raise RuntimeError(
+            "launch() needs a running event loop (a Jupyter cell or a coroutine); in a "
+            "script use vtrm_gate.run_gate_sync(...) (or asyncio.run(run_gate(...)))") from None
+    return GateHandle(_new_gate(plans, infer, params, concurrency, **kwargs))
