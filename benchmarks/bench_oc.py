@@ -1,0 +1,99 @@
+"""Exact operating characteristics: the (consumed, W, L) dynamic programme vs the old
+(W, L, T) one over the full cube (issue 7, item 13: n 200 took 75 s and 1 GB).
+
+Ratios are measured side by side in one process; times are medians over repeats; peak
+memory is numpy's allocations under tracemalloc.
+Run: ``python -m benchmarks oc`` (or ``make bench``).
+"""
+
+from __future__ import annotations
+
+import math
+import tracemalloc
+
+import numpy as np
+
+from vtrm_gate import GateParams, operating_characteristics
+
+from ._common import machine, median_time, print_table
+
+P_WIN, DISC = 0.8, 0.5
+
+
+def old_p_accept(params: GateParams, p_win: float, discordance: float, n: int) -> float:
+    """The replaced implementation (log-form E+, full (n+1)^3 cube per step: O(n^4))."""
+    lam, delta = params.lambda_dir, params.delta_min
+    pw, pl, pt = discordance * p_win, discordance * (1 - p_win), 1 - discordance
+    idx = np.arange(n + 1)
+    Wg, Lg, Tg = np.meshgrid(idx, idx, idx, indexing="ij")
+    log_ep = (Wg * math.log(1 + lam * (1 - delta)) + Tg * math.log(1 - lam * delta)
+              + Lg * math.log(1 - lam * (1 + delta)))
+    log_em = Wg * math.log(1 - lam) + Lg * math.log(1 + lam)
+    ep, em, wnet = np.exp(log_ep), np.exp(log_em), Wg - Lg
+    mass = np.zeros((n + 1, n + 1, n + 1))
+    mass[0, 0, 0] = 1.0
+    accept = 0.0
+    for k in range(1, n + 1):
+        new = np.zeros_like(mass)
+        new[1:, :, :] += pw * mass[:-1, :, :]
+        new[:, 1:, :] += pl * mass[:, :-1, :]
+        new[:, :, 1:] += pt * mass[:, :, :-1]
+        mass = new
+        n_rem = n - k
+        acc = (ep >= params.e_confirm) & (wnet >= params.w_net_min)
+        rej = ~acc & (em >= params.e_reject)
+        stop = acc | rej
+        if n_rem > 0:
+            e_best = ep * params.win_factor**n_rem
+            w_best = wnet + n_rem
+            hopeful = ((e_best >= params.e_confirm) & (w_best >= params.w_net_min)) | (
+                (e_best >= params.e_provisional) & (w_best >= params.w_net_min_provisional))
+            stop |= ~hopeful
+        else:
+            stop[:] = True
+        accept += float(mass[acc].sum())
+        mass[stop] = 0.0
+    return accept
+
+
+def _peak_mb(fn) -> float:  # type: ignore[no-untyped-def]
+    tracemalloc.start()
+    fn()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return peak / 2**20
+
+
+def main(quick: bool = False) -> list[dict]:
+    print(f"machine: {machine()}")
+    p = GateParams(n_max=10**6)
+    delta_infra = GateParams(delta_min=0.1, lambda_dir=0.8, n_max=10**6)
+    rows = []
+    for n in ((40, 80) if quick else (40, 80, 120)):
+        t_new, new = median_time(lambda n=n: operating_characteristics(p, P_WIN, DISC, n), 3)
+        t_old, old = median_time(lambda n=n: old_p_accept(p, P_WIN, DISC, n), 3)
+        assert abs(new.p_accept - old) < 1e-9
+        rows.append({"n": n, "state": "(k, W, L)", "median_s": t_new, "old_median_s": t_old,
+                     "old/new": t_old / t_new,
+                     "peak_MB": _peak_mb(lambda n=n: operating_characteristics(p, P_WIN, DISC,
+                                                                                n)),
+                     "old_peak_MB": _peak_mb(lambda n=n: old_p_accept(p, P_WIN, DISC, n))})
+    for n in (200,) if quick else (200, 400):
+        t_new, _ = median_time(lambda n=n: operating_characteristics(p, P_WIN, DISC, n), 3)
+        rows.append({"n": n, "state": "(k, W, L)", "median_s": t_new, "old_median_s": None,
+                     "old/new": None, "peak_MB": _peak_mb(
+                         lambda n=n: operating_characteristics(p, P_WIN, DISC, n)),
+                     "old_peak_MB": None})
+    for n in (40, 100) if quick else (40, 100, 200):
+        t_new, _ = median_time(lambda n=n: operating_characteristics(
+            delta_infra, 0.6, DISC, n, infra_rate=0.1), 1 if n > 100 else 3)
+        rows.append({"n": n, "state": "(k, W, L, T): delta>0 + INFRA", "median_s": t_new,
+                     "old_median_s": None, "old/new": None, "peak_MB": None,
+                     "old_peak_MB": None})
+    print_table(f"operating_characteristics (p_win {P_WIN}, discordance {DISC}; median)",
+                rows)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
