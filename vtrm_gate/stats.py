@@ -618,65 +618,83 @@ def _settle(codes: np.ndarray, mass: np.ndarray, used_mass: np.ndarray, k: int,
     return units, pairs
 
 
+def _extent(mass: np.ndarray) -> tuple[int, ...] | None:
+    """Per axis, one past the last index holding mass (None when no mass is left)."""
+    nz = mass != 0.0
+    if not nz.any():
+        return None
+    axes = range(mass.ndim)
+    return tuple(int(np.flatnonzero(nz.any(axis=tuple(a for a in axes if a != ax)))[-1]) + 1
+                 for ax in axes)
+
+
 def _oc_wl(params: GateParams, n: int, infra_rate: float, pw: float, pl: float, pt: float,
            PW: np.ndarray, PL: np.ndarray, PT: np.ndarray, MW: np.ndarray,
            ML: np.ndarray) -> _OCParts:
-    """State (W, L) after k units; ``used`` carries the first moment of n_used per state."""
-    idx = np.arange(n + 1)
-    Wg, Lg = np.meshgrid(idx, idx, indexing="ij")
-    em_all = _product(MW[Wg], ML[Lg])
-    ep_wl = _product(PW[Wg], PL[Lg])
+    """State (W, L) after k units; ``used`` carries the first moment of n_used per state.
+
+    Only the bounding box of the states still alive is computed on (stopped states hold no
+    mass), which keeps W and L to the band the rule leaves open.
+    """
     mass = np.zeros((n + 1, n + 1))
     used = np.zeros((n + 1, n + 1))
     mass[0, 0] = 1.0
     exits = dict.fromkeys(ACTION_CODES[1:], 0.0)
     exp_units = exp_pairs = 0.0
     stay = infra_rate + pt
+    ext: tuple[int, ...] | None = (1, 1)
     for k in range(1, n + 1):
-        s = slice(0, k + 1)  # W, L <= k
-        m, u = mass[s, s], used[s, s]
+        if ext is None:
+            break
+        ew, el = (min(e + 1, n + 1) for e in ext)
+        m, u = mass[:ew, :el], used[:ew, :el]
         moved = m + u  # n_used grows by one on every non-INFRA unit
         new_m, new_u = stay * m, infra_rate * u + pt * (u + m)
         new_m[1:, :] += pw * m[:-1, :]
         new_m[:, 1:] += pl * m[:, :-1]
         new_u[1:, :] += pw * moved[:-1, :]
         new_u[:, 1:] += pl * moved[:, :-1]
-        mass[s, s], used[s, s] = new_m, new_u
-        ep = ep_wl[s, s]
+        W, L = np.arange(ew)[:, None], np.arange(el)[None, :]
+        ep = _product(PW[:ew, None], PL[None, :el])
         if PT[1] != 1.0:  # delta > 0, and then no INFRA: T = k - W - L
-            ep = _product(ep, PT[np.clip(k - Wg[s, s] - Lg[s, s], 0, n)])
-        codes = _decide_codes(ep, em_all[s, s], Wg[s, s] - Lg[s, s], n - k, params)
+            ep = _product(ep, PT[np.clip(k - W - L, 0, n)])
+        em = _product(MW[:ew, None], ML[None, :el])
+        codes = _decide_codes(ep, em, W - L, n - k, params)
         du, dpairs = _settle(codes, new_m, new_u, k, exits)
-        mass[s, s], used[s, s] = new_m, new_u
+        mass[:ew, :el], used[:ew, :el] = new_m, new_u
         exp_units += du
         exp_pairs += dpairs
+        ext = _extent(new_m)
     return exits, exp_units, exp_pairs
 
 
 def _oc_wlt(params: GateParams, n: int, infra_rate: float, pw: float, pl: float, pt: float,
             PW: np.ndarray, PL: np.ndarray, PT: np.ndarray, MW: np.ndarray,
             ML: np.ndarray) -> _OCParts:
-    """State (W, L, T): needed only when ties move E+ (delta > 0) and INFRA does not."""
-    idx = np.arange(n + 1)
-    Wg, Lg, Tg = np.meshgrid(idx, idx, idx, indexing="ij")
-    ep_all = _product(PW[Wg], PL[Lg], PT[Tg])
-    em_all = _product(MW[Wg], ML[Lg])
-    used_all = (Wg + Lg + Tg).astype(float)
+    """State (W, L, T), for delta > 0 with INFRA: a tie moves E+, an INFRA unit does not,
+    so ties cannot be told from INFRA by k - W - L. Same bounding-box restriction."""
     mass = np.zeros((n + 1, n + 1, n + 1))
     mass[0, 0, 0] = 1.0
     exits = dict.fromkeys(ACTION_CODES[1:], 0.0)
     exp_units = exp_pairs = 0.0
+    ext: tuple[int, ...] | None = (1, 1, 1)
     for k in range(1, n + 1):
-        s = slice(0, k + 1)
-        m = mass[s, s, s]
+        if ext is None:
+            break
+        ew, el, et = (min(e + 1, n + 1) for e in ext)
+        m = mass[:ew, :el, :et]
         new = infra_rate * m
         new[1:, :, :] += pw * m[:-1, :, :]
         new[:, 1:, :] += pl * m[:, :-1, :]
         new[:, :, 1:] += pt * m[:, :, :-1]
-        codes = _decide_codes(ep_all[s, s, s], em_all[s, s, s], Wg[s, s, s] - Lg[s, s, s],
-                              n - k, params)
-        du, dpairs = _settle(codes, new, new * used_all[s, s, s], k, exits)
-        mass[s, s, s] = new
+        W, L = np.arange(ew)[:, None, None], np.arange(el)[None, :, None]
+        T = np.arange(et)[None, None, :]
+        ep = _product(PW[:ew, None, None], PL[None, :el, None], PT[None, None, :et])
+        em = _product(MW[:ew, None, None], ML[None, :el, None])
+        codes = _decide_codes(ep, em, W - L, n - k, params)
+        du, dpairs = _settle(codes, new, new * (W + L + T), k, exits)
+        mass[:ew, :el, :et] = new
         exp_units += du
         exp_pairs += dpairs
+        ext = _extent(new)
     return exits, exp_units, exp_pairs
