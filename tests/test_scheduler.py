@@ -785,3 +785,14 @@ def test_no_arm_starts_after_its_type_froze_even_mid_unit():
     assert not [e for e in rec.events[decided_at:] if isinstance(e, TaskStarted)]
     assert (8, "base") in {(t.ladder_rank, t.arm) for t in table.calls}
     assert (8, "cand") not in {(t.ladder_rank, t.arm) for t in table.calls}
+
+
+def test_launch_refuses_unknown_options_at_once():
+    table = OutcomeTable({"A": [TIE]})
+
+    async def main():
+        launch(table.plans(), table, concurency=4)
+
+    with pytest.raises(TypeError, match="concurency"):
+        run(main())
+    assert table.calls == []
