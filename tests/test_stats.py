@@ -431,3 +431,23 @@ def test_replays_refuse_ladders_longer_than_n_max():
     with pytest.raises(ValueError, match="n_max"):
         replay_prefix_batch(base, cand, p)
     assert replay_prefix([TIE_RIGHT] * 5, p).n_ladder == 5
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(0.0, 0.5), st.floats(0.02, 1.0), st.integers(1, 80))
+def test_a_threshold_reached_by_straight_wins_is_never_cut_off_by_futility(delta, frac, m):
+    """e_confirm set to exactly what m wins multiply up to: every replay accepts at m - 1
+    and the exact OC gives probability 1, whatever rounding does to closed forms."""
+    lam = frac / (1 + delta)
+    e = 1.0
+    for _ in range(m):
+        e *= 1.0 + lam * (1 - delta)
+    if e <= 1.0:
+        return
+    p = GateParams(e_confirm=e, lambda_dir=lam, delta_min=delta, w_net_min=0,
+                   e_provisional=e, w_net_min_provisional=m, n_max=m)
+    out = replay_prefix([WIN] * m, p)
+    assert (out.action, out.stop_rank) == (Action.ACCEPT, m - 1)
+    base, cand, _ = _to_arrays([[WIN] * m])
+    assert replay_prefix_batch(base, cand, p).actions() == [Action.ACCEPT]
+    assert operating_characteristics(p, 1.0, 1.0, m).p_accept == 1.0
