@@ -796,3 +796,17 @@ def test_launch_refuses_unknown_options_at_once():
     with pytest.raises(TypeError, match="concurency"):
         run(main())
     assert table.calls == []
+
+
+def test_a_task_cancelled_from_outside_before_it_ran_still_ends_events():
+    table = OutcomeTable({"A": [TIE] * 4})
+
+    async def main():
+        handle = launch(table.plans(), table)
+        handle.task.cancel()  # not through the handle
+        seen = await asyncio.wait_for(_collect(handle.events()), 1000)
+        return seen, await handle
+
+    seen, res = run(main())
+    assert [type(e) for e in seen] == [GateAborted]
+    assert res.aborted == "cancelled" and table.calls == []
