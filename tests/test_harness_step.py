@@ -393,14 +393,29 @@ def test_cooldown_and_rejected_buffer_are_seen_by_the_evolver(tmp_path):
     assert next(r for r in rep if r["task_type"] == "Counting Problem")["status"] == "cooldown"
 
 
+# Probation tests: OCR has fresh units left after its gate (52 units, a +1 level candidate:
+# at most 4 wins on its 40-unit ladder -> PROVISIONAL, not ACCEPT).
+PROBATION_SIZES = {**SIZES, "OCR Problems": 52}
+PROBATION_DELTA = {**DELTA, "OCR Problems": 1}
+
+
+def _probation_ws(tmp_path: Path) -> tuple[Workspace, object]:
+    ws = make_workspace(tmp_path / "ws", PROBATION_SIZES, LEVELS)
+    res = _step(ws, evolver=ToyEvolver(PROBATION_DELTA, fail=["Attribute Perception"]),
+                cases=cases_first(PROBATION_SIZES))
+    assert res.decisions["OCR Problems"] is Action.PROVISIONAL
+    return ws, res
+
+
 def test_probation_passes_on_a_held_out_probe(tmp_path):
-    ws = _ws(tmp_path)
-    _step(ws)
+    ws, step = _probation_ws(tmp_path)
     res = settle_probation_sync(ws, 1, infer=ToyInfer())
     o = res.outcomes["OCR Problems"]
-    # Held out: the pool minus the units its gate consumed (here the two evolution cases).
-    assert set(o.probe_units) == {"ocr-problems-006", "ocr-problems-007"}
-    assert (o.W, o.L, o.passed) == (2, 0, True)
+    # Held out: the pool minus the units its gate consumed and minus its evolution cases
+    # (the candidate was written from those: they would flatter it).
+    t = step.types["OCR Problems"]
+    assert set(o.probe_units) == set(units("OCR Problems", 52)) - set(t.ladder) - set(t.cases)
+    assert len(o.probe_units) == 10 and o.L == 0 and o.passed
     state = Workspace.open(ws.root).state
     assert state.skills["OCR Problems"].version == 2 and "OCR Problems" not in state.probation
     assert 1 in state.settled_epochs
@@ -412,8 +427,7 @@ def test_probation_passes_on_a_held_out_probe(tmp_path):
 
 
 def test_probation_failure_rolls_back(tmp_path):
-    ws = _ws(tmp_path)
-    _step(ws)
+    ws, _ = _probation_ws(tmp_path)
 
     class Worse(ToyInfer):  # the probationary version turns out worse on unseen units
         async def __call__(self, task: UnitTask) -> UnitResult:

@@ -17,7 +17,7 @@ import time
 import warnings
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 from .dispatch import DispatchName, DispatchPolicy, dispatch_order, resolve_dispatch
@@ -98,6 +98,8 @@ class TypePlan:
     cand_run_id: str | None = None
     target_file: str | None = None
     cand_dir: str | None = None
+    rule: DecisionRule | None = field(default=None, compare=False, repr=False)
+    """This type's decision rule (default: the gate's); probation probes continue an e-process."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.task_type, str) or not self.task_type.strip():
@@ -443,7 +445,7 @@ class _TypeRun:
     def __init__(self, plan: TypePlan, params: GateParams, rule: DecisionRule | None):
         self.plan = plan
         self.n = len(plan.units)
-        self.test = SequentialTest(self.n, params, rule)
+        self.test = SequentialTest(self.n, params, plan.rule or rule)
         self.results: list[dict[str, UnitResult]] = [{} for _ in range(self.n)]
         self.resolved = [False] * self.n
         self.infra_marked = [False] * self.n

@@ -36,8 +36,6 @@ from ..scheduler import (
     Subscriber,
     TypeCounters,
     TypePlan,
-    UnitResult,
-    UnitTask,
     arm_run_id,
     content_hash,
     run_gate,
@@ -54,6 +52,7 @@ from ..stats import (
 from .baseline import BaselineCache
 from .lock import workspace_lock
 from .log import GateSink
+from .probation import ProbationRule, probation_rule
 from .workspace import (
     DEFAULT_STRATEGY,
     Probation,
@@ -662,6 +661,7 @@ class ProbationResult:
     epoch: int
     outcomes: Mapping[str, ProbationOutcome]
     already_settled: bool = False
+    gate: GateResult | None = None
 
     def frame(self) -> pl.DataFrame:
         import polars as pl
@@ -671,24 +671,56 @@ class ProbationResult:
 
 
 async def settle_probation(workspace: Workspace | str | Path, epoch: int, *, infer: Infer,
-                           concurrency: int = 32) -> ProbationResult:
+                           concurrency: int = 32, params: GateParams = DEFAULT_PARAMS,
+                           guard: GuardParams | None = None,
+                           subscribers: Iterable[Subscriber] = ()) -> ProbationResult:
     """Settle every PROVISIONAL version on probation from epochs <= ``epoch`` (epoch end).
 
-    The probation check (a simple, documented bet): a held-out probe of up to
-    ``probation_units`` units of the type's pool that the PROVISIONAL gate did *not*
-    consume (ordered by a deterministic shuffle), both arms run: base = the version a
-    rollback would restore (served from the BaselineCache when measured before), cand =
-    the probationary version, fresh. INFRA units are excluded. The version is kept if
-    ``W - L >= probation_min_w_net`` (default 0: not worse on unseen units), otherwise it
-    is rolled back and its text joins the rejected buffer. Rows land in predictions
-    (run ids ``e{epoch}_probation_gate_<slug>_<arm>``) and in step_report at step 0.
+    Each type's probe: up to ``probation_units`` units of its pool that the PROVISIONAL
+    step neither consumed nor used as evolution cases, in a pre-declared order (a
+    deterministic shuffle); base = the version a rollback would restore (BaselineCache),
+    cand = the probationary version. All types are settled concurrently through the
+    continuous gate (one slot pool, fair dispatch, BaselineCache, INFRA guard, events, the
+    log sink), each with the workspace's ``probation_rule`` (`vtrm_gate.harness.probation`):
+    keep, or roll back (the text joins the rejected buffer). Rows land in predictions (run
+    ids ``e{epoch}_probation_gate_<slug>_<arm>``), gate_evidence and step_report at step 0.
+    An INFRA guard abort re-raises `InfraGuardError` with nothing settled (re-runnable).
     The settled epoch's last step can no longer be re-run afterwards.
     """
     with _writer(workspace, f"settle_probation e{epoch}") as ws:
-        return await _settle(ws, epoch, infer, concurrency)
+        return await _settle(ws, epoch, infer, concurrency, params, guard or GuardParams(),
+                             subscribers)
 
 
-async def _settle(ws: Workspace, epoch: int, infer: Infer, concurrency: int) -> ProbationResult:
+def _probe_units(ws: Workspace, epoch: int, task_type: str, p: Probation) -> list[str]:
+    """Fresh units for the probe of ``p``: not consumed by its step's gate, not its cases."""
+    used = {r[0] for r in ws.log.query(
+        "SELECT unit_id FROM gate_evidence WHERE epoch = ? AND step = ? AND task_type = ?",
+        (p.epoch, p.step, task_type))}
+    manifest = _read_manifest(ws, p.epoch, p.step)
+    if manifest is not None:
+        used.update(manifest["inputs"].get("cases", {}).get(task_type, ()))
+    probe = sorted((u for u in ws.pool[task_type] if u not in used),
+                   key=lambda u: shuffle_key(f"{ws.config.seed}:probation:{epoch}",
+                                             f"{task_type}\x1f{u}"))
+    return probe[:ws.config.probation_units]
+
+
+def _probation_rule(ws: Workspace, task_type: str, p: Probation) -> ProbationRule:
+    """The workspace's rule; ``e_continue`` starts from the gate's E+ when that gate compared
+    the probationary version with the version a rollback restores (else afresh at 1)."""
+    row = ws.log.query("SELECT e_plus, base_version FROM step_report WHERE epoch = ? AND "
+                       "step = ? AND task_type = ?", (p.epoch, p.step, task_type))
+    e_start = 1.0
+    if row and row[0][0] is not None and row[0][1] == p.prev_version:
+        e_start = float(row[0][0])
+    return probation_rule(ws.config.probation_rule, min_w_net=ws.config.probation_min_w_net,
+                          e_start=e_start)
+
+
+async def _settle(ws: Workspace, epoch: int, infer: Infer, concurrency: int,
+                  params: GateParams, guard: GuardParams,
+                  subscribers: Iterable[Subscriber]) -> ProbationResult:
     _check_ids(epoch, 1)
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
         raise ValueError(f"concurrency must be an integer >= 1, got {concurrency!r}")
@@ -703,76 +735,69 @@ async def _settle(ws: Workspace, epoch: int, infer: Infer, concurrency: int) -> 
                                        for t, w, lo, n, a in rows}, already_settled=True)
     srid = f"e{epoch}_probation"
     log.clear_step(epoch, PROBATION_STEP, srid)
-    entries = {t: p for t, p in sorted(state.probation.items()) if p.epoch <= epoch}
-    cache = BaselineCache.for_workspace(ws)
-    slots = asyncio.Semaphore(concurrency)
-
-    async def one(task: UnitTask) -> UnitResult:
-        if task.arm == "base":
-            hit = await cache.get(task)
-            if hit is not None:
-                log.write_result(epoch, PROBATION_STEP, task, hit, discarded=False)
-                return hit
-        async with slots:
-            try:
-                res = await infer(task)
-            except Exception as exc:  # a broken backend is INFRA for that arm
-                res = UnitResult(infra=True, error=f"{type(exc).__name__}: {exc}")
-        log.write_result(epoch, PROBATION_STEP, task, res, discarded=False)
-        if task.arm == "base":
-            await cache.put(task, res)
-        return res
-
-    outcomes: dict[str, ProbationOutcome] = {}
     skills = dict(state.skills)
     rejected = {t: tuple(rs) for t, rs in state.rejected.items()}
     probation = dict(state.probation)
-    for t, p in entries.items():
+    plans: list[TypePlan] = []
+    meta: dict[str, tuple[Probation, ProbationRule, str, str]] = {}
+    for t, p in sorted(state.probation.items()):
+        if p.epoch > epoch:
+            continue
         if skills[t].version != p.version:  # defensive: Phase D keeps them equal
             probation.pop(t)
             continue
-        used = {r[0] for r in log.query(
-            "SELECT unit_id FROM gate_evidence WHERE epoch = ? AND step = ? AND task_type = ?",
-            (p.epoch, p.step, t))}
-        probe = sorted((u for u in ws.pool[t] if u not in used),
-                       key=lambda u, t=t: shuffle_key(f"{ws.config.seed}:probation:{epoch}",
-                                                      f"{t}\x1f{u}"))
-        probe = probe[:ws.config.probation_units]
         prev_text, cur_text = ws.version_text(t, p.prev_version), ws.version_text(t, p.version)
-        plan = TypePlan(t, probe, prev_text, cur_text, srid)
-        res = await asyncio.gather(*(one(plan.task(r, arm)) for r in range(len(probe))
-                                     for arm in ("base", "cand")))
-        pairs = [None if b.infra or c.infra else (b.correct, c.correct)
-                 for b, c in zip(res[::2], res[1::2], strict=True)]
-        W = sum(1 for x in pairs if x and x[1] and not x[0])
-        L = sum(1 for x in pairs if x and x[0] and not x[1])
-        n_used = sum(1 for x in pairs if x is not None)
-        w_net = W - L
-        passed = w_net >= ws.config.probation_min_w_net
-        ref = skills[t]
+        rule = _probation_rule(ws, t, p)
+        plans.append(TypePlan(t, _probe_units(ws, epoch, t, p), prev_text, cur_text, srid,
+                              target_file=ws.target(t), rule=rule))
+        meta[t] = (p, rule, prev_text, cur_text)
+    extra = {t: {"base_version": p.prev_version, "base_hash": content_hash(prev),
+                 "cand_hash": content_hash(cur)} for t, (p, _, prev, cur) in meta.items()}
+    gate: GateResult | None = None
+    if plans:
+        sink = GateSink(log, epoch, PROBATION_STEP, extra)
+        try:
+            gate = await run_gate(plans, infer, params, concurrency,
+                                  baseline=BaselineCache.for_workspace(ws),
+                                  sink=sink, subscribers=subscribers, guard=guard)
+        except InfraGuardError as exc:
+            part = exc.partial
+            _report_aborted(ws, epoch, PROBATION_STEP, list(meta), extra, str(exc),
+                            part.outcomes if part else sink.outcomes,
+                            part.counters if part else {})
+            raise
+    outcomes: dict[str, ProbationOutcome] = {}
+    for plan in plans:
+        t = plan.task_type
+        p, rule, prev_text, cur_text = meta[t]
+        o = gate.outcomes[t]  # type: ignore[union-attr]
+        passed = rule.keep(o)
+        why = f"{ws.config.probation_rule}: {rule.describe(o)}"
         if passed:
-            applied = f"kept v{p.version} (probe W-L {W - L} >= {ws.config.probation_min_w_net})"
+            applied = f"kept v{p.version} ({why})"
         else:
-            applied = (f"rolled back v{p.version} -> v{p.prev_version} (probe W-L {W - L} < "
-                       f"{ws.config.probation_min_w_net})")
-            skills[t] = SkillRef(p.prev_version, content_hash(prev_text), ref.latest)
+            applied = f"rolled back v{p.version} -> v{p.prev_version} ({why})"
+            skills[t] = SkillRef(p.prev_version, content_hash(prev_text), skills[t].latest)
             rs = (*rejected.get(t, ()), Rejected(content_hash(cur_text), cur_text, epoch,
                                                  PROBATION_STEP, "PROBATION_FAILED"))
             keep = ws.config.rejected_max
             rejected[t] = rs[len(rs) - keep:] if keep else ()
         probation.pop(t)
-        outcomes[t] = ProbationOutcome(t, p.version, p.prev_version, tuple(probe), W, L,
-                                       n_used, passed, applied)
-        log.upsert("step_report", [(
-            epoch, PROBATION_STEP, t, "probation", "PROBATION_PASSED" if passed
-            else "PROBATION_FAILED", W, L, n_used, None, None, None, len(probe), len(probe),
-            *(None,) * 10, p.prev_version, content_hash(prev_text), content_hash(cur_text),
-            applied, f"settling v{p.version} from e{p.epoch} s{p.step}", None)])
+        outcomes[t] = ProbationOutcome(t, p.version, p.prev_version, tuple(plan.units), o.W,
+                                       o.L, o.n_used, passed, applied)
+        log.write_report(epoch, PROBATION_STEP, t, "probation", outcome=o,
+                         counters=gate.counters[t],  # type: ignore[union-attr]
+                         applied=applied, note=f"settling v{p.version} from e{p.epoch} "
+                                               f"s{p.step}", **extra[t])
+        with log.transaction() as cur:
+            cur.execute("UPDATE step_report SET action = ? WHERE epoch = ? AND step = ? AND "
+                        "task_type = ?", ("PROBATION_PASSED" if passed else "PROBATION_FAILED",
+                                          epoch, PROBATION_STEP, t))
     new_state = dataclasses.replace(
         state, skills=skills, probation=probation, rejected=rejected, before_last=None,
         settled_epochs=tuple(sorted({*state.settled_epochs, epoch})))
     ws.save_state(new_state)
-    return ProbationResult(epoch, outcomes)
+    return ProbationResult(epoch, outcomes, gate=gate)
 
 
 def settle_probation_sync(*args: Any, **kwargs: Any) -> ProbationResult:

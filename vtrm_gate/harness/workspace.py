@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..ladder import check_unit_ids
 from ..scheduler import content_hash, slugify
+from .probation import PROBATION_RULES
 
 if TYPE_CHECKING:
     from .log import HarnessLog
@@ -170,6 +171,8 @@ class WorkspaceConfig:
     rejected_max: int = 5
     probation_min_w_net: int = 0
     probation_units: int = 40
+    probation_rule: str = "w_net"
+    """How the epoch-end settlement decides: w_net | e_continue | e_harm (see harness.probation)."""
     targets: Mapping[str, str] = field(default_factory=dict)
     sim: Mapping[str, Any] | None = None
     format: int = FORMAT
@@ -193,6 +196,8 @@ class WorkspaceConfig:
                 bad(name, "an integer >= 0", v)
         if not _whole(self.probation_min_w_net):
             bad("probation_min_w_net", "an integer", self.probation_min_w_net)
+        if self.probation_rule not in PROBATION_RULES:
+            bad("probation_rule", " | ".join(PROBATION_RULES), self.probation_rule)
         if not isinstance(self.targets, Mapping) or not all(
                 isinstance(k, str) and isinstance(v, str) and v.startswith("skills/")
                 and ".." not in v for k, v in self.targets.items()):
