@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ import httpx
 
 from .cache import CacheStats, ResponseCache, cache_namespace, environment, mask_url
 from .harness import (
+    HELDOUT_FILE,
     CaseSource,
     CasesUnavailable,
     Evolver,
@@ -48,8 +50,15 @@ from .harness import (
 )
 from .ladder import shuffle_key
 from .llm import MCQ, AgentEvent, ErrorCase, LLMAgent, LLMEvolver, RetryPolicy
-from .scheduler import GuardParams, Infer, UnitTask, content_hash, slugify
-from .sim import SimConfig, SimEvolver, SimWorld
+from .scheduler import GuardParams, Infer, TypePlan, UnitTask, content_hash, slugify
+from .sim import (
+    TRUE_MARGIN,
+    SimConfig,
+    SimEvolver,
+    SimWorld,
+    block_serial_schedule,
+    simulate_policy,
+)
 
 ROLLOUT_UNITS = 8
 
@@ -273,12 +282,17 @@ def sim_json(sim_config: SimConfig) -> dict[str, Any]:
     return out
 
 
-def init_simulated(path: str | Path, sim_config: SimConfig | None = None,
-                   **config: Any) -> Workspace:
+def init_simulated(path: str | Path, sim_config: SimConfig | None = None, *,
+                   heldout_fraction: float = 0.0, **config: Any) -> Workspace:
     """A workspace over a `vtrm_gate.sim.SimWorld`: its pools, seed record, v0 skills.
 
-    ``config`` sets other `WorkspaceConfig` fields (cooldown_steps, seed, ...).
+    ``heldout_fraction`` declares a held-out split (``heldout.json``): that seeded share of
+    each type's units is left out of ``pool.json`` (never used for ladders, rollouts or
+    probes) and serves the epoch-end evaluation. ``config`` sets other `WorkspaceConfig`
+    fields (cooldown_steps, seed, probation_rule, ...).
     """
+    if not (isinstance(heldout_fraction, int | float) and 0 <= heldout_fraction < 1):
+        raise ValueError(f"heldout_fraction must be in [0, 1), got {heldout_fraction!r}")
     sim_config = sim_config or SimConfig()
     world = SimWorld(sim_config)
     sim = sim_json(sim_config)
@@ -286,10 +300,24 @@ def init_simulated(path: str | Path, sim_config: SimConfig | None = None,
              **{k: v for k, v in sim.items() if k != "time_scale"}}
     cfg = WorkspaceConfig(kind="simulated", agent=agent, sim=sim,
                           **{"seed": sim_config.seed, **config})
+    heldout = {t: heldout_split(world, t, heldout_fraction) for t in world.task_types}
+    files = {HELDOUT_FILE: json.dumps(heldout, indent=2) + "\n"} if heldout_fraction else {}
     return Workspace.create(
-        path, pool={t: world.pool(t) for t in world.task_types},
+        path, pool={t: [u for u in world.pool(t) if u not in set(heldout[t])]
+                    for t in world.task_types},
         skills={t: world.initial_skill(t) for t in world.task_types},
-        seed_record={t: world.seed_record(t) for t in world.task_types}, config=cfg)
+        seed_record={t: {u: v for u, v in world.seed_record(t).items()
+                         if u not in set(heldout[t])} for t in world.task_types},
+        config=cfg, files=files)
+
+
+def heldout_split(world: SimWorld, task_type: str, fraction: float) -> list[str]:
+    """A seeded ``fraction`` of the type's units (rounded down), in pool order."""
+    units = world.pool(task_type)
+    k = int(fraction * len(units))
+    chosen = set(sorted(units, key=lambda u: shuffle_key(f"{world.config.seed}:heldout",
+                                                         u))[:k])
+    return [u for u in units if u in chosen]
 
 
 @dataclass(frozen=True)
@@ -300,18 +328,50 @@ class SimBackend:
     infer: Infer
     evolver: Evolver
     cases: CaseSource
+    pools: Mapping[str, Sequence[str]] = field(default_factory=dict)
+
+    def rollout(self, workspace: Workspace, concurrency: int = 32
+                ) -> Callable[[int, int], Any]:
+        """``train``'s rollout: each step's rollout batch of every type not cooling down, run
+        through ``concurrency`` slots with the simulated latency; returns the error cases."""
+        world = self.world
+
+        async def run(epoch: int, step: int) -> dict[str, list[str]]:
+            state = step_input_state(workspace, epoch, step)
+            slots = asyncio.Semaphore(concurrency)
+
+            async def one(task: UnitTask, res: Any) -> None:
+                async with slots:
+                    await asyncio.sleep(res.latency_s * world.config.time_scale)
+
+            out: dict[str, list[str]] = {}
+            calls = []
+            for t in workspace.task_types:
+                if state.in_cooldown(t):
+                    continue
+                batch = world.rollout(t, epoch, step, workspace.skill_text(t, state),
+                                      self.pools.get(t))
+                out[t] = [task.unit_id for task, res in batch
+                          if not res.infra and not res.correct]
+                calls += [one(task, res) for task, res in batch]
+            await asyncio.gather(*calls)
+            return out
+
+        return run
 
 
 def simulated_backend(workspace: Workspace | str | Path, *,
                       time_scale: float | None = None) -> SimBackend:
     """Rebuild the `SimWorld` a simulated workspace was created from (optionally with
-    another ``time_scale``: latency only, outcomes are unchanged)."""
+    another ``time_scale``: latency only, outcomes are unchanged). Rollouts draw from the
+    workspace's pool (never from its held-out split)."""
     ws = workspace if isinstance(workspace, Workspace) else Workspace.open(workspace)
     try:
         if ws.config.kind != "simulated" or ws.config.sim is None:
             raise WorkspaceError(f"workspace.json: {ws.root} is not a simulated workspace "
                                  f"(kind {ws.config.kind!r})")
         sim = dict(ws.config.sim)
+        pools = {t: list(us) for t, us in ws.pool.items()}
     finally:
         if ws is not workspace:
             ws.close()
@@ -321,4 +381,182 @@ def simulated_backend(workspace: Workspace | str | Path, *,
         world = SimWorld(SimConfig(**sim))
     except (TypeError, ValueError) as exc:
         raise WorkspaceError(f"workspace.json: sim: {exc}") from None
-    return SimBackend(world, world.infer, SimEvolver(world), world.error_cases)
+
+    def cases(task_type: str, epoch: int, step: int, skill: str) -> list[str]:
+        return world.error_cases(task_type, epoch, step, skill, pools.get(task_type))
+
+    return SimBackend(world, world.infer, SimEvolver(world), cases, pools)
+
+
+# ---- the simulator's ground truth and the decision-quality report --------------------------
+
+
+def record_ground_truth(workspace: Workspace, world: SimWorld) -> int:
+    """Write the true effect of every gated candidate of every recorded step into the
+    ``ground_truth`` table (simulated workspaces only; idempotent). Returns rows written."""
+    if workspace.config.kind != "simulated":
+        raise WorkspaceError(f"{workspace.root}: ground truth exists only for simulated "
+                             f"workspaces (kind {workspace.config.kind!r})")
+    rows = []
+    for path in sorted((workspace.root / "manifests").glob("e*_s*.json")):
+        m = json.loads(path.read_text(encoding="utf-8"))
+        e, s = m["epoch"], m["step"]
+        for t, c in sorted(m["candidates"].items()):
+            if c.get("status") != "gated":
+                continue
+            base = workspace.version_text(t, m["inputs"]["base_skills"][t]["version"])
+            cand = (workspace.root / c["file"]).read_text(encoding="utf-8")
+            tr = world.true_effect(t, base, cand)
+            rows.append((e, s, t, content_hash(base), content_hash(cand), tr.base_acc,
+                         tr.cand_acc, tr.effect, tr.p_win, tr.true_class))
+    workspace.log.upsert("ground_truth", rows)
+    return len(rows)
+
+
+CLASSES = ("better", "neutral", "worse")
+
+
+def quality_report(workspace: Workspace, world: SimWorld, epochs: int,
+                   steps_per_epoch: int) -> dict[str, Any]:
+    """What the gate did to the skills, measured against the simulator's ground truth.
+
+    Counts by true class: changes applied after settlement (ACCEPT, PROVISIONAL kept),
+    PROVISIONAL kept / rolled back by probation, good candidates missed; and the end-of-run
+    true accuracy per type against the initial skills, an "accept every candidate" run and
+    an "oracle gate" run on the same seed.
+    """
+    record_ground_truth(workspace, world)
+    log = workspace.log
+    truth = {(e, s, t): c for e, s, t, c in log.query(
+        "SELECT epoch, step, task_type, true_class FROM ground_truth")}
+    settled = {(e, t): a for e, t, a in log.query(
+        "SELECT epoch, task_type, action FROM step_report WHERE step = 0 AND "
+        "status = 'probation'")}
+    rows = log.query("SELECT epoch, step, task_type, action FROM step_report WHERE step >= 1 "
+                     "AND status = 'gated'")
+    zero = dict.fromkeys(CLASSES, 0)
+    applied, missed, kept, rolled, gated = (dict(zero) for _ in range(5))
+    for e, s, t, action in rows:
+        cls = truth.get((e, s, t))
+        if cls is None:
+            continue
+        gated[cls] += 1
+        on = action == "ACCEPT"
+        if action == "PROVISIONAL":
+            fate = settled.get((e, t))
+            on = fate == "PROBATION_PASSED"
+            if fate is not None:
+                (kept if on else rolled)[cls] += 1
+        if on:
+            applied[cls] += 1
+        elif cls == "better":
+            missed[cls] += 1
+    state = workspace.state
+    pools = {t: list(us) for t, us in workspace.pool.items()}
+    cfg = workspace.config
+    runs = {p: simulate_policy(world, epochs, steps_per_epoch, p, pools=pools,
+                               cooldown_steps=cfg.cooldown_steps, rejected_max=cfg.rejected_max)
+            for p in ("accept_all", "oracle")}
+    acc = []
+    for t in workspace.task_types:
+        acc.append({
+            "task_type": t,
+            "initial": world.true_accuracy(t, world.initial_skill(t)),
+            "gate": world.true_accuracy(t, workspace.skill_text(t, state)),
+            "accept_all": world.true_accuracy(t, runs["accept_all"].skills[t]),
+            "oracle": world.true_accuracy(t, runs["oracle"].skills[t]),
+            "version": state.skills[t].version,
+        })
+    mean = {k: sum(r[k] for r in acc) / len(acc) for k in ("initial", "gate", "accept_all",
+                                                           "oracle")}
+    policy = {p: {"applied": dict(zero), "candidates": len(r.decisions)}
+              for p, r in runs.items()}
+    for p, r in runs.items():
+        for *_, on, tr in r.decisions:
+            if on:
+                policy[p]["applied"][tr.true_class] += 1
+    return {"gated": gated, "applied": applied, "missed_better": missed["better"],
+            "provisional_kept": kept, "provisional_rolled_back": rolled,
+            "leak": applied["neutral"] + applied["worse"], "accuracy": acc,
+            "mean_accuracy": mean, "policies": policy, "margin": TRUE_MARGIN}
+
+
+def _serial_blocks_s(world: SimWorld, plan: TypePlan, n_units: int, block: int = 8) -> float:
+    """Old-gate time of the first ``n_units`` of a plan: blocks of ``block`` units one after
+    another, base arm then candidate arm (a block's arm runs its units concurrently)."""
+    total = 0.0
+    for start in range(0, n_units, block):
+        ranks = range(start, min(start + block, n_units))
+        for arm in ("base", "cand"):
+            total += max(world.outcome(plan.task(r, arm)).latency_s for r in ranks)
+    return total
+
+
+def _logged_units(workspace: Workspace, run_id: str) -> list[str]:
+    return [u for (u,) in workspace.log.query(
+        "SELECT unit_id FROM predictions WHERE run_id = ? ORDER BY ladder_rank", (run_id,))]
+
+
+def serial_phase_times(workspace: Workspace, world: SimWorld,
+                       steps: Iterable[tuple[int, int]], settled: Iterable[int] = (),
+                       evaluated: Iterable[int] = (), block: int = 8) -> dict[str, Any]:
+    """The OLD serial gate's simulated time per phase on the same inputs as a v3 run (the
+    recorded manifests of ``steps``, the probes of ``settled`` epochs, the held-out units of
+    ``evaluated`` epochs), and the old gate's decisions on those steps.
+
+    Old: rollout types one after another (a type's batch concurrent); gate
+    `block_serial_schedule` (types serial, blocks of 8, arms serial, block-end decisions);
+    settlement and evaluation the same block-serial pattern over the whole probe / held-out
+    split. No BaselineCache: every call runs. (Serial evolution is the sum of the evolver's
+    call times: `TrainResult.serial_evolution_s`.)
+    """
+    phases = dict.fromkeys(("rollout", "gate", "settlement", "evaluation"), 0.0)
+    decisions: list[tuple[int, int, str, str]] = []
+    for e, s in sorted(steps):
+        path = workspace.manifest_path(e, s)
+        if not path.is_file():
+            continue
+        m = json.loads(path.read_text(encoding="utf-8"))
+        base = {t: workspace.version_text(t, b["version"])
+                for t, b in m["inputs"]["base_skills"].items()}
+        for t in m["inputs"]["cases"]:
+            batch = world.rollout(t, e, s, base[t], workspace.pool[t])
+            phases["rollout"] += max((r.latency_s for _, r in batch), default=0.0)
+        plans = [TypePlan(t, m["inputs"]["ladders"][t], base[t],
+                          (workspace.root / c["file"]).read_text(encoding="utf-8"),
+                          m["step_run_id"])
+                 for t, c in sorted(m["candidates"].items()) if c.get("status") == "gated"]
+        if plans:
+            old = block_serial_schedule(world, plans, block=block)
+            phases["gate"] += old["makespan_s"]
+            decisions += [(e, s, t, str(o.action)) for t, o in old["outcomes"].items()]
+    for kind, epochs, what in (("settlement", settled, "probation"),
+                               ("evaluation", evaluated, "eval")):
+        for e in sorted(epochs):
+            srid = f"e{e}_{what}"
+            for t in workspace.task_types:
+                probe = TypePlan(t, ["-"], step_run_id=srid)
+                units = _logged_units(workspace, probe.run_id("base"))
+                hashes = dict(workspace.log.query(
+                    "SELECT arm, skill_hash FROM predictions WHERE run_id IN (?, ?) "
+                    "GROUP BY arm", (probe.run_id("base"), probe.run_id("cand"))))
+                plan = _plan_from_hashes(workspace, t, units, srid, hashes) if units else None
+                if plan is not None:
+                    phases[kind] += _serial_blocks_s(world, plan, len(units), block)
+    return {"phases": phases, "gate_decisions": decisions}
+
+
+def _plan_from_hashes(workspace: Workspace, task_type: str, units: list[str], srid: str,
+                      hashes: Mapping[str, str]) -> TypePlan | None:
+    """A plan whose arm skills are the recorded versions with the logged content hashes."""
+    latest = workspace.state.skills[task_type].latest
+    by_hash = {}
+    for v in range(1, latest + 1):
+        p = workspace.history_path(task_type, v)
+        if p.is_file():
+            text = p.read_text(encoding="utf-8")
+            by_hash[content_hash(text)] = text
+    base, cand = by_hash.get(hashes.get("base", "")), by_hash.get(hashes.get("cand", ""))
+    if base is None or cand is None:
+        return None
+    return TypePlan(task_type, units, base, cand, srid)

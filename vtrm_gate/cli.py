@@ -178,7 +178,8 @@ def cmd_init(args: argparse.Namespace) -> int:
     from .sim import SimConfig
 
     sim = SimConfig(seed=args.seed, infra_rate=args.infra_rate)
-    ws = init_simulated(root, sim)
+    ws = init_simulated(root, sim, heldout_fraction=args.heldout_fraction,
+                        probation_rule=args.probation_rule)
     ws.close()
     out = {"workspace": str(root), "types": len(sim.resolved_pool_sizes()), "seed": args.seed}
     _emit(args, out, f"created simulated workspace {root} ({out['types']} types, "
@@ -434,6 +435,12 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--seed", type=_nonneg_int, default=0)
     i.add_argument("--infra-rate", type=_rate, default=0.003,
                    help="simulated INFRA failure rate")
+    i.add_argument("--heldout-fraction", type=float, default=0.2,
+                   help="simulated: share of each type's units held out for the epoch-end "
+                        "evaluation (never gated)")
+    i.add_argument("--probation-rule", default="w_net",
+                   choices=("w_net", "e_continue", "e_harm"),
+                   help="how epoch-end probation decides (see README, statistics)")
     i.add_argument("--llm", action="store_true",
                    help="units answered by an OpenAI-compatible chat model (key from "
                         "OPENAI_API_KEY / VTRM_API_KEY at step time)")
@@ -480,9 +487,10 @@ def build_parser() -> argparse.ArgumentParser:
     common(r)
     r.set_defaults(func=cmd_replay)
 
-    from . import cli_cache
+    from . import cli_cache, cli_train
 
     cli_cache.register(sub)
+    cli_train.register(sub)
     return p
 
 

@@ -190,6 +190,24 @@ class SimConfig:
         return out
 
 
+TRUE_MARGIN = 0.01
+"""A candidate is truly *neutral* when its true accuracy gain is within +-1 point."""
+
+
+@dataclass(frozen=True)
+class TrueEffect:
+    """The simulator's ground truth about one candidate (never shown to the gate)."""
+
+    base_acc: float
+    cand_acc: float
+    effect: float
+    """True accuracy gain ``E[d] = acc(cand) - acc(base)`` over the type's units."""
+    p_win: float
+    """P(cand right | exactly one arm right): 0.5 for a neutral candidate."""
+    true_class: str
+    """better | neutral | worse (margin `TRUE_MARGIN`)."""
+
+
 @dataclass(frozen=True)
 class _Unit:
     """Hidden truth of one unit: difficulty, the latent shared by every run, the answer."""
@@ -263,21 +281,63 @@ class SimWorld:
         return out
 
     def error_cases(self, task_type: str, epoch: int, step: int,
-                    skill: str | None = None) -> list[str]:
+                    skill: str | None = None, pool: Sequence[str] | None = None) -> list[str]:
         """This step's evolution cases: units of a seeded rollout batch that ``skill``
-        (default: the v0 skill) got wrong. May be empty."""
+        (default: the v0 skill) got wrong. May be empty. ``pool`` restricts the batch to
+        those units (a workspace's pool, without its held-out split)."""
+        return [t.unit_id for t, res in self.rollout(task_type, epoch, step, skill, pool)
+                if not res.infra and not res.correct]
+
+    def rollout(self, task_type: str, epoch: int, step: int, skill: str | None = None,
+                pool: Sequence[str] | None = None) -> list[tuple[UnitTask, UnitResult]]:
+        """The step's rollout batch (``ROLLOUT_BATCH`` seeded units) and the skill's results."""
         skill = self.initial_skill(task_type) if skill is None else skill
         seed = self.config.seed
-        batch = sorted(self._type(task_type),
-                       key=lambda u: _uniform(seed, "rollout", task_type, epoch, step, u))
+        units = self._type(task_type) if pool is None else pool
+        batch = sorted(units, key=lambda u: _uniform(seed, "rollout", task_type, epoch, step, u))
         run_id = f"rollout_e{epoch}_s{step}_{slugify(task_type)}"
-        cases = []
+        out = []
         for rank, uid in enumerate(batch[:ROLLOUT_BATCH]):
-            res = self.outcome(UnitTask(task_type, uid, "base", rank, run_id, skill,
-                                        content_hash(skill)))
-            if not res.infra and not res.correct:
-                cases.append(uid)
-        return cases
+            task = UnitTask(task_type, uid, "base", rank, run_id, skill, content_hash(skill))
+            out.append((task, self.outcome(task)))
+        return out
+
+    # ---- ground truth (never visible to the gate) ---------------------------------------
+
+    def unit_p_correct(self, task_type: str, unit_id: str, skill: str) -> float:
+        """P(correct) of one run of ``skill`` on this unit, given the unit's shared latent
+        (two runs of a unit are independent given it; averaged over units it is the
+        marginal ``sigmoid(ability - difficulty)``)."""
+        u = self._unit(task_type, unit_id)
+        p = _sigmoid(self.skill_ability(skill) - u.difficulty)
+        rho = self.config.unit_correlation
+        return _NORMAL.cdf((_NORMAL.inv_cdf(p) - math.sqrt(rho) * u.z_unit) / math.sqrt(1 - rho))
+
+    def true_accuracy(self, task_type: str, skill: str,
+                      units: Sequence[str] | None = None) -> float:
+        """The skill's true accuracy on the type's units (default: all of them)."""
+        a = self.skill_ability(skill)
+        us = [self._unit(task_type, u) for u in units] if units is not None \
+            else list(self._type(task_type).values())
+        return sum(_sigmoid(a - u.difficulty) for u in us) / len(us) if us else float("nan")
+
+    def true_effect(self, task_type: str, base: str, cand: str) -> TrueEffect:
+        """A candidate's true effect against its base over the type's units: accuracy gain
+        (``E[d]``), win probability among discordant pairs, and its class."""
+        wins = losses = gain = 0.0
+        units = list(self._type(task_type))
+        for uid in units:
+            pb = self.unit_p_correct(task_type, uid, base)
+            pc = self.unit_p_correct(task_type, uid, cand)
+            wins += pc * (1 - pb)
+            losses += pb * (1 - pc)
+            gain += pc - pb
+        effect = gain / len(units) if units else 0.0
+        p_win = wins / (wins + losses) if wins + losses > 0 else 0.5
+        cls = ("better" if effect >= TRUE_MARGIN else "worse" if effect <= -TRUE_MARGIN
+               else "neutral")
+        return TrueEffect(self.true_accuracy(task_type, base),
+                          self.true_accuracy(task_type, cand), effect, p_win, cls)
 
     def initial_skill(self, task_type: str) -> str:
         """Text of ``skills/<slug>.md`` v0 (ability 0 by definition)."""
@@ -595,3 +655,58 @@ def continuous_schedule(world: SimWorld, plans: Sequence[TypePlan],
             "idle_after_last_dispatch_s": (makespan - last) * concurrency - (busy - busy_before),
             "peak_in_flight": gate.peak_in_flight, "matches_replay_prefix": prefix_agrees,
             "outcomes": gate.outcomes, "gate": gate}
+
+
+# ---- counterfactual training runs on the same seed (the decision-quality baselines) -------
+
+
+@dataclass(frozen=True)
+class PolicyRun:
+    """A training run whose gate is replaced by a policy that sees the ground truth."""
+
+    policy: str
+    skills: Mapping[str, str]
+    """Each type's skill text at the end of the run."""
+    decisions: tuple[tuple[int, int, str, bool, TrueEffect], ...]
+    """(epoch, step, type, applied, truth) per candidate proposed."""
+
+    def final_accuracy(self, world: SimWorld) -> dict[str, float]:
+        return {t: world.true_accuracy(t, s) for t, s in self.skills.items()}
+
+
+def simulate_policy(world: SimWorld, epochs: int, steps_per_epoch: int, policy: str, *,
+                    pools: Mapping[str, Sequence[str]] | None = None, cooldown_steps: int = 2,
+                    rejected_max: int = 5) -> PolicyRun:
+    """The training loop of the harness (cooldown, no-change skips, rejected buffer, the same
+    evolver and rollouts) with the gate replaced: ``accept_all`` applies every candidate;
+    ``oracle`` applies exactly the truly better ones and rejects the rest like the gate does.
+    """
+    if policy not in ("accept_all", "oracle"):
+        raise ValueError(f"policy must be 'accept_all' or 'oracle', got {policy!r}")
+    evolver = SimEvolver(world)
+    skills = {t: world.initial_skill(t) for t in world.task_types}
+    cooldown: dict[str, int] = {}
+    rejected: dict[str, list[str]] = {t: [] for t in world.task_types}
+    applied_steps = 0
+    decisions = []
+    for e in range(1, epochs + 1):
+        for s in range(1, steps_per_epoch + 1):
+            for t in sorted(world.task_types):
+                if cooldown.get(t, 0) > applied_steps:
+                    continue
+                pool = None if pools is None else pools[t]
+                if not world.error_cases(t, e, s, skills[t], pool):
+                    continue
+                cand = evolver.propose(t, skills[t], rejected[t], e, s)
+                if cand.strip() == skills[t].strip():
+                    continue
+                truth = world.true_effect(t, skills[t], cand)
+                apply = policy == "accept_all" or truth.true_class == "better"
+                decisions.append((e, s, t, apply, truth))
+                if apply:
+                    skills[t] = cand
+                else:
+                    rejected[t] = (rejected[t] + [cand])[-rejected_max:] if rejected_max else []
+                    cooldown[t] = applied_steps + 1 + cooldown_steps
+            applied_steps += 1
+    return PolicyRun(policy, skills, tuple(decisions))

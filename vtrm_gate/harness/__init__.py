@@ -33,6 +33,17 @@ from .step import run_step_sync as run_step_sync
 from .step import settle_probation as settle_probation
 from .step import settle_probation_sync as settle_probation_sync
 from .step import step_input_state as step_input_state
+from .train import EVAL_STEP as EVAL_STEP
+from .train import HELDOUT_FILE as HELDOUT_FILE
+from .train import EvalResult as EvalResult
+from .train import TrainEvent as TrainEvent
+from .train import TrainRefusedError as TrainRefusedError
+from .train import TrainResult as TrainResult
+from .train import evaluate_epoch as evaluate_epoch
+from .train import evaluation_frame as evaluation_frame
+from .train import read_heldout as read_heldout
+from .train import train as train
+from .train import train_sync as train_sync
 from .workspace import UNITS_FILE as UNITS_FILE
 from .workspace import Probation as Probation
 from .workspace import Rejected as Rejected

@@ -73,6 +73,17 @@ SCHEMA: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
         ("config_hash", "TEXT"), ("correct", "INTEGER"), ("prediction", "TEXT"),
         ("tokens", "INTEGER"), ("latency_s", "REAL"), ("trace", "TEXT"), ("run_id", "TEXT"),
     ), ("task_type", "unit_id", "skill_hash", "config_hash")),
+    "evaluation": ((
+        ("epoch", "INTEGER"), ("task_type", "TEXT"), ("version", "INTEGER"),
+        ("skill_hash", "TEXT"), ("n_units", "INTEGER"), ("n_initial", "INTEGER"),
+        ("correct_initial", "INTEGER"), ("n_current", "INTEGER"),
+        ("correct_current", "INTEGER"), ("acc_initial", "REAL"), ("acc_current", "REAL"),
+    ), ("epoch", "task_type")),
+    "ground_truth": ((
+        ("epoch", "INTEGER"), ("step", "INTEGER"), ("task_type", "TEXT"),
+        ("base_hash", "TEXT"), ("cand_hash", "TEXT"), ("base_acc", "REAL"),
+        ("cand_acc", "REAL"), ("effect", "REAL"), ("p_win", "REAL"), ("true_class", "TEXT"),
+    ), ("epoch", "step", "task_type")),
 }
 
 TABLES: tuple[str, ...] = tuple(SCHEMA)
