@@ -315,11 +315,11 @@ class SimWorld:
 
     def true_accuracy(self, task_type: str, skill: str,
                       units: Sequence[str] | None = None) -> float:
-        """The skill's true accuracy on the type's units (default: all of them)."""
-        a = self.skill_ability(skill)
-        us = [self._unit(task_type, u) for u in units] if units is not None \
-            else list(self._type(task_type).values())
-        return sum(_sigmoid(a - u.difficulty) for u in us) / len(us) if us else float("nan")
+        """The skill's true accuracy on the type's units (default: all of them): the mean
+        over those units of a fresh run's P(correct)."""
+        us = list(self._type(task_type)) if units is None else list(units)
+        return (sum(self.unit_p_correct(task_type, u, skill) for u in us) / len(us) if us
+                else float("nan"))
 
     def true_effect(self, task_type: str, base: str, cand: str) -> TrueEffect:
         """A candidate's true effect against its base over the type's units: accuracy gain

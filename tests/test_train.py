@@ -1,0 +1,504 @@
+"""The training run (issue 9): train over epochs, resume after kill -9 at random points (real
+processes), concurrent settlement through one slot pool, the held-out evaluation, the
+simulator's ground truth and the CLI's bad-input / fault behaviour."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from vtrm_gate.backends import (
+    init_simulated,
+    quality_report,
+    record_ground_truth,
+    simulated_backend,
+)
+from vtrm_gate.harness import (
+    HELDOUT_FILE,
+    TrainRefusedError,
+    Workspace,
+    read_heldout,
+    run_step,
+    settle_probation,
+    train,
+    workspace_lock,
+)
+from vtrm_gate.scheduler import GuardParams, InfraGuardError, UnitResult, UnitTask
+from vtrm_gate.sim import SimConfig, SimWorld, run_virtual, simulate_policy
+from vtrm_gate.stats import Action, update_state
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CONFIG = SimConfig(
+    seed=5,
+    pool_sizes={"Action Reasoning": 90, "Counting Problem": 70, "OCR Problems": 60,
+                "Spatial Reasoning": 23},
+    effects={"Action Reasoning": "helpful", "Counting Problem": "harmful",
+             "OCR Problems": "neutral", "Spatial Reasoning": "helpful"},
+    infra_rate=0.0,
+)
+EPOCHS, STEPS = 2, 3
+
+
+def _init(path: Path, **config) -> Workspace:
+    return init_simulated(path, CONFIG, heldout_fraction=0.2, **config)
+
+
+def _train(ws: Workspace, epochs: int = EPOCHS, steps: int = STEPS, infer=None, **kw):
+    be = simulated_backend(ws)
+    return run_virtual(train(ws, epochs, steps, infer=infer or be.infer, evolver=be.evolver,
+                             rollout=be.rollout(ws), concurrency=kw.pop("concurrency", 16),
+                             **kw))
+
+
+def _rows(db: Path, sql: str) -> list[tuple]:
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+# Everything a training run leaves behind that must not depend on crashes and resumes.
+END_STATE_SQL = {
+    "gate_evidence": "SELECT * FROM gate_evidence ORDER BY epoch, step, task_type, ladder_rank",
+    "step_report": "SELECT epoch, step, task_type, status, action, W, L, n_used, e_plus, "
+                   "e_minus, stop_rank, base_version, base_hash, cand_hash, applied, note "
+                   "FROM step_report ORDER BY epoch, step, task_type",
+    "evaluation": "SELECT * FROM evaluation ORDER BY epoch, task_type",
+    "ground_truth": "SELECT * FROM ground_truth ORDER BY epoch, step, task_type",
+    "counted_predictions": "SELECT run_id, unit_id, correct, infra FROM predictions "
+                           "WHERE discarded = 0 ORDER BY run_id, unit_id",
+}
+
+
+def end_state(root: Path) -> dict[str, object]:
+    db = root / "harness.sqlite"
+    out: dict[str, object] = {k: _rows(db, q) for k, q in END_STATE_SQL.items()}
+    out["state.json"] = (root / "state.json").read_text()
+    for sub in ("skills", "history", "manifests"):
+        out[sub] = {str(p.relative_to(root)): p.read_text()
+                    for p in sorted((root / sub).rglob("*")) if p.is_file()}
+    out["duplicates"] = _rows(db, "SELECT run_id, unit_id, COUNT(*) c FROM predictions "
+                                  "GROUP BY run_id, unit_id HAVING c > 1")
+    return out
+
+
+# ---- the run --------------------------------------------------------------------------------
+
+
+def test_train_runs_every_step_settles_each_epoch_and_evaluates(tmp_path):
+    ws = _init(tmp_path / "ws")
+    lines = []
+    res = _train(ws, on_event=lambda ev: lines.append(ev))
+    state = Workspace.open(ws.root).state
+    assert state.last_step == (EPOCHS, STEPS) and state.settled_epochs == (1, 2)
+    assert not state.probation
+    assert [(e.kind, e.epoch, e.step) for e in lines if e.kind != "finished"] == [
+        *[("step", 1, s) for s in (1, 2, 3)], ("settle", 1, None), ("evaluate", 1, None),
+        *[("step", 2, s) for s in (1, 2, 3)], ("settle", 2, None), ("evaluate", 2, None)]
+    assert res.done_before == 0 and len(res.steps) == EPOCHS * STEPS
+    assert set(res.phases) == {"rollout", "evolution", "gate", "settlement", "evaluation"}
+    assert all(v >= 0 for v in res.phases.values()) and res.phases["gate"] > 0
+    # Evaluation: one row per type and epoch; the initial skill's arm is served from the
+    # BaselineCache in epoch 2 (measured in epoch 1).
+    ev = ws.log.frame("evaluation")
+    assert ev.height == EPOCHS * len(ws.task_types)
+    assert res.evaluations[2].gate.total("cache_hits") == sum(
+        len(u) for u in read_heldout(ws).values())
+
+
+def test_heldout_units_are_never_gated_rolled_out_or_probed(tmp_path):
+    ws = _init(tmp_path / "ws")
+    heldout = read_heldout(ws)
+    assert heldout and all(not set(u) & set(ws.pool[t]) for t, u in heldout.items())
+    _train(ws)
+    held = {u for us in heldout.values() for u in us}
+    used = {u for (u,) in ws.log.query("SELECT unit_id FROM predictions WHERE run_id NOT "
+                                       "LIKE 'e%\\_eval\\_gate\\_%' ESCAPE '\\'")}
+    assert used and not used & held
+    evald = {u for (u,) in ws.log.query("SELECT unit_id FROM predictions WHERE run_id LIKE "
+                                        "'e1\\_eval\\_gate\\_%' ESCAPE '\\'")}
+    assert evald == held
+    world = SimWorld(CONFIG)
+    be = simulated_backend(ws)
+    for t in ws.task_types:  # rollouts draw from the pool only
+        for s in range(1, 6):
+            assert not set(be.cases(t, 1, s, world.initial_skill(t))) & held
+
+
+def test_resume_skips_finished_parts_and_reaches_the_same_end_state(tmp_path):
+    a, b = _init(tmp_path / "a"), _init(tmp_path / "b")
+    _train(a)
+    first = _train(b, 1, STEPS)  # a shorter run, then the full one resumes it
+    assert first.done_before == 0
+    again = _train(b)
+    assert again.done_before == STEPS + 2  # e1's steps, settlement and evaluation
+    assert sorted(again.steps) == [(2, s) for s in range(1, STEPS + 1)]
+    assert end_state(a.root) == end_state(b.root)
+    done = _train(b)  # nothing left: every part found done, nothing changes
+    assert done.done_before == EPOCHS * (STEPS + 2) and not done.steps
+    assert end_state(a.root) == end_state(b.root)
+
+
+def test_changed_configuration_is_refused_with_the_changes(tmp_path):
+    from vtrm_gate.stats import GateParams
+
+    ws = _init(tmp_path / "ws")
+    _train(ws, 1, 1)
+    with pytest.raises(TrainRefusedError) as err:
+        _train(ws, 1, 2)
+    assert "steps_per_epoch: 1 -> 2" in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(TrainRefusedError, match=r"params\.e_confirm: 20\.0 -> 10\.0"):
+        _train(ws, 1, 1, params=GateParams(e_confirm=10.0))
+    _train(ws, 2, 1)  # more epochs: the same run, continued
+
+
+@pytest.mark.parametrize("epochs, steps", [(0, 1), (1, 0), (-1, 2), (1.5, 1), (True, 1)])
+def test_sizes_must_be_positive_integers(tmp_path, epochs, steps):
+    ws = _init(tmp_path / "ws")
+    with pytest.raises(ValueError, match="must be a positive integer"):
+        _train(ws, epochs, steps)
+    assert not (ws.root / "train.json").exists()
+
+
+def test_train_holds_the_workspace_lock(tmp_path):
+    ws = _init(tmp_path / "ws")
+    seen = []
+
+    def probe(ev):  # another writer in this process is fine (re-entrant) ...
+        if ev.kind == "step" and not seen:
+            code = ("import sys\nfrom vtrm_gate.harness import workspace_lock, "
+                    "WorkspaceLockedError\ntry:\n    workspace_lock(sys.argv[1]).acquire()\n"
+                    "except WorkspaceLockedError as e:\n    print(e)\n")
+            seen.append(subprocess.run([sys.executable, "-c", code, str(ws.root)],
+                                       capture_output=True, text=True).stdout)
+
+    _train(ws, 1, 1, on_event=probe)
+    assert "locked by pid" in seen[0] and "train" in seen[0]  # ... another process is not
+    with workspace_lock(ws.root, "someone else"):
+        pass
+
+
+def test_infra_abort_keeps_finished_steps_and_the_next_run_resumes_there(tmp_path):
+    a, b = _init(tmp_path / "a"), _init(tmp_path / "b")
+    _train(a)
+    be = simulated_backend(b)
+    broken = {"on": True}
+
+    async def flaky(task: UnitTask) -> UnitResult:  # the endpoint fails during e1 s2
+        if broken["on"] and task.run_id.startswith("e1_s2_gate_"):
+            return UnitResult(infra=True, error="503 Service Unavailable")
+        return await be.infer(task)
+
+    with pytest.raises(InfraGuardError):
+        _train(b, infer=flaky)
+    state = Workspace.open(b.root).state
+    assert state.last_step == (1, 1)  # e1 s1 kept, e1 s2 not applied
+    rep = b.log.query("SELECT DISTINCT status FROM step_report WHERE epoch = 1 AND step = 2 "
+                      "AND status != 'cooldown' AND status != 'no_cases' AND "
+                      "status != 'skipped'")
+    assert ("aborted",) in rep
+    broken["on"] = False
+    res = _train(b, infer=flaky)
+    assert res.done_before == 1 and min(res.steps) == (1, 2)
+    assert end_state(a.root) == end_state(b.root)
+
+
+# ---- kill -9 at random points, real processes -------------------------------------------------
+
+
+CHILD = ["-m", "vtrm_gate", "train", "--epochs", str(EPOCHS), "--steps-per-epoch",
+         str(STEPS), "--concurrency", "16", "--json", "--workspace"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
+def test_killed_at_random_points_then_resumed_matches_an_uninterrupted_run(tmp_path):
+    ws = _init(tmp_path / "ws")
+    root = ws.root
+    ws.close()
+    twin = shutil.copytree(root, tmp_path / "twin")
+    r = subprocess.run([sys.executable, *CHILD, str(twin)], capture_output=True, text=True,
+                       cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr
+    rng = random.Random(20261201)
+    kills = 0
+    marks: list[tuple] = []  # how far each killed run had got
+    for _ in range(12):
+        proc = subprocess.Popen([sys.executable, *CHILD, str(root)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, cwd=ROOT)
+        time.sleep(rng.uniform(0.6, 3.0))
+        if proc.poll() is not None:
+            _, err = proc.communicate()
+            assert proc.returncode == 0, err
+            break
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)
+        kills += 1
+        state = json.loads((root / "state.json").read_text())
+        marks.append((state["last_step"], state["settled_epochs"],
+                      _rows(root / "harness.sqlite", "SELECT COUNT(*) FROM evaluation")[0][0]))
+    else:
+        r = subprocess.run([sys.executable, *CHILD, str(root)], capture_output=True,
+                           text=True, cwd=ROOT, timeout=300)
+        assert r.returncode == 0, r.stderr
+    assert kills >= 2, "the run finished before it could be killed twice"
+    assert len(set(map(repr, marks))) >= 2, marks  # killed at different points of the run
+    print("kills at", marks)
+    summary = json.loads(r.stdout.splitlines()[-1]) if kills == 12 else None
+    assert summary is None or summary["event"] == "summary"
+    assert end_state(root) == end_state(twin)
+
+
+# ---- concurrent settlement ----------------------------------------------------------------
+
+
+class AlwaysProvisional:
+    """A gate rule that ends PROVISIONAL after 3 units: puts every gated type on probation."""
+
+    def update(self, state, pair, params):
+        return update_state(state, pair, params)
+
+    def decide(self, state, n_remaining, params):
+        return Action.PROVISIONAL if state.n_consumed >= 3 else Action.CONTINUE
+
+
+@pytest.fixture
+def on_probation(tmp_path, monkeypatch):
+    """A workspace after e1 s1 with types A, B, C all on probation."""
+    import vtrm_gate.harness.step as step_mod
+
+    ws = init_simulated(tmp_path / "ws", SimConfig(
+        seed=3, pool_sizes={"A": 120, "B": 120, "C": 120}, infra_rate=0.0,
+        effects={"A": "helpful", "B": "helpful", "C": "neutral"}, no_change_rate=0.0))
+    be = simulated_backend(ws)
+    orig = step_mod.run_gate
+
+    async def provisional_gate(plans, *a, **kw):
+        return await orig(plans, *a, rule=AlwaysProvisional(), **kw)
+
+    with monkeypatch.context() as m:
+        m.setattr(step_mod, "run_gate", provisional_gate)
+        run_virtual(run_step(ws, 1, 1, infer=be.infer, evolver=be.evolver, cases=be.cases))
+    assert set(ws.state.probation) == {"A", "B", "C"}
+    return ws, be
+
+
+def test_settlement_runs_every_type_through_one_slot_pool(on_probation):
+    ws, be = on_probation
+    in_flight: dict[str, int] = {}
+    overlap = []
+    peak = [0]
+
+    async def watched(task: UnitTask) -> UnitResult:
+        in_flight[task.task_type] = in_flight.get(task.task_type, 0) + 1
+        peak[0] = max(peak[0], sum(in_flight.values()))
+        overlap.append(sum(1 for v in in_flight.values() if v))
+        try:
+            return await be.infer(task)
+        finally:
+            in_flight[task.task_type] -= 1
+
+    res = run_virtual(settle_probation(ws, 1, infer=watched, concurrency=6))
+    assert set(res.outcomes) == {"A", "B", "C"}
+    assert max(overlap) == 3  # all three types in flight at once: not one after another
+    assert peak[0] <= 6 and res.gate.peak_in_flight <= 6  # one pool of 6 slots
+    # The base arm (the version a rollback restores, v1) was measured by the step's gate on
+    # other units; the probe's own base calls are written back to the BaselineCache.
+    assert res.gate.total("started") > 0
+    ev = ws.log.query("SELECT COUNT(*) FROM gate_evidence WHERE epoch = 1 AND step = 0")
+    assert ev[0][0] == sum(o.n_used for o in res.outcomes.values())  # no INFRA here
+    assert all(len(o.probe_units) == 40 for o in res.outcomes.values())
+
+
+def test_settlement_guard_abort_settles_nothing_and_can_be_rerun(on_probation):
+    ws, be = on_probation
+    before = (ws.root / "state.json").read_text()
+
+    async def down(task: UnitTask) -> UnitResult:
+        return UnitResult(infra=True, error="503")
+
+    with pytest.raises(InfraGuardError):
+        run_virtual(settle_probation(ws, 1, infer=down, guard=GuardParams(min_calls=2)))
+    assert (ws.root / "state.json").read_text() == before
+    assert ("aborted",) in ws.log.query("SELECT status FROM step_report WHERE step = 0")
+    res = run_virtual(settle_probation(ws, 1, infer=be.infer))
+    assert set(res.outcomes) == {"A", "B", "C"}
+    assert 1 in Workspace.open(ws.root).state.settled_epochs
+
+
+@pytest.mark.parametrize("rule", ["w_net", "e_continue", "e_harm"])
+def test_each_probation_rule_settles_through_the_pool(on_probation, rule):
+    ws, be = on_probation
+    cfg = json.loads((ws.root / "workspace.json").read_text())
+    (ws.root / "workspace.json").write_text(json.dumps({**cfg, "probation_rule": rule}))
+    w = Workspace.open(ws.root)
+    res = run_virtual(settle_probation(w, 1, infer=be.infer))
+    assert set(res.outcomes) == {"A", "B", "C"}
+    for o in res.outcomes.values():
+        assert o.applied.startswith("kept" if o.passed else "rolled back")
+        assert f"({rule}: " in o.applied
+    if rule == "e_continue":  # stops as soon as it decides: fewer units than the probe
+        assert any(o.n_used < len(o.probe_units) for o in res.outcomes.values())
+
+
+# ---- ground truth ---------------------------------------------------------------------------
+
+
+def test_true_effect_classes_match_the_evolvers_effects():
+    world = SimWorld(CONFIG)
+    from vtrm_gate.sim import SimEvolver
+
+    ev = SimEvolver(world)
+    for t, effect in CONFIG.effects.items():
+        base = world.initial_skill(t)
+        cand = ev.propose(t, base, (), 1, 2)
+        if cand == base:
+            continue
+        tr = world.true_effect(t, base, cand)
+        assert tr.true_class == {"helpful": "better", "neutral": "neutral",
+                                 "harmful": "worse"}[effect], t
+        assert (tr.p_win > 0.5) == (tr.effect > 0)
+        assert abs(tr.cand_acc - tr.base_acc - tr.effect) < 1e-9
+    neutral = world.true_effect("OCR Problems", world.initial_skill("OCR Problems"),
+                                world.initial_skill("OCR Problems") + "\n- restated\n")
+    assert neutral.effect == 0 and neutral.p_win == 0.5 and neutral.true_class == "neutral"
+
+
+def test_oracle_applies_only_better_candidates_and_accept_all_applies_every_one():
+    world = SimWorld(CONFIG)
+    oracle = simulate_policy(world, 2, 3, "oracle")
+    every = simulate_policy(world, 2, 3, "accept_all")
+    assert oracle.decisions and all(on == (tr.true_class == "better")
+                                    for *_, on, tr in oracle.decisions)
+    assert every.decisions and all(on for *_, on, _ in every.decisions)
+    acc_o, acc_e = oracle.final_accuracy(world), every.final_accuracy(world)
+    init = {t: world.true_accuracy(t, world.initial_skill(t)) for t in world.task_types}
+    assert all(acc_o[t] >= init[t] - 1e-12 for t in init)
+    assert acc_e["Counting Problem"] < init["Counting Problem"]  # harmful edits all applied
+
+
+def test_ground_truth_is_recorded_for_every_gated_candidate_and_reported(tmp_path):
+    ws = _init(tmp_path / "ws")
+    _train(ws)
+    world = SimWorld(CONFIG)
+    n = record_ground_truth(ws, world)
+    gated = ws.log.query("SELECT COUNT(*) FROM step_report WHERE step >= 1 AND "
+                         "status = 'gated'")[0][0]
+    assert n == gated == ws.log.count("ground_truth")
+    q = quality_report(ws, world, EPOCHS, STEPS)
+    assert sum(q["gated"].values()) == gated
+    assert q["leak"] == q["applied"]["neutral"] + q["applied"]["worse"]
+    assert {r["task_type"] for r in q["accuracy"]} == set(ws.task_types)
+    assert q["mean_accuracy"]["oracle"] >= q["mean_accuracy"]["initial"]
+
+
+def test_ground_truth_only_for_simulated_workspaces(tmp_path):
+    from test_harness_toy import make_workspace
+
+    from vtrm_gate.harness import WorkspaceError
+
+    ws = make_workspace(tmp_path / "toy", {"A": 10})
+    with pytest.raises(WorkspaceError, match="only for simulated"):
+        record_ground_truth(ws, SimWorld(CONFIG))
+
+
+def test_heldout_file_is_validated(tmp_path):
+    from vtrm_gate.harness import WorkspaceError
+
+    ws = _init(tmp_path / "ws")
+    t = ws.task_types[0]
+    (ws.root / HELDOUT_FILE).write_text(json.dumps({t: [ws.pool[t][0]]}))
+    with pytest.raises(WorkspaceError, match=r"also in pool\.json"):
+        read_heldout(ws)
+
+
+# ---- the command line -----------------------------------------------------------------------
+
+
+def cli(*args: str, timeout: float = 300):
+    return subprocess.run([sys.executable, "-m", "vtrm_gate", *args], capture_output=True,
+                          text=True, cwd=ROOT, timeout=timeout)
+
+
+def test_cli_train_prints_steps_and_a_summary_then_resumes_nothing(tmp_path):
+    ws = _init(tmp_path / "ws")
+    r = cli("train", "--workspace", str(ws.root), "--epochs", "1", "--steps-per-epoch", "2")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "e1 s1 " in out and "e1 s2 " in out and "e1 settle" in out and "e1 evaluate" in out
+    assert "old serial" in out and "changes applied after settlement" in out
+    assert "oracle gate" in out
+    r = cli("train", "--workspace", str(ws.root), "--epochs", "1", "--steps-per-epoch", "2",
+            "--json")
+    assert r.returncode == 0, r.stderr
+    events = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [e["done_before"] for e in events if e["event"] in ("step", "settle")] == [
+        True, True, True]
+    assert events[-1]["event"] == "summary" and events[-1]["done_before"] == 4
+
+
+@pytest.mark.parametrize("args, msg", [
+    (("--epochs", "0", "--steps-per-epoch", "5"), "--epochs must be a positive integer"),
+    (("--epochs", "3", "--steps-per-epoch", "x"), "--steps-per-epoch must be a positive"),
+])
+def test_cli_train_bad_sizes_exit_2_with_one_line(tmp_path, args, msg):
+    ws = _init(tmp_path / "ws")
+    r = cli("train", "--workspace", str(ws.root), *args)
+    assert r.returncode == 2 and msg in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not r.stdout
+
+
+def test_cli_train_locked_or_changed_exit_2_with_one_line(tmp_path):
+    ws = _init(tmp_path / "ws")
+    with workspace_lock(ws.root, "step"):
+        r = cli("train", "--workspace", str(ws.root), "--epochs", "1", "--steps-per-epoch", "1")
+    assert r.returncode == 2 and "locked by pid" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert not (ws.root / "train.json").exists()
+    assert cli("train", "--workspace", str(ws.root), "--epochs", "1", "--steps-per-epoch",
+               "1").returncode == 0
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"gate": {"e_confirm": 10.0}}))
+    before = end_state(ws.root)
+    r = cli("train", "--workspace", str(ws.root), "--epochs", "1", "--steps-per-epoch", "1",
+            "--config", str(cfg))
+    assert r.returncode == 2 and "params.e_confirm: 20.0 -> 10.0" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert end_state(ws.root) == before  # nothing written
+
+
+def test_cli_infra_guard_abort_exits_3(tmp_path):
+    ws = init_simulated(tmp_path / "ws", SimConfig(**{**CONFIG.__dict__, "infra_rate": 0.2}),
+                        heldout_fraction=0.2)
+    r = cli("train", "--workspace", str(ws.root), "--epochs", "1", "--steps-per-epoch", "2")
+    assert r.returncode == 3, r.stderr
+    assert "INFRA" in r.stderr or "infra" in r.stderr
+
+
+def test_cli_settle_settles_one_epoch(tmp_path):
+    ws = _init(tmp_path / "ws")
+    be = simulated_backend(ws)
+    run_virtual(run_step(ws, 1, 1, infer=be.infer, evolver=be.evolver, cases=be.cases))
+    ws.close()
+    r = cli("settle", "--workspace", str(ws.root), "--epoch", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["epoch"] == 1 and not out["already_settled"]
+    assert 1 in Workspace.open(ws.root).state.settled_epochs
+    r = cli("settle", "--workspace", str(ws.root), "--epoch", "1")
+    assert r.returncode == 0 and "settled before" in r.stdout
+    r = cli("settle", "--workspace", str(ws.root), "--epoch", "0")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+
