@@ -478,6 +478,7 @@ def quality_report(workspace: Workspace, world: SimWorld, epochs: int,
     return {"gated": gated, "applied": applied, "missed_better": missed["better"],
             "provisional_kept": kept, "provisional_rolled_back": rolled,
             "leak": applied["neutral"] + applied["worse"], "accuracy": acc,
+            "truth_rows": sorted((e, s, t, c) for (e, s, t), c in truth.items()),
             "mean_accuracy": mean, "policies": policy, "margin": TRUE_MARGIN}
 
 
@@ -560,3 +561,73 @@ def _plan_from_hashes(workspace: Workspace, task_type: str, units: list[str], sr
     if base is None or cand is None:
         return None
     return TypePlan(task_type, units, base, cand, srid)
+
+
+def training_summary(ws: Workspace, world: SimWorld, res: Any) -> dict[str, Any]:
+    """A simulated training run's summary: loop-clock time per phase of v3 (what ``res``
+    ran) and of the old serial gate on the same inputs, the old gate's decisions there, and
+    the decision quality against the ground truth (`quality_report`)."""
+    out: dict[str, Any] = {"epochs": res.epochs, "steps_per_epoch": res.steps_per_epoch,
+                           "done_before": res.done_before,
+                           "v3_phases_s": dict(res.phases), "v3_total_s": res.total_s}
+    old = serial_phase_times(ws, world, res.steps, res.settlements,
+                             [e for e, ev in res.evaluations.items() if not ev.already_done])
+    phases = {"rollout": old["phases"]["rollout"], "evolution": res.serial_evolution_s,
+              "gate": old["phases"]["gate"], "settlement": old["phases"]["settlement"],
+              "evaluation": old["phases"]["evaluation"]}
+    out["old_phases_s"] = phases
+    out["old_total_s"] = sum(phases.values())
+    out["old_gate_decisions"] = old["gate_decisions"]
+    out["quality"] = quality_report(ws, world, res.epochs, res.steps_per_epoch)
+    return out
+
+
+def run_simulated_training(path: str | Path, sim_config: SimConfig, epochs: int,
+                           steps_per_epoch: int, *, heldout_fraction: float = 0.2,
+                           concurrency: int = 32, guard: Any = None,
+                           on_event: Callable[[Any], Any] | None = None,
+                           **config: Any) -> tuple[Workspace, Any, dict[str, Any]]:
+    """Create a simulated workspace at ``path`` and train it on the virtual clock (seconds of
+    wall time); returns (workspace, `TrainResult`, `training_summary`). ``config`` sets
+    `WorkspaceConfig` fields such as ``probation_rule``."""
+    from .harness import train
+    from .sim import run_virtual
+
+    ws = init_simulated(path, dataclasses.replace(sim_config, time_scale=1.0),
+                        heldout_fraction=heldout_fraction, **config)
+    be = simulated_backend(ws)
+    res = run_virtual(train(ws, epochs, steps_per_epoch, infer=be.infer, evolver=be.evolver,
+                            rollout=be.rollout(ws, concurrency), concurrency=concurrency,
+                            guard=guard, on_event=on_event,
+                            after=lambda w: record_ground_truth(w, be.world)))
+    return ws, res, training_summary(ws, be.world, res)
+
+
+def training_curve(ws: Workspace, world: SimWorld) -> Any:
+    """Per type and epoch (0 = the initial skills): measured held-out accuracy, true
+    accuracy, and the epoch's decisions (accepted, provisional, rolled back) - a polars frame."""
+    import polars as pl
+
+    ev = ws.log.query("SELECT epoch, task_type, version, acc_initial, acc_current, "
+                      "skill_hash FROM evaluation ORDER BY epoch, task_type")
+    marks: dict[tuple[int, str], dict[str, int]] = {}
+    for e, t, action in ws.log.query(
+            "SELECT epoch, task_type, action FROM step_report WHERE action IN "
+            "('ACCEPT', 'PROVISIONAL', 'PROBATION_FAILED')"):
+        key = {"ACCEPT": "accepted", "PROVISIONAL": "provisional",
+               "PROBATION_FAILED": "rolled_back"}[action]
+        m = marks.setdefault((e, t), {"accepted": 0, "provisional": 0, "rolled_back": 0})
+        m[key] += 1
+    rows = []
+    seen0: set[str] = set()
+    for e, t, v, acc0, acc, _ in ev:
+        if t not in seen0:
+            seen0.add(t)
+            rows.append({"epoch": 0, "task_type": t, "version": 1, "measured": acc0,
+                         "true": world.true_accuracy(t, ws.version_text(t, 1)),
+                         "accepted": 0, "provisional": 0, "rolled_back": 0})
+        rows.append({"epoch": e, "task_type": t, "version": v, "measured": acc,
+                     "true": world.true_accuracy(t, ws.version_text(t, v)),
+                     **marks.get((e, t), {"accepted": 0, "provisional": 0,
+                                          "rolled_back": 0})})
+    return pl.DataFrame(rows, infer_schema_length=None)

@@ -67,6 +67,7 @@ def _run(args: argparse.Namespace, coro_fn: Any) -> Any:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from .backends import training_summary
     from .harness import Workspace, train
 
     epochs = _positive("epochs", args.epochs)
@@ -105,7 +106,10 @@ def cmd_train(args: argparse.Namespace) -> int:
                     await close()
 
         res = _run(args, go)
-        summary = training_summary(ws, world, res)
+        summary = training_summary(ws, world, res) if world is not None else {
+            "epochs": res.epochs, "steps_per_epoch": res.steps_per_epoch,
+            "done_before": res.done_before, "v3_phases_s": dict(res.phases),
+            "v3_total_s": res.total_s}
     finally:
         ws.close()
     if args.json:
@@ -113,27 +117,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     else:
         print(summary_text(summary))
     return 0
-
-
-def training_summary(ws: Any, world: Any, res: Any) -> dict[str, Any]:
-    """Time per phase (v3, and old serial on the same inputs for a simulated workspace),
-    decision quality against the ground truth, accuracy per type."""
-    out: dict[str, Any] = {"epochs": res.epochs, "steps_per_epoch": res.steps_per_epoch,
-                           "done_before": res.done_before,
-                           "v3_phases_s": dict(res.phases), "v3_total_s": res.total_s}
-    if world is None:
-        return out
-    from .backends import quality_report, serial_phase_times
-
-    old = serial_phase_times(ws, world, res.steps, res.settlements,
-                             [e for e, ev in res.evaluations.items() if not ev.already_done])
-    phases = {"rollout": old["phases"]["rollout"], "evolution": res.serial_evolution_s,
-              "gate": old["phases"]["gate"], "settlement": old["phases"]["settlement"],
-              "evaluation": old["phases"]["evaluation"]}
-    out["old_phases_s"] = phases
-    out["old_total_s"] = sum(phases.values())
-    out["quality"] = quality_report(ws, world, res.epochs, res.steps_per_epoch)
-    return out
 
 
 def summary_text(summary: dict[str, Any]) -> str:

@@ -1,0 +1,165 @@
+"""A whole training run (3 epochs x 5 steps, 12 types) on the virtual clock: old serial vs v3.
+
+Per seed, the real `train` runs a simulated workspace (continuous gate, parallel evolution,
+concurrent settlement, held-out evaluation) and reports its loop-clock time per phase; the
+OLD serial pattern is timed on exactly the same inputs (types serial, blocks of 8, arms
+serial, serial evolution, serial settlement and evaluation; no BaselineCache). Decision
+quality comes from the simulator's ground truth, against an "accept every candidate" run and
+an "oracle gate" run on the same seed. With ``--probation`` (part of the default run) each
+probation rule is run on the same seeds: leak, power and probe units spent, plus the exact
+probe operating characteristics.
+
+Run: ``python -m benchmarks.bench_training [--quick] [--seeds N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks._common import machine, print_table
+from vtrm_gate.backends import run_simulated_training
+from vtrm_gate.harness.probation import EContinueRule, EHarmRule, WNetRule, probe_oc
+from vtrm_gate.scheduler import GuardParams
+from vtrm_gate.sim import SimConfig
+
+EPOCHS, STEPS = 3, 5
+# The simulator's default INFRA rate with a guard that ignores small-denominator noise (see
+# bench_makespan): the benchmark measures the run, not the guard's jumpiness.
+GUARD = GuardParams(min_calls=40)
+RULES = ("w_net", "e_continue", "e_harm")
+
+
+def run_seed(seed: int, rule: str = "w_net") -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as d:
+        t = time.perf_counter()
+        ws, res, summary = run_simulated_training(
+            Path(d) / "ws", SimConfig(seed=seed), EPOCHS, STEPS, guard=GUARD,
+            probation_rule=rule)
+        wall = time.perf_counter() - t
+        units = ws.log.query("SELECT COALESCE(SUM(n_consumed), 0) FROM step_report WHERE "
+                             "step = 0 AND status = 'probation'")[0][0]
+        ws.close()
+    q = summary["quality"]
+    return {"seed": seed, "rule": rule, "wall_s": wall, "summary": summary, "q": q,
+            "probe_units": units}
+
+
+def _h(s: float) -> float:
+    return s / 3600
+
+
+def main(quick: bool = False, seeds: int | None = None, probation: bool = True) -> None:
+    n = seeds or (3 if quick else 10)
+    print(f"machine: {machine()}")
+    print(f"{n} seeds, {EPOCHS} epochs x {STEPS} steps, 12 types, virtual clock, "
+          f"guard min_calls={GUARD.min_calls}")
+    runs = [run_seed(s) for s in range(n)]
+    phases = ("rollout", "evolution", "gate", "settlement", "evaluation")
+    rows = []
+    for ph in phases:
+        old = [r["summary"]["old_phases_s"][ph] for r in runs]
+        new = [r["summary"]["v3_phases_s"][ph] for r in runs]
+        ratio = [o / v for o, v in zip(old, new, strict=True) if v > 0]
+        rows.append({"phase": ph, "old_h_median": _h(statistics.median(old)),
+                     "v3_h_median": _h(statistics.median(new)),
+                     "speedup_median": statistics.median(ratio) if ratio else None})
+    tot_old = [r["summary"]["old_total_s"] for r in runs]
+    tot_new = [r["summary"]["v3_total_s"] for r in runs]
+    sp = [o / v for o, v in zip(tot_old, tot_new, strict=True)]
+    rows.append({"phase": "TOTAL", "old_h_median": _h(statistics.median(tot_old)),
+                 "v3_h_median": _h(statistics.median(tot_new)),
+                 "speedup_median": statistics.median(sp)})
+    print_table("time of a training run per phase (simulated hours; old serial vs v3)", rows)
+    print(f"speedup worst {min(sp):.2f}x, best {max(sp):.2f}x; old total "
+          f"{_h(min(tot_old)):.1f}-{_h(max(tot_old)):.1f} h, v3 "
+          f"{_h(min(tot_new)):.1f}-{_h(max(tot_new)):.1f} h; wall per run median "
+          f"{statistics.median(r['wall_s'] for r in runs):.1f} s")
+
+    qrows = []
+    for r in runs:
+        q = r["q"]
+        m = q["mean_accuracy"]
+        qrows.append({"seed": r["seed"], "better_gated": q["gated"]["better"],
+                      "applied_better": q["applied"]["better"],
+                      "applied_neutral": q["applied"]["neutral"],
+                      "applied_worse": q["applied"]["worse"],
+                      "missed_better": q["missed_better"],
+                      "acc_initial": m["initial"], "acc_gate": m["gate"],
+                      "acc_accept_all": m["accept_all"], "acc_oracle": m["oracle"]})
+    print_table("decision quality against the simulator's ground truth (v3, w_net probation)",
+                qrows)
+    for k in ("acc_initial", "acc_gate", "acc_accept_all", "acc_oracle"):
+        print(f"  median {k}: {statistics.median(r[k] for r in qrows):.4f}")
+    old_applied = {"better": 0, "neutral": 0, "worse": 0}
+    new_applied = {"better": 0, "neutral": 0, "worse": 0}
+    for r in runs:
+        truth = {(e, s, t): c for e, s, t, c in _truth(r)}
+        for e, s, t, a in r["summary"]["old_gate_decisions"]:
+            if a in ("ACCEPT", "PROVISIONAL") and (e, s, t) in truth:
+                old_applied[truth[(e, s, t)]] += 1
+        for cls, k in r["q"]["applied"].items():
+            new_applied[cls] += k
+    print(f"old block gate on the same steps (before probation), applied by true class: "
+          f"{old_applied}; v3 after probation: {new_applied}")
+
+    if probation:
+        probation_study(runs, n)
+
+
+def _truth(run: dict[str, Any]) -> list[tuple[int, int, str, str]]:
+    return run["q"].get("truth_rows", [])
+
+
+def probation_study(w_net_runs: list[dict[str, Any]], n: int) -> None:
+    """Leak, power and units spent of each probation rule, end to end on the same seeds."""
+    by_rule = {"w_net": w_net_runs}
+    for rule in RULES[1:]:
+        by_rule[rule] = [run_seed(s, rule) for s in range(n)]
+    rows = []
+    for rule, rs in by_rule.items():
+        kept = {c: sum(r["q"]["provisional_kept"][c] for r in rs) for c in ("better", "neutral",
+                                                                         "worse")}
+        rolled = {c: sum(r["q"]["provisional_rolled_back"][c] for r in rs)
+                  for c in ("better", "neutral", "worse")}
+        bad_prov = kept["neutral"] + kept["worse"] + rolled["neutral"] + rolled["worse"]
+        good_prov = kept["better"] + rolled["better"]
+        applied = {c: sum(r["q"]["applied"][c] for r in rs) for c in ("better", "neutral",
+                                                                     "worse")}
+        gated_better = sum(r["q"]["gated"]["better"] for r in rs)
+        rows.append({
+            "rule": rule,
+            "leak_applied_neutral_or_worse": applied["neutral"] + applied["worse"],
+            "provisional_bad_kept": f"{kept['neutral'] + kept['worse']}/{bad_prov}",
+            "provisional_good_kept": f"{kept['better']}/{good_prov}",
+            "applied_better": f"{applied['better']}/{gated_better}",
+            "probe_units_total": sum(r["probe_units"] for r in rs),
+            "acc_gate_median": statistics.median(r["q"]["mean_accuracy"]["gate"] for r in rs),
+        })
+    print_table(f"probation rules end to end ({n} seeds x {EPOCHS}x{STEPS} steps)", rows)
+    orows = []
+    for name, rule in (("w_net", WNetRule(0)), ("e_continue (E+ 2.25 from the gate)",
+                                               EContinueRule(2.25)),
+                       ("e_continue (E+ 5.06)", EContinueRule(5.0625)),
+                       ("e_harm", EHarmRule())):
+        for p_win in (0.5, 0.75, 0.9):
+            for disc in (0.2, 0.5):
+                oc = probe_oc(rule, p_win, disc, 40)
+                orows.append({"rule": name, "p_win": p_win, "discordance": disc,
+                              "p_keep": oc.p_keep, "expected_units": oc.expected_units})
+    print_table("exact probe operating characteristics (40 fresh units)", orows)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--seeds", type=int, default=None)
+    ap.add_argument("--no-probation", action="store_true")
+    a = ap.parse_args()
+    main(quick=a.quick, seeds=a.seeds, probation=not a.no_probation)
+    sys.exit(0)
