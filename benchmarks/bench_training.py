@@ -38,7 +38,7 @@ RULES = ("w_net", "e_continue", "e_harm")
 def run_seed(seed: int, rule: str = "w_net") -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as d:
         t = time.perf_counter()
-        ws, res, summary = run_simulated_training(
+        ws, _, summary = run_simulated_training(
             Path(d) / "ws", SimConfig(seed=seed), EPOCHS, STEPS, guard=GUARD,
             probation_rule=rule)
         wall = time.perf_counter() - t

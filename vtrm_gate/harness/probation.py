@@ -21,6 +21,7 @@ workspace setting (``probation_rule`` in ``workspace.json``):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..stats import Action, GateParams, GateState, Pair, TypeOutcome, update_state
 
@@ -113,6 +114,7 @@ class EHarmRule:
 
 
 ProbationRule = WNetRule | EContinueRule | EHarmRule
+DecisionRuleLike = Any
 
 
 def probation_rule(name: str, *, min_w_net: int = 0, e_start: float = 1.0) -> ProbationRule:
@@ -134,23 +136,19 @@ class ProbeOC:
     expected_units: float
 
 
-def probe_oc(rule: ProbationRule, p_win: float, discordance: float, n_units: int,
-             params: GateParams | None = None) -> ProbeOC:
-    """P(keep) and expected probe units, exactly (dynamic programming over W, L, ties).
-
-    Each probe unit is discordant with probability ``discordance``; a discordant unit is a
-    win with probability ``p_win`` (0.5 = a neutral candidate).
-    """
-    params = params or GateParams()
+def _terminals(rule: DecisionRuleLike, params: GateParams, p_win: float, discordance: float,
+               n_units: int) -> tuple[list[tuple[TypeOutcome, float]], float]:
+    """Every way a rule can stop on ``n_units`` i.i.d. units, with its probability (dynamic
+    programming over W, L; ties advance the count), and the expected units consumed."""
     if not (0 <= p_win <= 1 and 0 <= discordance <= 1) or n_units < 0:
         raise ValueError("p_win and discordance must be probabilities, n_units >= 0")
     if n_units == 0:
-        empty = TypeOutcome(Action.INERTIA, 0, 0, 0, 1.0, 1.0, None, n_ladder=0)
-        return ProbeOC(float(rule.keep(empty)), 0.0)
+        return [(TypeOutcome(Action.INERTIA, 0, 0, 0, 1.0, 1.0, None, n_ladder=0), 1.0)], 0.0
     steps = ((1 - discordance, (True, True)), (discordance * p_win, (False, True)),
              (discordance * (1 - p_win), (True, False)))
     live: dict[tuple[int, int], tuple[GateState, float]] = {(0, 0): (GateState(), 1.0)}
-    keep = units = 0.0
+    out: list[tuple[TypeOutcome, float]] = []
+    units = 0.0
     for k in range(n_units):
         nxt: dict[tuple[int, int], tuple[GateState, float]] = {}
         for state, pr in live.values():
@@ -161,12 +159,60 @@ def probe_oc(rule: ProbationRule, p_win: float, discordance: float, n_units: int
                 s = rule.update(state, pair, params)
                 a = rule.decide(s, n_units - k - 1, params)
                 if a is Action.CONTINUE:
-                    key = (s.W, s.L)
-                    prev = nxt.get(key)
-                    nxt[key] = (s, (prev[1] if prev else 0.0) + pr * q)
+                    prev = nxt.get((s.W, s.L))
+                    nxt[(s.W, s.L)] = (s, (prev[1] if prev else 0.0) + pr * q)
                 else:
-                    out = TypeOutcome(a, s.W, s.L, s.n_used, s.e_plus, s.e_minus, k,
-                                      n_ladder=n_units)
-                    keep += pr * q * rule.keep(out)
+                    out.append((TypeOutcome(a, s.W, s.L, s.n_used, s.e_plus, s.e_minus, k,
+                                            n_consumed=k + 1, n_ladder=n_units), pr * q))
         live = nxt
-    return ProbeOC(keep, units)
+    return out, units
+
+
+def probe_oc(rule: ProbationRule, p_win: float, discordance: float, n_units: int,
+             params: GateParams | None = None) -> ProbeOC:
+    """P(keep) and expected probe units, exactly (dynamic programming over W, L, ties).
+
+    Each probe unit is discordant with probability ``discordance``; a discordant unit is a
+    win with probability ``p_win`` (0.5 = a neutral candidate).
+    """
+    ends, units = _terminals(rule, params or GateParams(), p_win, discordance, n_units)
+    return ProbeOC(sum(pr for o, pr in ends if rule.keep(o)), units)
+
+
+@dataclass(frozen=True)
+class SettledOC:
+    """Exact fate of one candidate through gate + probation (i.i.d. units)."""
+
+    p_accept: float
+    p_provisional: float
+    p_kept: float
+    """P(PROVISIONAL and kept by probation)."""
+    p_applied: float
+    """P(applied after settlement) = p_accept + p_kept."""
+    expected_probe_units: float
+    """Probe units spent per candidate (0 unless PROVISIONAL)."""
+
+
+def settled_oc(rule_name: str, p_win: float, discordance: float, n_gate: int = 40,
+               n_probe: int = 40, params: GateParams | None = None,
+               min_w_net: int = 0) -> SettledOC:
+    """Exact end-to-end operating characteristics of the gate followed by probation with
+    ``rule_name`` (``e_continue`` starts from the gate's E+ at its PROVISIONAL exit)."""
+    from ..stats import PairedBetting
+
+    params = params or GateParams()
+    ends, _ = _terminals(PairedBetting(), params, p_win, discordance, n_gate)
+    acc = sum(pr for o, pr in ends if o.action is Action.ACCEPT)
+    by_start: dict[float, float] = {}  # PROVISIONAL exits grouped by the gate's E+
+    for o, pr in ends:
+        if o.action is Action.PROVISIONAL:
+            e = round(o.e_plus, 9) if rule_name == "e_continue" else 1.0
+            by_start[e] = by_start.get(e, 0.0) + pr
+    prov = kept = units = 0.0
+    for e_start, pr in by_start.items():
+        rule = probation_rule(rule_name, min_w_net=min_w_net, e_start=e_start)
+        oc = probe_oc(rule, p_win, discordance, n_probe, params)
+        prov += pr
+        kept += pr * oc.p_keep
+        units += pr * oc.expected_units
+    return SettledOC(acc, prov, kept, acc + kept, units)
