@@ -630,4 +630,4 @@ def training_curve(ws: Workspace, world: SimWorld) -> Any:
                      "true": world.true_accuracy(t, ws.version_text(t, v)),
                      **marks.get((e, t), {"accepted": 0, "provisional": 0,
                                           "rolled_back": 0})})
-    return pl.DataFrame(rows, infer_schema_length=None)
+    return pl.DataFrame(rows, infer_schema_length=None).sort("task_type", "epoch")

@@ -1,0 +1,64 @@
+"""Figures of a training run: the training curve per type and the time per phase.
+
+Object API only (like `vtrm_gate.figures`): each ``plot_*`` returns a Figure; save it with
+`vtrm_gate.figures.save`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import polars as pl
+from matplotlib.figure import Figure
+
+MARKS = {"accepted": ("^", "tab:green"), "provisional": ("D", "tab:olive"),
+         "rolled_back": ("v", "tab:red")}
+
+
+def plot_training_curve(curve: pl.DataFrame, cols: int = 4) -> Figure:
+    """One panel per type: true (line) and measured held-out (dashed) accuracy per epoch,
+    with markers for the epoch's accepts, provisional applications and rollbacks."""
+    types = curve["task_type"].unique(maintain_order=True).to_list()
+    rows = max(1, -(-len(types) // cols))
+    fig = Figure(figsize=(3.2 * min(cols, len(types)), 2.4 * rows), layout="constrained")
+    axes = fig.subplots(rows, min(cols, len(types)), squeeze=False, sharex=True)
+    for ax, t in zip(axes.flat, types, strict=False):
+        d = curve.filter(pl.col("task_type") == t).sort("epoch")
+        ax.plot(d["epoch"], d["true"], "-", color="tab:blue", label="true")
+        ax.plot(d["epoch"], d["measured"], "--", color="tab:gray", label="measured (held out)")
+        for name, (m, c) in MARKS.items():
+            hit = d.filter(pl.col(name) > 0)
+            if hit.height:
+                ax.scatter(hit["epoch"], hit["true"], marker=m, color=c, zorder=3, label=name)
+        ax.set_title(t, fontsize=9)
+        ax.set_ylim(0, 1)
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[len(types):]:
+        ax.set_visible(False)
+    seen: dict[str, object] = {}  # one legend entry per label, over every panel
+    for ax in axes.flat:
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            seen.setdefault(lab, h)
+    fig.legend(list(seen.values()), list(seen), loc="outside lower center", ncols=5,
+               fontsize=8)
+    fig.suptitle("Training curve per type (accuracy per epoch; epoch 0 = initial skills)",
+                 fontsize=10)
+    return fig
+
+
+def plot_phase_times(old: Mapping[str, float], new: Mapping[str, float]) -> Figure:
+    """Side-by-side bars: simulated hours per phase, old serial vs v3."""
+    fig = Figure(figsize=(7, 3.2), layout="constrained")
+    ax = fig.subplots()
+    phases = list(new)
+    x = range(len(phases))
+    ax.bar([i - 0.2 for i in x], [old[p] / 3600 for p in phases], 0.4, label="old serial")
+    ax.bar([i + 0.2 for i in x], [new[p] / 3600 for p in phases], 0.4, label="v3")
+    ax.set_xticks(list(x), phases)
+    ax.set_ylabel("simulated hours")
+    tot_o, tot_n = sum(old.values()) / 3600, sum(new.values()) / 3600
+    ax.set_title(f"Training run time per phase: old {tot_o:.1f} h vs v3 {tot_n:.1f} h "
+                 f"({tot_o / tot_n:.1f}x)" if tot_n else "Training run time per phase",
+                 fontsize=10)
+    ax.legend()
+    return fig
