@@ -438,9 +438,10 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--heldout-fraction", type=float, default=0.2,
                    help="simulated: share of each type's units held out for the epoch-end "
                         "evaluation (never gated)")
-    i.add_argument("--probation-rule", default="w_net",
+    i.add_argument("--probation-rule", default="e_continue",
                    choices=("w_net", "e_continue", "e_harm"),
-                   help="how epoch-end probation decides (see README, statistics)")
+                   help="how epoch-end probation decides (default e_continue: the "
+                        "recommended, anytime-valid rule; see README, statistics)")
     i.add_argument("--llm", action="store_true",
                    help="units answered by an OpenAI-compatible chat model (key from "
                         "OPENAI_API_KEY / VTRM_API_KEY at step time)")
