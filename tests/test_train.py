@@ -4,6 +4,8 @@ simulator's ground truth and the CLI's bad-input / fault behaviour."""
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
 import os
 import random
@@ -33,6 +35,7 @@ from vtrm_gate.harness import (
     train,
     workspace_lock,
 )
+from vtrm_gate.live_train import TrainView
 from vtrm_gate.scheduler import GuardParams, InfraGuardError, UnitResult, UnitTask
 from vtrm_gate.sim import SimConfig, SimWorld, run_virtual, simulate_policy
 from vtrm_gate.stats import Action, update_state
@@ -502,3 +505,30 @@ def test_cli_settle_settles_one_epoch(tmp_path):
     r = cli("settle", "--workspace", str(ws.root), "--epoch", "0")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
 
+
+
+def test_train_is_cancellable_and_resumes_to_the_same_end_state(tmp_path):
+    a, b = _init(tmp_path / "a"), _init(tmp_path / "b")
+    _train(a)
+    be = simulated_backend(b)
+    out = io.StringIO()
+    view = TrainView(stream=out)
+
+    async def cancel_after_two_steps():
+        task = asyncio.ensure_future(train(b, EPOCHS, STEPS, infer=be.infer,
+                                           evolver=be.evolver, rollout=be.rollout(b),
+                                           concurrency=16, on_event=view))
+        while len(view.lines) < 2:
+            await asyncio.sleep(1.0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    run_virtual(cancel_after_two_steps())
+    assert out.getvalue().splitlines()[:2] == view.lines[:2]
+    assert Workspace.open(b.root).state.last_step >= (1, 2)
+    with workspace_lock(b.root, "after cancel"):  # the run released the lock
+        pass
+    res = _train(b)
+    assert res.done_before >= 2
+    assert end_state(a.root) == end_state(b.root)
