@@ -80,8 +80,14 @@ END_STATE_SQL = {
                    "FROM step_report ORDER BY epoch, step, task_type",
     "evaluation": "SELECT * FROM evaluation ORDER BY epoch, task_type",
     "ground_truth": "SELECT * FROM ground_truth ORDER BY epoch, step, task_type",
-    "counted_predictions": "SELECT run_id, unit_id, correct, infra FROM predictions "
-                           "WHERE discarded = 0 ORDER BY run_id, unit_id",
+    # The measurements the decisions used (consumed units) and every evaluation answer.
+    # Which in-flight calls a frozen type discards depends on timing (a resumed step serves
+    # its base arm from the BaselineCache at once), so those are not compared.
+    "used_predictions": "SELECT p.run_id, p.unit_id, p.correct, p.infra FROM predictions p "
+                        "JOIN gate_evidence g ON p.epoch = g.epoch AND p.step = g.step AND "
+                        "p.task_type = g.task_type AND p.unit_id = g.unit_id UNION ALL "
+                        "SELECT run_id, unit_id, correct, infra FROM predictions WHERE step = -1 "
+                        "ORDER BY 1, 2",
 }
 
 
@@ -531,4 +537,27 @@ def test_train_is_cancellable_and_resumes_to_the_same_end_state(tmp_path):
         pass
     res = _train(b)
     assert res.done_before >= 2
+    assert end_state(a.root) == end_state(b.root)
+
+
+def test_a_step_killed_between_its_checkpoint_and_its_report_is_rerun(tmp_path):
+    # Phase D writes state.json, then the report's `applied` column: a crash in between
+    # leaves the step applied but its report incomplete; the next train re-runs that step.
+    a, b = _init(tmp_path / "a"), _init(tmp_path / "b")
+    _train(a, 1, 2)
+
+    class Stop(Exception):
+        pass
+
+    def stop_after_first_step(ev):
+        if ev.kind == "step":
+            raise Stop
+
+    with pytest.raises(Stop):
+        _train(b, 1, 2, on_event=stop_after_first_step)
+    assert Workspace.open(b.root).state.last_step == (1, 1)
+    with b.log.transaction() as cur:
+        cur.execute("UPDATE step_report SET applied = NULL WHERE epoch = 1 AND step = 1")
+    res = _train(b, 1, 2)
+    assert sorted(res.steps) == [(1, 1), (1, 2)] and res.steps[(1, 1)].rerun_of_applied
     assert end_state(a.root) == end_state(b.root)
