@@ -561,3 +561,39 @@ def test_a_step_killed_between_its_checkpoint_and_its_report_is_rerun(tmp_path):
     res = _train(b, 1, 2)
     assert sorted(res.steps) == [(1, 1), (1, 2)] and res.steps[(1, 1)].rerun_of_applied
     assert end_state(a.root) == end_state(b.root)
+
+
+# ---- an llm workspace: the same run over the chat endpoint and the Redis response cache ----
+
+
+def test_llm_training_run_settles_and_a_resume_makes_zero_requests(tmp_path, chat_server,
+                                                                   redis_target):
+    from test_backends import FAST, SECRET, make_ws
+
+    from vtrm_gate.backends import llm_backend, rollout_cases
+    from vtrm_gate.cache import ResponseCache
+
+    ws = make_ws(tmp_path, chat_server)
+
+    def run(epochs: int):
+        be = llm_backend(ws, cache=ResponseCache(redis_target.url, prefix=redis_target.prefix),
+                         api_key=SECRET, env={}, retry=FAST)
+
+        async def go():
+            try:
+                return await train(ws, epochs, 2, infer=be.infer, evolver=be.evolver,
+                                   rollout=lambda e, s: rollout_cases(be, ws, e, s),
+                                   concurrency=64)
+            finally:
+                await be.aclose()
+
+        return asyncio.run(go())
+
+    first = run(1)
+    assert sorted(first.steps) == [(1, 1), (1, 2)] and 1 in first.settlements
+    assert not first.evaluations  # no held-out split declared: no evaluation
+    n = len(chat_server.requests)
+    again = run(1)
+    assert again.done_before == 3 and not again.steps
+    assert len(chat_server.requests) == n  # nothing repeated, nothing re-requested
+    assert 1 in Workspace.open(ws.root).state.settled_epochs
