@@ -192,7 +192,7 @@ async def _evaluate(ws: Workspace, epoch: int, infer: Infer, params: GateParams,
         return EvalResult(epoch, ())
     sink = _EvalSink(ws, epoch)
     gate = await run_gate(plans, infer, params, concurrency,
-                          baseline=BaselineCache(ws.log, ws.config.agent_hash), sink=sink,
+                          baseline=BaselineCache.for_workspace(ws), sink=sink,
                           subscribers=subscribers, guard=guard)
     rows = []
     for p in plans:
