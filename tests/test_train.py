@@ -238,16 +238,26 @@ def test_killed_at_random_points_then_resumed_matches_an_uninterrupted_run(tmp_p
     root = ws.root
     ws.close()
     twin = shutil.copytree(root, tmp_path / "twin")
+    t0 = time.monotonic()
     r = subprocess.run([sys.executable, *CHILD, str(twin)], capture_output=True, text=True,
                        cwd=ROOT, timeout=300)
     assert r.returncode == 0, r.stderr
+    span = time.monotonic() - t0  # only to place the kills inside a run (never asserted)
     rng = random.Random(20261201)
+    part = span / (EPOCHS * (STEPS + 2))  # a step, settlement or evaluation, roughly
     kills = 0
     marks: list[tuple] = []  # how far each killed run had got
     for _ in range(12):
         proc = subprocess.Popen([sys.executable, *CHILD, str(root)], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, cwd=ROOT)
-        time.sleep(rng.uniform(0.6, 3.0))
+                                stderr=subprocess.PIPE, cwd=ROOT, text=True)
+        # Kill after a random number (0-2) of newly finished parts, a random way into the next.
+        target, fresh = rng.randint(0, 2), 0
+        while fresh < target:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            fresh += not json.loads(line).get("done_before", True)
+        time.sleep(rng.uniform(0.0, 1.0) * part)
         if proc.poll() is not None:
             _, err = proc.communicate()
             assert proc.returncode == 0, err

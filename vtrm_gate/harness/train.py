@@ -37,7 +37,6 @@ from ..scheduler import (
 )
 from ..stats import Action, GateParams, GateState, Pair, update_state
 from .baseline import BaselineCache
-from .lock import workspace_lock
 from .step import (
     DEFAULT_PARAMS,
     CaseSource,
@@ -45,9 +44,9 @@ from .step import (
     ProbationResult,
     StepRefusedError,
     StepResult,
-    _as_workspace,
     _diff,
     _plain,
+    _writer,
     run_step,
     settle_probation,
 )
@@ -161,12 +160,8 @@ async def evaluate_epoch(workspace: Workspace | str | Path, epoch: int, *, infer
                          subscribers: Iterable[Subscriber] = ()) -> EvalResult:
     """Measure every type's current skill and its initial skill (v1) on the held-out split,
     through the continuous gate (one slot pool, BaselineCache for the initial skill)."""
-    ws = _as_workspace(workspace)
-    try:
+    with _writer(workspace, f"evaluate e{epoch}") as ws:
         return await _evaluate(ws, epoch, infer, params, concurrency, guard, subscribers)
-    finally:
-        if ws is not workspace:
-            ws.close()
 
 
 def _eval_rows(ws: Workspace, epoch: int) -> tuple[dict[str, Any], ...]:
@@ -372,17 +367,12 @@ async def train(workspace: Workspace | str | Path, epochs: int, steps_per_epoch:
     """
     _check_positive("epochs", epochs)
     _check_positive("steps_per_epoch", steps_per_epoch)
-    ws = _as_workspace(workspace)
-    try:
-        with workspace_lock(ws.root, "train"):
-            return await _train(ws, epochs, steps_per_epoch, infer=infer, evolver=evolver,
-                                cases=cases, rollout=rollout, params=params,
-                                concurrency=concurrency, guard=guard or GuardParams(),
-                                evaluate=evaluate, subscribers=tuple(subscribers),
-                                on_event=on_event, after=after)
-    finally:
-        if ws is not workspace:
-            ws.close()
+    with _writer(workspace, "train") as ws:  # the writer lock, for the whole run
+        return await _train(ws, epochs, steps_per_epoch, infer=infer, evolver=evolver,
+                            cases=cases, rollout=rollout, params=params,
+                            concurrency=concurrency, guard=guard or GuardParams(),
+                            evaluate=evaluate, subscribers=tuple(subscribers),
+                            on_event=on_event, after=after)
 
 
 async def _train(ws: Workspace, epochs: int, steps_per_epoch: int, *, infer: Infer,
