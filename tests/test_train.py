@@ -29,6 +29,7 @@ from vtrm_gate.harness import (
     HELDOUT_FILE,
     TrainRefusedError,
     Workspace,
+    evaluate_epoch,
     read_heldout,
     run_step,
     settle_probation,
@@ -607,3 +608,16 @@ def test_llm_training_run_settles_and_a_resume_makes_zero_requests(tmp_path, cha
     assert again.done_before == 3 and not again.steps
     assert len(chat_server.requests) == n  # nothing repeated, nothing re-requested
     assert 1 in Workspace.open(ws.root).state.settled_epochs
+
+
+def test_a_heldout_split_longer_than_n_max_is_evaluated_whole(tmp_path):
+    # `vtrm-gate init` holds out 20% of each pool: 56 units of a 280-unit type, more than the
+    # gate's n_max of 40. The evaluation measures every held-out unit (it is not a gate ladder).
+    ws = init_simulated(tmp_path / "ws", SimConfig(seed=3, pool_sizes={"Action Reasoning": 280},
+                                                    infra_rate=0.0), heldout_fraction=0.2)
+    n = len(read_heldout(ws)["Action Reasoning"])
+    assert n > 40
+    be = simulated_backend(ws)
+    res = run_virtual(evaluate_epoch(ws, 1, infer=be.infer))
+    [row] = res.rows
+    assert row["n_units"] == n and row["n_initial"] == n and row["n_current"] == n

@@ -19,6 +19,7 @@ rollouts or probes, through the same slot pool and BaselineCache: the training c
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -185,6 +186,11 @@ async def _evaluate(ws: Workspace, epoch: int, infer: Infer, params: GateParams,
              for t in ws.task_types if heldout.get(t)]
     if not plans:
         return EvalResult(epoch, ())
+    # The held-out split is measured whole (MeasureAll never stops early), so n_max, the
+    # gate ladder's cap, must not refuse a split longer than a ladder may be.
+    longest = max(len(p.units) for p in plans)
+    if longest > params.n_max:
+        params = dataclasses.replace(params, n_max=longest)
     sink = _EvalSink(ws, epoch)
     gate = await run_gate(plans, infer, params, concurrency,
                           baseline=BaselineCache.for_workspace(ws), sink=sink,
