@@ -59,10 +59,16 @@ def test_figure_on_demand_has_one_trajectory_per_type():
     table = _table(3)
     view = LiveGateView()
     asyncio.run(run_gate(table.plans(), table, subscribers=[view]))
-    ax = view.figure().axes[0]
+    ax = view.figure(layout="overview").axes[0]
     lines = [ln for ln in ax.get_lines() if (ln.get_gid() or "").startswith("trajectory:")]
     assert len(lines) == len(table.outcomes)
     assert any(ln.get_gid() == "e_confirm" for ln in ax.get_lines())
+    panels = view.figure().axes
+    visible = [a for a in panels if a.get_visible()]
+    assert len(visible) == len(table.outcomes)
+    gids = {ln.get_gid() for a in visible for ln in a.get_lines()}
+    assert {"e_confirm", "e_provisional"} <= gids
+    assert {f"e_minus:{t}" for t in table.outcomes} <= gids
 
 
 class _FakeClock:
@@ -88,9 +94,9 @@ def test_redraws_are_throttled_to_min_interval():
     # initial draw + at most one per interval + the final one
     assert view.redraws <= 1 + span / 0.5 + 1
     assert view.redraws >= 3
-    outputs = view.widget.children[1].outputs
-    assert "image/png" in outputs[0]["data"]
-    assert "ACCEPT" in view.widget.children[2].value or "INERTIA" in view.widget.children[2].value
+    assert view.widget.children[2].value[:8] == b"\x89PNG\r\n\x1a\n"
+    final = view.widget.children[3].value
+    assert "ACCEPT" in final or "INERTIA" in final
 
 
 def test_threaded_live_redraw_never_exceeds_the_rate_and_lands_the_final_frame():
@@ -107,9 +113,9 @@ def test_threaded_live_redraw_never_exceeds_the_rate_and_lands_the_final_frame()
     # here: threaded rendering keeps up and the final frame lands.
     result = asyncio.run(main())
     assert view.redraws >= 1
-    assert view.widget.children[1].outputs[0]["data"]["image/png"]
+    assert view.widget.children[2].value[:4] == b"\x89PNG"
     assert view.table().equals(outcomes_frame(result.outcomes))
-    assert "<table" in view.widget.children[2].value
+    assert "<table" in view.widget.children[3].value
 
 
 def test_watch_follows_a_launched_handle():
