@@ -86,8 +86,10 @@ def _frame(data: pl.DataFrame | FalseAcceptCurve | UnitsCurve) -> pl.DataFrame:
     return data if isinstance(data, pl.DataFrame) else pl.DataFrame(data.columns())
 
 
-def _caption(fig: Figure, text: str) -> None:
-    fig.supxlabel(text, fontsize="small", color="0.25", ha="center")
+def _caption(fig: Figure, text: str, width: int = 150) -> None:
+    import textwrap
+
+    fig.supxlabel(textwrap.fill(text, width), fontsize="small", color="0.25", ha="center")
 
 
 # ---- e+ / e- trajectories ----------------------------------------------------------------
@@ -330,9 +332,9 @@ def plot_prefix_vs_block(comparison: pl.DataFrame, ax: Axes | None = None) -> Fi
     total_b, total_p = int(rows["block_units"].sum()), int(rows["prefix_units"].sum())
     saved = 1 - total_p / total_b if total_b else 0.0
     n_eff = int(sum(bool(e) for e in same_effect))
-    ax.set_title(f"Same outcomes: block {total_b} → prefix {total_p} units ({saved:.0%} fewer); "
-                 f"same label on {int(rows['agree'].sum())}/{rows.height} types, "
-                 f"same effect on the skill on {n_eff}/{rows.height}", loc="left")
+    ax.set_title(f"Same outcomes: block {total_b} → prefix {total_p} units ({saved:.0%} fewer);"
+                 f" same label {int(rows['agree'].sum())}/{rows.height}, same effect on the "
+                 f"skill {n_eff}/{rows.height}", loc="left")
     ax.set_xlim(0, max(int(rows["n_ladder"].max() or 1), 1) * 1.75)
     ax.legend(loc="upper right", ncols=2, frameon=False, bbox_to_anchor=(1.0, 1.0))
     ax.set_ylim(-0.7, rows.height + 0.4)
@@ -374,8 +376,6 @@ def plot_false_accept(curve: pl.DataFrame | FalseAcceptCurve, ax: Axes | None = 
                         color=colour, alpha=0.3, lw=0, gid=f"band:{order}")
         ax.errorbar(x, yv, yerr=err, fmt="o-", color=colour, capsize=5, lw=2, label=label,
                     gid=f"rate:{order}")
-        for line in ax.get_lines()[-1:]:
-            line.set_gid(f"rate:{order}")
     ax.axhline(bound, color="black", ls="--", gid="bound",
                label=f"Ville's bound 1/e_confirm = {bound:.3g}")
     if exact is not None:
@@ -612,9 +612,9 @@ def plot_operating_characteristics(oc: pl.DataFrame | None = None,
     n0 = n[-1]
     good = operating_characteristics(params, p_win, disc, n0)
     null = operating_characteristics(params, 0.5, disc, n0)
-    fig.suptitle(f"{n0} units: a {p_win:g}-win candidate (discordance {disc:g}) is accepted "
-                 f"{good.p_accept:.0%} of the time, ends PROVISIONAL {good.p_provisional:.0%}; "
-                 f"under H0 (0.5) {null.p_accept:.1%} ≤ 1/e_confirm", x=0.01, ha="left")
+    fig.suptitle(f"{n0} units: a {p_win:g}-win candidate (disc. {disc:g}) is accepted "
+                 f"{good.p_accept:.0%}, PROVISIONAL {good.p_provisional:.0%}; under H0 "
+                 f"{null.p_accept:.1%} ≤ 1/e_confirm", x=0.01, ha="left")
     _caption(fig, f"Exact (dynamic programming). e_confirm {params.e_confirm:g}, λ "
                   f"{params.lambda_dir:g}, δ {params.delta_min:g}, w_net_min "
                   f"{params.w_net_min}; the dotted line marks H0 (p_win 0.5).")
@@ -638,3 +638,17 @@ def save(fig: Figure, name: str, directory: str | Path = "figures", dpi: int = 1
         fig.savefig(path, dpi=dpi, format=fmt)
         paths.append(path)
     return paths[0]
+
+
+def notebook_figures_dir(ci: bool, root: str | Path) -> Path:
+    """Where a notebook saves figures: ``$VTRM_FIGURES``, else a fresh temp dir in CI, else
+    ``<root>/figures/notebooks`` (git-ignored). Only ``make figures`` writes the committed
+    design-review figures."""
+    import os
+    import tempfile
+
+    if os.environ.get("VTRM_FIGURES"):
+        return Path(os.environ["VTRM_FIGURES"])
+    if ci:
+        return Path(tempfile.mkdtemp(prefix="vtrm-figures-"))
+    return Path(root) / "figures" / "notebooks"

@@ -234,6 +234,7 @@ class LiveGateView:
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._widgets: dict[str, Any] | None = None
         self._handles: tuple[Any, Any] | None = None
+        self._watched = False
         self.static = False
         """True once the displayed widgets were replaced by the plain final outputs."""
 
@@ -457,8 +458,8 @@ class LiveGateView:
         wd["bar"].value = snap.consumed
         wd["image"].value = png
         wd["table"].value = (decision_html(snap) if snap.finished else progress_html(snap))
-        if snap.finished and not self._dirty:
-            self._finalize()
+        if snap.finished and not self._dirty and not self._watched:
+            self._finalize()  # nobody awaits watch(): replace from the gate's own context
 
     def _finalize(self) -> None:
         """Replace the displayed widgets by plain outputs: the last PNG and the table."""
@@ -501,7 +502,8 @@ async def watch(handle: GateHandle, view: LiveGateView | None = None) -> GateRes
     if view is None:
         view = LiveGateView()
         view.display()
-    follower = None
+    view._watched = True  # finalize from this (the awaiting cell's) context: frontends
+    follower = None       # route display updates by the cell that sends them
     if view.source is not handle and view.events_seen == 0:
         follower = asyncio.ensure_future(view.follow(handle))
     try:
@@ -513,6 +515,7 @@ async def watch(handle: GateHandle, view: LiveGateView | None = None) -> GateRes
             await asyncio.wait([follower], timeout=1.0)
             follower.cancel()
         await view.drain()
+        view._finalize()
 
 
 def show_live(plans: Sequence[TypePlan], infer: Infer, *, view: LiveGateView | None = None,
