@@ -61,9 +61,20 @@ class GateFigure(Figure):
         return buf.getvalue()
 
 
-def new_figure(figsize: tuple[float, float]) -> GateFigure:
-    """A constrained-layout `GateFigure` (never registered with pyplot)."""
-    return GateFigure(figsize=figsize, layout="constrained")
+def new_figure(figsize: tuple[float, float], layout: str | None = "constrained") -> GateFigure:
+    """A `GateFigure` (never registered with pyplot), constrained layout by default."""
+    return GateFigure(figsize=figsize, layout=layout)
+
+
+def _decades(ax: Axes, lo: float, hi: float) -> None:
+    """Log-axis ticks at whole decades only, no minor ticks: cheap to lay out and to draw
+    (the live view redraws a dozen panels every second)."""
+    from matplotlib.ticker import FixedLocator, LogFormatterSciNotation, NullLocator
+
+    exps = range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+    ax.yaxis.set_major_locator(FixedLocator([10.0 ** e for e in exps]))
+    ax.yaxis.set_major_formatter(LogFormatterSciNotation())
+    ax.yaxis.set_minor_locator(NullLocator())
 
 
 def slide(fn: F) -> F:
@@ -162,6 +173,7 @@ def draw_trajectories(ax: Axes, series: Sequence[TrajectorySeries], params: Gate
     ax.set_yscale("log")
     lo, hi = _ylim(series, params, (side,))
     ax.set_ylim(lo, hi)
+    _decades(ax, lo, hi)
     x_max = max([n_max or 0, *(len(s.steps) for s in series), 1])
     ends: list[tuple[float, float, int]] = []
     seen: dict[tuple[int, float], int] = {}
@@ -228,6 +240,11 @@ def draw_type_panels(fig: Figure, series: Sequence[TrajectorySeries], params: Ga
     n = max(len(series), 1)
     ncols = 4 if n > 6 else min(n, 3)
     nrows = math.ceil(n / ncols)
+    fig.set_layout_engine(None)  # fixed margins: constrained layout of 12 log panels is slow
+    height = fig.get_figheight()
+    fig.subplots_adjust(left=0.06, right=0.99, top=1 - (0.75 if title else 0.45) / height,
+                        bottom=0.85 / height, hspace=0.75 * nrows / max(height, 1),
+                        wspace=0.08)
     axes = np.atleast_1d(fig.subplots(nrows, ncols, sharex=True, sharey=True)).ravel()
     lo, hi = _ylim(series, params, ("plus", "minus"))
     x_max = max([n_max or 0, *(s.n_ladder for s in series), *(len(s.steps) for s in series), 1])
@@ -253,6 +270,7 @@ def draw_type_panels(fig: Figure, series: Sequence[TrajectorySeries], params: Ga
                      fontsize="small", loc="left")
         ax.grid(True, alpha=0.25)
         ax.set_ylim(lo, hi)
+        _decades(ax, lo, hi)
         ax.set_xlim(0, x_max + 1.5)
     for ax in axes[len(series):]:
         ax.set_visible(False)
@@ -268,10 +286,11 @@ def draw_type_panels(fig: Figure, series: Sequence[TrajectorySeries], params: Ga
                Line2D([], [], color="0.45", lw=0.8, ls=":",
                       label=f"e_provisional = {params.e_provisional:g}"),
                *_exit_legend()]
-    fig.legend(handles=handles, loc="outside lower center", ncols=5, fontsize="small",
+    fig.legend(handles=handles, loc="lower center", ncols=5, fontsize="small",
                frameon=False)
     if title:
-        fig.suptitle(title, fontsize="medium", x=0.01, ha="left")
+        fig.suptitle(title, fontsize="medium", x=0.01, ha="left",
+                     y=1 - 0.12 / fig.get_figheight(), va="top")
     return list(axes[:len(series)])
 
 
@@ -285,7 +304,7 @@ def plot_trajectories(outcomes: Mapping[str, TypeOutcome], params: GateParams | 
         draw_trajectories(ax, series, params, n_max=params.n_max)
         return ax.get_figure()  # type: ignore[return-value]
     if layout == "panels":
-        fig = new_figure((12.8, 2.2 * math.ceil(max(len(series), 1) / 4) + 1.2))
+        fig = new_figure((12.8, 2.2 * math.ceil(max(len(series), 1) / 4) + 1.6), None)
         draw_type_panels(fig, series, params, n_max=params.n_max)
         return fig
     if layout != "overview":

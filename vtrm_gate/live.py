@@ -120,8 +120,8 @@ def render_figure(snap: LiveSnapshot, layout: str = "panels",
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     n = max(len(snap.series), 1)
     if figsize is None:
-        figsize = (12.0, 2.1 * -(-n // 4) + 1.4) if layout == "panels" else (11.0, 6.5)
-    fig = new_figure(figsize)
+        figsize = (12.0, 2.1 * -(-n // 4) + 1.6) if layout == "panels" else (11.0, 6.5)
+    fig = new_figure(figsize, None if layout == "panels" else "constrained")
     draw = draw_type_panels if layout == "panels" else draw_overview
     draw(fig, snap.series, snap.params, title=snap.status, n_max=snap.params.n_max)
     return fig
