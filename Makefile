@@ -30,7 +30,7 @@ figures: $(STAMP)
 
 # JupyterLab from the project's environment, on loopback.
 lab: $(STAMP)
-	cd notebooks && ../$(BIN)/jupyter lab --ip=127.0.0.1
+	cd notebooks && ../$(BIN)/jupyter lab --ip=127.0.0.1 $(if $(filter 0,$(shell id -u)),--allow-root)
 
 # Keep outputs in git only for the NBVAL_CHECK_OUTPUT cells.
 strip: $(STAMP)

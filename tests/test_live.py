@@ -163,3 +163,28 @@ def test_aborted_gate_is_shown_as_aborted():
 def test_invalid_interval_is_refused():
     with pytest.raises(ValueError, match="min_interval"):
         LiveGateView(min_interval=-1)
+
+
+def test_a_second_launch_is_served_from_redis(redis_target):
+    """The README's one line (`cached_infer`) puts a launched gate under the response cache."""
+    from vtrm_gate.cache import ResponseCache, cached_infer
+    from vtrm_gate.simstep import sim_step
+
+    step = sim_step(2, wall_seconds=None, time_scale=0.0)  # no sleeping: outcomes only
+    plans = list(step.plans)[:3]
+
+    async def launch_once():
+        cache = ResponseCache(redis_target.url, prefix=redis_target.prefix)
+        infer = cached_infer(cache, step.infer, model="sim-agent", prompt=step.world.prompt,
+                             grade=step.world.grade)
+        handle, view = show_live(plans, infer, display=False, concurrency=8)
+        result = await watch(handle, view)
+        stats = cache.stats()
+        await cache.aclose()
+        return result, infer.calls, stats
+
+    first, paid1, _ = asyncio.run(launch_once())
+    second, paid2, stats2 = asyncio.run(launch_once())
+    assert paid1 == first.total("started") > 0
+    assert paid2 == 0 and stats2.hits == second.total("started")
+    assert second.decisions() == first.decisions()

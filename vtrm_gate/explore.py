@@ -288,6 +288,11 @@ class Explorer:
                               f"<b>{oc.p_accept:.1%}</b><br>expected units "
                               f"{oc.expected_units:.1f}<br>redraws {self.redraws}</div>")
 
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.widget)
+
     def check(self) -> None:
         """Run the Monte Carlo check of the current point and redraw with it."""
         self.mc = monte_carlo_check(self.point, self.mc_reps)
@@ -295,11 +300,8 @@ class Explorer:
 
 
 def explore(point: Point | None = None, *, interactive: bool = True) -> Any:
-    """The parameter explorer widget (displayed), or headless the figure of ``point``."""
+    """The parameter explorer (an `Explorer`: displays its widgets as a cell's last
+    expression), or headless (``interactive=False``) the figure of ``point``, rendered once."""
     if not interactive:
         return explorer_figure(point or Point())
-    from IPython.display import display
-
-    ex = Explorer(point)
-    display(ex.widget)
-    return ex
+    return Explorer(point)
