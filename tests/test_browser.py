@@ -8,6 +8,7 @@ the notebooks and is always stopped. Screenshots land in the test's tmp director
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -110,10 +111,9 @@ def _open(browser, url: str):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.goto(url)
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
-    try:  # JupyterLab may ask which kernel to start: the notebook's own (python3)
+    # JupyterLab may ask which kernel to start: accept the notebook's own (python3)
+    with contextlib.suppress(Exception):
         page.locator(".jp-Dialog .jp-mod-accept").click(timeout=8000)
-    except Exception:
-        pass
     page.get_by_text("| Idle").first.wait_for(timeout=90_000)
     return page
 
@@ -131,7 +131,7 @@ def _wait_idle(page, timeout_s: float) -> None:
         if busy == 0:
             return
         page.wait_for_timeout(250)
-    raise AssertionError("cells still running after %.0f s" % timeout_s)
+    raise AssertionError(f"cells still running after {timeout_s:.0f} s")
 
 
 def test_notebook_01_live_view_then_static_outputs_after_save_and_reload(lab, browser, tmp_path):
