@@ -9,6 +9,7 @@ the notebooks and is always stopped. Screenshots land in the test's tmp director
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import shutil
@@ -169,6 +170,10 @@ def test_notebook_01_live_view_then_static_outputs_after_save_and_reload(lab, br
     assert tables.first.locator("tbody tr").count() == 12
     page.keyboard.press("Control+s")
     page.wait_for_timeout(2000)
+    saved = json.loads((root / "01_launch_gate_step.ipynb").read_text())
+    kinds = [k for c in saved["cells"] for o in c.get("outputs", []) for k in o.get("data", {})]
+    assert "application/vnd.jupyter.widget-view+json" not in kinds, "a widget was saved"
+    assert "image/png" in kinds and "text/html" in kinds
     page.reload()
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
     page.wait_for_timeout(3000)
