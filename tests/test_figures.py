@@ -173,3 +173,15 @@ def test_review_build_writes_png_svg_and_the_readme(tmp_path):
     assert Image.open(paths[0]).size == (1280, 720)
     readme = (tmp_path / "README.md").read_text()
     assert "make figures" in readme and "n_rep`: 200" in readme
+
+
+def test_notebooks_in_ci_never_write_the_committed_figures(monkeypatch, tmp_path):
+    from vtrm_gate.figures import notebook_figures_dir
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.delenv("VTRM_FIGURES", raising=False)
+    ci = notebook_figures_dir(True, root)
+    assert root not in ci.parents and ci.is_dir()
+    assert notebook_figures_dir(False, root) == root / "figures" / "notebooks"
+    monkeypatch.setenv("VTRM_FIGURES", str(tmp_path))
+    assert notebook_figures_dir(True, root) == tmp_path

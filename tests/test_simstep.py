@@ -18,7 +18,7 @@ def test_sim_step_gates_what_run_step_gates(tmp_path, seed):
     res = run_virtual(run_step(ws, 1, 1, infer=backend.infer, evolver=backend.evolver,
                                cases=backend.cases))
     ws.close()
-    st = sim_step(seed)
+    st = sim_step(seed, wall_seconds=None)
     gated = {t for t, ts in res.types.items() if ts.status == "gated"}
     assert {p.task_type for p in st.plans} == gated
     assert st.skipped == {t: ts.status for t, ts in res.types.items() if t not in gated}
@@ -31,11 +31,12 @@ def test_sim_step_gates_what_run_step_gates(tmp_path, seed):
 
 
 def test_wall_seconds_scales_the_clock_to_the_step():
-    st = sim_step(11, wall_seconds=30.0)
+    st = sim_step(11)  # interactive by default: ~30 s of real time
+    assert st.world.config.time_scale < 0.01
     assert st.virtual_makespan_s and st.virtual_makespan_s > 3600
     assert st.world.config.time_scale == pytest.approx(30.0 / st.virtual_makespan_s)
     # outcomes do not depend on the clock
-    assert continuous_schedule(sim_step(11).world, list(st.plans))["outcomes"].keys() == {
+    assert continuous_schedule(sim_step(11, wall_seconds=None).world, list(st.plans))["outcomes"].keys() == {
         p.task_type for p in st.plans}
 
 

@@ -654,7 +654,10 @@ def save(fig: Figure, name: str, directory: str | Path = "figures", dpi: int = 1
     paths = []
     for fmt in formats:
         path = base.with_name(f"{base.name}.{fmt}")
-        fig.savefig(path, dpi=dpi, format=fmt)
+        # no date, fixed ids: the same figure gives the same bytes (diffable in git)
+        meta = {"Date": None} if fmt in ("svg", "pdf") else None
+        with rc_context({"svg.hashsalt": "vtrm_gate"}):
+            fig.savefig(path, dpi=dpi, format=fmt, metadata=meta)
         paths.append(path)
     return paths[0]
 

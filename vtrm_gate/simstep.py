@@ -61,13 +61,14 @@ class SimStep:
 
 
 def sim_step(seed: int, epoch: int = 1, step: int = 1, *, params: GateParams | None = None,
-             wall_seconds: float | None = None, time_scale: float = 1.0,
+             wall_seconds: float | None = INTERACTIVE_SECONDS, time_scale: float = 1.0,
              concurrency: int = 32, **sim: Any) -> SimStep:
     """The gate step ``(epoch, step)`` of the simulated world ``SimConfig(seed, **sim)``.
 
-    ``wall_seconds``: pick ``time_scale`` so that the step runs in about that many seconds
-    of real time at ``concurrency`` (its exact virtual makespan is computed first, ~0.5 s).
-    Otherwise ``time_scale`` as given (1.0: simulated seconds; use `run_virtual`).
+    ``wall_seconds`` (default 30, a pace a person can watch): pick ``time_scale`` so that
+    the step runs in about that many seconds of real time at ``concurrency`` (its exact
+    virtual makespan is computed first, ~0.5 s). ``wall_seconds=None``: ``time_scale`` as
+    given (1.0: simulated seconds, for `run_virtual`).
     """
     params = params or GateParams()
     if wall_seconds is not None and not wall_seconds > 0:
