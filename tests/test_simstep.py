@@ -36,8 +36,8 @@ def test_wall_seconds_scales_the_clock_to_the_step():
     assert st.virtual_makespan_s and st.virtual_makespan_s > 3600
     assert st.world.config.time_scale == pytest.approx(30.0 / st.virtual_makespan_s)
     # outcomes do not depend on the clock
-    assert continuous_schedule(sim_step(11, wall_seconds=None).world, list(st.plans))["outcomes"].keys() == {
-        p.task_type for p in st.plans}
+    virtual = continuous_schedule(sim_step(11, wall_seconds=None).world, list(st.plans))
+    assert virtual["outcomes"].keys() == {p.task_type for p in st.plans}
 
 
 def test_wall_seconds_must_be_positive():
