@@ -188,3 +188,27 @@ def test_a_second_launch_is_served_from_redis(redis_target):
     assert paid1 == first.total("started") > 0
     assert paid2 == 0 and stats2.hits == second.total("started")
     assert second.decisions() == first.decisions()
+
+
+def test_status_table_and_figure_of_a_frame_come_from_one_snapshot():
+    table = _table(8)
+    events: list = []
+    asyncio.run(run_gate(table.plans(), table, concurrency=4, subscribers=[events.append]))
+    clock = _FakeClock()
+    view = LiveGateView(min_interval=20.0, clock=clock, threaded=False)
+    _ = view.widget
+    glyphs = ("▲", "◆", "●", "✖", "▼")
+    frames = 0
+    for i, ev in enumerate(events):
+        clock.now = 0.1 * i
+        view(ev)
+        if view.redraws == frames:
+            continue  # no new frame: the widgets still show the previous snapshot
+        frames = view.redraws
+        status = view._widgets["status"].value
+        decided = int(status.split(": ")[1].split("/")[0])
+        shown = sum(view._widgets["table"].value.count(g) for g in glyphs)
+        assert decided == shown, (i, status)
+        assert view._widgets["bar"].value == sum(tp.consumed for tp in view.types.values())
+    rows = view._widgets["table"].value.count("<tr>") - 1
+    assert rows == len(table.outcomes)  # every type listed, none hidden

@@ -223,7 +223,7 @@ def draw_trajectories(ax: Axes, series: Sequence[TrajectorySeries], params: Gate
 def draw_overview(fig: Figure, series: Sequence[TrajectorySeries], params: GateParams, *,
                   title: str | None = None, n_max: int | None = None) -> list[Axes]:
     """The tangled overview: E+ of every type on top, E− below, exit shapes in the legend."""
-    top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(2.2, 1))
+    top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(1.7, 1.3))
     draw_trajectories(top, series, params, title=title, n_max=n_max)
     draw_trajectories(bottom, series, params, title=None, side="minus", n_max=n_max)
     top.set_xlabel("")
