@@ -170,7 +170,8 @@ def test_a_second_launch_is_served_from_redis(redis_target):
     from vtrm_gate.cache import ResponseCache, cached_infer
     from vtrm_gate.simstep import sim_step
 
-    step = sim_step(2, wall_seconds=None, time_scale=0.0)  # no sleeping: outcomes only
+    # no sleeping, no INFRA (INFRA is never cached, so it would be paid again)
+    step = sim_step(2, wall_seconds=None, time_scale=0.0, infra_rate=0.0)
     plans = list(step.plans)[:3]
 
     async def launch_once():
