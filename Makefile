@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench notebooks clean
+.PHONY: demo test lint bench notebooks clean figures lab strip
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -22,7 +22,19 @@ lint: $(STAMP)
 
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests
-	VTRM_CI=1 $(BIN)/python -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env notebooks
+	tmp=$$(mktemp -d) && VTRM_CI=1 VTRM_FIGURES=$$tmp $(BIN)/python -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env notebooks; rc=$$?; rm -rf $$tmp; exit $$rc
+
+# The committed design-review figures (PNG + SVG, 1280x720) and figures/README.md.
+figures: $(STAMP)
+	$(BIN)/python -m vtrm_gate.review --out figures
+
+# JupyterLab from the project's environment, on loopback.
+lab: $(STAMP)
+	cd notebooks && ../$(BIN)/jupyter lab --ip=127.0.0.1 $(if $(filter 0,$(shell id -u)),--allow-root)
+
+# Keep outputs in git only for the NBVAL_CHECK_OUTPUT cells.
+strip: $(STAMP)
+	$(BIN)/python -m vtrm_gate.nbstrip notebooks/*.ipynb
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks

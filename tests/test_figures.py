@@ -73,10 +73,12 @@ def test_false_accept_plot_shows_both_orders_and_the_bound(tmp_path):
     df = false_accept_frame(params, [0.0, 0.5, 1.0], 1000, seed=3)
     assert set(df["n_rep"].to_list()) == {1000}
     ax = plot_false_accept(df).axes[0]
-    assert len(_lines(ax, "rate:")) == 2
+    assert {ln.get_gid() for ln in _lines(ax, "rate:")} == {"rate:prefix", "rate:arrival"}
     (bound,) = _lines(ax, "bound")
     assert list(bound.get_ydata()) == pytest.approx([1 / params.e_confirm] * 2)
-    assert "1,000 replicates" in ax.get_title()
+    assert "false accepts" in ax.get_title(loc="left") and "not used" in " ".join(
+        t.get_text() for t in ax.get_legend().get_texts())
+    assert "1,000 replicates" in ax.get_figure().get_supxlabel()
     assert _is_png(save(ax.get_figure(), "fa", tmp_path))
 
 
@@ -84,13 +86,15 @@ def test_prefix_vs_block_has_two_bars_per_type(tmp_path):
     df = compare_replays({k: v for k, v in SETS.items() if v}, GateParams())
     ax = plot_prefix_vs_block(df).axes[0]
     assert len(ax.patches) == 2 * df.height
-    assert "agree on" in ax.get_title()
+    assert "same label" in ax.get_title(loc="left") and "same effect" in ax.get_title(loc="left")
     assert _is_png(save(ax.get_figure(), "pvb", tmp_path))
 
 
 def test_token_savings_draws_three_curves(tmp_path):
     ax = plot_token_savings(units_curve(GateParams(), [0.5, 0.8], 300, seed=1),
-                            tokens_per_unit=2000).axes[0]
+                            tokens_per_unit=2000, step_saving=(0.1, 0.2, 2)).axes[0]
+    assert "tokens" in ax.get_title(loc="left") and "discordance 0.5" in ax.get_title(loc="left")
+    assert "saved only 10%" in ax.get_figure().get_supxlabel()
     assert len(_lines(ax, "units:")) == 3
     (flat,) = _lines(ax, "units:no_stop_units")
     assert set(flat.get_ydata()) == {40 * 2000}
@@ -108,23 +112,26 @@ def test_makespan_takes_numbers_and_checks_lengths(tmp_path):
         plot_makespan([1.0, 2.0], [1.0], [1.0])
 
 
-def test_waste_stacks_the_counters(tmp_path):
-    counters = pl.DataFrame({"task_type": ["a", "b"], "counted": [10, 6],
-                             "cache_hits": [0, 4], "discarded_after_freeze": [2, 0],
-                             "cancelled_in_flight": [0, 0], "cancelled_before_start": [8, 0],
-                             "completed": [12, 6], "wasted": [2, 0]})
-    ax = plot_waste(counters).axes[0]
-    assert len(ax.patches) == 5 * 2
-    assert "2 of 18" in ax.get_title()
+def test_waste_counts_every_call_started_past_the_stop(tmp_path):
+    calls = pl.DataFrame({"task_type": ["a", "b"], "started": [12, 6],
+                          "needed_calls": [10, 6], "past_stop_calls": [2, 0],
+                          "cache_hits": [0, 4], "never_started": [8, 0]})
+    ax = plot_waste(calls).axes[0]
+    assert len(ax.patches) == 4 * 2
+    assert "2 of 18 started calls" in ax.get_title(loc="left")
     assert _is_png(save(ax.get_figure(), "waste", tmp_path))
 
 
 def test_operating_characteristics_one_line_per_exit_and_discordance(tmp_path):
     p = GateParams()
     oc = oc_grid(p, [0.5, 0.7, 0.9], [0.3, 0.6], 40)
-    ax = plot_operating_characteristics(oc, p).axes[0]
-    assert len(_lines(ax, "oc:")) == 5 * 2
-    assert _is_png(save(ax.get_figure(), "oc", tmp_path))
+    fig = plot_operating_characteristics(oc, p)
+    assert len(fig.axes) == 6  # one panel per exit + expected units
+    assert sum(len(_lines(ax, "oc:")) for ax in fig.axes) == 6 * 2
+    titles = " ".join(ax.get_title(loc="left") for ax in fig.axes)
+    assert "EXHAUSTED" not in titles and "P(PROVISIONAL)" in titles
+    assert "accepted 73%" in fig.get_suptitle()
+    assert _is_png(save(fig, "oc", tmp_path))
 
 
 def test_save_creates_the_directory_and_appends_png(tmp_path):
@@ -139,3 +146,42 @@ def test_importing_the_faces_forces_no_backend():
             "assert 'matplotlib.pyplot' not in sys.modules, 'pyplot imported'")
     env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
+
+
+def test_a_figure_displays_itself_as_png_with_no_magic():
+    fig = plot_trajectories({"a": replay_prefix([WIN, WIN])})
+    assert fig._repr_png_()[:8] == PNG
+
+
+def test_markers_use_the_exit_shape_and_the_type_colour():
+    outcomes = {t: replay_prefix(o) for t, o in SETS.items()}
+    ax = plot_trajectories(outcomes).axes[0]
+    lines = {ln.get_gid(): ln.get_color() for ln in _lines(ax, "trajectory:")}
+    for c in ax.collections:
+        if (c.get_gid() or "").startswith("decision:"):
+            assert tuple(c.get_facecolor()[0]) in {tuple(__import__("matplotlib").colors.to_rgba(v))
+                                                   for v in lines.values()}
+
+
+def test_review_build_writes_png_svg_and_the_readme(tmp_path):
+    from vtrm_gate.review import ReviewParams, build
+
+    paths = build(tmp_path, ReviewParams(n_rep=200), names=["03_operating_characteristics"])
+    assert _is_png(paths[0]) and (tmp_path / "03_operating_characteristics.svg").exists()
+    from PIL import Image
+
+    assert Image.open(paths[0]).size == (1280, 720)
+    readme = (tmp_path / "README.md").read_text()
+    assert "make figures" in readme and "n_rep`: 200" in readme
+
+
+def test_notebooks_in_ci_never_write_the_committed_figures(monkeypatch, tmp_path):
+    from vtrm_gate.figures import notebook_figures_dir
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.delenv("VTRM_FIGURES", raising=False)
+    ci = notebook_figures_dir(True, root)
+    assert root not in ci.parents and ci.is_dir()
+    assert notebook_figures_dir(False, root) == root / "figures" / "notebooks"
+    monkeypatch.setenv("VTRM_FIGURES", str(tmp_path))
+    assert notebook_figures_dir(True, root) == tmp_path

@@ -59,10 +59,16 @@ def test_figure_on_demand_has_one_trajectory_per_type():
     table = _table(3)
     view = LiveGateView()
     asyncio.run(run_gate(table.plans(), table, subscribers=[view]))
-    ax = view.figure().axes[0]
+    ax = view.figure(layout="overview").axes[0]
     lines = [ln for ln in ax.get_lines() if (ln.get_gid() or "").startswith("trajectory:")]
     assert len(lines) == len(table.outcomes)
     assert any(ln.get_gid() == "e_confirm" for ln in ax.get_lines())
+    panels = view.figure().axes
+    visible = [a for a in panels if a.get_visible()]
+    assert len(visible) == len(table.outcomes)
+    gids = {ln.get_gid() for a in visible for ln in a.get_lines()}
+    assert {"e_confirm", "e_provisional"} <= gids
+    assert {f"e_minus:{t}" for t in table.outcomes} <= gids
 
 
 class _FakeClock:
@@ -88,9 +94,9 @@ def test_redraws_are_throttled_to_min_interval():
     # initial draw + at most one per interval + the final one
     assert view.redraws <= 1 + span / 0.5 + 1
     assert view.redraws >= 3
-    outputs = view.widget.children[1].outputs
-    assert "image/png" in outputs[0]["data"]
-    assert "ACCEPT" in view.widget.children[2].value or "INERTIA" in view.widget.children[2].value
+    assert view.widget.children[2].value[:8] == b"\x89PNG\r\n\x1a\n"
+    final = view.widget.children[3].value
+    assert "ACCEPT" in final or "INERTIA" in final
 
 
 def test_threaded_live_redraw_never_exceeds_the_rate_and_lands_the_final_frame():
@@ -107,9 +113,9 @@ def test_threaded_live_redraw_never_exceeds_the_rate_and_lands_the_final_frame()
     # here: threaded rendering keeps up and the final frame lands.
     result = asyncio.run(main())
     assert view.redraws >= 1
-    assert view.widget.children[1].outputs[0]["data"]["image/png"]
+    assert view.widget.children[2].value[:4] == b"\x89PNG"
     assert view.table().equals(outcomes_frame(result.outcomes))
-    assert "<table" in view.widget.children[2].value
+    assert "<table" in view.widget.children[3].value
 
 
 def test_watch_follows_a_launched_handle():
@@ -157,3 +163,53 @@ def test_aborted_gate_is_shown_as_aborted():
 def test_invalid_interval_is_refused():
     with pytest.raises(ValueError, match="min_interval"):
         LiveGateView(min_interval=-1)
+
+
+def test_a_second_launch_is_served_from_redis(redis_target):
+    """The README's one line (`cached_infer`) puts a launched gate under the response cache."""
+    from vtrm_gate.cache import ResponseCache, cached_infer
+    from vtrm_gate.simstep import sim_step
+
+    # no sleeping, no INFRA (INFRA is never cached, so it would be paid again)
+    step = sim_step(2, wall_seconds=None, time_scale=0.0, infra_rate=0.0)
+    plans = list(step.plans)[:3]
+
+    async def launch_once():
+        cache = ResponseCache(redis_target.url, prefix=redis_target.prefix)
+        infer = cached_infer(cache, step.infer, model="sim-agent", prompt=step.world.prompt,
+                             grade=step.world.grade)
+        handle, view = show_live(plans, infer, display=False, concurrency=8)
+        result = await watch(handle, view)
+        stats = cache.stats()
+        await cache.aclose()
+        return result, infer.calls, stats
+
+    first, paid1, _ = asyncio.run(launch_once())
+    second, paid2, stats2 = asyncio.run(launch_once())
+    assert paid1 == first.total("started") > 0
+    assert paid2 == 0 and stats2.hits == second.total("started")
+    assert second.decisions() == first.decisions()
+
+
+def test_status_table_and_figure_of_a_frame_come_from_one_snapshot():
+    table = _table(8)
+    events: list = []
+    asyncio.run(run_gate(table.plans(), table, concurrency=4, subscribers=[events.append]))
+    clock = _FakeClock()
+    view = LiveGateView(min_interval=20.0, clock=clock, threaded=False)
+    _ = view.widget
+    glyphs = ("▲", "◆", "●", "✖", "▼")
+    frames = 0
+    for i, ev in enumerate(events):
+        clock.now = 0.1 * i
+        view(ev)
+        if view.redraws == frames:
+            continue  # no new frame: the widgets still show the previous snapshot
+        frames = view.redraws
+        status = view._widgets["status"].value
+        decided = int(status.split(": ")[1].split("/")[0])
+        shown = sum(view._widgets["table"].value.count(g) for g in glyphs)
+        assert decided == shown, (i, status)
+        assert view._widgets["bar"].value == sum(tp.consumed for tp in view.types.values())
+    rows = view._widgets["table"].value.count("<tr>") - 1
+    assert rows == len(table.outcomes)  # every type listed, none hidden

@@ -27,6 +27,7 @@ from .scheduler import (
     TypeDecided,
 )
 from .stats import (
+    Action,
     GateParams,
     Pair,
     TypeOutcome,
@@ -34,6 +35,12 @@ from .stats import (
     replay_blocks,
     replay_prefix,
 )
+
+EFFECT: dict[Action, str] = {
+    Action.ACCEPT: "replace", Action.PROVISIONAL: "probation", Action.INERTIA: "keep",
+    Action.FUTILE: "keep", Action.REJECT: "keep", Action.CONTINUE: "undecided"}
+"""What each exit does to the type's skill in Phase D (INERTIA, FUTILE and REJECT all keep
+the baseline; FUTILE and REJECT also put the candidate in the rejected buffer)."""
 
 OUTCOME_SCHEMA: dict[str, pl.DataType] = {
     "task_type": pl.String(),
@@ -188,7 +195,8 @@ def compare_replays(outcome_sets: Mapping[str, Sequence[Pair]], params: GatePara
     """Per type: the old block replay vs the v3 prefix replay of the same outcomes.
 
     ``*_units`` are consumed units (each costs two inference calls unless the base arm is
-    cached); ``agree`` says whether both replays reached the same action.
+    cached); ``agree`` says whether both replays reached the same action, ``same_effect``
+    whether the actions do the same to the skill (`EFFECT`: INERTIA and FUTILE both keep).
     """
     params = params or GateParams()
     schema: dict[str, pl.DataType] = {
@@ -196,7 +204,8 @@ def compare_replays(outcome_sets: Mapping[str, Sequence[Pair]], params: GatePara
         "prefix_action": pl.String(), "block_action": pl.String(),
         "prefix_stop_rank": pl.Int64(), "block_stop_rank": pl.Int64(),
         "prefix_units": pl.Int64(), "block_units": pl.Int64(), "units_saved": pl.Int64(),
-        "prefix_e_plus": pl.Float64(), "block_e_plus": pl.Float64(), "agree": pl.Boolean()}
+        "prefix_e_plus": pl.Float64(), "block_e_plus": pl.Float64(), "agree": pl.Boolean(),
+        "same_effect": pl.Boolean()}
     rows = []
     for t, outcomes in sorted(outcome_sets.items()):
         pre = replay_prefix(outcomes, params)
@@ -208,5 +217,46 @@ def compare_replays(outcome_sets: Mapping[str, Sequence[Pair]], params: GatePara
             "prefix_units": pre.n_consumed, "block_units": blk.n_consumed,
             "units_saved": blk.n_consumed - pre.n_consumed,
             "prefix_e_plus": pre.e_plus, "block_e_plus": blk.e_plus,
-            "agree": pre.action is blk.action})
+            "agree": pre.action is blk.action,
+            "same_effect": EFFECT[pre.action] == EFFECT[blk.action]})
     return pl.DataFrame(rows, schema=schema, orient="row")
+
+
+CALLS_SCHEMA: dict[str, pl.DataType] = {
+    "task_type": pl.String(), "action": pl.String(), "n_ladder": pl.Int64(),
+    "stop_rank": pl.Int64(), "started": pl.Int64(), "needed_calls": pl.Int64(),
+    "past_stop_calls": pl.Int64(), "cache_hits": pl.Int64(), "never_started": pl.Int64()}
+
+
+def call_accounting(events: Iterable[GateEvent]) -> pl.DataFrame:
+    """Per type, where its 2 × ladder calls went, from one gate's events.
+
+    ``needed_calls``: started for units up to the stop rank; ``past_stop_calls``: started
+    for units beyond it (waste, whether they finished before the freeze or after);
+    ``cache_hits``: base arms answered by the BaselineCache; ``never_started``: the rest.
+    """
+    started: dict[str, list[int]] = {}
+    hits: dict[str, int] = {}
+    sizes: dict[str, int] = {}
+    outcomes: dict[str, TypeOutcome] = {}
+    for ev in events:
+        if isinstance(ev, GateStarted):
+            sizes.update(zip(ev.task_types, ev.ladder_sizes, strict=True))
+        elif isinstance(ev, TaskStarted):
+            started.setdefault(ev.task.task_type, []).append(ev.task.ladder_rank)
+        elif isinstance(ev, TaskFinished) and ev.status == "cache_hit":
+            hits[ev.task.task_type] = hits.get(ev.task.task_type, 0) + 1
+        elif isinstance(ev, TypeDecided):
+            outcomes[ev.task_type] = ev.outcome
+    rows = []
+    for t in sorted(sizes):
+        o = outcomes.get(t)
+        stop = o.stop_rank if o is not None else None
+        ranks = started.get(t, [])
+        needed = sum(r <= stop for r in ranks) if stop is not None else 0
+        rows.append({"task_type": t, "action": str(o.action) if o else None,
+                     "n_ladder": sizes[t], "stop_rank": stop, "started": len(ranks),
+                     "needed_calls": needed, "past_stop_calls": len(ranks) - needed,
+                     "cache_hits": hits.get(t, 0),
+                     "never_started": 2 * sizes[t] - len(ranks) - hits.get(t, 0)})
+    return pl.DataFrame(rows, schema=CALLS_SCHEMA, orient="row")

@@ -12,6 +12,11 @@ and so more time: the bias that makes arrival-order consumption invalid.
 
 `run_virtual` runs a coroutine on a looptime loop whose clock jumps over sleeps, so a
 multi-hour gate step replays in seconds and its makespan (``loop.time()``) is exact.
+
+Clocks: latencies are a real agent's (``SimWorld()`` with the default ``time_scale=1.0`` on
+a real loop sleeps ~1.3 h for a 12-type step). Either run under `run_virtual` (instant,
+exact makespans) or scale real time: ``SimConfig(time_scale=30 / 4600)`` for ~30 s, or
+`vtrm_gate.simstep.sim_step(seed, wall_seconds=30)`, which computes the scale exactly.
 """
 
 from __future__ import annotations
@@ -219,7 +224,12 @@ class _Unit:
 
 
 class SimWorld:
-    """A seeded world: pools, seed record, error cases, skills and a simulated agent."""
+    """A seeded world: pools, seed record, error cases, skills and a simulated agent.
+
+    ``infer`` sleeps ``latency × config.time_scale`` on the loop clock: under `run_virtual`
+    keep ``time_scale=1.0``; on a real loop (a notebook) pass a small ``time_scale`` or use
+    ``sim_step(seed, wall_seconds=30)`` — at 1.0 a 12-type step takes ~1.3 h of real time.
+    """
 
     def __init__(self, config: SimConfig = SimConfig()) -> None:
         if not isinstance(config, SimConfig):

@@ -1,0 +1,60 @@
+"""In a real ipykernel: figures render with no magic, and the live view ends as plain outputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from nbclient import NotebookClient
+from nbformat.v4 import new_code_cell, new_notebook
+
+from vtrm_gate.nbstrip import dirty_cells
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+WIDGET = "application/vnd.jupyter.widget-view+json"
+
+
+def _run(*sources: str) -> list[list[dict]]:
+    nb = new_notebook(cells=[new_code_cell(s) for s in sources])
+    NotebookClient(nb, timeout=180, kernel_name="python3").execute()
+    return [c.outputs for c in nb.cells]
+
+
+@pytest.mark.slow
+def test_figures_render_without_magic_and_the_backend_is_untouched():
+    outs = _run(
+        "import matplotlib; before = matplotlib.get_backend()",
+        "from vtrm_gate import replay_prefix\nfrom vtrm_gate.figures import plot_trajectories\n"
+        "plot_trajectories({'a': replay_prefix([(False, True)] * 6)})",
+        "import vtrm_gate.live, vtrm_gate.explore, vtrm_gate.review\n"
+        "print(before == matplotlib.get_backend())")
+    assert "image/png" in outs[1][0]["data"]
+    assert outs[2][0]["text"].strip() == "True"
+
+
+@pytest.mark.slow
+def test_live_view_is_replaced_by_a_static_figure_and_table_when_the_gate_ends():
+    outs = _run(
+        "from vtrm_gate.simstep import sim_step\nfrom vtrm_gate.live import show_live, watch\n"
+        "step = sim_step(2, wall_seconds=1.0)\nhandle, view = show_live(step.plans, step.infer)",
+        "r = await watch(handle, view)\nprint(view.static, len(r.outcomes))")
+    live = outs[0]
+    assert all(WIDGET not in o.get("data", {}) for o in live)
+    kinds = [set(o["data"]) for o in live]
+    assert "image/png" in kinds[0] and "text/html" in kinds[1]
+    table = live[1]["data"]["text/html"]
+    assert table.count("<tr>") == 1 + 12  # header + every type, none hidden
+    assert outs[1][0]["text"].split() == ["True", "12"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_committed_notebooks_keep_outputs_only_in_checked_cells(path):
+    cells = dirty_cells(json.loads(path.read_text()))
+    assert not cells, (f"{path.name}: cells {cells} have outputs; strip them with "
+                       f"`make strip` (python -m vtrm_gate.nbstrip notebooks/*.ipynb)")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebooks_use_no_matplotlib_magic(path):
+    assert "%matplotlib" not in path.read_text()

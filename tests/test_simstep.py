@@ -1,0 +1,45 @@
+"""One seed, one step: `sim_step(seed)` gates what `run_step` (the demo, the CLI) gates."""
+
+from __future__ import annotations
+
+import pytest
+
+from vtrm_gate import GateParams, run_gate
+from vtrm_gate.backends import init_simulated, simulated_backend
+from vtrm_gate.harness import run_step
+from vtrm_gate.sim import SimConfig, continuous_schedule, run_virtual
+from vtrm_gate.simstep import sim_step
+
+
+@pytest.mark.parametrize("seed", [11, 3])
+def test_sim_step_gates_what_run_step_gates(tmp_path, seed):
+    ws = init_simulated(tmp_path / "ws", SimConfig(seed=seed))
+    backend = simulated_backend(ws)
+    res = run_virtual(run_step(ws, 1, 1, infer=backend.infer, evolver=backend.evolver,
+                               cases=backend.cases))
+    ws.close()
+    st = sim_step(seed, wall_seconds=None)
+    gated = {t for t, ts in res.types.items() if ts.status == "gated"}
+    assert {p.task_type for p in st.plans} == gated
+    assert st.skipped == {t: ts.status for t, ts in res.types.items() if t not in gated}
+    for p in st.plans:
+        assert tuple(p.units) == res.types[p.task_type].ladder
+    gate = run_virtual(run_gate(list(st.plans), st.infer, GateParams()))
+    assert gate.decisions() == res.gate.decisions()
+    for t, o in gate.outcomes.items():
+        assert o.same_decision(res.gate.outcomes[t])
+
+
+def test_wall_seconds_scales_the_clock_to_the_step():
+    st = sim_step(11)  # interactive by default: ~30 s of real time
+    assert st.world.config.time_scale < 0.01
+    assert st.virtual_makespan_s and st.virtual_makespan_s > 3600
+    assert st.world.config.time_scale == pytest.approx(30.0 / st.virtual_makespan_s)
+    # outcomes do not depend on the clock
+    virtual = continuous_schedule(sim_step(11, wall_seconds=None).world, list(st.plans))
+    assert virtual["outcomes"].keys() == {p.task_type for p in st.plans}
+
+
+def test_wall_seconds_must_be_positive():
+    with pytest.raises(ValueError, match="wall_seconds"):
+        sim_step(1, wall_seconds=0)
