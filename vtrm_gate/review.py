@@ -46,6 +46,8 @@ class ReviewParams:
     p_wins: tuple[float, ...] = (0.5, 0.6, 0.7, 0.8, 0.9)
     discordances: tuple[float, ...] = (0.3, 0.5, 0.7)
     concurrency: int = 32
+    epochs: int = 3
+    steps_per_epoch: int = 5
     params: GateParams = field(default_factory=GateParams)
 
 
@@ -103,6 +105,42 @@ def waste(rp: ReviewParams) -> Figure:
     return plot_waste(call_accounting(step["events"]))
 
 
+@functools.lru_cache(maxsize=2)
+def simulated_training(sim_seed: int, epochs: int, steps_per_epoch: int,
+                       concurrency: int = 32) -> dict[str, Any]:
+    """A simulated training run (virtual clock, recommended probation rule) of the 12-type
+    world of ``sim_seed``: its training curve and its old-vs-v3 time per phase."""
+    import tempfile
+
+    from .backends import run_simulated_training, training_curve
+    from .sim import SimConfig, SimWorld
+
+    sim = SimConfig(seed=sim_seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        ws, _, summary = run_simulated_training(Path(tmp) / "ws", sim, epochs,
+                                                steps_per_epoch, concurrency=concurrency,
+                                                probation_rule="e_continue")
+        try:
+            curve = training_curve(ws, SimWorld(sim))
+        finally:
+            ws.close()
+    return {"curve": curve, "old": summary["old_phases_s"], "new": summary["v3_phases_s"]}
+
+
+def training_curve(rp: ReviewParams) -> Figure:
+    from .train_figures import plot_training_curve
+
+    run = simulated_training(rp.sim_seed, rp.epochs, rp.steps_per_epoch, rp.concurrency)
+    return plot_training_curve(run["curve"])
+
+
+def training_phase_times(rp: ReviewParams) -> Figure:
+    from .train_figures import plot_phase_times
+
+    run = simulated_training(rp.sim_seed, rp.epochs, rp.steps_per_epoch, rp.concurrency)
+    return plot_phase_times(run["old"], run["new"])
+
+
 def prefix_vs_block(rp: ReviewParams) -> Figure:
     step = simulated_step(rp.sim_seed, rp.concurrency, rp.params)
     return plot_prefix_vs_block(compare_replays(step["outcome_sets"], rp.params))
@@ -118,6 +156,10 @@ FIGURES = {
     "03_makespan": (makespan, "Makespan: old serial gate vs v3 vs the lower bound"),
     "03_waste": (waste, "Calls started past each type's stop rank"),
     "02_prefix_vs_block": (prefix_vs_block, "Block vs prefix replay of the same outcomes"),
+    "06_training_curve": (training_curve, "Training run (epochs x steps_per_epoch, sim_seed): "
+                                          "held-out accuracy per type and epoch, true and "
+                                          "measured"),
+    "06_phase_times": (training_phase_times, "Training run: old serial vs v3 time per phase"),
 }
 
 
