@@ -31,7 +31,7 @@ from vtrm_gate.testing.chat import HELPFUL_MARKER
 from vtrm_gate.testing.media import MediaChatServer
 from vtrm_gate.testing.redis import RedisTarget
 
-FAST = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.02, max_total_s=2.0)
+FAST = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.02, max_total_s=120.0)
 LONG = "the longest option, by a clear margin"
 REMOTE = "http://127.0.0.1:9/remote-frame.jpg"
 VIDEO = "http://127.0.0.1:9/clip.mp4"
