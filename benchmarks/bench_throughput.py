@@ -105,7 +105,7 @@ def bare(url: str, n: int, concurrency: int, sharded: bool = False) -> int:
     def client_of(size: int | None) -> httpx.AsyncClient:
         return httpx.AsyncClient(limits=httpx.Limits(max_connections=size,
                                                      max_keepalive_connections=size),
-                                 timeout=60)
+                                 timeout=300)
 
     async def go() -> int:
         sem = asyncio.Semaphore(concurrency)
@@ -167,6 +167,8 @@ def main(quick: bool = False) -> None:
 
     repeats = 1 if quick else 3
     levels = (32, 256) if quick else (32, 256, 1024)
+    only = [int(a) for a in sys.argv[1:] if a.isdigit()]
+    levels = tuple(only) or levels
     print(f"machine: {machine()}")
     print(f"simulated latency {LATENCY_S * 1000:.0f} ms per call; medians of {repeats}")
     server = Server(LATENCY_S)
@@ -178,8 +180,13 @@ def main(quick: bool = False) -> None:
             for c in levels:
                 n = max(1024, 4 * c) // 16 * 16 if not quick else max(512, 2 * c) // 16 * 16
                 bare(server.url, min(n, 512), c)  # warm up connections and imports
-                t_bare, got = median_time(lambda c=c, n=n: bare(server.url, n, c), repeats)
-                assert got == n
+                try:  # one httpcore pool of c connections: may not finish at 1024
+                    t_bare, got = median_time(lambda c=c, n=n: bare(server.url, n, c),
+                                              repeats)
+                    assert got == n
+                except Exception as exc:
+                    t_bare = float("nan")
+                    print(f"bare client at concurrency {c} failed: {type(exc).__name__}")
                 t_shard, got = median_time(lambda c=c, n=n: bare(server.url, n, c, True),
                                            repeats)
                 assert got == n

@@ -74,7 +74,7 @@ Validator = Callable[[Any], "str | None"]
 # ---- connection -----------------------------------------------------------------------
 
 
-MAX_CONNECTIONS = 64
+MAX_CONNECTIONS = 256
 
 
 def connect(url: str, *, socket_timeout: float = 0.5, retries: int = 1) -> aredis.Redis:
