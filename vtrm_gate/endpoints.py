@@ -184,18 +184,16 @@ class EndpointPool:
 
     def _pick(self) -> _State | None:
         now = self._clock()
+        for s in self._states:  # a down endpoint whose probe is due takes one call first
+            if not s.up and not s.probing and now >= s.next_probe:
+                s.probing = True
+                return s
         best = None
         for s in self._states:
             if s.up and s.in_flight < s.endpoint.max_concurrency and (
                     best is None or s.load < best.load):
                 best = s
-        if best is not None:
-            return best
-        for s in self._states:  # a down endpoint whose probe is due takes one call
-            if not s.up and not s.probing and now >= s.next_probe:
-                s.probing = True
-                return s
-        return None
+        return best
 
     def _wake(self, n: int = 1) -> None:
         while n and self._waiters:
