@@ -68,7 +68,7 @@ def cache_for(target: RedisTarget, **kw: Any) -> ResponseCache:
 
 
 def raw(target: RedisTarget) -> redis.Redis:
-    return redis.Redis.from_url(target.url)
+    return target.sync_client()
 
 
 # ---- key composition ------------------------------------------------------------------

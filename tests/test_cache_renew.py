@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from vtrm_gate import cli_cache
 from vtrm_gate.cache import RenewProgress, RenewReport, cache_stats, renew_ttl, server_version
@@ -24,7 +23,7 @@ METHODS = ["lua", "pipeline", "gt", "naive"]
 
 def seed(target: RedisTarget, n: int = 4) -> dict[str, list[str]]:
     """n keys each: short ttl (to extend), no expiry, longer ttl; plus another prefix."""
-    r = redis.Redis.from_url(target.url)
+    r = target.sync_client()
     groups: dict[str, list[str]] = {"short": [], "none": [], "long": [], "other": []}
     pipe = r.pipeline(transaction=False)
     for i in range(n):
@@ -40,12 +39,12 @@ def seed(target: RedisTarget, n: int = 4) -> dict[str, list[str]]:
 
 
 def ttls(target: RedisTarget, keys: list[str]) -> list[int]:
-    r = redis.Redis.from_url(target.url)
+    r = target.sync_client()
     return [r.ttl(k) for k in keys]
 
 
 def cleanup_other(target: RedisTarget, groups: dict[str, list[str]]) -> None:
-    redis.Redis.from_url(target.url).delete(*groups["other"])
+    target.sync_client().delete(*groups["other"])
 
 
 def renew(target: RedisTarget, **kw: Any) -> RenewReport:

@@ -12,11 +12,12 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parents[1] / "vtrm_gate"
 
 LAYER = {
-    "_env": 0, "stats": 0, "ladder": 1, "dispatch": 1, "scheduler": 2, "_sync": 2, "config": 3,
-    "harness": 4, "cache": 5, "redis_server": 5, "llm": 5, "cli_cache": 5,
+    "_env": 0, "stats": 0, "endpoints": 0, "ladder": 1, "dispatch": 1, "scheduler": 2,
+    "_sync": 2, "config": 3, "media": 3, "harness": 4, "cluster": 5, "cache": 5,
+    "redis_server": 5, "llm": 5, "cli_cache": 5,
     "sim": 6, "montecarlo": 6, "frames": 6, "figures": 7, "train_figures": 7, "simstep": 7,
-    "explore": 8, "review": 8, "nbstrip": 0, "backends": 8, "live": 8, "live_train": 8,
-    "cli": 9, "cli_train": 9, "testing": 9, "__init__": 10, "__main__": 10,
+    "explore": 8, "review": 8, "nbstrip": 0, "backends": 8, "plugin": 8, "live": 8,
+    "live_train": 8, "cli": 9, "cli_train": 9, "testing": 9, "__init__": 10, "__main__": 10,
 }
 # harness and cache/llm are peers: neither may import the other
 PEERS = {("harness", "cache"), ("harness", "llm"), ("harness", "redis_server")}

@@ -25,6 +25,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
                   "UnitTask", "arm_run_id", "launch", "report_progress", "run_gate",
                   "slugify"),
     "config": ("Config", "ConfigError", "load_config"),
+    "plugin": ("AgentBackend", "BackendContext", "BackendError"),
 }
 _WHERE = {name: mod for mod, names in _EXPORTS.items() for name in names}
 __all__ = sorted([*_WHERE, "run_gate_sync", "__version__"])
@@ -55,6 +56,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from .config import Config, ConfigError, load_config  # noqa: F401
     from .dispatch import DispatchPolicy, NeedAware, RoundRobin  # noqa: F401
     from .ladder import LadderEntry, build_ladder  # noqa: F401
+    from .plugin import AgentBackend, BackendContext, BackendError  # noqa: F401
     from .scheduler import (  # noqa: F401
         BaselineStore,
         EventStream,

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
-REDIS_SCHEMES = ("redis", "rediss", "unix")
+REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 DEFAULT_TTL = 604800  # 7 days
 
 
@@ -97,7 +97,7 @@ def check_redis_url(url: str) -> str:
             from None
     if p.scheme not in REDIS_SCHEMES:
         raise ValueError(f"invalid Redis URL {mask_url(url)!r}: scheme must be one of "
-                         f"redis://, rediss://, unix://")
+                         f"redis://, rediss://, unix://, redis+cluster://, rediss+cluster://")
     if p.scheme == "unix" and not p.path:
         raise ValueError(f"invalid Redis URL {mask_url(url)!r}: unix:// needs a socket path")
     if p.scheme != "unix" and not p.hostname:

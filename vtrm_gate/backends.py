@@ -37,6 +37,7 @@ from typing import Any
 import httpx
 
 from .cache import CacheStats, ResponseCache, cache_namespace, environment, mask_url
+from .endpoints import EndpointPool, EndpointStats, agent_endpoints
 from .harness import (
     HELDOUT_FILE,
     CaseSource,
@@ -50,6 +51,7 @@ from .harness import (
 )
 from .ladder import shuffle_key
 from .llm import MCQ, AgentEvent, ErrorCase, LLMAgent, LLMEvolver, RetryPolicy
+from .media import MediaOptions, MediaResolver
 from .scheduler import GuardParams, Infer, TypePlan, UnitTask, content_hash, slugify
 from .sim import (
     TRUE_MARGIN,
@@ -176,6 +178,11 @@ class LLMBackend:
         return self.rollout.cases
 
     @property
+    def endpoint_stats(self) -> tuple[EndpointStats, ...]:
+        """Per-endpoint counters (empty with a single ``base_url``)."""
+        return () if self.agent.endpoints is None else self.agent.endpoints.stats()
+
+    @property
     def cache_stats(self) -> Callable[[str], CacheStats]:
         """Response-cache counters per run id (``run_step(cache_stats=...)``)."""
         return self.cache.stats
@@ -188,7 +195,7 @@ class LLMBackend:
 
 def workspace_units(ws: Workspace) -> dict[str, MCQ]:
     """The workspace's units as `MCQ`s, by unit id."""
-    return {u: MCQ(r.question, r.options, r.answer) for u, r in ws.units.items()}
+    return {u: MCQ(r.question, r.options, r.answer, r.media) for u, r in ws.units.items()}
 
 
 def llm_backend(workspace: Workspace, *, cache: ResponseCache | None = None,
@@ -197,7 +204,8 @@ def llm_backend(workspace: Workspace, *, cache: ResponseCache | None = None,
                 retry: RetryPolicy | None = None, timeout: float = 60.0,
                 rollout_units: int = ROLLOUT_UNITS, concurrency: int = 32,
                 evolver_model: str | None = None,
-                evolver_temperature: float = 0.7, share: str | None = None) -> LLMBackend:
+                evolver_temperature: float = 0.7, share: str | None = None,
+                endpoints: EndpointPool | None = None) -> LLMBackend:
     """The backend of an ``llm`` workspace, from its agent config (``workspace.json``).
 
     ``cache`` defaults to `ResponseCache.from_env` (``REDIS_URL``, ``REDIS_CACHE_TTL``,
@@ -207,7 +215,9 @@ def llm_backend(workspace: Workspace, *, cache: ResponseCache | None = None,
     ``concurrency`` caps the rollout's calls (the gate has its own slot pool).
     Cached samples are salted with the workspace's id, so no other workspace reuses them;
     ``share`` (else ``VTRM_CACHE_SHARE``) opts in to sharing them with every workspace using
-    the same name. A ``cache`` passed with a namespace of its own keeps it.
+    the same name. A ``cache`` passed with a namespace of its own keeps it. Several
+    endpoints (``base_url`` a list, or ``endpoints_file``) go through one `EndpointPool`
+    (``endpoints`` overrides it, e.g. with other failure settings).
     """
     if workspace.config.kind != "llm":
         raise WorkspaceError(f"workspace.json: {workspace.root} is not an llm workspace "
@@ -221,7 +231,13 @@ def llm_backend(workspace: Workspace, *, cache: ResponseCache | None = None,
     if api_key is None:
         api_key = e.get("OPENAI_API_KEY") or e.get("VTRM_API_KEY") or ""
     a = dict(workspace.config.agent)
-    agent = LLMAgent(workspace_units(workspace), base_url=a["base_url"], model=a["model"],
+    if endpoints is None and (isinstance(a.get("base_url"), list) or a.get("endpoints_file")):
+        endpoints = EndpointPool(agent_endpoints(a, workspace.root))
+    media = None
+    if any(u.media is not None for u in workspace.units.values()):
+        media = MediaResolver(MediaOptions.from_agent(a, workspace.root))
+    agent = LLMAgent(workspace_units(workspace), base_url=None if endpoints else a["base_url"],
+                     model=a["model"], endpoints=endpoints, media=media,
                      api_key=api_key, cache=cache, timeout=timeout, retry=retry,
                      think=bool(a.get("think", True)),
                      temperature=float(a.get("temperature", 0.0)),

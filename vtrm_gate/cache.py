@@ -36,6 +36,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
+from . import cluster
 from ._env import DEFAULT_TTL as DEFAULT_TTL
 from ._env import REDIS_SCHEMES as REDIS_SCHEMES
 from ._env import cache_enabled as cache_enabled
@@ -73,15 +74,24 @@ Validator = Callable[[Any], "str | None"]
 # ---- connection -----------------------------------------------------------------------
 
 
+MAX_CONNECTIONS = 256
+
+
 def connect(url: str, *, socket_timeout: float = 0.5, retries: int = 1) -> aredis.Redis:
     """A `redis.asyncio.Redis` with short timeouts, so a dead server never hangs a call.
 
     One immediate retry on a fresh connection covers pooled sockets left stale by a restart.
     """
     check_redis_url(url)
-    return aredis.Redis.from_url(url, socket_timeout=socket_timeout,
-                                 socket_connect_timeout=socket_timeout,
-                                 retry=Retry(NoBackoff(), retries), health_check_interval=0)
+    if cluster.is_cluster_url(url):
+        return cluster.connect_cluster(url, socket_timeout=socket_timeout, retries=retries)
+    # A bounded pool that waits for a free connection: the default pool raises "Too many
+    # connections" past 100 concurrent commands, which would turn a busy gate into an outage.
+    pool = aredis.BlockingConnectionPool.from_url(
+        url, max_connections=MAX_CONNECTIONS, timeout=max(socket_timeout, 5.0),
+        socket_timeout=socket_timeout, socket_connect_timeout=socket_timeout,
+        retry=Retry(NoBackoff(), retries), health_check_interval=0)
+    return aredis.Redis(connection_pool=pool)
 
 
 # ---- keys -----------------------------------------------------------------------------
@@ -425,10 +435,27 @@ class ResponseCache:
         if self._redis is None or self._loop is not loop:
             if self._url is None:
                 await self._start_embedded(loop)
-            if self._redis is None or self._loop is not loop:  # re-checked after the await
+            if cluster.is_cluster_url(self._url):
+                await self._connect_cluster(loop)
+            elif self._redis is None or self._loop is not loop:  # re-checked after the await
                 self._redis = connect(self._url, socket_timeout=self.socket_timeout)
                 self._loop = loop
         return self._redis
+
+    async def _connect_cluster(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Load a cluster's topology once, before any command: redis-py's cluster client
+        drops connections when many first commands race to initialise it."""
+        if self._start_lock is None or self._start_lock[0] is not loop:
+            self._start_lock = (loop, asyncio.Lock())
+        async with self._start_lock[1]:
+            if self._redis is None or self._loop is not loop:
+                client = connect(self._url, socket_timeout=self.socket_timeout)
+                try:
+                    await client.initialize()
+                except BaseException:
+                    await client.aclose()
+                    raise
+                self._redis, self._loop = client, loop
 
     async def _start_embedded(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start the workspace's embedded server once, however many first calls race."""
@@ -470,6 +497,9 @@ class ResponseCache:
                             "until it is back", self.masked_url,
                             scrub(f"{type(exc).__name__}: {exc}", self._url))
             return False, None
+        if self._down and era == self._era and cluster.is_cluster(client) and \
+                not await cluster.all_primaries_up(client):
+            return True, out  # one primary still down: the outage goes on
         if self._down and era == self._era:
             self._ok_streak += 1
             if self._ok_streak >= RECOVERY_OPS:
@@ -769,13 +799,19 @@ class RenewReport:
 
 
 async def server_version(client: aredis.Redis) -> tuple[int, ...]:
-    """The server's ``redis_version`` as a tuple, e.g. (6, 2, 14)."""
+    """The server's ``redis_version`` as a tuple, e.g. (6, 2, 14) (a cluster: its lowest)."""
+    if cluster.is_cluster(client):
+        return await cluster.cluster_version(client)
     info = await client.info("server")
     return tuple(int(x) for x in str(info.get("redis_version", "0")).split(".")[:3]
                  if x.isdigit())
 
 
 async def _scan_batches(client: aredis.Redis, pattern: str, batch: int):  # type: ignore[no-untyped-def]
+    if cluster.is_cluster(client):  # every primary in turn
+        async for keys in cluster.scan_batches(client, pattern, batch):
+            yield keys
+        return
     cursor: int | bytes = 0
     while True:
         cursor, keys = await client.scan(cursor, match=pattern, count=batch)
@@ -826,7 +862,10 @@ async def renew_ttl(client: aredis.Redis, ttl: int, pattern: str = f"{DEFAULT_PR
         script = client.register_script(_RENEW_LUA) if method == "lua" else None
         async for keys in _scan_batches(client, pattern, batch):
             scanned += len(keys)
-            if script is not None:
+            if script is not None and cluster.is_cluster(client):  # one slot per script
+                extended += await cluster.renew_lua_batch(client, _RENEW_LUA, keys,
+                                                          [ttl, 0 if dry_run else 1])
+            elif script is not None:
                 extended += int(await script(keys=keys, args=[ttl, 0 if dry_run else 1]))
             elif method == "gt" and not dry_run:
                 pipe = client.pipeline(transaction=False)
@@ -899,7 +938,10 @@ async def cache_stats(client: aredis.Redis, prefix: str = DEFAULT_PREFIX,
                 if t < upper or (upper == 604800 and t == upper):
                     counts[label] += 1
                     break
-    info = await client.info("memory")
-    sinfo = await client.info("server")
-    return KeyStats(prefix, keys, memory, no_expiry, tuple(counts.items()),
-                    int(info.get("used_memory", 0)), str(sinfo.get("redis_version", "?")))
+    if cluster.is_cluster(client):
+        used = await cluster.cluster_memory(client)
+        version = ".".join(map(str, await cluster.cluster_version(client))) + " (cluster)"
+    else:
+        used = int((await client.info("memory")).get("used_memory", 0))
+        version = str((await client.info("server")).get("redis_version", "?"))
+    return KeyStats(prefix, keys, memory, no_expiry, tuple(counts.items()), used, version)

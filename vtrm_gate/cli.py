@@ -168,7 +168,8 @@ def cmd_init(args: argparse.Namespace) -> int:
     if root.exists() and (not root.is_dir() or not only_lock_file(root)):
         raise CliError(f"{root}: exists and is not empty; choose a new directory")
     llm_only = [f"--{n.replace('_', '-')}" for n in ("units", "base_url", "model", "skills",
-                                                      "seed_record")
+                                                      "seed_record", "backend", "endpoints",
+                                                      "max_frames", "max_side")
                 if getattr(args, n) is not None]
     if args.llm:
         return _init_llm(root, args)
@@ -190,13 +191,22 @@ def cmd_init(args: argparse.Namespace) -> int:
 def _init_llm(root: Path, args: argparse.Namespace) -> int:
     from .harness import Workspace
 
-    missing = [f"--{n.replace('_', '-')}" for n in ("units", "base_url", "model")
-               if not getattr(args, n)]
+    needed = ("units",) if args.backend else (
+        ("units", "model") if args.endpoints else ("units", "base_url", "model"))
+    missing = [f"--{n.replace('_', '-')}" for n in needed if not getattr(args, n)]
     if missing:
         raise CliError(f"init --llm needs {', '.join(missing)}")
+    if args.backend:
+        from .plugin import load_factory
+
+        load_factory(args.backend)  # refuse a factory that does not import, before writing
     ws = Workspace.init_llm(root, args.units, base_url=args.base_url, model=args.model,
                             seed=args.seed, skills_dir=args.skills,
-                            seed_record=args.seed_record)
+                            seed_record=args.seed_record, backend=args.backend,
+                            endpoints_file=args.endpoints,
+                            media={k: v for k, v in (("max_frames", args.max_frames),
+                                                     ("max_side", args.max_side))
+                                   if v is not None})
     out = {"workspace": str(root), "kind": "llm", "types": len(ws.pool),
            "units": sum(len(u) for u in ws.pool.values()), "model": args.model,
            "seed": args.seed}
@@ -230,18 +240,29 @@ def _run_llm_step(ws: Any, epoch: int, step: int, args: argparse.Namespace,
     from ._sync import run_sync
     from .backends import EndpointUnreachableError, check_endpoint, llm_backend, rollout_cases
     from .cache import ResponseCache, environment
+    from .endpoints import EndpointsError, agent_endpoints, gate_concurrency
     from .harness import run_step
 
     cfg = _load_config(args)
-    base_url = ws.config.agent["base_url"]
-    try:  # before anything starts or is written (the embedded Redis, the step's rows)
-        check_endpoint(base_url)
-    except EndpointUnreachableError as exc:
+    try:
+        endpoints = agent_endpoints(ws.config.agent, ws.root)
+    except EndpointsError as exc:
         raise CliError(str(exc)) from None
+    unreachable = []
+    for ep in endpoints:  # before anything starts or is written (embedded Redis, rows)
+        try:
+            check_endpoint(ep.url)
+        except EndpointUnreachableError as exc:
+            unreachable.append(str(exc))
+    if len(unreachable) == len(endpoints):
+        raise CliError("; ".join(unreachable))
     env = environment()
     cache = ResponseCache(cfg.redis_url, ttl=cfg.redis_cache_ttl, prefix=cfg.cache_prefix,
                           enabled=cfg.cache_enabled, workspace=ws.root)
     concurrency = args.concurrency or cfg.concurrency
+    if len(endpoints) > 1:  # the sum of the caps, unless set lower (32 = the default: unset)
+        concurrency = gate_concurrency(args.concurrency or (
+            cfg.concurrency if cfg.concurrency != 32 else None), endpoints)
     with _writer_lock(ws.root, args):  # the rollout reads the state the step will replace
         ws.reload_state()
         backend = llm_backend(ws, cache=cache, api_key=_api_key(env),
@@ -262,7 +283,8 @@ def _run_llm_step(ws: Any, epoch: int, step: int, args: argparse.Namespace,
         res = run_sync(go())
     info = {"url": cache.masked_url, "prefix": cache.prefix, "enabled": cache.enabled,
             "http_requests": backend.agent.http_requests,
-            "runs": {r: cache.stats(r).as_dict() for r in sorted(cache.runs())}}
+            "runs": {r: cache.stats(r).as_dict() for r in sorted(cache.runs())},
+            "endpoints": [e.as_dict() for e in backend.endpoint_stats]}
     return res, info
 
 
@@ -280,6 +302,10 @@ def _cache_lines(info: dict[str, Any]) -> str:
         lines.append("  (no LLM calls)")
     if "http_requests" in info:
         lines.append(f"  {info['http_requests']} HTTP requests sent in all (retries included)")
+    if info.get("endpoints"):
+        from .endpoints import EndpointStats, endpoint_lines
+
+        lines.append(endpoint_lines([EndpointStats(**e) for e in info["endpoints"]]))
     return "\n".join(lines)
 
 
@@ -323,11 +349,52 @@ def _step_summary(res: Any) -> dict[str, Any]:
     }
 
 
+def _run_plugin_step(ws: Any, spec: str, args: argparse.Namespace,
+                     progress: TerminalProgress) -> tuple[Any, dict[str, Any]]:
+    """A step with your own agent (`vtrm_gate.plugin`): the factory named by ``spec``."""
+    from ._sync import run_sync
+    from .cache import ResponseCache, environment
+    from .plugin import BackendContext, run_backend_step
+
+    cfg = _load_config(args)
+    cache = ResponseCache(cfg.redis_url, ttl=cfg.redis_cache_ttl, prefix=cfg.cache_prefix,
+                          enabled=cfg.cache_enabled, workspace=ws.root)
+    if cfg.cache_share:
+        from .cache import cache_namespace
+
+        cache.namespace = cache_namespace(ws.workspace_id, cfg.cache_share)
+    ctx = BackendContext(ws, cache, args.concurrency or cfg.concurrency, environment())
+
+    async def go() -> Any:
+        try:
+            return await run_backend_step(ws, args.epoch, args.step, spec, ctx,
+                                          params=cfg.gate, guard=cfg.guard, force=args.force,
+                                          subscribers=[progress])
+        finally:
+            await cache.aclose()
+
+    res = run_sync(go())
+    info = {"url": cache.masked_url, "prefix": cache.prefix, "enabled": cache.enabled,
+            "backend": spec, "runs": {r: cache.stats(r).as_dict() for r in sorted(cache.runs())}}
+    return res, info
+
+
 def cmd_step(args: argparse.Namespace) -> int:
     from .harness import Workspace
+    from .plugin import is_factory_spec
 
     progress = TerminalProgress(quiet=args.json)
     ws = Workspace.open(Path(args.workspace))  # validates; writes nothing
+    spec = args.backend or ws.config.agent.get("backend")
+    if args.backend or is_factory_spec(spec):
+        try:
+            res, info = _run_plugin_step(ws, spec, args, progress)
+        finally:
+            ws.close()
+        summary = {**_step_summary(res), "llm_cache": info}
+        _emit(args, summary, _decision_table(res, clock="wall clock") + "\n"
+              + _cache_lines(info))
+        return 0
     if ws.config.kind != "llm":
         ws.close()
         res = _run_step(Path(args.workspace), args.epoch, args.step, args, progress)
@@ -444,11 +511,22 @@ def build_parser() -> argparse.ArgumentParser:
                         "OPENAI_API_KEY / VTRM_API_KEY at step time)")
     i.add_argument("--units", help="--llm: JSON-lines units file (unit_id, task_type, "
                                    "question, options, answer)")
-    i.add_argument("--base-url", help="--llm: chat endpoint, e.g. https://api.openai.com/v1")
+    i.add_argument("--base-url", help="--llm: chat endpoint, e.g. https://api.openai.com/v1 "
+                                      "(several: comma-separated, each capped at 32 calls)")
+    i.add_argument("--endpoints", help="--llm: file of endpoints, 'URL [max_concurrency]' a "
+                                       "line (or a JSON list); read at every step")
     i.add_argument("--model", help="--llm: model name")
     i.add_argument("--skills", help="--llm: directory of initial skills <slug>.md")
     i.add_argument("--seed-record", help="--llm: JSON {unit_id: true|false} of the seed "
                                          "baseline (ladder order only)")
+    i.add_argument("--max-frames", type=_positive_int, default=None,
+                   help="--llm: frames sent per unit with media (evenly spread; default 8)")
+    i.add_argument("--max-side", type=_nonneg_int, default=None,
+                   help="--llm: resize frames to this longest side in pixels (0: as stored; "
+                        "default 768)")
+    i.add_argument("--backend", help="--llm: your own agent, a factory "
+                                     "'package.module:function' (see README, Bring your own "
+                                     "agent) instead of --base-url/--model")
     common(i)
     i.set_defaults(func=cmd_init)
 
@@ -465,6 +543,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--workspace", required=True)
     s.add_argument("--epoch", type=_positive_int, required=True)
     s.add_argument("--step", type=_positive_int, required=True)
+    s.add_argument("--backend", help="your own agent: a factory 'package.module:function' "
+                                     "returning a vtrm_gate.plugin.AgentBackend (default: "
+                                     "the workspace's agent.backend)")
     step_args(s)
     common(s)
     s.set_defaults(func=cmd_step)

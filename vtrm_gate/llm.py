@@ -37,6 +37,8 @@ from .cache import (
     scrub_credentials,
     validate_response,
 )
+from .endpoints import EndpointPool, ShardedClient
+from .media import Media, MediaResolver
 from .scheduler import UnitResult, UnitTask, report_progress, slugify
 
 log = logging.getLogger("vtrm_gate.llm")
@@ -74,6 +76,7 @@ class MCQ:
     question: str
     options: tuple[str, ...]
     answer: str
+    media: Media | None = None
 
     def __post_init__(self) -> None:
         opts = tuple(self.options)
@@ -216,7 +219,11 @@ class LLMAgent:
                  on_event: Callable[[AgentEvent], Any] | None = None,
                  rng: random.Random | None = None,
                  transport: httpx.AsyncBaseTransport | None = None,
-                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES) -> None:
+                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+                 endpoints: EndpointPool | None = None,
+                 media: MediaResolver | None = None) -> None:
+        if endpoints is not None:  # several endpoints: the key holds the pool's identity
+            base_url = base_url or endpoints.identity
         if not base_url or not model:
             raise ValueError("LLMAgent needs a base_url and a model")
         if timeout <= 0:
@@ -242,7 +249,9 @@ class LLMAgent:
         self.on_event = on_event
         self._rng = rng or random.Random()
         self._transport = transport
-        self._http: httpx.AsyncClient | None = None
+        self.endpoints = endpoints
+        self.media = media
+        self._http: ShardedClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @classmethod
@@ -265,15 +274,20 @@ class LLMAgent:
 
     # -- transport --------------------------------------------------------------------
 
-    def _client(self) -> httpx.AsyncClient:
+    def _client(self) -> ShardedClient:
         loop = asyncio.get_running_loop()
         if self._http is None or self._loop is not loop:
             headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
-            # No connection cap: the gate's slot pool is the only concurrency limit.
-            self._http = httpx.AsyncClient(
-                base_url=self.base_url + "/", headers=headers, timeout=self.timeout,
-                limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
-                transport=self._transport)
+
+            def shard(size: int) -> httpx.AsyncClient:
+                return httpx.AsyncClient(
+                    base_url=self.base_url + "/", headers=headers, timeout=self.timeout,
+                    limits=httpx.Limits(max_connections=size, max_keepalive_connections=size),
+                    transport=self._transport)
+
+            # Shards of 16 connections, as many as the gate's slot pool needs (it is the only
+            # concurrency limit): one big httpcore pool costs O(connections) per call.
+            self._http = ShardedClient(shard)
             self._loop = loop
         return self._http
 
@@ -311,9 +325,14 @@ class LLMAgent:
         return b"".join(chunks)
 
     async def _post_once(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        if self.media is not None:  # frame references -> data: URIs, on the wire only
+            body = self.media.resolve(body)
         self.http_requests += 1
+        stream = (self._client().stream("POST", "chat/completions", json=body)
+                  if self.endpoints is None else
+                  self.endpoints.stream(self._client(), "POST", "chat/completions", json=body))
         try:  # leaving the stream early closes the connection: nothing more is read
-            async with self._client().stream("POST", "chat/completions", json=body) as r:
+            async with stream as r:
                 if r.status_code in self.retry.retry_statuses:
                     raise _Retryable(f"HTTP {r.status_code}", r.status_code,
                                      parse_retry_after(r.headers.get("retry-after")))
@@ -388,8 +407,10 @@ class LLMAgent:
     def messages(self, task: UnitTask, mcq: MCQ) -> list[dict[str, str]]:
         """The first step's conversation: the skill as system instructions, then the unit."""
         last = THINK_PROMPT if self.think else ANSWER_PROMPT
+        text = f"{mcq.prompt()}\n\n{last}"
+        content = text if self.media is None else self.media.user_content(text, mcq.media)
         return [{"role": "system", "content": SYSTEM_PREAMBLE + task.skill},
-                {"role": "user", "content": f"{mcq.prompt()}\n\n{last}"}]
+                {"role": "user", "content": content}]
 
     async def _step(self, task: UnitTask, step: str, messages: list[dict[str, str]],
                     validate: Validator) -> tuple[dict[str, Any], str]:

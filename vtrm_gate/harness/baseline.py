@@ -17,7 +17,6 @@ class has no bulk-load method, and `put` refuses anything that is not such a res
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -71,10 +70,17 @@ class BaselineCache:
         """The workspace's BaselineCache: its log, its agent hash, and (``llm`` workspaces)
         the content hash of each unit's record in units.jsonl. A simulated world's units are
         fixed by its config, which the agent hash already covers."""
-        hashes = {u: content_hash(json.dumps(dataclasses.asdict(rec), sort_keys=True))
-                  for u, rec in ws.units.items()}
-        return cls(ws.log, ws.config.agent_hash,
-                   (lambda task: hashes.get(task.unit_id, "")) if hashes else None)
+        if not ws.units:
+            return cls(ws.log, ws.config.agent_hash)
+        memo: dict[str, str] = {}
+
+        def unit_hash(task: UnitTask) -> str:  # media: path + content hash, or URL
+            h = memo.get(task.unit_id)
+            if h is None:
+                h = memo[task.unit_id] = ws.unit_key(task.task_type, task.unit_id)
+            return h
+
+        return cls(ws.log, ws.config.agent_hash, unit_hash)
 
     def key(self, task: UnitTask) -> BaselineKey:
         """The entry's key; the skill hash is recomputed when the task does not carry one."""

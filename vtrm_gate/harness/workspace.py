@@ -31,7 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..endpoints import EndpointsError, check_endpoints_setting, read_endpoints_file
 from ..ladder import check_unit_ids
+from ..media import Media as Media
+from ..media import MediaOptions, MediaResolver, missing_media, parse_media
 from ..scheduler import content_hash, slugify
 from .probation import PROBATION_RULES
 
@@ -222,15 +225,31 @@ class WorkspaceConfig:
 def _check_llm_agent(agent: Mapping[str, Any]) -> None:
     """An ``llm`` workspace's agent: an OpenAI-compatible endpoint, a model, sampling
     params; never a credential (the key comes from the environment at run time)."""
-    if agent.get("backend") != "openai":
-        raise ValueError(f"agent.backend must be 'openai' for an llm workspace, got "
-                         f"{agent.get('backend')!r}")
+    backend = agent.get("backend")
+    factory = isinstance(backend, str) and backend.count(":") == 1 and "//" not in backend
+    if backend != "openai" and not factory:
+        raise ValueError(f"agent.backend must be 'openai' or a factory "
+                         f"'package.module:function' for an llm workspace, got {backend!r}")
+    _check_no_secret(agent)
+    if agent.get("media") is not None:
+        m = agent["media"]
+        if not isinstance(m, Mapping) or not set(m) <= {"max_frames", "max_side", "detail"}:
+            raise ValueError(f"agent.media must be an object of max_frames, max_side, detail; "
+                             f"got {m!r}")
+        MediaOptions(**m)
+    if factory:  # your own agent (vtrm_gate.plugin): it needs no endpoint or model here
+        return
     url = agent.get("base_url")
-    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+    if isinstance(url, list) or "endpoints_file" in agent:  # several endpoints
+        check_endpoints_setting(agent)
+    elif not isinstance(url, str) or not url.startswith(("http://", "https://")):
         raise ValueError(f"agent.base_url must be an http(s):// URL, got {url!r}")
     model = agent.get("model")
     if not isinstance(model, str) or not model.strip():
         raise ValueError(f"agent.model must be a non-empty string, got {model!r}")
+
+
+def _check_no_secret(agent: Mapping[str, Any]) -> None:
     secret = [k for k in agent if any(s in str(k).lower().replace("-", "_")
                                       for s in _SECRET_KEYS)]
     if secret:
@@ -247,6 +266,8 @@ class UnitRecord:
     question: str
     options: tuple[str, ...]
     answer: str
+    media: Media | None = None
+    """Frames and/or a video shown with the question (`vtrm_gate.media`)."""
 
 
 _LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -273,7 +294,7 @@ def _unit_record(obj: Any) -> UnitRecord:
     if not isinstance(ans, str) or ans.strip().upper() not in valid or len(ans.strip()) != 1:
         raise ValueError(f"answer must be one letter of {valid!r}, got {ans!r}")
     return UnitRecord(obj["unit_id"], obj["task_type"], obj["question"], tuple(opts),
-                      ans.strip().upper())
+                      ans.strip().upper(), parse_media(obj.get("media")))
 
 
 def _check_text(obj: Any) -> None:
@@ -531,6 +552,7 @@ class Workspace:
         self._log: HarnessLog | None = None
         self.readonly = False
         """Set by ``open(readonly=True)``: the log is opened read-only (a reader's view)."""
+        self._media: MediaResolver | None = None
 
     @property
     def workspace_id(self) -> str:
@@ -594,6 +616,16 @@ class Workspace:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def unit_key(self, task_type: str, unit_id: str) -> str:
+        """Hash of a unit's content (question, options, answer, every media reference: path
+        + content hash, or URL) for the BaselineCache key; "" where units have no content."""
+        rec = self.units.get(unit_id)
+        if rec is None:
+            return ""
+        if self._media is None:
+            self._media = MediaResolver(MediaOptions.from_agent(self.config.agent, self.root))
+        return json_hash({**dataclasses.asdict(rec), "media": self._media.refs(rec.media)})
 
     # ---- skills ----
 
@@ -787,11 +819,14 @@ class Workspace:
         return cls.open(root)
 
     @classmethod
-    def init_llm(cls, path: str | Path, units_file: str | Path, *, base_url: str, model: str,
-                 seed: int = 0, skills_dir: str | Path | None = None,
+    def init_llm(cls, path: str | Path, units_file: str | Path, *,
+                 base_url: str | Sequence[Any] | None = None,
+                 endpoints_file: str | Path | None = None,
+                 model: str | None = None, seed: int = 0, backend: str | None = None,
+                 skills_dir: str | Path | None = None,
                  seed_record: str | Path | Mapping[str, Any] | None = None,
                  temperature: float = 0.0, max_tokens: int | None = None, think: bool = True,
-                 **config: Any) -> Workspace:
+                 media: Mapping[str, Any] | None = None, **config: Any) -> Workspace:
         """A workspace whose units are answered by an OpenAI-compatible chat model.
 
         ``units_file`` (JSON lines: unit_id, task_type, question, options, answer) is copied
@@ -800,17 +835,45 @@ class Workspace:
         default per type. ``seed_record`` (a JSON file or mapping ``{unit id: bool}``) orders
         the ladder; without it the ladder is the deterministic shuffle. The agent mapping
         (endpoint, model, sampling) keys the BaselineCache; it never holds the API key.
-        ``config`` sets other `WorkspaceConfig` fields (cooldown_steps, ...). Everything is
-        validated before the first file is written.
+        ``base_url`` may be a list of endpoints (or comma-separated URLs), or
+        ``endpoints_file`` a file of them (read at step time: `vtrm_gate.endpoints`).
+        Units may carry ``media`` (frames, a video URL: `vtrm_gate.media`); local frames
+        must exist under the units file's directory. ``media`` sets ``max_frames`` /
+        ``max_side`` / ``detail``. ``backend="package.module:function"`` names your own
+        agent's factory instead of the endpoint (`vtrm_gate.plugin`). ``config`` sets other
+        `WorkspaceConfig` fields (cooldown_steps, ...). Everything is validated before the
+        first file is written.
         """
         src = Path(units_file)
         units = read_units(src)
         pool = units_pool(units)
-        agent: dict[str, Any] = {"backend": "openai", "base_url": base_url.rstrip("/"),
-                                 "model": model, "think": bool(think),
-                                 "temperature": temperature}
+        if isinstance(base_url, str) and "," in base_url:  # several endpoints
+            base_url = [u.strip() for u in base_url.split(",") if u.strip()]
+        agent: dict[str, Any] = {
+            "backend": "openai", "model": model, "think": bool(think),
+            "temperature": temperature,
+            "base_url": base_url if isinstance(base_url, list) else (base_url or "").rstrip("/")}
+        if endpoints_file is not None:
+            try:
+                read_endpoints_file(endpoints_file)  # refuse a bad file before writing
+            except EndpointsError as exc:
+                raise WorkspaceError(str(exc)) from None
+            agent["endpoints_file"] = str(Path(endpoints_file).resolve())
+            del agent["base_url"]
         if max_tokens is not None:
             agent["max_tokens"] = max_tokens
+        if backend is not None:  # your own agent: its factory, and a model name if given
+            agent = {"backend": backend, **({"model": model} if model else {})}
+        if any(u.media is not None for u in units.values()):
+            root = src.resolve().parent  # local frame paths are relative to the units file
+            for u in units.values():
+                gone = missing_media(u.media, root)
+                if gone:
+                    raise WorkspaceError(f"{src}: unit {u.unit_id!r}: media file "
+                                         f"{gone[0]!r} not found under {root}")
+            agent["media_root"] = str(root)
+        if media:
+            agent["media"] = dict(media)
         try:
             cfg = WorkspaceConfig(kind="llm", agent=agent, seed=seed, **config)
         except ValueError as exc:

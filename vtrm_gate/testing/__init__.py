@@ -7,6 +7,9 @@ from __future__ import annotations
 from .chat import ChatServer as ChatServer
 from .chat import Fault as Fault
 from .chat import chat_server as chat_server
+from .cluster import ClusterTarget as ClusterTarget
+from .cluster import redis_cluster as redis_cluster
+from .cluster import redis_cluster_session as redis_cluster_session
 from .outcomes import OutcomeTable as OutcomeTable
 from .outcomes import outcome_table as outcome_table
 from .redis import RedisTarget, fresh_redis_server, redis_server, redis_target, redis_url  # noqa: F401

@@ -37,6 +37,16 @@ class RedisTarget:
         """A `redis.asyncio.Redis` for this target (create it inside the test's event loop)."""
         return connect(self.url, socket_timeout=socket_timeout)
 
+    def sync_client(self):  # type: ignore[no-untyped-def]
+        """A blocking `redis.Redis` (a `redis.RedisCluster` for a cluster URL)."""
+        import redis
+
+        from ..cluster import is_cluster_url
+
+        if is_cluster_url(self.url):
+            return redis.RedisCluster.from_url(self.url.replace("+cluster://", "://", 1))
+        return redis.Redis.from_url(self.url)
+
     def __repr__(self) -> str:
         return f"RedisTarget({self.name!r}, {mask_url(self.url)!r}, prefix={self.prefix!r})"
 

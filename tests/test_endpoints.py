@@ -1,0 +1,243 @@
+"""Several endpoints: three real loopback chat servers of different speeds, per-endpoint
+caps, least-loaded routing, an endpoint that dies mid-step and comes back, and the
+per-endpoint counters in the step report."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.test_backends import evolve_reply, write_units
+from vtrm_gate.backends import llm_backend, rollout_cases
+from vtrm_gate.cache import ResponseCache
+from vtrm_gate.endpoints import (
+    Endpoint,
+    EndpointPool,
+    EndpointsError,
+    gate_concurrency,
+    parse_endpoints,
+    read_endpoints_file,
+)
+from vtrm_gate.harness import StepResult, Workspace, WorkspaceError, run_step
+from vtrm_gate.llm import RetryPolicy
+from vtrm_gate.testing.chat import ChatServer
+from vtrm_gate.testing.farm import SlowChatServer
+from vtrm_gate.testing.redis import RedisTarget
+
+PATIENT = RetryPolicy(max_attempts=10, base_delay_s=0.01, max_delay_s=0.05, max_total_s=60.0)
+
+
+def farm(*delays: float) -> list[SlowChatServer]:
+    servers = [SlowChatServer(d, evolve_reply=evolve_reply) for d in delays]
+    for s in servers:
+        s.start()
+    return servers
+
+
+def run(ws: Workspace, target: RedisTarget, pool: EndpointPool | None,
+        concurrency: int) -> StepResult:
+    cache = ResponseCache(target.url, prefix=target.prefix)
+    backend = llm_backend(ws, cache=cache, api_key="k", env={}, retry=PATIENT,
+                          endpoints=pool)
+
+    async def go() -> StepResult:
+        try:
+            cases = await rollout_cases(backend, ws, 1, 1)
+            return await run_step(ws, 1, 1, infer=backend.infer, evolver=backend.evolver,
+                                  cases=cases, cache_stats=backend.cache_stats,
+                                  concurrency=concurrency)
+        finally:
+            await backend.aclose()
+
+    return asyncio.run(go())
+
+
+async def probe_back(pool: EndpointPool, server: SlowChatServer) -> bool:
+    """After the step: calls through the pool until the dead endpoint is up again (the
+    step may end before its outage does). Bounded: 200 calls."""
+    import httpx
+
+    async with httpx.AsyncClient() as client:
+        for _ in range(200):
+            if {s.url: s for s in pool.stats()}[server.url].up:
+                return True
+            try:
+                await pool.post(client, "nothing-here", json={})
+            except httpx.TransportError:
+                await asyncio.sleep(0.05)
+    return False
+
+
+def test_one_of_three_endpoints_dies_mid_step_no_call_lost_decisions_unchanged(
+        tmp_path: Path, redis_target: RedisTarget) -> None:
+    with ChatServer(evolve_reply=evolve_reply) as single:
+        ref_ws = Workspace.init_llm(tmp_path / "ref", write_units(tmp_path / "u.jsonl"),
+                                    base_url=single.url, model="m", seed=1)
+        reference = run(ref_ws, redis_target, None, 12)
+        ref_ws.close()
+    fast, mid, slow = servers = farm(0.0, 0.01, 0.04)
+    try:
+        mid.die_after(20, down_s=0.5)  # mid-step: the step makes ~150 calls
+        caps = [Endpoint(s.url, 4) for s in servers]
+        pool = EndpointPool(caps, fail_after=2, probe_after_s=0.1)
+        ws = Workspace.init_llm(tmp_path / "ws", write_units(tmp_path / "u2.jsonl"),
+                                base_url=[s.url for s in servers], model="m", seed=1)
+        concurrency = gate_concurrency(None, caps)
+        res = run(ws, redis_target, pool, concurrency)
+        ws.close()
+        came_back = asyncio.run(probe_back(pool, mid))
+    finally:
+        for s in servers:
+            s.close()
+    assert concurrency == 12
+    assert res.decisions == reference.decisions
+    assert res.gate is not None and reference.gate is not None
+    assert res.gate.total("infra_units") == 0  # no call lost
+    stats = {s.url: s for s in pool.stats()}
+    dying = stats[mid.url]
+    assert mid.outages == 1 and dying.transport_failures >= 1 and dying.times_down == 1
+    assert came_back and mid.served > 20  # probed back once it listens again, and used
+    assert all(s.peak_active <= 4 for s in servers)  # each endpoint's cap held
+    assert stats[fast.url].calls > stats[slow.url].calls  # least-loaded routing
+    answered = sum(s.calls - s.transport_failures for s in stats.values())
+    assert answered == sum(s.served for s in servers)  # every request was counted
+    assert all(s.latency_p50_s is not None and s.latency_p95_s >= s.latency_p50_s
+               for s in stats.values())
+
+
+def test_cli_step_reports_each_endpoint_and_uses_the_sum_of_caps(
+        tmp_path: Path, redis_target: RedisTarget) -> None:
+    servers = farm(0.0, 0.005, 0.01)
+    try:
+        efile = tmp_path / "endpoints.txt"
+        efile.write_text("# url  max_concurrency\n" + "".join(
+            f"{s.url} {cap}\n" for s, cap in zip(servers, (2, 3, 4), strict=True)))
+        ws = tmp_path / "ws"
+        env = {**os.environ, "REDIS_URL": redis_target.url,
+               "VTRM_CACHE_PREFIX": redis_target.prefix}
+        env.pop("VTRM_CONCURRENCY", None)
+        vg = [sys.executable, "-m", "vtrm_gate"]
+        init = subprocess.run([*vg, "init", str(ws), "--llm", "--units",
+                               str(write_units(tmp_path / "u.jsonl")), "--endpoints",
+                               str(efile), "--model", "m", "--seed", "1"],
+                              capture_output=True, text=True, env=env, timeout=60, check=False)
+        assert init.returncode == 0, init.stderr
+        out = subprocess.run([*vg, "step", "--workspace", str(ws), "--epoch", "1", "--step",
+                              "1"], capture_output=True, text=True, env=env, timeout=120,
+                             check=False)
+        assert out.returncode == 0, out.stderr
+        assert "/9, tokens" in out.stdout  # peak in flight N/9: the sum of the caps
+        assert out.stdout.count("cap ") == 3 and "endpoints:" in out.stdout
+        js = subprocess.run([*vg, "step", "--workspace", str(ws), "--epoch", "1", "--step",
+                             "1", "--json", "--concurrency", "5"], capture_output=True,
+                            text=True, env=env, timeout=120, check=False)
+        assert js.returncode == 0, js.stderr
+        doc = json.loads(js.stdout)
+        eps = doc["llm_cache"]["endpoints"]
+        assert [e["max_concurrency"] for e in eps] == [2, 3, 4]
+        assert doc["peak_in_flight"] <= 5  # set lower than the sum: the lower one wins
+    finally:
+        for s in servers:
+            s.close()
+    assert all(s.peak_active <= cap for s, cap in zip(servers, (2, 3, 4), strict=True))
+
+
+@pytest.mark.parametrize(("value", "match"), [
+    ([], "no endpoints"),
+    (["ftp://x"], "http"),
+    ([{"url": "http://a", "max_concurrency": 0}], "max_concurrency"),
+    (["http://a", "http://a/"], "duplicate"),
+    ([{"url": "http://a", "cap": 3}], "expected a URL"),
+    ("http://a 3 4", "expected 'URL \\[max_concurrency\\]'"),
+])
+def test_bad_endpoint_lists_are_refused_naming_the_entry(value: Any, match: str) -> None:
+    with pytest.raises(EndpointsError, match=match):
+        parse_endpoints(value)
+
+
+def test_endpoints_file_forms(tmp_path: Path) -> None:
+    f = tmp_path / "e.json"
+    f.write_text(json.dumps(["http://a/v1", {"url": "http://b/v1", "max_concurrency": 8}]))
+    assert read_endpoints_file(f) == (Endpoint("http://a/v1", 32), Endpoint("http://b/v1", 8))
+    with pytest.raises(EndpointsError, match=r"e\.txt: cannot read"):
+        read_endpoints_file(tmp_path / "e.txt")
+
+
+def test_init_refuses_a_bad_endpoint_list(tmp_path: Path) -> None:
+    with pytest.raises(WorkspaceError, match=r"agent\.base_url: .*duplicate"):
+        Workspace.init_llm(tmp_path / "ws", write_units(tmp_path / "u.jsonl"),
+                           base_url=["http://127.0.0.1:1/v1", "http://127.0.0.1:1/v1"],
+                           model="m")
+    assert not (tmp_path / "ws").exists()
+
+
+def test_gate_concurrency_is_the_sum_unless_set_lower() -> None:
+    eps = [Endpoint("http://a", 3), Endpoint("http://b", 5)]
+    assert gate_concurrency(None, eps) == 8
+    assert gate_concurrency(4, eps) == 4
+    assert gate_concurrency(100, eps) == 8
+
+
+def test_all_endpoints_down_waits_for_a_probe_instead_of_failing(tmp_path: Path) -> None:
+    """Both endpoints refuse connections; one comes back: the call waits and succeeds."""
+    import httpx
+
+    a, b = farm(0.0, 0.0)
+    a.stop()
+    b.stop()
+    pool = EndpointPool([Endpoint(a.url, 1), Endpoint(b.url, 1)], fail_after=1,
+                        probe_after_s=0.05)
+
+    async def go() -> int:
+        async with httpx.AsyncClient() as client:
+            for _ in range(2):
+                with pytest.raises(httpx.ConnectError):
+                    await pool.post(client, "chat/completions", json={})
+            assert [s.up for s in pool.stats()] == [False, False]
+            b.restart()
+            for _ in range(20):
+                try:
+                    r = await pool.post(client, "nothing-here", json={})
+                    return r.status_code
+                except httpx.ConnectError:
+                    continue
+        return -1
+
+    try:
+        assert asyncio.run(go()) == 404  # no such route, but the server answered
+    finally:
+        b.close()
+    assert pool.stats()[1].up and not pool.stats()[0].up
+
+
+def test_a_down_endpoint_is_probed_even_while_others_have_free_slots() -> None:
+    """The probe goes out when due, not only when the healthy endpoints are full."""
+    import httpx
+
+    a, b = farm(0.0, 0.0)
+    a.stop()
+    pool = EndpointPool([Endpoint(a.url, 4), Endpoint(b.url, 4)], fail_after=1,
+                        probe_after_s=0.05)
+
+    async def go() -> list[bool]:
+        async with httpx.AsyncClient() as client:
+            with pytest.raises(httpx.ConnectError):
+                await pool.post(client, "nothing-here", json={})  # tie: A first, refused
+            a.restart()
+            await asyncio.sleep(0.1)
+            for _ in range(3):  # one at a time: B always has free slots
+                await pool.post(client, "nothing-here", json={})
+        return [s.up for s in pool.stats()]
+
+    try:
+        assert asyncio.run(go()) == [True, True]
+    finally:
+        a.close()
+        b.close()

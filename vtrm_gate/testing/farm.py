@@ -1,0 +1,76 @@
+"""Chat servers of different speeds that can die and come back on the same port (tests of
+`vtrm_gate.endpoints`): a `ChatServer` plus a per-request delay, a peak-concurrency gauge,
+and `die_after` / `stop` / `restart`."""
+
+from __future__ import annotations
+
+import threading
+import time
+from http.server import BaseHTTPRequestHandler
+from typing import Any
+
+from .chat import ChatServer
+
+
+class SlowChatServer(ChatServer):
+    """A `ChatServer` that answers after ``delay_s`` and records its peak concurrency."""
+
+    def __init__(self, delay_s: float = 0.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.delay_s = delay_s
+        self.active = self.peak_active = 0
+        self.served = 0
+        self.outages = 0
+        self._die: tuple[int, float] | None = None
+        self._gauge = threading.Lock()
+
+    @property
+    def port(self) -> int:
+        return int(self.httpd.server_address[1])
+
+    def die_after(self, n_requests: int, down_s: float) -> None:
+        """After the ``n_requests``-th request, stop listening for ``down_s`` seconds."""
+        self._die = (n_requests, down_s)
+
+    def handle(self, h: BaseHTTPRequestHandler) -> None:
+        with self._gauge:
+            self.active += 1
+            self.peak_active = max(self.peak_active, self.active)
+            self.served += 1
+            die = self._die is not None and self.served == self._die[0]
+        try:
+            if die:
+                threading.Thread(target=self._outage, args=(self._die[1],),  # type: ignore[index]
+                                 daemon=True).start()
+            if self.delay_s:
+                time.sleep(self.delay_s)
+            super().handle(h)
+        finally:
+            with self._gauge:
+                self.active -= 1
+
+    def _outage(self, down_s: float) -> None:
+        self.stop()
+        time.sleep(down_s)
+        self.restart()
+
+    def stop(self) -> None:
+        """Stop listening (connections are refused) until `restart`."""
+        self.outages += 1
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def restart(self) -> None:
+        """Listen again on the same port."""
+        server_cls, handler = type(self.httpd), self.httpd.RequestHandlerClass
+        port = self.port
+        for _ in range(100):
+            try:
+                self.httpd = server_cls(("127.0.0.1", port), handler)
+                break
+            except OSError:
+                time.sleep(0.02)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.02,),
+                                       daemon=True)
+        self.thread.start()
