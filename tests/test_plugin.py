@@ -177,3 +177,32 @@ def test_factory_specs() -> None:
     assert not is_factory_spec("http://x:1")
     with pytest.raises(BackendError, match=r"expected 'package\.module:function'"):
         load_factory("mypkg.agent")
+
+
+def test_train_and_settle_run_your_own_agent_with_one_setting(
+        tmp_path: Path, redis_target: RedisTarget) -> None:
+    # The workspace's agent.backend names the factory: `train` needs no other flag, and a
+    # resume finds everything done.
+    path = package(tmp_path, "mypkg", readme_example())
+    units = write_units(tmp_path / "units.jsonl")
+    ws = tmp_path / "ws"
+    url = redis_target.url
+    out = run_cli(["init", str(ws), "--llm", "--units", str(units), "--backend",
+                   "mypkg.agent:make_backend"], path, url)
+    assert out.returncode == 0, out.stderr
+    train = ["train", "--workspace", str(ws), "--epochs", "1", "--steps-per-epoch", "2",
+             "--json"]
+    first = run_cli(train, path, url)
+    assert first.returncode == 0, first.stderr
+    events = [json.loads(line) for line in first.stdout.splitlines()]
+    assert [(e["event"], e["step"]) for e in events if e["event"] == "step"] == [
+        ("step", 1), ("step", 2)]
+    assert events[-1]["event"] == "summary" and events[-1]["done_before"] == 0
+    state = json.loads((ws / "state.json").read_text())
+    assert state["skills"]["Counting"]["version"] == 2  # the README agent's ACCEPT applied
+    settle = run_cli(["settle", "--workspace", str(ws), "--epoch", "1", "--json"], path, url)
+    assert settle.returncode == 0, settle.stderr
+    assert json.loads(settle.stdout)["already_settled"] is True  # train settled epoch 1
+    again = run_cli(train, path, url)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout.splitlines()[-1])["done_before"] >= 3

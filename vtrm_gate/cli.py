@@ -349,20 +349,26 @@ def _step_summary(res: Any) -> dict[str, Any]:
     }
 
 
+def plugin_cache(ws: Any, cfg: Any) -> Any:
+    """The response cache a bring-your-own backend is given (config, workspace, share)."""
+    from .cache import ResponseCache, cache_namespace
+
+    cache = ResponseCache(cfg.redis_url, ttl=cfg.redis_cache_ttl, prefix=cfg.cache_prefix,
+                          enabled=cfg.cache_enabled, workspace=ws.root)
+    if cfg.cache_share:
+        cache.namespace = cache_namespace(ws.workspace_id, cfg.cache_share)
+    return cache
+
+
 def _run_plugin_step(ws: Any, spec: str, args: argparse.Namespace,
                      progress: TerminalProgress) -> tuple[Any, dict[str, Any]]:
     """A step with your own agent (`vtrm_gate.plugin`): the factory named by ``spec``."""
     from ._sync import run_sync
-    from .cache import ResponseCache, environment
+    from .cache import environment
     from .plugin import BackendContext, run_backend_step
 
     cfg = _load_config(args)
-    cache = ResponseCache(cfg.redis_url, ttl=cfg.redis_cache_ttl, prefix=cfg.cache_prefix,
-                          enabled=cfg.cache_enabled, workspace=ws.root)
-    if cfg.cache_share:
-        from .cache import cache_namespace
-
-        cache.namespace = cache_namespace(ws.workspace_id, cfg.cache_share)
+    cache = plugin_cache(ws, cfg)
     ctx = BackendContext(ws, cache, args.concurrency or cfg.concurrency, environment())
 
     async def go() -> Any:

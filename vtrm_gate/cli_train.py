@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .cli import CliError, _emit, _load_config, _nonneg_float, _positive_int
+from .cli import CliError, _emit, _load_config, _nonneg_float, _positive_int, plugin_cache
 
 
 def _positive(name: str, text: str) -> int:
@@ -55,6 +57,49 @@ def _backend(ws: Any, args: argparse.Namespace, concurrency: int) -> tuple[Any, 
                    f"{ws.config.kind!r}); drive custom workspaces from Python (harness.train)")
 
 
+@dataclass(frozen=True)
+class _Agent:
+    """What train / settle drive: infer, evolver, a case source, a closer, the sim world."""
+
+    infer: Any
+    evolver: Any
+    rollout: Any = None
+    cases: Any = None
+    close: Callable[[], Awaitable[None]] | None = None
+    world: Any = None
+
+
+async def _open_agent(ws: Any, args: argparse.Namespace, cfg: Any, concurrency: int) -> _Agent:
+    """Your own agent (``--backend`` or the workspace's ``agent.backend`` factory), else the
+    workspace kind's built-in backend. Called inside the run's event loop."""
+    from .plugin import is_factory_spec
+
+    spec = args.backend or ws.config.agent.get("backend")
+    if args.backend or is_factory_spec(spec):
+        from .cache import environment
+        from .plugin import BackendContext, open_backend
+
+        cache = plugin_cache(ws, cfg)
+        try:
+            be = await open_backend(ws, spec, BackendContext(ws, cache, concurrency,
+                                                             environment()))
+        except BaseException:
+            await cache.aclose()
+            raise
+
+        async def close() -> None:
+            try:
+                if be.aclose is not None:
+                    await be.aclose()
+            finally:
+                await cache.aclose()
+
+        return _Agent(be.infer, be.evolver, be.rollout, be.cases, close)
+    built, rollout, closer = _backend(ws, args, concurrency)
+    return _Agent(built.infer, built.evolver, rollout, None, closer,
+                  getattr(built, "world", None))
+
+
 def _run(args: argparse.Namespace, coro_fn: Any) -> Any:
     """Run on the virtual clock (simulated, no --time-scale) or on real time."""
     if args.time_scale is None and args._kind == "simulated":
@@ -75,10 +120,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg = _load_config(args)
     concurrency = args.concurrency or cfg.concurrency
     ws = Workspace.open(Path(args.workspace))
+    opened: list[_Agent] = []
     try:
         args._kind = ws.config.kind
-        be, rollout, close = _backend(ws, args, concurrency)
-        world = getattr(be, "world", None)
 
         def show(ev: Any) -> None:
             if args.json:
@@ -89,23 +133,26 @@ def cmd_train(args: argparse.Namespace) -> int:
                 print(ev.line, flush=True)
 
         def after(w: Any) -> None:
-            if world is not None:
+            if opened and opened[0].world is not None:
                 from .backends import record_ground_truth
 
-                record_ground_truth(w, world)
+                record_ground_truth(w, opened[0].world)
 
         async def go() -> Any:
+            agent = await _open_agent(ws, args, cfg, concurrency)
+            opened.append(agent)
             try:
-                return await train(ws, epochs, steps, infer=be.infer, evolver=be.evolver,
-                                   rollout=rollout, params=cfg.gate, guard=cfg.guard,
-                                   concurrency=concurrency,
+                return await train(ws, epochs, steps, infer=agent.infer, evolver=agent.evolver,
+                                   rollout=agent.rollout, cases=agent.cases, params=cfg.gate,
+                                   guard=cfg.guard, concurrency=concurrency,
                                    evaluate=False if args.no_eval else None,
                                    on_event=show, after=after)
             finally:
-                if close is not None:
-                    await close()
+                if agent.close is not None:
+                    await agent.close()
 
         res = _run(args, go)
+        world = opened[0].world if opened else None
         summary = training_summary(ws, world, res) if world is not None else {
             "epochs": res.epochs, "steps_per_epoch": res.steps_per_epoch,
             "done_before": res.done_before, "v3_phases_s": dict(res.phases),
@@ -164,16 +211,15 @@ def cmd_settle(args: argparse.Namespace) -> int:
     try:
         args._kind = ws.config.kind
         with workspace_lock(ws.root, "settle"):
-            be, _, close = _backend(ws, args, concurrency)
-
             async def go() -> Any:
+                agent = await _open_agent(ws, args, cfg, concurrency)
                 try:
-                    return await settle_probation(ws, epoch, infer=be.infer,
+                    return await settle_probation(ws, epoch, infer=agent.infer,
                                                   concurrency=concurrency, params=cfg.gate,
                                                   guard=cfg.guard)
                 finally:
-                    if close is not None:
-                        await close()
+                    if agent.close is not None:
+                        await agent.close()
 
             res = _run(args, go)
     finally:
@@ -202,6 +248,9 @@ def register(sub: Any) -> None:
         sp.add_argument("--time-scale", type=_nonneg_float, default=None,
                         help="real seconds per simulated second (default: virtual clock)")
         sp.add_argument("--json", action="store_true", help="machine-readable output")
+        sp.add_argument("--backend", help="your own agent: a factory 'package.module:function' "
+                                          "returning a vtrm_gate.plugin.AgentBackend (default: "
+                                          "the workspace's agent.backend, else its kind's agent)")
 
     t = sub.add_parser("train", help="run or resume a training run (epochs of steps, "
                                      "epoch-end settlement and evaluation)")

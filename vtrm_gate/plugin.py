@@ -143,18 +143,31 @@ def with_identity(workspace: Workspace, spec: str, backend: AgentBackend) -> Non
         raise BackendError(f"backend {spec!r}: identity: {exc}") from None
 
 
+async def open_backend(workspace: Workspace, spec: str, ctx: BackendContext) -> AgentBackend:
+    """The factory's backend for ``workspace``: the cache salted with the workspace's id (as
+    for the built-in agent), the factory called and checked, its identity in the agent config.
+    The caller awaits ``backend.aclose`` when done (`run_backend_step`, ``vtrm-gate train``)."""
+    if not ctx.cache.namespace:
+        ctx.cache.namespace = cache_namespace(workspace.workspace_id,
+                                              ctx.env.get("VTRM_CACHE_SHARE") or None)
+    backend = await make_backend(spec, ctx)
+    try:
+        with_identity(workspace, spec, backend)
+    except BaseException:
+        if backend.aclose is not None:
+            await backend.aclose()
+        raise
+    return backend
+
+
 async def run_backend_step(workspace: Workspace, epoch: int, step: int, spec: str,
                            ctx: BackendContext, **kwargs: Any) -> Any:
     """One step of ``workspace`` with the factory's agent: rollout, `run_step`, close.
 
     ``kwargs`` go to `run_step` (params, guard, force, subscribers...).
     """
-    if not ctx.cache.namespace:  # the workspace's own salt, as for the built-in agent
-        ctx.cache.namespace = cache_namespace(workspace.workspace_id,
-                                              ctx.env.get("VTRM_CACHE_SHARE") or None)
-    backend = await make_backend(spec, ctx)
+    backend = await open_backend(workspace, spec, ctx)
     try:
-        with_identity(workspace, spec, backend)
         cases: Any = backend.cases
         if backend.rollout is not None:
             cases = dict(await backend.rollout(epoch, step))
