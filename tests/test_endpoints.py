@@ -241,3 +241,41 @@ def test_a_down_endpoint_is_probed_even_while_others_have_free_slots() -> None:
     finally:
         a.close()
         b.close()
+
+
+def test_the_live_view_shows_each_endpoints_counters(tmp_path: Path,
+                                                     redis_target: RedisTarget) -> None:
+    # A step through two endpoints with a live view given the pool: every frame carries the
+    # per-endpoint counters, and the HTML (live and final) names each endpoint.
+    from vtrm_gate.live import LiveGateView, endpoints_html
+
+    servers = farm(0.0, 0.01)
+    try:
+        caps = [Endpoint(s.url, 3) for s in servers]
+        pool = EndpointPool(caps)
+        ws = Workspace.init_llm(tmp_path / "ws", write_units(tmp_path / "u.jsonl"),
+                                base_url=[s.url for s in servers], model="m", seed=1)
+        view = LiveGateView(min_interval=0, threaded=False, endpoints=pool)
+        cache = ResponseCache(redis_target.url, prefix=redis_target.prefix)
+        backend = llm_backend(ws, cache=cache, api_key="k", env={}, retry=PATIENT,
+                              endpoints=pool)
+
+        async def go() -> StepResult:
+            try:
+                cases = await rollout_cases(backend, ws, 1, 1)
+                return await run_step(ws, 1, 1, infer=backend.infer, evolver=backend.evolver,
+                                      cases=cases, concurrency=6, subscribers=[view])
+            finally:
+                await backend.aclose()
+
+        asyncio.run(go())
+        ws.close()
+    finally:
+        for s in servers:
+            s.close()
+    snap = view.snapshot()
+    assert [e.url for e in snap.endpoints] == [s.url for s in servers]
+    assert sum(e.calls for e in snap.endpoints) == sum(s.served for s in servers) > 0
+    page = view._repr_html_()
+    assert all(s.url in page for s in servers) and "p95" in page
+    assert endpoints_html(LiveGateView().snapshot()) == ""  # no pool, no endpoint table

@@ -28,6 +28,7 @@ import polars as pl
 from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 
+from .endpoints import EndpointPool, EndpointStats
 from .figures import (
     DISPLAY_DPI,
     TrajectorySeries,
@@ -101,6 +102,8 @@ class LiveSnapshot:
     consumed: int
     n_ladder: int
     aborted: str | None = None
+    endpoints: tuple[EndpointStats, ...] = ()
+    """Per-endpoint counters at the snapshot (when the view was given an endpoint pool)."""
 
     @property
     def finished(self) -> bool:
@@ -162,6 +165,23 @@ def _decision(action: str) -> str:
     return f"{EXIT_GLYPHS[Action(action)]} {html.escape(action)}"
 
 
+def endpoints_html(snap: LiveSnapshot) -> str:
+    """Per endpoint: up/down, cap, in flight, calls, errors, times down, latency p50/p95."""
+    if not snap.endpoints:
+        return ""
+
+    def ms(v: float | None) -> str:
+        return "-" if v is None else f"{v * 1000:.0f} ms"
+
+    head = [("endpoint", False), ("state", False), ("cap", True), ("in flight", True),
+            ("calls", True), ("errors", True), ("down", True), ("p50", True), ("p95", True)]
+    body = [[html.escape(e.url), "up" if e.up else "<b style='color:#b00'>DOWN</b>",
+             str(e.max_concurrency), str(e.in_flight), str(e.calls), str(e.errors),
+             f"{e.times_down}x", ms(e.latency_p50_s), ms(e.latency_p95_s)]
+            for e in snap.endpoints]
+    return _table_html(head, body)
+
+
 def progress_html(snap: LiveSnapshot) -> str:
     """Per type: a progress bar, consumed / ladder, in flight, W, L, E+, E−, decision."""
     head = [("type", False), ("progress", False), ("consumed / ladder", True),
@@ -177,7 +197,7 @@ def progress_html(snap: LiveSnapshot) -> str:
                      f"{r['consumed']} / {r['n_ladder']}", str(r["in_flight"]), str(r["W"]),
                      str(r["L"]), f"{r['e_plus']:.3g}", f"{r['e_minus']:.3g}",
                      _decision(r["action"])])
-    return _table_html(head, body)
+    return _table_html(head, body) + endpoints_html(snap)
 
 
 def decision_html(snap: LiveSnapshot) -> str:
@@ -191,7 +211,8 @@ def decision_html(snap: LiveSnapshot) -> str:
             for i, r in enumerate(snap.table().iter_rows(named=True))]
     note = (f"<div style='color:#b00'>{html.escape(snap.aborted)}</div>"
             if snap.aborted else "")
-    return f"<b>{html.escape(snap.status)}</b>{note}{_table_html(head, body)}"
+    return (f"<b>{html.escape(snap.status)}</b>{note}{_table_html(head, body)}"
+            f"{endpoints_html(snap)}")
 
 
 class LiveGateView:
@@ -206,7 +227,7 @@ class LiveGateView:
     def __init__(self, params: GateParams | None = None, *, min_interval: float = 0.75,
                  clock: Callable[[], float] = time.monotonic,
                  figsize: tuple[float, float] | None = None, threaded: bool = True,
-                 layout: str = "panels"):
+                 layout: str = "panels", endpoints: EndpointPool | None = None):
         if not min_interval >= 0:
             raise ValueError(f"min_interval must be >= 0 seconds, got {min_interval!r}")
         if layout not in LAYOUTS:
@@ -216,6 +237,8 @@ class LiveGateView:
         self.figsize = figsize
         self.threaded = threaded
         self.layout = layout
+        self.endpoints = endpoints
+        """An `EndpointPool` (e.g. ``agent.endpoints``): its counters join every frame."""
         self.types: dict[str, _TypeProgress] = {}
         self.result: GateResult | None = None
         self.aborted: str | None = None
@@ -325,7 +348,8 @@ class LiveGateView:
         status = (f"gate {state}: {decided}/{len(rows)} types decided · {consumed}/{n_ladder} "
                   f"units consumed · {self.in_flight} calls in flight · {elapsed:.1f} s")
         return LiveSnapshot(status, state, rows, series, self.params, outcomes, consumed,
-                            n_ladder, self.aborted)
+                            n_ladder, self.aborted,
+                            self.endpoints.stats() if self.endpoints is not None else ())
 
     def series(self) -> list[TrajectorySeries]:
         return list(self.snapshot().series)
@@ -519,16 +543,18 @@ async def watch(handle: GateHandle, view: LiveGateView | None = None) -> GateRes
 
 
 def show_live(plans: Sequence[TypePlan], infer: Infer, *, view: LiveGateView | None = None,
-              display: bool = True, layout: str = "panels", **kw: Any
+              display: bool = True, layout: str = "panels",
+              endpoints: EndpointPool | None = None, **kw: Any
               ) -> tuple[GateHandle, LiveGateView]:
     """`launch` the gate in the running loop with a live view subscribed; return both.
 
     The cell returns at once; the view keeps updating and, when the gate ends, turns into
     a static figure and table. ``await watch(handle, view)`` (or ``await handle``) for the
-    result. ``kw`` goes to `launch` (params, concurrency, ...). To serve a re-launch from
-    Redis, wrap ``infer`` with `vtrm_gate.cache.cached_infer` (see the README).
+    result. ``endpoints`` (an `EndpointPool`, e.g. ``agent.endpoints``) adds per-endpoint
+    counters to the view. ``kw`` goes to `launch` (params, concurrency, ...). To serve a
+    re-launch from Redis, wrap ``infer`` with `vtrm_gate.cache.cached_infer` (see the README).
     """
-    view = view or LiveGateView(kw.get("params"), layout=layout)
+    view = view or LiveGateView(kw.get("params"), layout=layout, endpoints=endpoints)
     subs = [view, *kw.pop("subscribers", ())]
     handle = launch(plans, infer, subscribers=subs, **kw)
     view.source = handle
