@@ -48,7 +48,8 @@ def test_unknown_keys_are_refused_naming_the_valid_ones(tmp_path):
     f = tmp_path / "gate.toml"
     f.write_text("concurency = 8\n")
     with pytest.raises(ConfigError, match=r"'concurency'.*valid keys: cache, cache_enabled, "
-                                          r"cache_prefix, cache_share, concurrency"):
+                                          r"cache_prefix, cache_share, cancel_after_freeze, "
+                                          r"concurrency, dispatch"):
         load_config(f, env={}, dotenv=None)
     f.write_text("[gate]\ne_confrim = 3\n")
     with pytest.raises(ConfigError, match=r"gate\.e_confrim.*e_confirm"):

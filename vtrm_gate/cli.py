@@ -14,6 +14,7 @@ nothing measured) exits 3; SIGINT and SIGTERM exit 130 after marking the step ab
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -158,7 +159,10 @@ class TerminalProgress:
 def _load_config(args: argparse.Namespace) -> Any:
     from .config import load_config
 
-    return load_config(getattr(args, "config", None))
+    cfg = load_config(getattr(args, "config", None))
+    flags = {k: getattr(args, k, None) for k in ("dispatch", "cancel_after_freeze")}
+    flags = {k: v for k, v in flags.items() if v is not None}  # a flag beats file and env
+    return dataclasses.replace(cfg, **flags) if flags else cfg
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -276,7 +280,9 @@ def _run_llm_step(ws: Any, epoch: int, step: int, args: argparse.Namespace,
                                       evolver=backend.evolver, cases=cases,
                                       cache_stats=backend.cache_stats, params=cfg.gate,
                                       guard=cfg.guard, concurrency=concurrency,
-                                      force=args.force, subscribers=[progress])
+                                      force=args.force, subscribers=[progress],
+                                      dispatch=cfg.dispatch,
+                                      cancel_after_freeze=cfg.cancel_after_freeze)
             finally:
                 await backend.aclose()
 
@@ -322,7 +328,8 @@ def _run_step(root: Path, epoch: int, step: int, args: argparse.Namespace,
         coro = run_step(ws, epoch, step, infer=backend.infer, evolver=backend.evolver,
                         cases=backend.cases, params=cfg.gate, guard=cfg.guard,
                         concurrency=args.concurrency or cfg.concurrency, force=args.force,
-                        subscribers=[progress])
+                        subscribers=[progress], dispatch=cfg.dispatch,
+                        cancel_after_freeze=cfg.cancel_after_freeze)
         if scale is None:  # virtual clock: hours of simulated inference in seconds
             return run_virtual(coro)
         from ._sync import run_sync
@@ -542,6 +549,11 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--config", help="config file (TOML or JSON); env and .env apply too")
         sp.add_argument("--time-scale", type=_nonneg_float, default=None,
                         help="real seconds per simulated second (default: virtual clock)")
+        sp.add_argument("--dispatch", choices=("round_robin", "need_aware"), default=None,
+                        help="which type the gate feeds next (default: config, round_robin)")
+        sp.add_argument("--cancel-after-freeze", action=argparse.BooleanOptionalAction,
+                        default=None, help="cancel a frozen type's in-flight calls "
+                        "(default: config, off)")
         sp.add_argument("--force", action="store_true",
                         help="re-run even if the step's manifest changed")
 

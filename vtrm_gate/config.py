@@ -32,7 +32,10 @@ ENV_KEYS = {
     "VTRM_CACHE_PREFIX": "cache_prefix",
     "VTRM_CACHE": "cache_enabled",
     "VTRM_CACHE_SHARE": "cache_share",
+    "VTRM_DISPATCH": "dispatch",
+    "VTRM_CANCEL_AFTER_FREEZE": "cancel_after_freeze",
 }
+DISPATCH_NAMES = ("round_robin", "need_aware")  # `vtrm_gate.dispatch.resolve_dispatch`
 # Keys of the ``[cache]`` table and the Config fields they set.
 CACHE_TABLE = {"share": "cache_share"}
 
@@ -55,6 +58,10 @@ class Config:
     cache_share: str | None = None
     """``[cache] share = "name"`` (or ``VTRM_CACHE_SHARE``): share cached LLM samples with
     every workspace configured with the same name (default: each workspace's are its own)."""
+    dispatch: str = "round_robin"
+    """Which type the gate feeds next (`vtrm_gate.dispatch`); decisions do not depend on it."""
+    cancel_after_freeze: bool = False
+    """Cancel a frozen type's in-flight calls instead of letting them finish."""
 
     def __post_init__(self) -> None:
         if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int) \
@@ -73,6 +80,12 @@ class Config:
                                              or any(c.isspace() for c in self.cache_share)):
             raise ConfigError(f"cache.share must be a non-empty name without spaces, "
                               f"got {self.cache_share!r}")
+        if self.dispatch not in DISPATCH_NAMES:
+            raise ConfigError(f"dispatch must be one of {', '.join(DISPATCH_NAMES)}, "
+                              f"got {self.dispatch!r}")
+        if not isinstance(self.cancel_after_freeze, bool):
+            raise ConfigError(f"cancel_after_freeze must be on/off (true/false), "
+                              f"got {self.cancel_after_freeze!r}")
         if self.redis_url is not None and not isinstance(self.redis_url, str):
             raise ConfigError(f"redis_url must be a string (a redis://, rediss:// or unix:// "
                               f"URL), got {type(self.redis_url).__name__}")
@@ -86,7 +99,8 @@ class Config:
         return (f"Config(concurrency={self.concurrency}, gate={self.gate}, guard={self.guard}, "
                 f"redis_url={self._masked_url!r}, "
                 f"redis_cache_ttl={self.redis_cache_ttl}, cache_prefix={self.cache_prefix!r}, "
-                f"cache_enabled={self.cache_enabled}, cache_share={self.cache_share!r})")
+                f"cache_enabled={self.cache_enabled}, cache_share={self.cache_share!r}, "
+                f"dispatch={self.dispatch!r}, cancel_after_freeze={self.cancel_after_freeze})")
 
     @property
     def _masked_url(self) -> str | None:
@@ -103,6 +117,8 @@ class Config:
             "cache_prefix": self.cache_prefix,
             "cache_enabled": self.cache_enabled,
             "cache_share": self.cache_share,
+            "dispatch": self.dispatch,
+            "cancel_after_freeze": self.cancel_after_freeze,
         }
 
 
@@ -189,7 +205,7 @@ def config_from_mapping(data: Mapping[str, Any]) -> Config:
                 raise ConfigError(str(exc)) from None
         elif key == "redis_cache_ttl" or key == "concurrency":
             kwargs[key] = _coerce_int(key, value)
-        elif key == "cache_enabled":
+        elif key in ("cache_enabled", "cancel_after_freeze"):
             kwargs[key] = _coerce_bool(key, value)
         else:
             kwargs[key] = value

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._sync import run_sync
+from ..dispatch import DispatchName, resolve_dispatch
 from ..ladder import build_ladder, ladder_units, shuffle_key
 from ..scheduler import (
     GateResult,
@@ -362,7 +363,9 @@ async def run_step(workspace: Workspace | str | Path, epoch: int, step: int, *, 
                    guard: GuardParams | None = None, force: bool = False,
                    subscribers: Iterable[Subscriber] = (),
                    cases: CaseSource | Mapping[str, Sequence[str]] | None = None,
-                   cache_stats: Callable[[str], Any] | None = None) -> StepResult:
+                   cache_stats: Callable[[str], Any] | None = None,
+                   dispatch: DispatchName = "round_robin",
+                   cancel_after_freeze: bool = False) -> StepResult:
     """Run (or re-run) gate step ``(epoch, step)`` of ``workspace``: phases A–D.
 
     ``cases`` gives the step's evolution cases (default: ``evolver.error_cases`` or
@@ -380,15 +383,19 @@ async def run_step(workspace: Workspace | str | Path, epoch: int, step: int, *, 
         return await _run_step(ws, epoch, step, infer=infer, evolver=evolver, params=params,
                                concurrency=concurrency, guard=guard, force=force,
                                subscribers=subscribers, cases=cases,
-                               cache_stats=cache_stats)
+                               cache_stats=cache_stats, dispatch=dispatch,
+                               cancel_after_freeze=cancel_after_freeze)
 
 
 async def _run_step(ws: Workspace, epoch: int, step: int, *, infer: Infer, evolver: Evolver,
                     params: GateParams, concurrency: int, guard: GuardParams | None,
                     force: bool, subscribers: Iterable[Subscriber],
                     cases: CaseSource | Mapping[str, Sequence[str]] | None,
-                    cache_stats: Callable[[str], Any] | None = None) -> StepResult:
+                    cache_stats: Callable[[str], Any] | None = None,
+                    dispatch: DispatchName = "round_robin",
+                    cancel_after_freeze: bool = False) -> StepResult:
     _check_ids(epoch, step)
+    resolve_dispatch(dispatch)  # an unknown name fails before anything is written
     if not isinstance(params, GateParams):
         raise TypeError(f"params must be GateParams, got {type(params).__name__}")
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
@@ -504,6 +511,7 @@ async def _run_step(ws: Workspace, epoch: int, step: int, *, infer: Infer, evolv
         "config_hash": json_hash(inputs["config"]),
         "agent_hash": ws.config.agent_hash,
         "concurrency": concurrency,
+        "dispatch": dispatch, "cancel_after_freeze": bool(cancel_after_freeze),
         "candidates": {t: {"status": status[t], "note": notes.get(t),
                            **({"hash": content_hash(cand[t]), "file": cand_files[t],
                                "dir": str(cand_dirs[t].relative_to(ws.root))}
@@ -528,7 +536,8 @@ async def _run_step(ws: Workspace, epoch: int, step: int, *, infer: Infer, evolv
         try:
             gate = await run_gate(plans, infer, params, concurrency,
                                   baseline=BaselineCache.for_workspace(ws),
-                                  sink=sink, subscribers=subscribers, guard=guard)
+                                  sink=sink, subscribers=subscribers, guard=guard,
+                                  dispatch=dispatch, cancel_after_freeze=cancel_after_freeze)
         except InfraGuardError as exc:
             part = exc.partial
             _report_aborted(ws, epoch, step, gated, extra, str(exc),
