@@ -112,9 +112,12 @@ def read_dotenv(path: str | os.PathLike[str]) -> dict[str, str]:
     """Parse a ``.env`` file: ``KEY=VALUE`` lines, ``export`` prefixes, quotes, comments."""
     out: dict[str, str] = {}
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError:
         return out
+    except UnicodeDecodeError as exc:  # a ValueError: the CLI exits 2 with this one line
+        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") \
+            from None
     for raw in text.splitlines():
         line = raw.strip()
         if not line or line.startswith("#") or "=" not in line:
