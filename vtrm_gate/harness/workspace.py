@@ -30,7 +30,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, urlsplit
 
+from .._env import mask_url
 from ..endpoints import EndpointsError, check_endpoints_setting, read_endpoints_file
 from ..ladder import check_unit_ids
 from ..media import Media as Media
@@ -222,6 +224,20 @@ class WorkspaceConfig:
         return json_hash(dict(self.agent))
 
 
+def _refuse_url_credentials(url: str) -> None:
+    """No password, token or key inside the endpoint URL: it would be written to
+    workspace.json and every manifest (the message does not repeat it)."""
+    parts = urlsplit(url)
+    names = [k for k, _ in parse_qsl(parts.query, keep_blank_values=True)]
+    bad = [k for k in names if k.lower().replace("-", "_") in ("key", "token", "access_token")
+           or any(s in k.lower().replace("-", "_") for s in _SECRET_KEYS)]
+    if "@" in parts.netloc or bad:
+        what = "user info (user:password@)" if "@" in parts.netloc else \
+            f"the query parameter(s) {', '.join(bad)}"
+        raise ValueError(f"agent.base_url must not hold a credential (found {what}); the API "
+                         f"key comes from OPENAI_API_KEY / VTRM_API_KEY at run time")
+
+
 def _check_llm_agent(agent: Mapping[str, Any]) -> None:
     """An ``llm`` workspace's agent: an OpenAI-compatible endpoint, a model, sampling
     params; never a credential (the key comes from the environment at run time)."""
@@ -243,7 +259,11 @@ def _check_llm_agent(agent: Mapping[str, Any]) -> None:
     if isinstance(url, list) or "endpoints_file" in agent:  # several endpoints
         check_endpoints_setting(agent)
     elif not isinstance(url, str) or not url.startswith(("http://", "https://")):
-        raise ValueError(f"agent.base_url must be an http(s):// URL, got {url!r}")
+        shown = mask_url(url) if isinstance(url, str) else repr(url)
+        raise ValueError(f"agent.base_url must be an http(s):// URL, got {shown}")
+    for u in url if isinstance(url, list) else [url]:
+        if isinstance(u, str):
+            _refuse_url_credentials(u)
     model = agent.get("model")
     if not isinstance(model, str) or not model.strip():
         raise ValueError(f"agent.model must be a non-empty string, got {model!r}")
