@@ -1,0 +1,57 @@
+"""Hostile pass (h8): SIGTERM stops a step even when the step was started with SIGINT
+ignored (``vtrm-gate step ... &`` in a script, where the shell ignores SIGINT for
+background jobs, or a supervisor that does the same): it must not run on to the end."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from test_cli import ROOT, cli
+
+
+def _ignore_sigint() -> None:  # what bash does to an asynchronous command without job control
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _predictions(ws: Path) -> int:
+    try:
+        with sqlite3.connect(f"file:{ws / 'harness.sqlite'}?mode=ro", uri=True) as con:
+            return con.execute("SELECT count(*) FROM predictions").fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
+def test_sigterm_stops_a_step_started_with_sigint_ignored(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    assert cli("init", str(ws), "--seed", "3").returncode == 0
+    state = (ws / "state.json").read_bytes()
+    step = subprocess.Popen(
+        [sys.executable, "-m", "vtrm_gate", "step", "--workspace", str(ws), "--epoch", "1",
+         "--step", "1", "--time-scale", "0.05"], cwd=ROOT, text=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_ignore_sigint)
+    for _ in range(20000):  # until the gate has results (Phase C runs)
+        if _predictions(ws) > 0 or step.poll() is not None:
+            break
+        threading.Event().wait(0.01)
+    assert step.poll() is None
+    step.send_signal(signal.SIGTERM)
+    try:
+        _, err = step.communicate(timeout=120)  # the whole step takes minutes at this scale
+    except subprocess.TimeoutExpired:
+        step.kill()
+        step.communicate()
+        raise AssertionError("SIGTERM was ignored: the step ran on") from None
+    assert step.returncode == 130, err[-2000:]
+    assert "interrupted" in err and "Traceback" not in err
+    with sqlite3.connect(ws / "harness.sqlite") as con:
+        statuses = set(dict(con.execute("SELECT task_type, status FROM step_report")).values())
+        finished = con.execute("SELECT count(*) FROM step_report WHERE status = 'gated'"
+                               ).fetchone()[0]
+    assert "aborted" in statuses and finished == 0
+    assert (ws / "state.json").read_bytes() == state
+    assert cli("step", "--workspace", str(ws), "--epoch", "1", "--step", "1").returncode == 0
