@@ -618,8 +618,15 @@ def _sigterm_as_sigint() -> None:
     import signal
     import threading
 
+    def on_term(signum: int, frame: Any) -> None:
+        # SIGINT may be ignored (a background job in a script): SIGTERM must still stop us
+        if callable(signal.getsignal(signal.SIGINT)):
+            signal.raise_signal(signal.SIGINT)  # asyncio's handler: cancel the step cleanly
+        else:
+            raise KeyboardInterrupt
+
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, lambda signum, frame: signal.raise_signal(signal.SIGINT))
+        signal.signal(signal.SIGTERM, on_term)
 
 
 def _exit_code(exc: BaseException) -> int | None:
