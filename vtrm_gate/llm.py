@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 import httpx
 
+from ._env import mask_url
 from .cache import (
     PROTOCOL_FAILURES,
     KeyParts,
@@ -336,6 +337,11 @@ class LLMAgent:
                 if r.status_code in self.retry.retry_statuses:
                     raise _Retryable(f"HTTP {r.status_code}", r.status_code,
                                      parse_retry_after(r.headers.get("retry-after")))
+                if r.is_redirect:  # not transient, and never followed (the key would go too)
+                    raise LLMInfraError(
+                        f"HTTP {r.status_code} redirect to "
+                        f"{mask_url(r.headers['location'])} not "
+                        f"followed; set the endpoint's base_url to the final address")
                 data = await self._read_capped(r)
         except httpx.TimeoutException as exc:
             raise _Retryable(f"timeout after {self.timeout:g}s ({type(exc).__name__})") \
