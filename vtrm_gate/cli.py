@@ -654,8 +654,8 @@ def _one_line(exc: BaseException) -> str:
         text = f"SQLite: {exc}"
     else:
         text = str(exc) or type(exc).__name__
-    if type(exc).__name__ == "StepRefusedError":
-        return text  # its list of changed inputs, one per line, is the point
+    if type(exc).__name__ == "StepRefusedError":  # its changed inputs, one per line
+        return text.replace("force=True", "--force")  # the CLI's spelling of the override
     return " ".join(text.split())
 
 
