@@ -618,15 +618,12 @@ def _sigterm_as_sigint() -> None:
     import signal
     import threading
 
-    def on_term(signum: int, frame: Any) -> None:
-        # SIGINT may be ignored (a background job in a script): SIGTERM must still stop us
-        if callable(signal.getsignal(signal.SIGINT)):
-            signal.raise_signal(signal.SIGINT)  # asyncio's handler: cancel the step cleanly
-        else:
-            raise KeyboardInterrupt
-
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, on_term)
+        # A background job of a script inherits SIGINT ignored; re-raised SIGTERMs would be
+        # lost, and asyncio only cancels a step cleanly from the default SIGINT handler.
+        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, lambda signum, frame: signal.raise_signal(signal.SIGINT))
 
 
 def _exit_code(exc: BaseException) -> int | None:
