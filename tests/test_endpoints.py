@@ -42,7 +42,7 @@ def farm(*delays: float) -> list[SlowChatServer]:
 
 
 def run(ws: Workspace, target: RedisTarget, pool: EndpointPool | None,
-        concurrency: int) -> StepResult:
+        concurrency: int, subscribers: Any = ()) -> StepResult:
     cache = ResponseCache(target.url, prefix=target.prefix)
     backend = llm_backend(ws, cache=cache, api_key="k", env={}, retry=PATIENT,
                           endpoints=pool)
@@ -52,7 +52,7 @@ def run(ws: Workspace, target: RedisTarget, pool: EndpointPool | None,
             cases = await rollout_cases(backend, ws, 1, 1)
             return await run_step(ws, 1, 1, infer=backend.infer, evolver=backend.evolver,
                                   cases=cases, cache_stats=backend.cache_stats,
-                                  concurrency=concurrency)
+                                  concurrency=concurrency, subscribers=subscribers)
         finally:
             await backend.aclose()
 
@@ -256,19 +256,7 @@ def test_the_live_view_shows_each_endpoints_counters(tmp_path: Path,
         ws = Workspace.init_llm(tmp_path / "ws", write_units(tmp_path / "u.jsonl"),
                                 base_url=[s.url for s in servers], model="m", seed=1)
         view = LiveGateView(min_interval=0, threaded=False, endpoints=pool)
-        cache = ResponseCache(redis_target.url, prefix=redis_target.prefix)
-        backend = llm_backend(ws, cache=cache, api_key="k", env={}, retry=PATIENT,
-                              endpoints=pool)
-
-        async def go() -> StepResult:
-            try:
-                cases = await rollout_cases(backend, ws, 1, 1)
-                return await run_step(ws, 1, 1, infer=backend.infer, evolver=backend.evolver,
-                                      cases=cases, concurrency=6, subscribers=[view])
-            finally:
-                await backend.aclose()
-
-        asyncio.run(go())
+        run(ws, redis_target, pool, 6, subscribers=[view])
         ws.close()
     finally:
         for s in servers:

@@ -57,15 +57,21 @@ def run_cli(args: list[str], pythonpath: Path, redis_url: str) -> subprocess.Com
                           text=True, env=env, timeout=120, check=False)
 
 
-def test_readme_example_runs_a_full_step_and_its_rerun_is_served_from_the_caches(
-        tmp_path: Path, redis_target: RedisTarget) -> None:
+def readme_workspace(tmp_path: Path, redis_target: RedisTarget) -> tuple[Path, Path, str]:
+    """The README's example package and an ``init --llm --backend`` workspace that names it:
+    (PYTHONPATH for the package, workspace path, Redis URL)."""
     path = package(tmp_path, "mypkg", readme_example())
     units = write_units(tmp_path / "units.jsonl")
     ws = tmp_path / "ws"
-    url = redis_target.url
     out = run_cli(["init", str(ws), "--llm", "--units", str(units), "--backend",
-                   "mypkg.agent:make_backend"], path, url)
+                   "mypkg.agent:make_backend"], path, redis_target.url)
     assert out.returncode == 0, out.stderr
+    return path, ws, redis_target.url
+
+
+def test_readme_example_runs_a_full_step_and_its_rerun_is_served_from_the_caches(
+        tmp_path: Path, redis_target: RedisTarget) -> None:
+    path, ws, url = readme_workspace(tmp_path, redis_target)
     agent = json.loads((ws / "workspace.json").read_text())["agent"]
     assert agent == {"backend": "mypkg.agent:make_backend"}
 
@@ -183,13 +189,7 @@ def test_train_and_settle_run_your_own_agent_with_one_setting(
         tmp_path: Path, redis_target: RedisTarget) -> None:
     # The workspace's agent.backend names the factory: `train` needs no other flag, and a
     # resume finds everything done.
-    path = package(tmp_path, "mypkg", readme_example())
-    units = write_units(tmp_path / "units.jsonl")
-    ws = tmp_path / "ws"
-    url = redis_target.url
-    out = run_cli(["init", str(ws), "--llm", "--units", str(units), "--backend",
-                   "mypkg.agent:make_backend"], path, url)
-    assert out.returncode == 0, out.stderr
+    path, ws, url = readme_workspace(tmp_path, redis_target)
     train = ["train", "--workspace", str(ws), "--epochs", "1", "--steps-per-epoch", "2",
              "--json"]
     first = run_cli(train, path, url)
