@@ -6,15 +6,14 @@ redraws the exact exit probabilities (accept / provisional / inertia / futile / 
 expected units) and the H0 false-accept rate; "Monte Carlo check" simulates the same point.
 Headless (``interactive=False``) it renders the default point once.
 
-`fast_oc` is the exact dynamic programme of `stats.operating_characteristics` for INFRA-free
-ladders on a 2-D state (ties are k − W − L), so n ≤ 100 evaluates in milliseconds.
+The numbers are `stats.operating_characteristics` (exact, O(n³), milliseconds at n ≤ 100), the
+same function the design-review figures and the README quote.
 """
 
 from __future__ import annotations
 
 import asyncio
 import io
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -29,6 +28,7 @@ from .stats import (
     Action,
     GateParams,
     OperatingCharacteristics,
+    operating_characteristics,
     replay_prefix_batch,
 )
 
@@ -38,62 +38,10 @@ EXIT_COLOURS = {Action.ACCEPT: "tab:green", Action.PROVISIONAL: "tab:olive",
                 Action.REJECT: "tab:red"}
 
 
-def fast_oc(params: GateParams, p_win: float, discordance: float, n_units: int
-            ) -> OperatingCharacteristics:
-    """Exact exit probabilities and expected units (no INFRA): equals
-    `stats.operating_characteristics(..., infra_rate=0)` on a 2-D state."""
-    n = int(n_units)
-    if n <= 0:
-        return OperatingCharacteristics(0, 0, 0, 0, 1.0, 0.0, 0.0, p_win, discordance, 0, 0.0)
-    lam, delta = params.lambda_dir, params.delta_min
-    pw, pl_, pt = discordance * p_win, discordance * (1 - p_win), 1 - discordance
-    idx = np.arange(n + 1)
-    Wg, Lg = np.meshgrid(idx, idx, indexing="ij")
-    wnet = Wg - Lg
-    mass = np.zeros((n + 1, n + 1))
-    mass[0, 0] = 1.0
-    exits = dict.fromkeys(EXITS, 0.0)
-    exp_units = 0.0
-    for k in range(1, n + 1):
-        new = pt * mass
-        new[1:, :] += pw * mass[:-1, :]
-        new[:, 1:] += pl_ * mass[:, :-1]
-        mass = new
-        Tg = k - Wg - Lg
-        valid = Tg >= 0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            log_ep = (Wg * math.log(1 + lam * (1 - delta)) + Tg * math.log(1 - lam * delta)
-                      + Lg * (math.log(1 - lam * (1 + delta)) if lam * (1 + delta) < 1
-                              else -np.inf))
-            log_em = Wg * (math.log(1 - lam) if lam < 1 else -np.inf) + Lg * math.log(1 + lam)
-        log_ep = np.where(Lg == 0, Wg * math.log(1 + lam * (1 - delta))
-                          + Tg * math.log(1 - lam * delta), log_ep)
-        log_em = np.where(Wg == 0, Lg * math.log(1 + lam), log_em)
-        ep, em = np.exp(log_ep), np.exp(log_em)
-        acc = valid & (ep >= params.e_confirm) & (wnet >= params.w_net_min)
-        rej = valid & ~acc & (em >= params.e_reject)
-        rest = valid & ~acc & ~rej
-        stops = {Action.ACCEPT: acc, Action.REJECT: rej}
-        n_rem = n - k
-        if n_rem > 0:
-            e_best = ep * params.win_factor**n_rem
-            w_best = wnet + n_rem
-            hopeful = ((e_best >= params.e_confirm) & (w_best >= params.w_net_min)) | (
-                (e_best >= params.e_provisional) & (w_best >= params.w_net_min_provisional))
-            stops[Action.FUTILE] = rest & ~hopeful
-        else:
-            prov = (ep >= params.e_provisional) & (wnet >= params.w_net_min_provisional)
-            stops[Action.PROVISIONAL] = rest & prov
-            stops[Action.INERTIA] = rest & ~prov
-        for a, m in stops.items():
-            pm = float(mass[m].sum())
-            exits[a] += pm
-            exp_units += k * pm
-            mass[m] = 0.0
-    return OperatingCharacteristics(
-        exits[Action.ACCEPT], exits[Action.REJECT], exits[Action.FUTILE],
-        exits[Action.PROVISIONAL], exits[Action.INERTIA], exp_units, exp_units,
-        p_win, discordance, n, 0.0)
+def point_oc(params: GateParams, p_win: float, discordance: float, n_units: int
+             ) -> OperatingCharacteristics:
+    """The explorer's numbers: the kernel's exact OC (INFRA-free), milliseconds at n ≤ 100."""
+    return operating_characteristics(params, p_win, discordance, n_units)
 
 
 @dataclass(frozen=True)
@@ -135,9 +83,9 @@ def explorer_figure(point: Point, mc: dict[Action, tuple[float, float, float]] |
     """Left: exact P(exit) vs p_win with the chosen p_win marked; right: the chosen point's
     exits (numbers on the bars, Monte Carlo check as error bars when given)."""
     params, n = point.params, point.n_units
-    oc = fast_oc(params, point.p_win, point.discordance, n)
-    h0 = fast_oc(params, 0.5, point.discordance, n)
-    curves = [fast_oc(params, float(p), point.discordance, n) for p in p_grid]
+    oc = point_oc(params, point.p_win, point.discordance, n)
+    h0 = point_oc(params, 0.5, point.discordance, n)
+    curves = [point_oc(params, float(p), point.discordance, n) for p in p_grid]
     fig = new_figure((12.8, 5.4))
     left, right = fig.subplots(1, 2, width_ratios=(1.4, 1))
     for a in EXITS:
@@ -190,8 +138,8 @@ def tradeoffs(p_win: float = 0.7, n_units: int = 40, discordance: float = 0.5,
             for w in w_net_mins:
                 params = GateParams(e_confirm=float(e), lambda_dir=lam, w_net_min=w,
                                     n_max=n_units)
-                good = fast_oc(params, p_win, discordance, n_units)
-                null = fast_oc(params, 0.5, discordance, n_units)
+                good = point_oc(params, p_win, discordance, n_units)
+                null = point_oc(params, 0.5, discordance, n_units)
                 rows.append({"e_confirm": float(e), "lambda_dir": lam, "w_net_min": w,
                              "p_accept": good.p_accept, "false_accept_h0": null.p_accept,
                              "bound": 1 / e, "expected_units": good.expected_units,
@@ -282,7 +230,7 @@ class Explorer:
         fig.savefig(buf, format="png", dpi=80)
         self.image.value = buf.getvalue()
         self.redraws += 1
-        oc = fast_oc(self.point.params, self.point.p_win, self.point.discordance,
+        oc = point_oc(self.point.params, self.point.p_win, self.point.discordance,
                      self.point.n_units)
         self.message.value = (f"<div style='padding:8px;font-size:14px'>P(ACCEPT) "
                               f"<b>{oc.p_accept:.1%}</b><br>expected units "
