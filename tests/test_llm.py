@@ -179,6 +179,16 @@ def test_503_with_retry_after_is_retried_after_the_delay(chat_server: ChatServer
     assert retries[0].step == "think" and retries[0].unit_id == "u1"
 
 
+def test_a_retry_after_past_the_deadline_gives_up_at_once_saying_why(
+        chat_server: ChatServer) -> None:
+    # A server asking for an hour's wait cannot be honoured within the call's deadline: INFRA
+    # after one request, and the reason names Retry-After (not a bare "HTTP 429").
+    chat_server.inject(Fault(status=429, retry_after="3600"))
+    [res] = infer(agent(chat_server), task())
+    assert res.infra and len(chat_server.requests) == 1
+    assert "Retry-After 3600s" in res.error and "max_total_s" in res.error
+
+
 def test_429_is_retried_with_backoff(chat_server: ChatServer) -> None:
     events: list[AgentEvent] = []
     chat_server.inject(Fault(status=429), Fault(status=429))

@@ -396,6 +396,10 @@ class LLMAgent:
                 if attempt >= self.retry.max_attempts or \
                         elapsed + delay > self.retry.max_total_s:
                     why = (f"gave up after {attempt} attempt(s) in {elapsed:.1f}s: {err}")
+                    if attempt < self.retry.max_attempts and exc.retry_after is not None:
+                        why += (f" (the server's Retry-After {exc.retry_after:g}s would pass "
+                                f"the call's deadline of {self.retry.max_total_s:g}s, "
+                                f"retry.max_total_s)")
                     self._emit(AgentEvent("give_up", run_id, unit_id, step, attempt,
                                           exc.status, 0.0, err))
                     raise LLMInfraError(why) from None
