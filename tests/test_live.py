@@ -175,19 +175,30 @@ def test_a_second_launch_is_served_from_redis(redis_target):
     plans = list(step.plans)[:3]
 
     async def launch_once():
+        paid: set[tuple[str, str, str]] = set()  # (type, unit, arm) that reached the backend
+
+        async def backend(task):
+            paid.add((task.task_type, task.unit_id, task.arm))
+            return await step.infer(task)
+
         cache = ResponseCache(redis_target.url, prefix=redis_target.prefix)
-        infer = cached_infer(cache, step.infer, model="sim-agent", prompt=step.world.prompt,
+        infer = cached_infer(cache, backend, model="sim-agent", prompt=step.world.prompt,
                              grade=step.world.grade)
         handle, view = show_live(plans, infer, display=False, concurrency=8)
         result = await watch(handle, view)
         stats = cache.stats()
         await cache.aclose()
-        return result, infer.calls, stats
+        return result, paid, stats
 
     first, paid1, _ = asyncio.run(launch_once())
     second, paid2, stats2 = asyncio.run(launch_once())
-    assert paid1 == first.total("started") > 0
-    assert paid2 == 0 and stats2.hits == second.total("started")
+    assert len(paid1) == first.total("started") > 0
+    # Everything the first launch ran is served from Redis. Which calls start past a type's
+    # stop depends on completion order (cache hits return sooner than the backend did), so
+    # the second launch may start a few the first never did: only those reach the backend.
+    assert paid2.isdisjoint(paid1)
+    assert stats2.hits == second.total("started") - len(paid2) > 0
+    assert len(paid2) <= 8 * len(plans)  # at most a slot pool of speculation per type
     assert second.decisions() == first.decisions()
 
 
