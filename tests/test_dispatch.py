@@ -7,7 +7,6 @@ import asyncio
 import random
 from dataclasses import dataclass, field
 
-import looptime
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -27,6 +26,7 @@ from vtrm_gate import (
 from vtrm_gate.dispatch import dispatch_order, resolve_dispatch
 from vtrm_gate.llm import MCQ, LLMAgent, RetryPolicy
 from vtrm_gate.scheduler import UnitTask
+from vtrm_gate.sim import run_virtual as run
 from vtrm_gate.stats import SequentialTest, operating_characteristics
 from vtrm_gate.testing import OutcomeTable
 
@@ -34,13 +34,6 @@ WIN, LOSS, TIE = (False, True), (True, False), (True, True)
 PATIENT = GateParams(e_confirm=1e9, e_reject=1e9, e_provisional=1.0, w_net_min_provisional=0)
 QUICK = GateParams(e_confirm=4, e_reject=4, w_net_min=1)
 
-
-def run(coro):
-    loop = looptime.new_event_loop()
-    try:
-        return loop.run_until_complete(coro)
-    finally:
-        loop.close()
 
 
 @dataclass

@@ -6,8 +6,10 @@ import os
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
+import itertools
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import polars as pl
@@ -185,3 +187,40 @@ def test_notebooks_in_ci_never_write_the_committed_figures(monkeypatch, tmp_path
     assert notebook_figures_dir(False, root) == root / "figures" / "notebooks"
     monkeypatch.setenv("VTRM_FIGURES", str(tmp_path))
     assert notebook_figures_dir(True, root) == tmp_path
+
+
+@pytest.mark.parametrize("n_types, end", [(24, 0.02), (24, 30.0), (6, 1.0), (40, 0.001),
+                                          (12, "one far below, the rest at the top")])
+def test_overview_end_labels_stay_inside_their_axes_and_apart(n_types, end):
+    """Many types ending bunched together (at the floor, at a threshold, or all but one at
+    the top): the end labels are spread apart and never run past their panel."""
+    from matplotlib.text import Annotation, Text
+
+    from vtrm_gate.figures import TrajectorySeries, draw_overview, new_figure
+
+    ends = [end] * n_types if isinstance(end, float) else [0.01] + [30.0] * (n_types - 1)
+    series = [TrajectorySeries(f"Type {i}", tuple(range(1, 41)),
+                               (1.0, *[e] * 38, e * (1 + i / 1e3)), e_minus=(1.0, *[e] * 39))
+              for i, e in enumerate(ends)]
+    fig = new_figure((11.0, 6.5))  # as the live view's overview
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # e.g. "constrained_layout not applied"
+        axes = draw_overview(fig, series, GateParams(), n_max=40)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        canvas.draw()
+    renderer = canvas.get_renderer()
+    for ax in axes:
+        labels = [t for t in ax.texts if isinstance(t, Annotation)]
+        assert len(labels) == n_types
+        box = ax.get_window_extent(renderer)
+        boxes = [Text.get_window_extent(t, renderer) for t in labels]  # the text, no arrow
+        spans = sorted((b.y0, b.y1) for b in boxes)
+        assert spans[0][0] >= box.y0 - 1 and spans[-1][1] <= box.y1 + 1, (spans, box)
+        centres = [(a + b) / 2 for a, b in spans]
+        heights = [b - a for a, b in spans]
+        gaps = [b - a for a, b in itertools.pairwise(centres)]
+        assert min(gaps) >= 0.6 * min(heights)  # readable: at most slightly touching

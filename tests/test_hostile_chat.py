@@ -11,9 +11,10 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from test_llm import FAST, UNITS
+from test_llm import FAST, UNITS, infer, task
 
 from vtrm_gate.llm import LLMAgent, LLMInfraError
+from vtrm_gate.testing.chat import ChatServer, Fault
 
 
 @pytest.fixture
@@ -53,3 +54,29 @@ def test_a_redirect_is_infra_at_once_naming_the_target(redirecting: str) -> None
     msg = str(err.value)
     assert "308" in msg and "redirect" in msg and "https://bob:***@127.0.0.1:9/v1" in msg
     assert "hunter2" not in msg
+
+
+PORTAL = "<html><head><title>Sign in to the proxy</title></head><body>...</body></html>"
+
+
+@pytest.mark.parametrize("content_type", ["text/html; charset=utf-8", "text/plain"])
+def test_a_200_that_is_not_json_is_infra_at_once_quoting_it(chat_server: ChatServer,
+                                                            content_type: str) -> None:
+    # A captive portal or a proxy's login page answers 200 with HTML: not transient, so
+    # retrying it until the attempts run out only wastes the call's deadline.
+    chat_server.inject(*[Fault(body=PORTAL, content_type=content_type)] * FAST.max_attempts)
+    a = LLMAgent(UNITS, base_url=chat_server.url, model="m", retry=FAST,
+                 rng=random.Random(0), think=False)
+    [res] = infer(a, task())
+    assert len(chat_server.requests) == 1  # no retries
+    assert res.infra and content_type.split(";")[0] in (res.error or "")
+    assert "Sign in to the proxy" in (res.error or "")
+
+
+def test_a_truncated_json_200_is_still_retried(chat_server: ChatServer) -> None:
+    # A JSON body cut short (a proxy reset mid-body) is transient: the next attempt answers.
+    chat_server.inject(Fault(body='{"choices": [{"index": 0, "mess'))
+    a = LLMAgent(UNITS, base_url=chat_server.url, model="m", retry=FAST,
+                 rng=random.Random(0), think=False)
+    [res] = infer(a, task())
+    assert len(chat_server.requests) == 2 and not res.infra

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-import looptime
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -30,6 +29,7 @@ from vtrm_gate import (
     run_gate_sync,
 )
 from vtrm_gate.scheduler import SubscriberWarning
+from vtrm_gate.sim import run_virtual as run  # virtual clock: sleeps cost no wall time
 from vtrm_gate.testing import OutcomeTable
 
 WIN, LOSS, TIE = (False, True), (True, False), (True, True)
@@ -37,14 +37,6 @@ WIN, LOSS, TIE = (False, True), (True, False), (True, True)
 PATIENT = GateParams(e_confirm=1e9, e_reject=1e9, e_provisional=1.0, w_net_min_provisional=0,
                     n_max=10_000)
 
-
-def run(coro):
-    """Run on a virtual clock: sleeps cost no wall time, loop.time() is exact."""
-    loop = looptime.new_event_loop()
-    try:
-        return loop.run_until_complete(coro)
-    finally:
-        loop.close()
 
 
 class Recorder:

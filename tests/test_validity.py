@@ -126,17 +126,13 @@ def _accepts(path: str, params: GateParams, base, cand, infra, seed: int) -> int
         return sum(replay_prefix(p, params).action is Action.ACCEPT for p in pairs)
     import random
 
-    import looptime
+    from vtrm_gate.sim import run_virtual
 
     rng = random.Random(seed)
     table = OutcomeTable({f"T{i:04d}": p for i, p in enumerate(pairs)},
                          latency=lambda t, r: rng.choice([0.5, 1.0, 2.0, 8.0]))
-    loop = looptime.new_event_loop()
-    try:
-        res = loop.run_until_complete(run_gate(table.plans(), table, params, concurrency=64,
-                                               guard=GuardParams(max_ratio=1.0)))
-    finally:
-        loop.close()
+    res = run_virtual(run_gate(table.plans(), table, params, concurrency=64,
+                               guard=GuardParams(max_ratio=1.0)))
     return sum(a is Action.ACCEPT for a in res.decisions().values())
 
 

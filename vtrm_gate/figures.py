@@ -23,6 +23,7 @@ import polars as pl
 from matplotlib import rc_context
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.font_manager import FontProperties
 from matplotlib.lines import Line2D
 
 from .frames import EFFECT, oc_grid
@@ -141,15 +142,29 @@ def _path(s: TrajectorySeries, side: str) -> tuple[list[int], list[float]]:
     return [0, *s.steps[:n]], [max(y, E_FLOOR) for y in (1.0, *vals[:n])]
 
 
-def _spread(ys: Sequence[float], gap: float) -> list[float]:
-    """Push sorted label positions apart by at least ``gap`` (same units as ``ys``)."""
+def _spread(ys: Sequence[float], gap: float, lo: float = -math.inf,
+            hi: float = math.inf) -> list[float]:
+    """Label positions at least ``gap`` apart (same units as ``ys``), each group of crowded
+    labels centred on its targets' mean, and all within ``[lo, hi]`` (they must fit:
+    ``(len(ys) - 1) * gap <= hi - lo``)."""
     order = sorted(range(len(ys)), key=lambda i: ys[i])
+    groups: list[tuple[list[int], float]] = []  # (members in order, first one's position)
+
+    def place(members: list[int]) -> float:
+        start = sum(ys[i] for i in members) / len(members) - (len(members) - 1) * gap / 2
+        return min(max(start, lo), hi - (len(members) - 1) * gap)
+
+    for i in order:
+        groups.append(([i], place([i])))
+        while len(groups) > 1 and \
+                groups[-2][1] + len(groups[-2][0]) * gap > groups[-1][1]:  # they overlap
+            members = groups[-2][0] + groups.pop()[0]
+            groups[-1] = (members, place(members))
     out = list(ys)
-    for k in range(1, len(order)):
-        lo, hi = order[k - 1], order[k]
-        out[hi] = max(out[hi], out[lo] + gap)
-    shift = (max(out) - max(ys)) / 2 if ys else 0.0  # recentre the stack
-    return [y - shift for y in out]
+    for members, start in groups:
+        for k, i in enumerate(members):
+            out[i] = start + k * gap
+    return out
 
 
 def _exit_legend() -> list[Line2D]:
@@ -165,9 +180,21 @@ def _ylim(series: Sequence[TrajectorySeries], params: GateParams, sides: Sequenc
     return bottom, top
 
 
+def _height_pt(ax: Axes) -> float:
+    """The panel's height in points, less the share the constrained layout will take."""
+    return max(ax.get_position().height * ax.get_figure().get_figheight(), 0.5) * 72 * 0.8
+
+
+def _label_size(ax: Axes, n: int) -> float:
+    """The end labels' font size: "small", or less when ``n`` of them would not fit."""
+    size = FontProperties(size="small").get_size_in_points()
+    return max(min(size, _height_pt(ax) / (1.3 * max(n, 1))), 4.0)
+
+
 def draw_trajectories(ax: Axes, series: Sequence[TrajectorySeries], params: GateParams,
                       *, title: str | None = "E+ per type (ladder prefix)",
-                      side: str = "plus", n_max: int | None = None) -> None:
+                      side: str = "plus", n_max: int | None = None,
+                      label_size: float | None = None) -> None:
     """All types on one log axis: one line per type in its colour, labelled at its end,
     the thresholds, and at each decided type's stop a marker whose shape is the exit."""
     ax.set_yscale("log")
@@ -203,14 +230,17 @@ def draw_trajectories(ax: Axes, series: Sequence[TrajectorySeries], params: Gate
         ax.text(0.3, params.e_reject * 1.12, f"REJECT: E− ≥ e_reject = {params.e_reject:g}",
                 fontsize="small")
         ax.set_ylabel("E− (harm side, log)")
-    # labels at the line ends, spread apart in log space so they never overlap
-    height_in = max(ax.get_position().height * ax.get_figure().get_figheight(), 0.5)
-    gap = (math.log10(hi) - math.log10(lo)) * 0.15 / height_in
-    placed = _spread([math.log10(y) for _, y, _ in ends], gap)
-    for (x, y, i), ly in zip(ends, placed, strict=True):
-        ax.annotate(series[i].task_type, (x, y), xytext=(x_max + 1.2, 10 ** ly),
-                    textcoords="data", fontsize="small", color=type_colour(i % 20),
-                    va="center", annotation_clip=False,
+    # labels at the line ends, spread apart (in axes fraction) so they never overlap, and
+    # kept inside the panel; a crowd too tall for it gets a smaller font instead
+    size = label_size or _label_size(ax, len(ends))
+    gap = min(1.3 * size / _height_pt(ax), 1 / max(len(ends), 1))  # n gaps fit the panel
+    span = math.log10(hi) - math.log10(lo)
+    placed = _spread([(math.log10(y) - math.log10(lo)) / span for _, y, _ in ends], gap,
+                     gap / 2, 1 - gap / 2)
+    for (x, y, i), fy in zip(ends, placed, strict=True):
+        ax.annotate(series[i].task_type, (x, y), xytext=(x_max + 1.2, fy),
+                    textcoords=ax.get_xaxis_transform(), fontsize=size,
+                    color=type_colour(i % 20), va="center", annotation_clip=False,
                     arrowprops={"arrowstyle": "-", "color": type_colour(i % 20), "lw": 0.6,
                                 "alpha": 0.6})
     ax.set_xlim(0, x_max + 0.5)
@@ -224,8 +254,10 @@ def draw_overview(fig: Figure, series: Sequence[TrajectorySeries], params: GateP
                   title: str | None = None, n_max: int | None = None) -> list[Axes]:
     """The tangled overview: E+ of every type on top, E− below, exit shapes in the legend."""
     top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(1.7, 1.3))
-    draw_trajectories(top, series, params, title=title, n_max=n_max)
-    draw_trajectories(bottom, series, params, title=None, side="minus", n_max=n_max)
+    size = min(_label_size(top, len(series)), _label_size(bottom, len(series)))  # one size
+    draw_trajectories(top, series, params, title=title, n_max=n_max, label_size=size)
+    draw_trajectories(bottom, series, params, title=None, side="minus", n_max=n_max,
+                      label_size=size)
     top.set_xlabel("")
     fig.legend(handles=_exit_legend(), loc="outside lower center", fontsize="small", ncols=5,
                title="marker shape = exit, colour = type", title_fontsize="small",

@@ -351,9 +351,14 @@ class LLMAgent:
         if r.status_code >= 400:
             text = data[:200].decode("utf-8", errors="replace")
             raise LLMInfraError(f"HTTP {r.status_code} (not retryable): {text}")
+        ctype = r.headers.get("content-type", "").split(";")[0].strip().lower()
+        if ctype and "json" not in ctype:  # a portal's or proxy's page: not transient
+            text = " ".join(data[:200].decode("utf-8", errors="replace").split())
+            raise LLMInfraError(f"HTTP {r.status_code} with Content-Type {ctype}, not a "
+                                f"chat completion (check base_url): {text}")
         try:
             doc = parse_body(data)
-        except ValueError as exc:
+        except ValueError as exc:  # e.g. cut short by a reset: the next attempt may answer
             raise _Retryable(f"HTTP {r.status_code} with a malformed JSON body: {exc}") \
                 from None
         return doc if isinstance(doc, dict) else {"unexpected": doc}

@@ -43,6 +43,7 @@ class Fault:
     trickle_s: float = 0.0  # send a 200's body one byte every trickle_s seconds
     chunked_bytes: int = 0  # send a 200 with a chunked body of this many bytes
     gzip: bool = False  # answer normally, gzip-encoded (Content-Encoding: gzip)
+    content_type: str = "application/json"  # of a 200 with ``body`` (text/html: a portal)
 
 
 class ChatServer:
@@ -181,7 +182,8 @@ class ChatServer:
             if fault.trickle_s or fault.chunked_bytes:
                 return self.stream(h, fault)
             if fault.body is not None:
-                return self.reply_raw(h, 200, fault.body.encode())
+                return self.reply_raw(h, 200, fault.body.encode(),
+                                      {"Content-Type": fault.content_type})
             if fault.gzip:
                 data = gzip.compress(json.dumps(self.answer(body, step)).encode())
                 return self.reply_raw(h, 200, data, {"Content-Encoding": "gzip"})
@@ -270,9 +272,8 @@ class ChatServer:
                   headers: dict[str, str] | None = None) -> None:
         try:
             h.send_response(status)
-            h.send_header("Content-Type", "application/json")
             h.send_header("Content-Length", str(len(data)))
-            for k, v in (headers or {}).items():
+            for k, v in {"Content-Type": "application/json", **(headers or {})}.items():
                 h.send_header(k, v)
             h.end_headers()
             h.wfile.write(data)
