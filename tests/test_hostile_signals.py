@@ -52,7 +52,8 @@ def test_sigterm_of_a_step_is_like_sigint(tmp_path: Path, sigint: str) -> None:
         step.communicate()
         raise AssertionError("SIGTERM was ignored: the step ran on") from None
     assert step.returncode == 130, err[-2000:]
-    assert "interrupted" in err and "Traceback" not in err
+    assert "interrupted; run the same command again to resume" in err
+    assert "Traceback" not in err
     with sqlite3.connect(ws / "harness.sqlite") as con:
         statuses = set(dict(con.execute("SELECT task_type, status FROM step_report")).values())
         applied = con.execute("SELECT count(*) FROM step_report WHERE applied IS NOT NULL"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 
 import pytest
@@ -321,3 +322,26 @@ def test_unknown_type_or_unit_is_a_clear_error():
         world.pool("Cooking")
     with pytest.raises(ValueError, match="unknown unit 'nope'"):
         world.outcome(_task(world, "OCR Problems", "nope", "r"))
+
+
+def test_infra_is_drawn_again_per_attempt_and_a_success_sticks():
+    """`UnitTask.attempt` (earlier INFRA-guard aborts of the step): a call that failed may
+    succeed at the next attempt; one that succeeded stays the same result."""
+    world = SimWorld(SimConfig(seed=4, infra_rate=0.3))
+    t = max(world.task_types, key=lambda name: len(world.pool(name)))  # 320 units
+    skill = world.initial_skill(t)
+    tasks = [UnitTask(t, u, "base", r, "e1_s1_gate_x_base", skill, content_hash(skill))
+             for r, u in enumerate(world.pool(t))]
+    results = [[world.outcome(dataclasses.replace(k, attempt=a)) for k in tasks]
+               for a in range(3)]
+    failed = [{k.unit_id for k, r in zip(tasks, rs, strict=True) if r.infra}
+              for rs in results]
+    n = len(tasks)
+    assert n >= 200 and abs(len(failed[0]) / n - 0.3) < 0.1  # the configured rate
+    assert failed[2] <= failed[1] <= failed[0]  # only what failed is drawn again
+    assert len(failed[1]) < 0.5 * len(failed[0]) and len(failed[2]) < len(failed[1])
+    for rs in results[1:]:
+        for r0, r in zip(results[0], rs, strict=True):
+            if not r0.infra:
+                assert (r.correct, r.prediction, r.tokens) == \
+                    (r0.correct, r0.prediction, r0.tokens)

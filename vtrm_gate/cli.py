@@ -601,8 +601,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.close()
         return 0
     except KeyboardInterrupt:
-        print("vtrm-gate: interrupted; the step can be re-run (it is idempotent)",
-              file=sys.stderr)
+        print("vtrm-gate: interrupted; run the same command again to resume (finished work "
+              "is kept)", file=sys.stderr)
         return 130
     except Exception as exc:  # map known user-facing errors to exit codes, re-raise bugs
         code = _exit_code(exc)
@@ -653,6 +653,9 @@ def _one_line(exc: BaseException) -> str:
         text = str(exc) or type(exc).__name__
     if type(exc).__name__ == "StepRefusedError":  # its changed inputs, one per line
         return text.replace("force=True", "--force")  # the CLI's spelling of the override
+    if type(exc).__name__ == "InfraGuardError":
+        text += ("; once the backend is healthy, run the same command again: finished work "
+                 "is kept and only the failed calls are asked again")
     return " ".join(text.split())
 
 

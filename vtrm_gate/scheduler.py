@@ -66,6 +66,10 @@ class UnitTask:
     skill: str = ""
     skill_hash: str = ""
     skill_dir: str | None = None
+    attempt: int = 0
+    """How many times this step's gate was aborted by the INFRA guard before (0: first).
+    Not part of any cache key: a backend may use it to model an outage that has ended (the
+    simulator redraws its INFRA failures); a real agent asks again anyway."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,8 @@ class TypePlan:
     cand_dir: str | None = None
     rule: DecisionRule | None = field(default=None, compare=False, repr=False)
     """This type's decision rule (default: the gate's); probation probes continue an e-process."""
+    attempt: int = 0
+    """Passed to every `UnitTask` (see `UnitTask.attempt`)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.task_type, str) or not self.task_type.strip():
@@ -124,7 +130,8 @@ class TypePlan:
     def task(self, rank: int, arm: Arm) -> UnitTask:
         skill = self.base_skill if arm == "base" else self.cand_skill
         return UnitTask(self.task_type, self.units[rank], arm, rank, self.run_id(arm), skill,
-                        content_hash(skill), self.cand_dir if arm == "cand" else None)
+                        content_hash(skill), self.cand_dir if arm == "cand" else None,
+                        self.attempt)
 
 
 @dataclass(frozen=True)

@@ -396,6 +396,16 @@ class SimWorld:
         return (self.config.seed, task.unit_id, task.run_id,
                 task.skill_hash or content_hash(task.skill))
 
+    def _infra(self, key: tuple[object, ...], attempt: int) -> bool:
+        """Whether the call fails for infrastructure reasons at this attempt of its step.
+
+        A fresh draw per attempt, and a call that succeeded once succeeds at every later
+        attempt (as a cached call would): after the INFRA guard aborted a step, re-running it
+        asks again only what failed, and each re-run fails less (rate ** (attempt + 1))."""
+        rate = self.config.infra_rate
+        return all(_uniform(*key, "infra", *((a,) if a else ())) < rate
+                   for a in range(max(attempt, 0) + 1))
+
     def _steps(self, key: tuple[object, ...], correct: bool) -> int:
         s = _STEPS_MEDIAN[correct] * math.exp(_STEPS_SIGMA * _normal(*key, "steps"))
         return max(1, min(MAX_STEPS, round(s)))
@@ -404,7 +414,7 @@ class SimWorld:
         """The result `infer` returns for ``task``, computed at once (deterministic)."""
         u = self._unit(task.task_type, task.unit_id)
         key = self._call_key(task)
-        if _uniform(*key, "infra") < self.config.infra_rate:
+        if self._infra(key, task.attempt):
             res = UnitResult(infra=True, error="503 Service Unavailable (simulated)",
                              trace={"sim": True, "infra": True})
             return _with_latency(res, self.latency(task, res))

@@ -84,6 +84,9 @@ SCHEMA: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
         ("base_hash", "TEXT"), ("cand_hash", "TEXT"), ("base_acc", "REAL"),
         ("cand_acc", "REAL"), ("effect", "REAL"), ("p_win", "REAL"), ("true_class", "TEXT"),
     ), ("epoch", "step", "task_type")),
+    "infra_aborts": ((
+        ("epoch", "INTEGER"), ("step", "INTEGER"), ("aborts", "INTEGER"), ("last", "TEXT"),
+    ), ("epoch", "step")),
 }
 
 TABLES: tuple[str, ...] = tuple(SCHEMA)
@@ -248,6 +251,25 @@ class HarnessLog:
         return self.frame(table, "epoch = ? AND step = ?", (epoch, step))
 
     # ---- the idempotent re-run --------------------------------------------------------
+
+    def infra_aborts(self, epoch: int, step: int) -> int:
+        """How many times the INFRA guard aborted this (epoch, step)'s gate: the next
+        attempt's `UnitTask.attempt`. Kept by `clear_step` (it counts past attempts)."""
+        try:
+            rows = self.query("SELECT aborts FROM infra_aborts WHERE epoch = ? AND step = ?",
+                              (epoch, step))
+        except sqlite3.OperationalError:  # a read-only log from before the table existed
+            return 0
+        return int(rows[0][0]) if rows else 0
+
+    def record_infra_abort(self, epoch: int, step: int, message: str) -> int:
+        """Count one more INFRA-guard abort of (epoch, step); returns the new count."""
+        with self.transaction() as cur:
+            cur.execute("INSERT INTO infra_aborts (epoch, step, aborts, last) VALUES "
+                        "(?, ?, 1, ?) ON CONFLICT (epoch, step) DO UPDATE SET "
+                        "aborts = aborts + 1, last = excluded.last", (epoch, step, message))
+            return int(cur.execute("SELECT aborts FROM infra_aborts WHERE epoch = ? AND "
+                                   "step = ?", (epoch, step)).fetchone()[0])
 
     def clear_step(self, epoch: int, step: int, step_run_id: str) -> dict[str, int]:
         """Delete the step's gate rows in one transaction; returns rows deleted per table.

@@ -527,17 +527,20 @@ async def _run_step(ws: Workspace, epoch: int, step: int, *, infer: Infer, evolv
         ws.log.write_report(epoch, step, t, status[t], note=notes.get(t), **extra[t])
 
     # ---- Phase C: the continuous gate ----
+    attempt = ws.log.infra_aborts(epoch, step)
     plans = [TypePlan(t, ladders[t], texts[t], cand[t], srid, target_file=ws.target(t),
-                      cand_dir=str(cand_dirs[t])) for t in gated]
+                      cand_dir=str(cand_dirs[t]), attempt=attempt) for t in gated]
     plans_by = {p.task_type: p for p in plans}
     sink = GateSink(ws.log, epoch, step, extra)
     gate: GateResult | None = None
     if plans:
         try:
-            gate = await run_gate(plans, infer, params, concurrency,
-                                  baseline=BaselineCache.for_workspace(ws),
-                                  sink=sink, subscribers=subscribers, guard=guard,
-                                  dispatch=dispatch, cancel_after_freeze=cancel_after_freeze)
+            with counting_infra_aborts(ws, epoch, step):
+                gate = await run_gate(plans, infer, params, concurrency,
+                                      baseline=BaselineCache.for_workspace(ws),
+                                      sink=sink, subscribers=subscribers, guard=guard,
+                                      dispatch=dispatch,
+                                      cancel_after_freeze=cancel_after_freeze)
         except InfraGuardError as exc:
             part = exc.partial
             _report_aborted(ws, epoch, step, gated, extra, str(exc),
@@ -588,6 +591,17 @@ def _arm_cache_stats(cache_stats: Callable[[str], Any] | None,
 def run_step_sync(*args: Any, **kwargs: Any) -> StepResult:
     """`run_step` for scripts and blocking Jupyter cells (via `vtrm_gate._sync.run_sync`)."""
     return run_sync(run_step(*args, **kwargs))
+
+
+@contextmanager
+def counting_infra_aborts(ws: Workspace, epoch: int, step: int) -> Iterator[None]:
+    """Count an INFRA-guard abort of (epoch, step)'s gate in the log, so that the next
+    attempt's tasks carry ``attempt`` + 1 (see `UnitTask.attempt`)."""
+    try:
+        yield
+    except InfraGuardError as exc:
+        ws.log.record_infra_abort(epoch, step, str(exc))
+        raise
 
 
 def _report_aborted(ws: Workspace, epoch: int, step: int, gated: Sequence[str],
@@ -758,7 +772,8 @@ async def _settle(ws: Workspace, epoch: int, infer: Infer, concurrency: int,
         prev_text, cur_text = ws.version_text(t, p.prev_version), ws.version_text(t, p.version)
         rule = _probation_rule(ws, t, p)
         plans.append(TypePlan(t, _probe_units(ws, epoch, t, p), prev_text, cur_text, srid,
-                              target_file=ws.target(t), rule=rule))
+                              target_file=ws.target(t), rule=rule,
+                              attempt=log.infra_aborts(epoch, PROBATION_STEP)))
         meta[t] = (p, rule, prev_text, cur_text)
     extra = {t: {"base_version": p.prev_version, "base_hash": content_hash(prev),
                  "cand_hash": content_hash(cur)} for t, (p, _, prev, cur) in meta.items()}
@@ -766,9 +781,10 @@ async def _settle(ws: Workspace, epoch: int, infer: Infer, concurrency: int,
     if plans:
         sink = GateSink(log, epoch, PROBATION_STEP, extra)
         try:
-            gate = await run_gate(plans, infer, params, concurrency,
-                                  baseline=BaselineCache.for_workspace(ws),
-                                  sink=sink, subscribers=subscribers, guard=guard)
+            with counting_infra_aborts(ws, epoch, PROBATION_STEP):
+                gate = await run_gate(plans, infer, params, concurrency,
+                                      baseline=BaselineCache.for_workspace(ws),
+                                      sink=sink, subscribers=subscribers, guard=guard)
         except InfraGuardError as exc:
             part = exc.partial
             _report_aborted(ws, epoch, PROBATION_STEP, list(meta), extra, str(exc),

@@ -48,6 +48,7 @@ from .step import (
     _diff,
     _plain,
     _writer,
+    counting_infra_aborts,
     run_step,
     settle_probation,
 )
@@ -181,8 +182,9 @@ async def _evaluate(ws: Workspace, epoch: int, infer: Infer, params: GateParams,
     srid = f"e{epoch}_eval"
     ws.log.clear_step(epoch, EVAL_STEP, srid)
     state = ws.state
+    attempt = ws.log.infra_aborts(epoch, EVAL_STEP)
     plans = [TypePlan(t, heldout[t], ws.version_text(t, 1), ws.skill_text(t, state), srid,
-                      target_file=ws.target(t), rule=MeasureAll())
+                      target_file=ws.target(t), rule=MeasureAll(), attempt=attempt)
              for t in ws.task_types if heldout.get(t)]
     if not plans:
         return EvalResult(epoch, ())
@@ -192,9 +194,10 @@ async def _evaluate(ws: Workspace, epoch: int, infer: Infer, params: GateParams,
     if longest > params.n_max:
         params = dataclasses.replace(params, n_max=longest)
     sink = _EvalSink(ws, epoch)
-    gate = await run_gate(plans, infer, params, concurrency,
-                          baseline=BaselineCache.for_workspace(ws), sink=sink,
-                          subscribers=subscribers, guard=guard)
+    with counting_infra_aborts(ws, epoch, EVAL_STEP):
+        gate = await run_gate(plans, infer, params, concurrency,
+                              baseline=BaselineCache.for_workspace(ws), sink=sink,
+                              subscribers=subscribers, guard=guard)
     rows = []
     for p in plans:
         t = p.task_type
