@@ -457,8 +457,11 @@ def test_a_rerun_costs_the_calls_in_flight_at_the_crash_plus_the_work_never_star
     assert not m["rerun_sent"] & m["completed"]  # nothing completed is asked again
     never_started = m["rerun_started"] - m["started"]
     needed_in_flight = m["in_flight"] & m["rerun_started"]  # a frozen type may not need all
-    assert m["rerun_sent"] == needed_in_flight | never_started
-    assert m["rerun_requests"] == len(needed_in_flight) + len(never_started)
+    # A call in flight at the crash may already have written its answer to Redis (the write
+    # reached the server, the cancellation came before the call returned): then the re-run
+    # gets it for free. Everything else in flight, and all work never started, is sent once.
+    assert never_started <= m["rerun_sent"] <= needed_in_flight | never_started
+    assert m["rerun_requests"] == len(m["rerun_sent"])
 
 
 def test_redis_outage_mid_step_then_recovery(chat_server: ChatServer,
