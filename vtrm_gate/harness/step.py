@@ -763,6 +763,7 @@ async def _settle(ws: Workspace, epoch: int, infer: Infer, concurrency: int,
     probation = dict(state.probation)
     plans: list[TypePlan] = []
     meta: dict[str, tuple[Probation, ProbationRule, str, str]] = {}
+    attempt = log.infra_aborts(epoch, PROBATION_STEP)
     for t, p in sorted(state.probation.items()):
         if p.epoch > epoch:
             continue
@@ -772,8 +773,7 @@ async def _settle(ws: Workspace, epoch: int, infer: Infer, concurrency: int,
         prev_text, cur_text = ws.version_text(t, p.prev_version), ws.version_text(t, p.version)
         rule = _probation_rule(ws, t, p)
         plans.append(TypePlan(t, _probe_units(ws, epoch, t, p), prev_text, cur_text, srid,
-                              target_file=ws.target(t), rule=rule,
-                              attempt=log.infra_aborts(epoch, PROBATION_STEP)))
+                              target_file=ws.target(t), rule=rule, attempt=attempt))
         meta[t] = (p, rule, prev_text, cur_text)
     extra = {t: {"base_version": p.prev_version, "base_hash": content_hash(prev),
                  "cand_hash": content_hash(cur)} for t, (p, _, prev, cur) in meta.items()}
