@@ -27,12 +27,13 @@ import redis
 from vtrm_gate.cache import (
     DEFAULT_RENEW_METHOD,
     KeyParts,
+    RedisServer,
     ResponseCache,
     connect,
+    find_redis_server,
     renew_ttl,
     server_version,
 )
-from vtrm_gate.redis_server import RedisServer, find_redis_server
 
 from ._common import machine, print_table
 

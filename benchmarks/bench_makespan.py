@@ -31,8 +31,16 @@ from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any
 
-from vtrm_gate.dispatch import DispatchPolicy, Lane, Priority
-from vtrm_gate.scheduler import GuardParams, TypePlan, UnitResult, UnitTask, run_gate
+from vtrm_gate.gate import (
+    DispatchPolicy,
+    GuardParams,
+    Lane,
+    Priority,
+    TypePlan,
+    UnitResult,
+    UnitTask,
+    run_gate,
+)
 from vtrm_gate.sim import (
     DEFAULT_POOL_SIZES,
     SimConfig,
@@ -117,7 +125,7 @@ def run_one(seed: int, params: GateParams) -> dict[str, Any]:
 
 
 def _trips_default_guard(world: SimWorld, plans: list, params: GateParams) -> bool:
-    from vtrm_gate.scheduler import InfraGuardError
+    from vtrm_gate.errors import InfraGuardError
 
     try:
         continuous_schedule(world, plans, params, CONCURRENCY)

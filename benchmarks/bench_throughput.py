@@ -101,7 +101,7 @@ def bare(url: str, n: int, concurrency: int, sharded: bool = False) -> int:
     separate the scheduler + agent + cache overhead from httpcore's pool."""
     import httpx
 
-    from vtrm_gate.endpoints import ShardedClient
+    from vtrm_gate.llm import ShardedClient
 
     def client_of(size: int | None) -> httpx.AsyncClient:
         return httpx.AsyncClient(limits=httpx.Limits(max_connections=size,
@@ -164,7 +164,7 @@ def peak_memory_mb(fn: Any) -> float:
 
 
 def main(quick: bool = False) -> None:
-    from vtrm_gate.redis_server import RedisServer
+    from vtrm_gate.cache import RedisServer
 
     repeats = 1 if quick else 3
     levels = (32, 256) if quick else (32, 256, 1024)

@@ -24,9 +24,10 @@ from typing import Any
 
 from benchmarks._common import machine, print_table
 from vtrm_gate.backends import run_simulated_training
-from vtrm_gate.harness.probation import EContinueRule, EHarmRule, WNetRule, probe_oc
-from vtrm_gate.scheduler import GuardParams
+from vtrm_gate.gate import GuardParams
+from vtrm_gate.options import RunOptions
 from vtrm_gate.sim import SimConfig
+from vtrm_gate.stats import EContinueRule, EHarmRule, WNetRule, probe_oc
 
 EPOCHS, STEPS = 3, 5
 # The simulator's default INFRA rate with a guard that ignores small-denominator noise (see
@@ -39,7 +40,7 @@ def run_seed(seed: int, rule: str = "w_net") -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as d:
         t = time.perf_counter()
         ws, _, summary = run_simulated_training(
-            Path(d) / "ws", SimConfig(seed=seed), EPOCHS, STEPS, guard=GUARD,
+            Path(d) / "ws", SimConfig(seed=seed), EPOCHS, STEPS, RunOptions(guard=GUARD),
             probation_rule=rule)
         wall = time.perf_counter() - t
         units = ws.log.query("SELECT COALESCE(SUM(n_consumed), 0) FROM step_report WHERE "

@@ -18,16 +18,8 @@ from typing import Any
 
 import pytest
 
-from vtrm_gate.backends import (
-    ROLLOUT_UNITS,
-    EndpointUnreachableError,
-    LLMBackend,
-    check_endpoint,
-    init_simulated,
-    llm_backend,
-    rollout_cases,
-)
 from vtrm_gate.cache import KeyParts, ResponseCache
+from vtrm_gate.errors import EndpointUnreachableError
 from vtrm_gate.harness import (
     StepResult,
     StepUnmeasuredError,
@@ -36,10 +28,25 @@ from vtrm_gate.harness import (
     WorkspaceError,
     run_step,
 )
-from vtrm_gate.llm import MCQ, ErrorCase, LLMEvolver, RetryPolicy, strip_fences
+from vtrm_gate.llm import (
+    MCQ,
+    ROLLOUT_UNITS,
+    ErrorCase,
+    LLMBackend,
+    LLMEvolver,
+    RetryPolicy,
+    check_endpoint,
+    check_llm_agent,
+    init_llm,
+    llm_backend,
+    rollout_cases,
+    strip_fences,
+)
+from vtrm_gate.options import RunOptions
+from vtrm_gate.sim import init_simulated
 from vtrm_gate.stats import Action
-from vtrm_gate.testing.chat import HELPFUL_MARKER, ChatServer, Fault
-from vtrm_gate.testing.redis import RedisTarget
+from vtrm_gate.testing import ChatServer, Fault, RedisTarget
+from vtrm_gate.testing.chat import HELPFUL_MARKER
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = "sk-test-DO-NOT-LEAK-4b1d"
@@ -78,7 +85,7 @@ def evolve_reply(task_type: str, skill: str, body: dict[str, Any]) -> str:
 
 def make_ws(tmp_path: Path, server: ChatServer, **kw: Any) -> Workspace:
     server.evolve_reply = evolve_reply
-    return Workspace.init_llm(tmp_path / "ws", write_units(tmp_path / "units.jsonl"),
+    return init_llm(tmp_path / "ws", write_units(tmp_path / "units.jsonl"),
                               base_url=server.url, model="test-model", seed=1, **kw)
 
 
@@ -94,7 +101,8 @@ def step_once(ws: Workspace, target: RedisTarget, epoch: int = 1,
             # every gate task dispatched at once: the calls made do not depend on timing
             return await run_step(ws, epoch, step, infer=backend.infer,
                                   evolver=backend.evolver, cases=cases,
-                                  cache_stats=backend.cache_stats, concurrency=256)
+                                  cache_stats=backend.cache_stats,
+                                  options=RunOptions(concurrency=256))
         finally:
             await backend.aclose()
 
@@ -113,7 +121,7 @@ def report(ws: Workspace, epoch: int = 1, step: int = 1) -> dict[str, dict[str, 
 
 def test_init_llm_builds_pool_skills_and_agent_config(tmp_path: Path) -> None:
     src = write_units(tmp_path / "units.jsonl")
-    ws = Workspace.init_llm(tmp_path / "ws", src, base_url="http://localhost:8000/v1/",
+    ws = init_llm(tmp_path / "ws", src, base_url="http://localhost:8000/v1/",
                             model="m1", seed=5, cooldown_steps=1)
     assert ws.config.kind == "llm" and ws.config.seed == 5 and ws.config.cooldown_steps == 1
     assert ws.config.agent == {"backend": "openai", "base_url": "http://localhost:8000/v1",
@@ -135,7 +143,7 @@ def test_init_llm_takes_skills_dir_and_seed_record(tmp_path: Path) -> None:
         (skills / f"{slug}.md").write_text(f"# my {t} skill\n")
     (skills / "default-strategy.md").write_text("# mine\n")
     (tmp_path / "seed.json").write_text(json.dumps({"action-01": False, "ocr-00": True}))
-    ws = Workspace.init_llm(tmp_path / "ws", write_units(tmp_path / "units.jsonl"),
+    ws = init_llm(tmp_path / "ws", write_units(tmp_path / "units.jsonl"),
                             base_url="http://h/v1", model="m", skills_dir=skills,
                             seed_record=tmp_path / "seed.json")
     assert ws.skill_text("OCR Problems") == "# my OCR Problems skill\n"
@@ -147,7 +155,7 @@ def test_init_llm_takes_skills_dir_and_seed_record(tmp_path: Path) -> None:
 def test_a_missing_skill_in_skills_dir_is_named_and_nothing_written(tmp_path: Path) -> None:
     (tmp_path / "skills").mkdir()
     with pytest.raises(WorkspaceError, match=r"action-reasoning\.md: missing"):
-        Workspace.init_llm(tmp_path / "ws", write_units(tmp_path / "units.jsonl"),
+        init_llm(tmp_path / "ws", write_units(tmp_path / "units.jsonl"),
                            base_url="http://h/v1", model="m", skills_dir=tmp_path / "skills")
     assert not (tmp_path / "ws").exists()
 
@@ -167,7 +175,7 @@ def test_a_bad_units_line_is_named_and_nothing_written(tmp_path: Path, line: str
     good = json.dumps(unit_line("OCR Problems", 0, 0))
     (tmp_path / "units.jsonl").write_text(f"{good}\n\n{line}\n")
     with pytest.raises(WorkspaceError, match=r"units\.jsonl: line 3: ") as err:
-        Workspace.init_llm(tmp_path / "ws", tmp_path / "units.jsonl", base_url="http://h/v1",
+        init_llm(tmp_path / "ws", tmp_path / "units.jsonl", base_url="http://h/v1",
                            model="m")
     assert fault in str(err.value)
     assert not (tmp_path / "ws").exists()
@@ -175,7 +183,7 @@ def test_a_bad_units_line_is_named_and_nothing_written(tmp_path: Path, line: str
 
 def test_open_validates_the_workspace_units_file(tmp_path: Path) -> None:
     src = write_units(tmp_path / "units.jsonl")
-    root = Workspace.init_llm(tmp_path / "ws", src, base_url="http://h/v1", model="m").root
+    root = init_llm(tmp_path / "ws", src, base_url="http://h/v1", model="m").root
     lines = (root / "units.jsonl").read_text().splitlines()
     (root / "units.jsonl").write_text("\n".join([*lines[:4], "[1, 2]", *lines[5:]]))
     with pytest.raises(WorkspaceError, match=r"^units.jsonl: line 5: expected a JSON object"):
@@ -190,16 +198,18 @@ def test_llm_agent_config_never_holds_a_key_and_keys_the_baseline_cache() -> Non
     agent = {"backend": "openai", "base_url": "https://api.example/v1", "model": "m1"}
     with pytest.raises(ValueError, match="credentials"):
         WorkspaceConfig(kind="llm", agent={**agent, "api_key": "sk-x"})
+    with pytest.raises(ValueError, match="credentials"):
+        check_llm_agent({**agent, "api_key": "sk-x"})
     with pytest.raises(ValueError, match=r"agent\.model"):
-        WorkspaceConfig(kind="llm", agent={**agent, "model": ""})
+        check_llm_agent({**agent, "model": ""})
     with pytest.raises(ValueError, match=r"agent\.backend"):
-        WorkspaceConfig(kind="llm", agent={**agent, "backend": "sim"})
+        check_llm_agent({**agent, "backend": "sim"})
     one = WorkspaceConfig(kind="llm", agent=agent).agent_hash
     assert WorkspaceConfig(kind="llm", agent={**agent, "model": "m2"}).agent_hash != one
 
 
 def test_default_cache_is_the_embedded_redis_inside_the_workspace(tmp_path: Path) -> None:
-    ws = Workspace.init_llm(tmp_path / "ws", write_units(tmp_path / "units.jsonl"),
+    ws = init_llm(tmp_path / "ws", write_units(tmp_path / "units.jsonl"),
                             base_url="http://h/v1", model="m")
     backend = llm_backend(ws, env={})
     assert isinstance(backend, LLMBackend)
@@ -397,7 +407,7 @@ def test_cli_bad_units_file_exits_2_naming_file_and_line(tmp_path: Path) -> None
 
 
 def test_cli_step_refuses_a_corrupt_units_file_or_a_dead_endpoint(tmp_path: Path) -> None:
-    ws = Workspace.init_llm(tmp_path / "ws", write_units(tmp_path / "units.jsonl"),
+    ws = init_llm(tmp_path / "ws", write_units(tmp_path / "units.jsonl"),
                             base_url="http://127.0.0.1:9/v1", model="m").root
     before = files_of(ws)
     step = ("step", "--workspace", str(ws), "--epoch", "1", "--step", "1")

@@ -17,6 +17,7 @@ from vtrm_gate.cache import (
     DEFAULT_TTL,
     CacheStats,
     KeyParts,
+    RedisServer,
     ResponseCache,
     explain_miss,
     mask_url,
@@ -25,8 +26,7 @@ from vtrm_gate.cache import (
     scrub,
     validate_response,
 )
-from vtrm_gate.redis_server import RedisServer
-from vtrm_gate.testing.redis import RedisTarget
+from vtrm_gate.testing import RedisTarget
 
 
 def ok(text: str = "B") -> dict[str, Any]:
@@ -461,7 +461,7 @@ def test_a_flapping_server_warns_once_per_outage_and_once_when_it_ends(
 
 
 def test_the_step_summary_counts_bypassed_calls_as_requests() -> None:
-    from vtrm_gate.cli import _cache_lines
+    from vtrm_gate.cli import cache_lines as _cache_lines
 
     st_ = CacheStats(hits=2, misses=8, bypassed=56, errors=3)
     assert st_.requests == 64 and st_.as_dict()["requests"] == 64
@@ -561,7 +561,7 @@ def test_cached_infer_replays_a_run_and_never_caches_infra(redis_target: RedisTa
     """Any infer behind the cache: the same run replays from Redis (no call, no tokens, the
     same answers), a new run id calls again, INFRA results are never written."""
     from vtrm_gate.cache import cached_infer
-    from vtrm_gate.scheduler import TypePlan
+    from vtrm_gate.gate import TypePlan
     from vtrm_gate.sim import SimConfig, SimWorld
 
     world = SimWorld(SimConfig(seed=2, pool_sizes={"OCR Problems": 30}, infra_rate=0.1,
@@ -629,7 +629,7 @@ def test_an_unencodable_response_is_returned_not_cached_and_never_raises(
 def test_cached_infer_replays_no_valid_answer_as_a_wrong_answer(
         redis_target: RedisTarget) -> None:
     from vtrm_gate.cache import cached_infer
-    from vtrm_gate.scheduler import UnitResult, UnitTask
+    from vtrm_gate.gate import UnitResult, UnitTask
 
     calls: list[str] = []
 

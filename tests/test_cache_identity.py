@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 
-from vtrm_gate.backends import llm_backend
+from vtrm_gate._ids import content_hash
 from vtrm_gate.cache import ResponseCache
-from vtrm_gate.config import ConfigError, load_config
+from vtrm_gate.errors import ConfigError
+from vtrm_gate.gate import UnitResult, UnitTask
 from vtrm_gate.harness import BaselineCache, Workspace, run_step
-from vtrm_gate.llm import RetryPolicy
-from vtrm_gate.scheduler import UnitResult, UnitTask, content_hash
-from vtrm_gate.testing.chat import ChatServer, Fault
-from vtrm_gate.testing.redis import RedisTarget
+from vtrm_gate.llm import RetryPolicy, init_llm, llm_backend
+from vtrm_gate.options import RunOptions, resolve_options
+from vtrm_gate.testing import ChatServer, Fault, RedisTarget
 
 FAST = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.02, max_total_s=10.0)
 LONG = "the longest option, by a clear margin"
@@ -41,7 +41,7 @@ def write_units(path: Path, units: list[dict[str, Any]]) -> Path:
 
 def make_ws(root: Path, server: ChatServer, n: int = 10) -> Workspace:
     src = write_units(root.parent / f"{root.name}-units.jsonl", [unit(i) for i in range(n)])
-    return Workspace.init_llm(root, src, base_url=server.url, model="test-model", seed=1)
+    return init_llm(root, src, base_url=server.url, model="test-model", seed=1)
 
 
 # ---- the workspace id in the response-cache salt --------------------------------------
@@ -52,7 +52,8 @@ def answer_all(ws: Workspace, target: RedisTarget, share: str | None = None,
     """Every unit of ``ws`` answered once through a fresh backend on the test's Redis prefix;
     also one evolver proposal (temperature 0.7: it must draw fresh samples per workspace)."""
     cache = ResponseCache(target.url, prefix=target.prefix)
-    backend = llm_backend(ws, cache=cache, api_key="k", env={}, retry=FAST, share=share)
+    backend = llm_backend(ws, RunOptions(cache_share=share), cache=cache, api_key="k", env={},
+                          retry=FAST)
     skill = ws.skill_text("OCR Problems")
 
     async def go() -> list[UnitResult]:
@@ -97,15 +98,15 @@ def test_sharing_across_workspaces_is_an_explicit_opt_in(
 def test_cache_share_is_read_from_the_config_file_and_the_environment(tmp_path: Path) -> None:
     toml = tmp_path / "vtrm.toml"
     toml.write_text('[cache]\nshare = "team"\n')
-    assert load_config(toml, env={}, dotenv=None).cache_share == "team"
-    assert load_config(None, env={"VTRM_CACHE_SHARE": "lab"}, dotenv=None).cache_share == "lab"
-    assert load_config(None, env={}, dotenv=None).cache_share is None
+    assert resolve_options(config=toml, env={}, dotenv=None).cache_share == "team"
+    assert resolve_options(env={"VTRM_CACHE_SHARE": "lab"}, dotenv=None).cache_share == "lab"
+    assert resolve_options(env={}, dotenv=None).cache_share is None
     toml.write_text('[cache]\nshared = "team"\n')
     with pytest.raises(ConfigError, match=r"cache\.shared.*valid keys: share"):
-        load_config(toml, env={}, dotenv=None)
+        resolve_options(config=toml, env={}, dotenv=None)
     toml.write_text('[cache]\nshare = ""\n')
     with pytest.raises(ConfigError, match=r"cache\.share must be a non-empty"):
-        load_config(toml, env={}, dotenv=None)
+        resolve_options(config=toml, env={}, dotenv=None)
 
 
 def test_a_workspace_without_an_id_gets_a_stable_one_and_nothing_is_written(
@@ -166,8 +167,8 @@ def test_a_relabelled_unit_is_measured_again_on_a_rerun(
             async def go() -> None:
                 try:
                     await run_step(w, 1, 1, infer=backend.infer, evolver=backend.evolver,
-                                   cases={"OCR Problems": ["u09"]}, concurrency=64,
-                                   force=True)
+                                   cases={"OCR Problems": ["u09"]},
+                                   options=RunOptions(concurrency=64), force=True)
                 finally:
                     await backend.aclose()
 
@@ -204,7 +205,7 @@ def test_an_echoed_api_key_never_reaches_the_log_rows_or_the_workspace(
     async def go() -> None:
         try:
             await run_step(ws, 1, 1, infer=backend.infer, evolver=backend.evolver,
-                           cases={"OCR Problems": ["u09"]}, concurrency=8)
+                           cases={"OCR Problems": ["u09"]}, options=RunOptions(concurrency=8))
         finally:
             await backend.aclose()
 

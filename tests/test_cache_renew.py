@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from vtrm_gate import cli_cache
 from vtrm_gate.cache import RenewProgress, RenewReport, cache_stats, renew_ttl, server_version
-from vtrm_gate.testing.redis import RedisTarget
+from vtrm_gate.cli import _cache as cli_cache
+from vtrm_gate.testing import RedisTarget
 
 TARGET = 604800
 METHODS = ["lua", "pipeline", "gt", "naive"]
@@ -149,7 +149,7 @@ def test_cache_stats_counts_memory_and_ttl_histogram(redis_target: RedisTarget) 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     e = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
     e.update(env or {})
-    return subprocess.run([sys.executable, "-m", "vtrm_gate.cli_cache", "cache", *args],
+    return subprocess.run([sys.executable, "-m", "vtrm_gate.cli.cache", "cache", *args],
                           capture_output=True, text=True, env=e, timeout=60)
 
 
@@ -225,7 +225,7 @@ def test_register_and_run_work_inside_another_parser(redis_target: RedisTarget,
 
 
 def test_cli_module_imports_nothing_heavy() -> None:
-    code = ("import sys, vtrm_gate.cli_cache; "
+    code = ("import sys, vtrm_gate.cli._cache; "
             "print(sorted(m for m in ('redis', 'polars', 'matplotlib', 'httpx') "
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

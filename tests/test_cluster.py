@@ -21,10 +21,16 @@ import redis
 
 import tests.test_cache as _cache_tests
 import tests.test_cache_renew as _renew_tests
-from vtrm_gate.cache import KeyParts, ResponseCache, cache_stats, connect, renew_ttl
-from vtrm_gate.cluster import by_slot, is_cluster_url
-from vtrm_gate.testing.cluster import ClusterTarget
-from vtrm_gate.testing.redis import RedisTarget
+from vtrm_gate.cache import (
+    KeyParts,
+    ResponseCache,
+    by_slot,
+    cache_stats,
+    connect,
+    is_cluster_url,
+    renew_ttl,
+)
+from vtrm_gate.testing import ClusterTarget, RedisTarget
 
 pytestmark = pytest.mark.redis
 

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from vtrm_gate.config import Config, ConfigError, load_config, mask_url
+from vtrm_gate._env import mask_url
+from vtrm_gate.errors import ConfigError
+from vtrm_gate.options import RunOptions, resolve_options
 
 
 def test_defaults():
-    c = load_config(env={}, dotenv=None)
-    assert c == Config()
-    assert (c.concurrency, c.redis_cache_ttl, c.cache_prefix, c.gate.e_confirm) == (
+    c = resolve_options(env={}, dotenv=None)
+    assert c == RunOptions()
+    assert (c.slots, c.redis_cache_ttl, c.cache_prefix, c.gate.e_confirm) == (
         32, 604800, "llm_cache", 20.0)
 
 
@@ -20,7 +22,7 @@ def test_file_then_dotenv_then_environment(tmp_path):
                  '[guard]\nmax_ratio = 0.2\n')
     env = tmp_path / ".env"
     env.write_text("# comment\nREDIS_CACHE_TTL=200\nREDIS_URL='redis://u:secret@h:6379/0'\n")
-    c = load_config(f, env={"VTRM_CONCURRENCY": "8"}, dotenv=env)
+    c = resolve_options(config=f, env={"VTRM_CONCURRENCY": "8"}, dotenv=env)
     assert (c.concurrency, c.redis_cache_ttl, c.gate.e_confirm, c.guard.max_ratio) == (
         8, 200, 40.0, 0.2)
     assert c.redis_url == "redis://u:secret@h:6379/0"
@@ -30,7 +32,7 @@ def test_file_then_dotenv_then_environment(tmp_path):
 def test_json_file(tmp_path):
     f = tmp_path / "gate.json"
     f.write_text('{"gate": {"n_max": 30}, "cache_enabled": "off"}')
-    c = load_config(f, env={}, dotenv=None)
+    c = resolve_options(config=f, env={}, dotenv=None)
     assert c.gate.n_max == 30 and c.cache_enabled is False
 
 
@@ -38,10 +40,10 @@ def test_gate_block_is_refused_saying_why(tmp_path):
     f = tmp_path / "gate.toml"
     f.write_text("gate_block = 8\n")
     with pytest.raises(ConfigError, match=r"gate_block was removed.*ladder prefix"):
-        load_config(f, env={}, dotenv=None)
+        resolve_options(config=f, env={}, dotenv=None)
     f.write_text("[gate]\ngate_block = 8\n")
     with pytest.raises(ConfigError, match="gate_block was removed"):
-        load_config(f, env={}, dotenv=None)
+        resolve_options(config=f, env={}, dotenv=None)
 
 
 def test_unknown_keys_are_refused_naming_the_valid_ones(tmp_path):
@@ -50,10 +52,10 @@ def test_unknown_keys_are_refused_naming_the_valid_ones(tmp_path):
     with pytest.raises(ConfigError, match=r"'concurency'.*valid keys: cache, cache_enabled, "
                                           r"cache_prefix, cache_share, cancel_after_freeze, "
                                           r"concurrency, dispatch"):
-        load_config(f, env={}, dotenv=None)
+        resolve_options(config=f, env={}, dotenv=None)
     f.write_text("[gate]\ne_confrim = 3\n")
     with pytest.raises(ConfigError, match=r"gate\.e_confrim.*e_confirm"):
-        load_config(f, env={}, dotenv=None)
+        resolve_options(config=f, env={}, dotenv=None)
 
 
 @pytest.mark.parametrize("env,fragment", [
@@ -66,27 +68,27 @@ def test_unknown_keys_are_refused_naming_the_valid_ones(tmp_path):
 ])
 def test_bad_values_name_the_setting(env, fragment):
     with pytest.raises(ConfigError, match=fragment):
-        load_config(env=env, dotenv=None)
+        resolve_options(env=env, dotenv=None)
 
 
 def test_bad_gate_param_in_file(tmp_path):
     f = tmp_path / "gate.toml"
     f.write_text("[gate]\nlambda_dir = 2.0\n")
     with pytest.raises(ConfigError, match="lambda_dir"):
-        load_config(f, env={}, dotenv=None)
+        resolve_options(config=f, env={}, dotenv=None)
 
 
 def test_malformed_and_missing_files(tmp_path):
     f = tmp_path / "gate.toml"
     f.write_text("concurrency = = 3\n")
     with pytest.raises(ConfigError, match="malformed"):
-        load_config(f, env={}, dotenv=None)
+        resolve_options(config=f, env={}, dotenv=None)
     with pytest.raises(ConfigError, match="cannot read config file"):
-        load_config(tmp_path / "nope.toml", env={}, dotenv=None)
+        resolve_options(config=tmp_path / "nope.toml", env={}, dotenv=None)
 
 
 def test_mask_url():
     assert mask_url("redis://:pw@host:6379/1") == "redis://:***@host:6379/1"
     assert mask_url("unix:///tmp/r.sock") == "unix:///tmp/r.sock"
     assert mask_url(None) == "<embedded>"  # no REDIS_URL: the embedded server
-    assert Config().as_dict()["redis_url"] is None
+    assert RunOptions().as_dict()["redis_url"] is None

@@ -23,9 +23,8 @@ from vtrm_gate import (
     replay_prefix,
     run_gate,
 )
-from vtrm_gate.dispatch import dispatch_order, resolve_dispatch
+from vtrm_gate.gate import UnitTask, dispatch_order, resolve_dispatch
 from vtrm_gate.llm import MCQ, LLMAgent, RetryPolicy
-from vtrm_gate.scheduler import UnitTask
 from vtrm_gate.sim import run_virtual as run
 from vtrm_gate.stats import SequentialTest, operating_characteristics
 from vtrm_gate.testing import OutcomeTable

@@ -16,15 +16,17 @@ from typing import Any
 
 from test_backends import SECRET, write_units
 
-from vtrm_gate.harness import Workspace
-from vtrm_gate.redis_server import RedisServer, _ping, embedded_server
-from vtrm_gate.testing.chat import HELPFUL_MARKER, ChatServer
+from vtrm_gate.cache import RedisServer, embedded_server
+from vtrm_gate.cache._embedded import _ping
+from vtrm_gate.llm import init_llm
+from vtrm_gate.testing import ChatServer
+from vtrm_gate.testing.chat import HELPFUL_MARKER
 
 ROOT = Path(__file__).resolve().parents[1]
 
 USER = textwrap.dedent("""
     import sys
-    from vtrm_gate.redis_server import embedded_server
+    from vtrm_gate.cache import embedded_server
     lease = embedded_server(sys.argv[1])
     print(lease.pid, flush=True)
     sys.stdin.read()  # hold the lease until the test closes stdin
@@ -120,7 +122,7 @@ def test_a_lease_in_this_process_is_shared_and_the_last_close_stops(tmp_path: Pa
 
 def test_a_step_keeps_its_cache_when_the_process_that_started_redis_exits(
         tmp_path: Path, chat_server: ChatServer) -> None:
-    ws = Workspace.init_llm(tmp_path / "ws", write_units(tmp_path / "units.jsonl"),
+    ws = init_llm(tmp_path / "ws", write_units(tmp_path / "units.jsonl"),
                             base_url=chat_server.url, model="m", seed=1).root
     starter, pid = user(ws)
     in_evolve, go_on = threading.Event(), threading.Event()
@@ -154,7 +156,7 @@ def test_a_step_keeps_its_cache_when_the_process_that_started_redis_exits(
 
 def test_sigterm_of_a_step_gives_up_its_lease_and_the_last_user_stops_the_server(
         tmp_path: Path, chat_server: ChatServer) -> None:
-    ws = Workspace.init_llm(tmp_path / "ws", write_units(tmp_path / "units.jsonl"),
+    ws = init_llm(tmp_path / "ws", write_units(tmp_path / "units.jsonl"),
                             base_url=chat_server.url, model="m", seed=1).root
     in_evolve, go_on = threading.Event(), threading.Event()
 

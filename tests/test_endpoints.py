@@ -15,21 +15,23 @@ from typing import Any
 import pytest
 
 from tests.test_backends import evolve_reply, write_units
-from vtrm_gate.backends import llm_backend, rollout_cases
 from vtrm_gate.cache import ResponseCache
-from vtrm_gate.endpoints import (
+from vtrm_gate.errors import EndpointsError
+from vtrm_gate.harness import StepResult, Workspace, WorkspaceError, run_step
+from vtrm_gate.llm import (
     Endpoint,
     EndpointPool,
-    EndpointsError,
+    RetryPolicy,
     gate_concurrency,
+    init_llm,
+    llm_backend,
     parse_endpoints,
     read_endpoints_file,
+    rollout_cases,
 )
-from vtrm_gate.harness import StepResult, Workspace, WorkspaceError, run_step
-from vtrm_gate.llm import RetryPolicy
-from vtrm_gate.testing.chat import ChatServer
+from vtrm_gate.options import RunOptions
+from vtrm_gate.testing import ChatServer, RedisTarget
 from vtrm_gate.testing.farm import SlowChatServer
-from vtrm_gate.testing.redis import RedisTarget
 
 PATIENT = RetryPolicy(max_attempts=10, base_delay_s=0.01, max_delay_s=0.05, max_total_s=60.0)
 
@@ -52,7 +54,8 @@ def run(ws: Workspace, target: RedisTarget, pool: EndpointPool | None,
             cases = await rollout_cases(backend, ws, 1, 1)
             return await run_step(ws, 1, 1, infer=backend.infer, evolver=backend.evolver,
                                   cases=cases, cache_stats=backend.cache_stats,
-                                  concurrency=concurrency, subscribers=subscribers)
+                                  options=RunOptions(concurrency=concurrency),
+                                  subscribers=subscribers)
         finally:
             await backend.aclose()
 
@@ -78,7 +81,7 @@ async def probe_back(pool: EndpointPool, server: SlowChatServer) -> bool:
 def test_one_of_three_endpoints_dies_mid_step_no_call_lost_decisions_unchanged(
         tmp_path: Path, redis_target: RedisTarget) -> None:
     with ChatServer(evolve_reply=evolve_reply) as single:
-        ref_ws = Workspace.init_llm(tmp_path / "ref", write_units(tmp_path / "u.jsonl"),
+        ref_ws = init_llm(tmp_path / "ref", write_units(tmp_path / "u.jsonl"),
                                     base_url=single.url, model="m", seed=1)
         reference = run(ref_ws, redis_target, None, 12)
         ref_ws.close()
@@ -87,7 +90,7 @@ def test_one_of_three_endpoints_dies_mid_step_no_call_lost_decisions_unchanged(
         mid.die_after(20, down_s=0.5)  # mid-step: the step makes ~150 calls
         caps = [Endpoint(s.url, 4) for s in servers]
         pool = EndpointPool(caps, fail_after=2, probe_after_s=0.1)
-        ws = Workspace.init_llm(tmp_path / "ws", write_units(tmp_path / "u2.jsonl"),
+        ws = init_llm(tmp_path / "ws", write_units(tmp_path / "u2.jsonl"),
                                 base_url=[s.url for s in servers], model="m", seed=1)
         concurrency = gate_concurrency(None, caps)
         res = run(ws, redis_target, pool, concurrency)
@@ -172,7 +175,7 @@ def test_endpoints_file_forms(tmp_path: Path) -> None:
 
 def test_init_refuses_a_bad_endpoint_list(tmp_path: Path) -> None:
     with pytest.raises(WorkspaceError, match=r"agent\.base_url: .*duplicate"):
-        Workspace.init_llm(tmp_path / "ws", write_units(tmp_path / "u.jsonl"),
+        init_llm(tmp_path / "ws", write_units(tmp_path / "u.jsonl"),
                            base_url=["http://127.0.0.1:1/v1", "http://127.0.0.1:1/v1"],
                            model="m")
     assert not (tmp_path / "ws").exists()
@@ -247,13 +250,13 @@ def test_the_live_view_shows_each_endpoints_counters(tmp_path: Path,
                                                      redis_target: RedisTarget) -> None:
     # A step through two endpoints with a live view given the pool: every frame carries the
     # per-endpoint counters, and the HTML (live and final) names each endpoint.
-    from vtrm_gate.live import LiveGateView, endpoints_html
+    from vtrm_gate.views import LiveGateView, endpoints_html
 
     servers = farm(0.0, 0.01)
     try:
         caps = [Endpoint(s.url, 3) for s in servers]
         pool = EndpointPool(caps)
-        ws = Workspace.init_llm(tmp_path / "ws", write_units(tmp_path / "u.jsonl"),
+        ws = init_llm(tmp_path / "ws", write_units(tmp_path / "u.jsonl"),
                                 base_url=[s.url for s in servers], model="m", seed=1)
         view = LiveGateView(min_interval=0, threaded=False, endpoints=pool)
         run(ws, redis_target, pool, 6, subscribers=[view])

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from vtrm_gate.explore import Explorer, Point, explore, monte_carlo_check, point_oc, tradeoffs
 from vtrm_gate.stats import Action, GateParams
+from vtrm_gate.views import Explorer, Point, explore, monte_carlo_check, point_oc, tradeoffs
 
 
 @pytest.mark.parametrize(("params", "p_win", "disc", "n", "p_accept"), [

@@ -16,8 +16,11 @@ import polars as pl
 import pytest
 
 from vtrm_gate import GateParams, replay_prefix
-from vtrm_gate.figures import (
+from vtrm_gate.stats import units_curve
+from vtrm_gate.views import (
+    compare_replays,
     false_accept_frame,
+    oc_grid,
     plot_false_accept,
     plot_makespan,
     plot_operating_characteristics,
@@ -27,8 +30,6 @@ from vtrm_gate.figures import (
     plot_waste,
     save,
 )
-from vtrm_gate.frames import compare_replays, oc_grid
-from vtrm_gate.montecarlo import units_curve
 
 WIN, LOSS, TIE = (False, True), (True, False), (True, True)
 SETS = {"accept": [WIN] * 8 + [TIE] * 4, "futile": [LOSS, None, TIE, WIN],
@@ -144,7 +145,7 @@ def test_save_creates_the_directory_and_appends_png(tmp_path):
 
 
 def test_importing_the_faces_forces_no_backend():
-    code = ("import sys, vtrm_gate.figures, vtrm_gate.live; "
+    code = ("import sys, vtrm_gate.views; "
             "assert 'matplotlib.pyplot' not in sys.modules, 'pyplot imported'")
     env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
@@ -166,7 +167,7 @@ def test_markers_use_the_exit_shape_and_the_type_colour():
 
 
 def test_review_build_writes_png_svg_and_the_readme(tmp_path):
-    from vtrm_gate.review import ReviewParams, build
+    from vtrm_gate.views.review import ReviewParams, build
 
     paths = build(tmp_path, ReviewParams(n_rep=200), names=["03_operating_characteristics"])
     assert _is_png(paths[0]) and (tmp_path / "03_operating_characteristics.svg").exists()
@@ -178,7 +179,7 @@ def test_review_build_writes_png_svg_and_the_readme(tmp_path):
 
 
 def test_notebooks_in_ci_never_write_the_committed_figures(monkeypatch, tmp_path):
-    from vtrm_gate.figures import notebook_figures_dir
+    from vtrm_gate.views import notebook_figures_dir
 
     root = Path(__file__).resolve().parents[1]
     monkeypatch.delenv("VTRM_FIGURES", raising=False)
@@ -196,7 +197,7 @@ def test_overview_end_labels_stay_inside_their_axes_and_apart(n_types, end):
     the top): the end labels are spread apart and never run past their panel."""
     from matplotlib.text import Annotation, Text
 
-    from vtrm_gate.figures import TrajectorySeries, draw_overview, new_figure
+    from vtrm_gate.views import TrajectorySeries, draw_overview, new_figure
 
     ends = [end] * n_types if isinstance(end, float) else [0.01] + [30.0] * (n_types - 1)
     series = [TrajectorySeries(f"Type {i}", tuple(range(1, 41)),

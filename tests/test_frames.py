@@ -8,7 +8,8 @@ import polars as pl
 import pytest
 
 from vtrm_gate import GateParams, operating_characteristics, replay_prefix, run_gate
-from vtrm_gate.frames import (
+from vtrm_gate.testing import OutcomeTable
+from vtrm_gate.views import (
     compare_replays,
     counters_frame,
     events_frame,
@@ -16,7 +17,6 @@ from vtrm_gate.frames import (
     outcomes_frame,
     trajectory_frame,
 )
-from vtrm_gate.testing import OutcomeTable
 
 WIN, LOSS, TIE = (False, True), (True, False), (True, True)
 

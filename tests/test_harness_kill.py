@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from vtrm_gate.backends import init_simulated, simulated_backend
+from vtrm_gate.gate import UnitResult, UnitTask
 from vtrm_gate.harness import Workspace, run_step_sync
-from vtrm_gate.scheduler import UnitResult, UnitTask
-from vtrm_gate.sim import SimConfig
+from vtrm_gate.options import RunOptions
+from vtrm_gate.sim import SimConfig, init_simulated, simulated_backend
 
 CONFIG = SimConfig(
     seed=7,
@@ -32,10 +32,12 @@ CONFIG = SimConfig(
 
 CHILD = textwrap.dedent("""
     import sys
-    from vtrm_gate.backends import simulated_backend
     from vtrm_gate.harness import run_step_sync
+    from vtrm_gate.options import RunOptions
+    from vtrm_gate.sim import simulated_backend
     be = simulated_backend(sys.argv[1])
-    run_step_sync(sys.argv[1], 1, 1, infer=be.infer, evolver=be.evolver, concurrency=8)
+    run_step_sync(sys.argv[1], 1, 1, infer=be.infer, evolver=be.evolver,
+                  options=RunOptions(concurrency=8))
     print("finished")
 """)
 
@@ -94,10 +96,11 @@ def test_killed_in_phase_c_then_rerun_matches_an_uninterrupted_run(tmp_path):
             base_calls.append(task)
         return await fast.infer(task)
 
-    again = run_step_sync(root, 1, 1, infer=infer, evolver=fast.evolver, concurrency=8)
+    again = run_step_sync(root, 1, 1, infer=infer, evolver=fast.evolver,
+                          options=RunOptions(concurrency=8))
     ref_be = simulated_backend(twin, time_scale=0.0)
     reference = run_step_sync(twin, 1, 1, infer=ref_be.infer, evolver=ref_be.evolver,
-                              concurrency=8)
+                              options=RunOptions(concurrency=8))
 
     assert again.reused_candidates  # the killed run's manifest candidates were replayed
     assert again.decisions == reference.decisions

@@ -8,8 +8,8 @@ import sqlite3
 import polars as pl
 import pytest
 
+from vtrm_gate.gate import PrefixAdvanced, UnitResult, UnitTask
 from vtrm_gate.harness import TABLES, GateSink, HarnessLog
-from vtrm_gate.scheduler import PrefixAdvanced, UnitResult, UnitTask
 from vtrm_gate.stats import Action
 
 
@@ -74,7 +74,7 @@ def test_clear_step_is_one_transaction(tmp_path, monkeypatch):
     log = HarnessLog(tmp_path / "h.sqlite")
     log.write_result(1, 1, _task("e1_s1_gate_a_base"), UnitResult(), discarded=False)
     log.write_consumed(1, 1, _ev(0))
-    import vtrm_gate.harness.log as logmod
+    import vtrm_gate.harness._log as logmod
 
     monkeypatch.setattr(logmod, "STEP_TABLES", ("gate_evidence", "no_such_table"))
     with pytest.raises(sqlite3.OperationalError):

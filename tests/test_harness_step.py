@@ -18,6 +18,9 @@ from test_harness_toy import (
     units,
 )
 
+from vtrm_gate._ids import arm_run_id, json_hash
+from vtrm_gate.errors import InfraGuardError
+from vtrm_gate.gate import GuardParams, UnitResult, UnitTask
 from vtrm_gate.harness import (
     BaselineCache,
     StepRefusedError,
@@ -27,8 +30,7 @@ from vtrm_gate.harness import (
     run_step_sync,
     settle_probation_sync,
 )
-from vtrm_gate.harness.workspace import json_hash
-from vtrm_gate.scheduler import GuardParams, InfraGuardError, UnitResult, UnitTask, arm_run_id
+from vtrm_gate.options import UNSET, RunOptions
 from vtrm_gate.stats import Action, GateParams, SequentialTest, replay_blocks
 
 SIZES = {
@@ -51,7 +53,9 @@ def _ws(tmp_path: Path, name: str = "ws", **config) -> Workspace:
 
 def _step(ws, epoch=1, step=1, infer=None, evolver=None, **kw):
     kw.setdefault("cases", cases_first(SIZES))
-    kw.setdefault("concurrency", 8)
+    options = kw.pop("options", RunOptions())
+    kw["options"] = options if options.concurrency is not UNSET else options.replace(
+        concurrency=8)
     return run_step_sync(ws, epoch, step, infer=infer or ToyInfer(),
                          evolver=evolver or ToyEvolver(DELTA, fail=["Attribute Perception"]),
                          **kw)
@@ -255,7 +259,8 @@ def test_rerun_with_changed_manifest_is_refused_saying_what_changed(tmp_path):
     before = _files(ws.root, "state.json", "skills", "manifests", "candidates")
     counts = {t: ws.log.count(t) for t in ("predictions", "gate_evidence", "step_report")}
     with pytest.raises(StepRefusedError) as err:
-        _step(Workspace.open(ws.root), params=GateParams(e_confirm=10.0, n_max=30))
+        _step(Workspace.open(ws.root), options=RunOptions(gate=GateParams(e_confirm=10.0,
+                                                                          n_max=30)))
     msg = str(err.value)
     assert "config.params.e_confirm: 20.0 -> 10.0" in msg
     assert "config.params.n_max: 40 -> 30" in msg
@@ -263,8 +268,8 @@ def test_rerun_with_changed_manifest_is_refused_saying_what_changed(tmp_path):
     assert "force=True" in msg
     assert _files(ws.root, "state.json", "skills", "manifests", "candidates") == before
     assert {t: ws.log.count(t) for t in counts} == counts
-    forced = _step(Workspace.open(ws.root), params=GateParams(e_confirm=10.0, n_max=30),
-                   force=True)
+    forced = _step(Workspace.open(ws.root), force=True,
+                   options=RunOptions(gate=GateParams(e_confirm=10.0, n_max=30)))
     assert forced.gate.outcomes["Action Reasoning"].n_ladder == 30
     assert_log_consistent(ws, 1, 1)
 
@@ -313,7 +318,7 @@ def test_infra_abort_leaves_log_consistent_state_untouched_and_step_rerunnable(t
     before = _files(ws.root, "state.json", "skills", "history")
     broken = ToyInfer(infra={"Counting Problem": "cand"})
     with pytest.raises(InfraGuardError, match="Counting Problem") as err:
-        _step(ws, infer=broken, concurrency=4, guard=GuardParams(min_calls=10))
+        _step(ws, infer=broken, options=RunOptions(concurrency=4, guard=GuardParams(min_calls=10)))
     assert err.value.partial is not None
     assert _files(ws.root, "state.json", "skills", "history") == before
     rep = ws.log.step_frame("step_report", 1, 1)
@@ -353,16 +358,16 @@ def test_phase_d_is_the_only_writer_and_applies_alphabetically(tmp_path, monkeyp
             during.append(_files(ws.root, *watched) == before)
             return await super().evolve(*a)
 
-    import vtrm_gate.harness.step as stepmod
+    import vtrm_gate.harness._apply as applymod  # Phase D: the history writes
 
     writes: list[str] = []
-    real = stepmod.atomic_write
+    real = applymod.atomic_write
 
     def spy(path, text):
         writes.append(str(Path(path).relative_to(ws.root)))
         real(path, text)
 
-    monkeypatch.setattr(stepmod, "atomic_write", spy)
+    monkeypatch.setattr(applymod, "atomic_write", spy)
     _step(ws, evolver=WatchingEvolver(DELTA), subscribers=[watcher])
     assert len(during) > 20 and all(during)
     assert _files(ws.root, *watched) != before
@@ -502,7 +507,7 @@ def test_baseline_cache_refuses_cand_infra_and_cached_results(tmp_path):
 
 def test_replay_reports_unrun_units_instead_of_inventing_them(tmp_path):
     ws = _ws(tmp_path)
-    _step(ws, concurrency=2)
+    _step(ws, options=RunOptions(concurrency=2))
     df = replay_step(ws, 1, 1)
     assert set(df["task_type"]) == set(GATED)
     assert df["prefix_matches_live"].all()
@@ -543,9 +548,8 @@ def test_step_report_carries_llm_cache_counters_per_arm(tmp_path):
     """With ``cache_stats`` the step report records each arm run's cache counters."""
     import json as _json
 
-    from vtrm_gate.backends import init_simulated, simulated_backend
     from vtrm_gate.harness import run_step_sync
-    from vtrm_gate.sim import SimConfig
+    from vtrm_gate.sim import SimConfig, init_simulated, simulated_backend
 
     ws = init_simulated(tmp_path / "ws", SimConfig(
         seed=1, pool_sizes={"Counting Problem": 12, "OCR Problems": 15}, infra_rate=0.0,

@@ -14,8 +14,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vtrm_gate._ids import slugify
+from vtrm_gate.gate import UnitResult, UnitTask
 from vtrm_gate.harness import Workspace, WorkspaceConfig
-from vtrm_gate.scheduler import UnitResult, UnitTask, slugify
 
 _LEVEL = re.compile(r"level=(-?\d+)")
 

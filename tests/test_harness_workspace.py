@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from test_harness_toy import make_workspace, skill
 
+from vtrm_gate._ids import content_hash
 from vtrm_gate.harness import TrainingState, Workspace, WorkspaceError
-from vtrm_gate.scheduler import content_hash
 from vtrm_gate.sim import TASK_TYPES, SimConfig
 
 SIZES = {"Counting Problem": 30, "OCR Problems": 12}
@@ -39,7 +39,7 @@ def test_workspace_layout_opens_by_hand(tmp_path):
 
 
 def test_init_simulated_builds_the_twelve_types(tmp_path):
-    from vtrm_gate.backends import init_simulated
+    from vtrm_gate.sim import init_simulated
 
     ws = init_simulated(tmp_path / "sim", SimConfig(seed=1))
     assert set(ws.task_types) == set(TASK_TYPES)
@@ -131,8 +131,7 @@ def test_interrupted_checkpoint_is_finished_not_refused(tmp_path):
     text = skill("OCR Problems", 6)
     from dataclasses import replace
 
-    from vtrm_gate.harness import SkillRef
-    from vtrm_gate.harness.workspace import atomic_write, write_json
+    from vtrm_gate.harness import SkillRef, atomic_write, write_json
 
     atomic_write(ws.history_path("OCR Problems", 2), text)
     new = replace(ws.state, skills={**ws.state.skills,

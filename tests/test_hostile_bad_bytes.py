@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from vtrm_gate._env import read_dotenv
-from vtrm_gate.config import load_config
+from vtrm_gate.options import resolve_options
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,7 +28,7 @@ def test_dotenv_with_bad_bytes_names_the_file(tmp_path):
     with pytest.raises(ValueError, match=r"\.env.*not UTF-8.*byte 21"):
         read_dotenv(dotenv)
     with pytest.raises(ValueError, match=r"\.env.*not UTF-8"):
-        load_config(env={}, dotenv=dotenv)
+        resolve_options(env={}, dotenv=dotenv)
 
 
 def test_step_with_a_bad_dotenv_exits_2_naming_it_and_writes_nothing(tmp_path):

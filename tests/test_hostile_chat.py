@@ -14,7 +14,7 @@ import pytest
 from test_llm import FAST, UNITS, infer, task
 
 from vtrm_gate.llm import LLMAgent, LLMInfraError
-from vtrm_gate.testing.chat import ChatServer, Fault
+from vtrm_gate.testing import ChatServer, Fault
 
 
 @pytest.fixture

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from vtrm_gate.config import Config, ConfigError, config_from_mapping, load_config
+from vtrm_gate.errors import ConfigError
+from vtrm_gate.options import RunOptions, options_from_mapping, resolve_options
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,9 +23,9 @@ def cli(*args: str):
 
 
 def test_config_defaults_and_keys():
-    cfg = Config()
+    cfg = RunOptions()
     assert (cfg.dispatch, cfg.cancel_after_freeze) == ("round_robin", False)
-    cfg = config_from_mapping({"dispatch": "need_aware", "cancel_after_freeze": "on"})
+    cfg = options_from_mapping({"dispatch": "need_aware", "cancel_after_freeze": "on"})
     assert (cfg.dispatch, cfg.cancel_after_freeze) == ("need_aware", True)
     assert cfg.as_dict()["dispatch"] == "need_aware"
     assert cfg.as_dict()["cancel_after_freeze"] is True
@@ -37,11 +38,11 @@ def test_config_defaults_and_keys():
 ])
 def test_bad_dispatch_values_are_refused(data, fragment):
     with pytest.raises(ConfigError, match=fragment):
-        config_from_mapping(data)
+        options_from_mapping(data)
 
 
 def test_env_sets_dispatch(tmp_path):
-    cfg = load_config(env={"VTRM_DISPATCH": "need_aware", "VTRM_CANCEL_AFTER_FREEZE": "1"},
+    cfg = resolve_options(env={"VTRM_DISPATCH": "need_aware", "VTRM_CANCEL_AFTER_FREEZE": "1"},
                       dotenv=None)
     assert (cfg.dispatch, cfg.cancel_after_freeze) == ("need_aware", True)
 

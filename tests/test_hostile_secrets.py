@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from test_backends import cli, write_units
 
-from vtrm_gate.harness.workspace import Workspace
+from vtrm_gate.llm import init_llm
 
 
 @pytest.mark.parametrize("url", [
@@ -28,12 +28,12 @@ def test_credentials_in_the_base_url_are_refused_and_not_written(tmp_path: Path,
     assert not (tmp_path / "ws").exists() or not any(
         b"hunter2" in p.read_bytes() for p in (tmp_path / "ws").rglob("*") if p.is_file())
     with pytest.raises(ValueError, match="credential"):
-        Workspace.init_llm(tmp_path / "ws2", units, base_url=url, model="m")
+        init_llm(tmp_path / "ws2", units, base_url=url, model="m")
 
 
 def test_a_plain_query_is_still_accepted(tmp_path: Path):
     units = write_units(tmp_path / "units.jsonl")
-    ws = Workspace.init_llm(tmp_path / "ws", units, model="m",
+    ws = init_llm(tmp_path / "ws", units, model="m",
                             base_url="https://x.openai.azure.com/openai?api-version=2024-06-01")
     assert ws.config.agent["base_url"].endswith("api-version=2024-06-01")
     ws.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from vtrm_gate import build_ladder
-from vtrm_gate.ladder import ladder_units
+from vtrm_gate.gate import ladder_units
 
 POOL = [f"u{i:02d}" for i in range(30)]
 SEED = {u: (i % 3 != 0) for i, u in enumerate(POOL[:24])}  # u24..u29 have no seed record

@@ -12,9 +12,8 @@ import random
 import pytest
 
 from vtrm_gate import GateParams, PrefixAdvanced, launch, run_gate
-from vtrm_gate.frames import outcomes_frame
-from vtrm_gate.live import LiveGateView, show_live, watch
 from vtrm_gate.testing import OutcomeTable
+from vtrm_gate.views import LiveGateView, outcomes_frame, show_live, watch
 
 WIN, LOSS, TIE, BOTH_WRONG = (False, True), (True, False), (True, True), (False, False)
 
@@ -168,7 +167,7 @@ def test_invalid_interval_is_refused():
 def test_a_second_launch_is_served_from_redis(redis_target):
     """The README's one line (`cached_infer`) puts a launched gate under the response cache."""
     from vtrm_gate.cache import ResponseCache, cached_infer
-    from vtrm_gate.simstep import sim_step
+    from vtrm_gate.sim import sim_step
 
     # no sleeping, no INFRA (INFRA is never cached, so it would be paid again)
     step = sim_step(2, wall_seconds=None, time_scale=0.0, infra_rate=0.0)

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from vtrm_gate.cache import ResponseCache, scrub_credentials
+from vtrm_gate.cache import RedisServer, ResponseCache, scrub_credentials
+from vtrm_gate.gate import GateResult, TypePlan, UnitTask, run_gate
 from vtrm_gate.llm import (
     ANSWER_PROMPT,
     MCQ,
@@ -24,10 +25,7 @@ from vtrm_gate.llm import (
     parse_choice,
     parse_retry_after,
 )
-from vtrm_gate.redis_server import RedisServer
-from vtrm_gate.scheduler import GateResult, TypePlan, UnitTask, run_gate
-from vtrm_gate.testing.chat import ChatServer, Fault
-from vtrm_gate.testing.redis import RedisTarget
+from vtrm_gate.testing import ChatServer, Fault, RedisTarget
 
 UNITS = {f"u{i}": MCQ(f"Question {i}: what happens in the clip?",
                       ("a cat", "a dog running across the whole field", "a bird"),

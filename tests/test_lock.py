@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from vtrm_gate.harness.lock import WorkspaceLockedError, read_holder, workspace_lock
+from vtrm_gate.errors import WorkspaceLockedError
+from vtrm_gate.harness import read_holder, workspace_lock
 
 HOLD = textwrap.dedent("""
     import sys, time
-    from vtrm_gate.harness.lock import workspace_lock
+    from vtrm_gate.harness import workspace_lock
     with workspace_lock(sys.argv[1], "holder-test"):
         print("locked", flush=True)
         time.sleep(60)

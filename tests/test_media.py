@@ -14,22 +14,32 @@ import pytest
 from PIL import Image
 
 from vtrm_gate import cli
-from vtrm_gate.backends import llm_backend, rollout_cases
 from vtrm_gate.cache import KeyParts, ResponseCache
-from vtrm_gate.harness import StepResult, Workspace, WorkspaceError, run_step
-from vtrm_gate.llm import MCQ, LLMAgent, RetryPolicy
-from vtrm_gate.media import (
+from vtrm_gate.gate import UnitTask
+from vtrm_gate.harness import (
     REF_SCHEME,
     Frame,
     MediaOptions,
-    MediaResolver,
+    StepResult,
+    Workspace,
+    WorkspaceError,
     parse_media,
     pick_frames,
+    run_step,
 )
-from vtrm_gate.scheduler import UnitTask
+from vtrm_gate.llm import (
+    MCQ,
+    LLMAgent,
+    MediaResolver,
+    RetryPolicy,
+    init_llm,
+    llm_backend,
+    rollout_cases,
+)
+from vtrm_gate.options import RunOptions
+from vtrm_gate.testing import RedisTarget
 from vtrm_gate.testing.chat import HELPFUL_MARKER
 from vtrm_gate.testing.media import MediaChatServer
-from vtrm_gate.testing.redis import RedisTarget
 
 FAST = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.02, max_total_s=120.0)
 LONG = "the longest option, by a clear margin"
@@ -76,7 +86,7 @@ def step(ws: Workspace, target: RedisTarget) -> tuple[StepResult, ResponseCache]
             cases = await rollout_cases(backend, ws, 1, 1)
             return await run_step(ws, 1, 1, infer=backend.infer, evolver=backend.evolver,
                                   cases=cases, cache_stats=backend.cache_stats,
-                                  concurrency=16)
+                                  options=RunOptions(concurrency=16))
         finally:
             await backend.aclose()
 
@@ -91,7 +101,7 @@ def media_server() -> Any:
 
 def test_frames_reach_the_server_capped_resized_with_urls_video_and_timestamps(
         tmp_path: Path, redis_target: RedisTarget, media_server: MediaChatServer) -> None:
-    ws = Workspace.init_llm(tmp_path / "ws", write_units(tmp_path), base_url=media_server.url,
+    ws = init_llm(tmp_path / "ws", write_units(tmp_path), base_url=media_server.url,
                             model="vision-model", seed=1,
                             media={"max_frames": 4, "max_side": 256})
     res, _ = step(ws, redis_target)
@@ -118,7 +128,7 @@ def test_frames_reach_the_server_capped_resized_with_urls_video_and_timestamps(
 
 def test_a_changed_frame_changes_both_cache_keys_of_that_unit_only(
         tmp_path: Path, redis_target: RedisTarget, media_server: MediaChatServer) -> None:
-    ws = Workspace.init_llm(tmp_path / "ws", write_units(tmp_path), base_url=media_server.url,
+    ws = init_llm(tmp_path / "ws", write_units(tmp_path), base_url=media_server.url,
                             model="vision-model", seed=1, media={"max_frames": 4})
     step(ws, redis_target)
     keys_before = {u: ws.unit_key("Counting Problem", u) for u in ws.units}
@@ -186,5 +196,5 @@ def test_frame_cap_keeps_first_and_last_in_order() -> None:
 
 def test_bad_media_settings_are_refused(tmp_path: Path) -> None:
     with pytest.raises(WorkspaceError, match="max_frames"):
-        Workspace.init_llm(tmp_path / "ws", write_units(tmp_path), base_url="http://x/v1",
+        init_llm(tmp_path / "ws", write_units(tmp_path), base_url="http://x/v1",
                            model="m", media={"max_frames": 0})

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from vtrm_gate import GateParams
-from vtrm_gate.montecarlo import (
+from vtrm_gate.stats import (
     cand_wrong_probability,
     correlated_latency,
     false_accept_curve,

@@ -25,9 +25,9 @@ def _run(*sources: str) -> list[list[dict]]:
 def test_figures_render_without_magic_and_the_backend_is_untouched():
     outs = _run(
         "import matplotlib; before = matplotlib.get_backend()",
-        "from vtrm_gate import replay_prefix\nfrom vtrm_gate.figures import plot_trajectories\n"
+        "from vtrm_gate import replay_prefix\nfrom vtrm_gate.views import plot_trajectories\n"
         "plot_trajectories({'a': replay_prefix([(False, True)] * 6)})",
-        "import vtrm_gate.live, vtrm_gate.explore, vtrm_gate.review\n"
+        "import vtrm_gate.views, vtrm_gate.views.review\n"
         "print(before == matplotlib.get_backend())")
     assert "image/png" in outs[1][0]["data"]
     assert outs[2][0]["text"].strip() == "True"
@@ -36,7 +36,7 @@ def test_figures_render_without_magic_and_the_backend_is_untouched():
 @pytest.mark.slow
 def test_live_view_is_replaced_by_a_static_figure_and_table_when_the_gate_ends():
     outs = _run(
-        "from vtrm_gate.simstep import sim_step\nfrom vtrm_gate.live import show_live, watch\n"
+        "from vtrm_gate.sim import sim_step\nfrom vtrm_gate.views import show_live, watch\n"
         "step = sim_step(2, wall_seconds=1.0)\nhandle, view = show_live(step.plans, step.infer)",
         "r = await watch(handle, view)\nprint(view.static, len(r.outcomes))")
     live = outs[0]

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from vtrm_gate import cli
-from vtrm_gate.plugin import AgentBackend, BackendError, is_factory_spec, load_factory
-from vtrm_gate.testing.redis import RedisTarget
+from vtrm_gate.errors import BackendError
+from vtrm_gate.llm import AgentBackend, is_factory_spec, load_factory
+from vtrm_gate.testing import RedisTarget
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

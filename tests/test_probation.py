@@ -6,16 +6,16 @@ import re
 
 import pytest
 
-from vtrm_gate.harness.probation import (
+from vtrm_gate.harness import WorkspaceConfig
+from vtrm_gate.stats import (
     EContinueRule,
     EHarmRule,
+    GateParams,
     WNetRule,
     probation_rule,
     probe_oc,
     settled_oc,
 )
-from vtrm_gate.harness.workspace import WorkspaceConfig
-from vtrm_gate.stats import GateParams
 
 
 @pytest.mark.parametrize("e_start", [1.0, 2.25, 5.0625])

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from vtrm_gate.redis_server import RedisServer, embedded_server, find_redis_server
+from vtrm_gate.cache import RedisServer, embedded_server, find_redis_server
 
 pytestmark = pytest.mark.redis
 

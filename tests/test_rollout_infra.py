@@ -9,8 +9,7 @@ from pathlib import Path
 from test_backends import SECRET, cli, evolve_reply, write_units
 
 from vtrm_gate.harness import HarnessLog
-from vtrm_gate.testing.chat import ChatServer, Fault
-from vtrm_gate.testing.redis import RedisTarget
+from vtrm_gate.testing import ChatServer, Fault, RedisTarget
 
 
 def test_a_rollout_refused_by_the_endpoint_is_rollout_error_and_nothing_is_applied(

@@ -8,11 +8,10 @@ import importlib.util
 from typing import Any
 
 from vtrm_gate.cache import KeyParts, ResponseCache
-from vtrm_gate.endpoints import ShardedClient
-from vtrm_gate.llm import MCQ, LLMAgent, RetryPolicy
-from vtrm_gate.scheduler import UnitTask
-from vtrm_gate.testing.chat import ChatServer, Fault
-from vtrm_gate.testing.redis import RedisTarget
+from vtrm_gate.gate import UnitTask
+from vtrm_gate.llm import MCQ, LLMAgent, RetryPolicy, ShardedClient, init_llm
+from vtrm_gate.options import RunOptions
+from vtrm_gate.testing import ChatServer, Fault, RedisTarget
 
 
 def test_three_hundred_concurrent_cache_calls_are_no_outage(redis_target: RedisTarget) -> None:
@@ -77,9 +76,8 @@ def test_a_step_with_media_three_endpoints_and_a_redis_cluster_runs_end_to_end(
     import redis as sync_redis
 
     from tests.test_media import evolve, write_units
-    from vtrm_gate.backends import llm_backend, rollout_cases
-    from vtrm_gate.endpoints import Endpoint, EndpointPool
-    from vtrm_gate.harness import Workspace, run_step
+    from vtrm_gate.harness import run_step
+    from vtrm_gate.llm import Endpoint, EndpointPool, llm_backend, rollout_cases
     from vtrm_gate.testing.farm import SlowChatServer
     from vtrm_gate.testing.media import MediaChatServer
 
@@ -88,7 +86,7 @@ def test_a_step_with_media_three_endpoints_and_a_redis_cluster_runs_end_to_end(
 
     servers = [Server(d, evolve_reply=evolve).start() for d in (0.0, 0.01, 0.03)]
     try:
-        ws = Workspace.init_llm(tmp_path / "ws", write_units(tmp_path),
+        ws = init_llm(tmp_path / "ws", write_units(tmp_path),
                                 base_url=[s.url for s in servers], model="vision-model",
                                 seed=1, media={"max_frames": 3, "max_side": 128})
 
@@ -102,7 +100,8 @@ def test_a_step_with_media_three_endpoints_and_a_redis_cluster_runs_end_to_end(
                     cases = await rollout_cases(backend, ws, 1, 1)
                     return await run_step(ws, 1, 1, infer=backend.infer,
                                           evolver=backend.evolver, cases=cases,
-                                          cache_stats=backend.cache_stats, concurrency=9)
+                                          cache_stats=backend.cache_stats,
+                                          options=RunOptions(concurrency=9))
                 finally:
                     await backend.aclose()
 

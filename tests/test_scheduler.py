@@ -28,8 +28,8 @@ from vtrm_gate import (
     run_gate,
     run_gate_sync,
 )
-from vtrm_gate.scheduler import SubscriberWarning
-from vtrm_gate.sim import run_virtual as run  # virtual clock: sleeps cost no wall time
+from vtrm_gate.gate import SubscriberWarning
+from vtrm_gate.sim import run_virtual as run
 from vtrm_gate.testing import OutcomeTable
 
 WIN, LOSS, TIE = (False, True), (True, False), (True, True)

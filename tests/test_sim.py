@@ -8,7 +8,8 @@ import math
 
 import pytest
 
-from vtrm_gate.scheduler import TypePlan, UnitTask, arm_run_id, content_hash, run_gate
+from vtrm_gate._ids import arm_run_id, content_hash
+from vtrm_gate.gate import TypePlan, UnitTask, run_gate
 from vtrm_gate.sim import (
     DEFAULT_POOL_SIZES,
     EFFECTS,

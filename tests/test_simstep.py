@@ -5,10 +5,15 @@ from __future__ import annotations
 import pytest
 
 from vtrm_gate import GateParams, run_gate
-from vtrm_gate.backends import init_simulated, simulated_backend
 from vtrm_gate.harness import run_step
-from vtrm_gate.sim import SimConfig, continuous_schedule, run_virtual
-from vtrm_gate.simstep import sim_step
+from vtrm_gate.sim import (
+    SimConfig,
+    continuous_schedule,
+    init_simulated,
+    run_virtual,
+    sim_step,
+    simulated_backend,
+)
 
 
 @pytest.mark.parametrize("seed", [11, 3])

@@ -20,12 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from vtrm_gate.backends import (
-    init_simulated,
-    quality_report,
-    record_ground_truth,
-    simulated_backend,
-)
+from vtrm_gate.errors import InfraGuardError
+from vtrm_gate.gate import GuardParams, UnitResult, UnitTask
 from vtrm_gate.harness import (
     HELDOUT_FILE,
     TrainRefusedError,
@@ -37,10 +33,19 @@ from vtrm_gate.harness import (
     train,
     workspace_lock,
 )
-from vtrm_gate.live_train import TrainView
-from vtrm_gate.scheduler import GuardParams, InfraGuardError, UnitResult, UnitTask
-from vtrm_gate.sim import SimConfig, SimWorld, run_virtual, simulate_policy
+from vtrm_gate.options import UNSET, RunOptions
+from vtrm_gate.sim import (
+    SimConfig,
+    SimWorld,
+    init_simulated,
+    quality_report,
+    record_ground_truth,
+    run_virtual,
+    simulate_policy,
+    simulated_backend,
+)
 from vtrm_gate.stats import Action, update_state
+from vtrm_gate.views import TrainView
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,9 +66,11 @@ def _init(path: Path, **config) -> Workspace:
 
 def _train(ws: Workspace, epochs: int = EPOCHS, steps: int = STEPS, infer=None, **kw):
     be = simulated_backend(ws)
+    options = kw.pop("options", RunOptions())
+    if options.concurrency is UNSET:
+        options = options.replace(concurrency=16)
     return run_virtual(train(ws, epochs, steps, infer=infer or be.infer, evolver=be.evolver,
-                             rollout=be.rollout(ws), concurrency=kw.pop("concurrency", 16),
-                             **kw))
+                             rollout=be.rollout(ws), options=options, **kw))
 
 
 def _rows(db: Path, sql: str) -> list[tuple]:
@@ -171,7 +178,7 @@ def test_changed_configuration_is_refused_with_the_changes(tmp_path):
         _train(ws, 1, 2)
     assert "steps_per_epoch: 1 -> 2" in str(err.value) and "\n" not in str(err.value)
     with pytest.raises(TrainRefusedError, match=r"params\.e_confirm: 20\.0 -> 10\.0"):
-        _train(ws, 1, 1, params=GateParams(e_confirm=10.0))
+        _train(ws, 1, 1, options=RunOptions(gate=GateParams(e_confirm=10.0)))
     _train(ws, 2, 1)  # more epochs: the same run, continued
 
 
@@ -298,7 +305,7 @@ class AlwaysProvisional:
 @pytest.fixture
 def on_probation(tmp_path, monkeypatch):
     """A workspace after e1 s1 with types A, B, C all on probation."""
-    import vtrm_gate.harness.step as step_mod
+    import vtrm_gate.harness._gating as step_mod  # where the harness calls run_gate
 
     ws = init_simulated(tmp_path / "ws", SimConfig(
         seed=3, pool_sizes={"A": 120, "B": 120, "C": 120}, infra_rate=0.0,
@@ -331,7 +338,7 @@ def test_settlement_runs_every_type_through_one_slot_pool(on_probation):
         finally:
             in_flight[task.task_type] -= 1
 
-    res = run_virtual(settle_probation(ws, 1, infer=watched, concurrency=6))
+    res = run_virtual(settle_probation(ws, 1, infer=watched, options=RunOptions(concurrency=6)))
     assert set(res.outcomes) == {"A", "B", "C"}
     assert max(overlap) == 3  # all three types in flight at once: not one after another
     assert peak[0] <= 6 and res.gate.peak_in_flight <= 6  # one pool of 6 slots
@@ -351,7 +358,8 @@ def test_settlement_guard_abort_settles_nothing_and_can_be_rerun(on_probation):
         return UnitResult(infra=True, error="503")
 
     with pytest.raises(InfraGuardError):
-        run_virtual(settle_probation(ws, 1, infer=down, guard=GuardParams(min_calls=2)))
+        run_virtual(settle_probation(ws, 1, infer=down,
+                                     options=RunOptions(guard=GuardParams(min_calls=2))))
     assert (ws.root / "state.json").read_text() == before
     assert ("aborted",) in ws.log.query("SELECT status FROM step_report WHERE step = 0")
     res = run_virtual(settle_probation(ws, 1, infer=be.infer))
@@ -576,7 +584,7 @@ def test_train_is_cancellable_and_resumes_to_the_same_end_state(tmp_path):
     async def cancel_after_two_steps():
         task = asyncio.ensure_future(train(b, EPOCHS, STEPS, infer=be.infer,
                                            evolver=be.evolver, rollout=be.rollout(b),
-                                           concurrency=16, on_event=view))
+                                           options=RunOptions(concurrency=16), on_event=view))
         while len(view.lines) < 2:
             await asyncio.sleep(1.0)
         task.cancel()
@@ -623,8 +631,8 @@ def test_llm_training_run_settles_and_a_resume_makes_zero_requests(tmp_path, cha
                                                                    redis_target):
     from test_backends import FAST, SECRET, make_ws
 
-    from vtrm_gate.backends import llm_backend, rollout_cases
     from vtrm_gate.cache import ResponseCache
+    from vtrm_gate.llm import llm_backend, rollout_cases
 
     ws = make_ws(tmp_path, chat_server)
 
@@ -636,7 +644,7 @@ def test_llm_training_run_settles_and_a_resume_makes_zero_requests(tmp_path, cha
             try:
                 return await train(ws, epochs, 2, infer=be.infer, evolver=be.evolver,
                                    rollout=lambda e, s: rollout_cases(be, ws, e, s),
-                                   concurrency=64)
+                                   options=RunOptions(concurrency=64))
             finally:
                 await be.aclose()
 

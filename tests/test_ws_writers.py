@@ -13,22 +13,21 @@ from pathlib import Path
 
 import pytest
 
-from vtrm_gate.backends import init_simulated, simulated_backend
 from vtrm_gate.harness import (
     HarnessLog,
     Workspace,
     WorkspaceLockedError,
+    read_holder,
     run_step,
     settle_probation,
 )
-from vtrm_gate.harness.lock import read_holder
-from vtrm_gate.sim import SimConfig, run_virtual
+from vtrm_gate.sim import SimConfig, init_simulated, run_virtual, simulated_backend
 
 ROOT = Path(__file__).resolve().parents[1]
 
 HOLD = textwrap.dedent("""
     import sys, time
-    from vtrm_gate.harness.lock import workspace_lock
+    from vtrm_gate.harness import workspace_lock
     with workspace_lock(sys.argv[1], "holder-test"):
         print("locked", flush=True)
         time.sleep(120)

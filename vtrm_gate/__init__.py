@@ -1,103 +1,66 @@
 """vtrm_gate: continuous concurrent e-process gate for skill evolution.
 
-This module is the public API; everything else may move. Names resolve lazily (PEP 562) so
-that ``vtrm-gate cache renew`` starts without importing numpy or asyncio machinery.
+This module is the notebook user's API; everything else may move. Audiences:
+``vtrm_gate`` (this), ``vtrm_gate.harness`` / ``vtrm_gate.llm`` / ``vtrm_gate.backends``
+(integrators), ``vtrm_gate.testing`` (tests). Names resolve lazily (PEP 562) from the
+subpackage named in `_HOME`, so ``vtrm-gate cache renew`` starts without importing numpy.
+`__all__` is the one export list; ``tests/test_exports.py`` resolves every name.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
-_EXPORTS: dict[str, tuple[str, ...]] = {
-    "stats": ("Action", "BatchOutcome", "DecisionRule", "GateParams", "GateState",
-              "OperatingCharacteristics", "TypeOutcome", "gate_decision",
-              "operating_characteristics", "replay_arrival", "replay_arrival_batch",
-              "replay_blocks", "replay_blocks_batch", "replay_prefix", "replay_prefix_batch"),
-    "ladder": ("LadderEntry", "build_ladder"),
-    "dispatch": ("DispatchPolicy", "NeedAware", "RoundRobin"),
-    "scheduler": ("BaselineStore", "EventStream", "GateAborted", "GateEvent", "GateFinished",
-                  "GateHandle", "GateResult", "GateStarted", "GuardParams", "InfraGuardError",
-                  "PrefixAdvanced", "ResultSink", "TaskFinished", "TaskStarted",
-                  "TaskProgress", "TypeCounters", "TypeDecided", "TypePlan", "UnitResult",
-                  "UnitTask", "arm_run_id", "launch", "report_progress", "run_gate",
-                  "slugify"),
-    "config": ("Config", "ConfigError", "load_config"),
-    "plugin": ("AgentBackend", "BackendContext", "BackendError"),
+__all__ = [  # noqa: RUF022 - grouped by audience, alphabetical within a group
+    # statistics (vtrm_gate.stats)
+    "Action", "BatchOutcome", "DecisionRule", "GateParams", "GateState",
+    "OperatingCharacteristics", "TypeOutcome", "gate_decision", "operating_characteristics",
+    "replay_arrival", "replay_arrival_batch", "replay_blocks", "replay_blocks_batch",
+    "replay_prefix", "replay_prefix_batch",
+    # the gate (vtrm_gate.gate)
+    "BaselineStore", "DispatchPolicy", "EventStream", "GateAborted", "GateEvent",
+    "GateFinished", "GateHandle", "GateResult", "GateStarted", "GuardParams", "LadderEntry",
+    "NeedAware", "PrefixAdvanced", "ResultSink", "RoundRobin", "TaskFinished", "TaskProgress",
+    "TaskStarted", "TypeCounters", "TypeDecided", "TypePlan", "UnitResult", "UnitTask",
+    "build_ladder", "launch", "report_progress", "run_gate", "run_gate_sync",
+    # identities and errors
+    "arm_run_id", "slugify", "ConfigError", "InfraGuardError", "VtrmError",
+    # options and the one path that drives a workspace
+    "RunOptions", "UNSET", "resolve_options", "open_backend", "step_workspace",
+    "step_workspace_sync", "train_workspace", "train_workspace_sync", "settle_workspace",
+    "settle_workspace_sync",
+    # bring your own agent, and the response cache
+    "AgentBackend", "BackendContext", "BackendError", "ResponseCache", "cached_infer",
+    "__version__",
+]
+
+_HOME = {
+    **dict.fromkeys(("Action", "BatchOutcome", "DecisionRule", "GateParams", "GateState",
+                     "OperatingCharacteristics", "TypeOutcome", "gate_decision",
+                     "operating_characteristics", "replay_arrival", "replay_arrival_batch",
+                     "replay_blocks", "replay_blocks_batch", "replay_prefix",
+                     "replay_prefix_batch"), "stats"),
+    **dict.fromkeys(("arm_run_id", "slugify"), "_ids"),
+    **dict.fromkeys(("ConfigError", "InfraGuardError", "VtrmError", "BackendError"), "errors"),
+    **dict.fromkeys(("RunOptions", "UNSET", "resolve_options"), "options"),
+    **dict.fromkeys(("open_backend", "step_workspace", "step_workspace_sync",
+                     "train_workspace", "train_workspace_sync", "settle_workspace",
+                     "settle_workspace_sync"), "backends"),
+    **dict.fromkeys(("AgentBackend", "BackendContext"), "llm"),
+    **dict.fromkeys(("ResponseCache", "cached_infer"), "cache"),
 }
-_WHERE = {name: mod for mod, names in _EXPORTS.items() for name in names}
-__all__ = sorted([*_WHERE, "run_gate_sync", "__version__"])
 
 
 def __getattr__(name: str) -> Any:
-    mod = _WHERE.get(name)
-    if mod is None:
+    if name not in __all__ or name == "__version__":
         raise AttributeError(f"module 'vtrm_gate' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{mod}", __name__), name)
+    value = getattr(importlib.import_module(f".{_HOME.get(name, 'gate')}", __name__), name)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return __all__
-
-
-def run_gate_sync(*args: Any, **kwargs: Any) -> Any:
-    """`run_gate` for scripts and blocking Jupyter cells (see `vtrm_gate._sync`)."""
-    from ._sync import run_sync
-    from .scheduler import run_gate
-
-    return run_sync(run_gate(*args, **kwargs))
-
-
-if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
-    from .config import Config, ConfigError, load_config  # noqa: F401
-    from .dispatch import DispatchPolicy, NeedAware, RoundRobin  # noqa: F401
-    from .ladder import LadderEntry, build_ladder  # noqa: F401
-    from .plugin import AgentBackend, BackendContext, BackendError  # noqa: F401
-    from .scheduler import (  # noqa: F401
-        BaselineStore,
-        EventStream,
-        GateAborted,
-        GateEvent,
-        GateFinished,
-        GateHandle,
-        GateResult,
-        GateStarted,
-        GuardParams,
-        InfraGuardError,
-        PrefixAdvanced,
-        ResultSink,
-        TaskFinished,
-        TaskProgress,
-        TaskStarted,
-        TypeCounters,
-        TypeDecided,
-        TypePlan,
-        UnitResult,
-        UnitTask,
-        arm_run_id,
-        launch,
-        report_progress,
-        run_gate,
-        slugify,
-    )
-    from .stats import (  # noqa: F401
-        Action,
-        BatchOutcome,
-        DecisionRule,
-        GateParams,
-        GateState,
-        OperatingCharacteristics,
-        TypeOutcome,
-        gate_decision,
-        operating_characteristics,
-        replay_arrival,
-        replay_arrival_batch,
-        replay_blocks,
-        replay_blocks_batch,
-        replay_prefix,
-        replay_prefix_batch,
-    )
+    return list(__all__)

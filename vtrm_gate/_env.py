@@ -142,6 +142,16 @@ def environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
     return {**read_dotenv(Path.cwd() / ".env"), **os.environ}
 
 
+API_KEY_VARIABLES = ("OPENAI_API_KEY", "VTRM_API_KEY")
+
+
+def api_key(env: Mapping[str, str] | None = None) -> str:
+    """The chat API key: ``OPENAI_API_KEY``, else ``VTRM_API_KEY`` (from ``env``, default the
+    process environment over ``.env``); "" when neither is set. Never written anywhere."""
+    e = environment(env)
+    return next((e[v] for v in API_KEY_VARIABLES if e.get(v)), "")
+
+
 def cache_enabled(value: str | None) -> bool:
     """``VTRM_CACHE``: off/0/false/no/disabled turn the cache off; anything else leaves it on."""
     return (value or "on").strip().lower() not in {"off", "0", "false", "no", "disabled"}

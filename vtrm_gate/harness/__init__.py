@@ -1,57 +1,86 @@
-"""Harness (SPEC §4): persistence (HarnessLog, BaselineCache), the workspace, the gate step.
+"""Harness (SPEC §4): persistence, the workspace and the step: what turns gate decisions into
+training state.
 
-Layering: imports stats, ladder, scheduler and _sync only. Simulated and LLM workspaces are
-created and driven from `vtrm_gate.backends`, a layer below. The LLM backend of ``llm`` workspaces
-lives in `vtrm_gate.backends` (it builds on this package, not the other way round).
+Layering: imports stats and gate (and the identities and errors) only; no Redis, no HTTP,
+no simulator. LLM and simulated workspaces are created and driven from `vtrm_gate.llm` and
+`vtrm_gate.sim`, layers below.
+
+- `_workspace`, `_state`, `_units`, `_files`: the directory, its training state and units
+- `_lock`, `_atomic_dir`, `_access`: one writer at a time; a workspace appears whole
+- `_log`, `_baseline`: HarnessLog (SQLite, WAL) and the BaselineCache
+- `_step` (+ `_manifest`, `_results`): `run_step`, phases A–D
+- `_settle`, `_evaluate`, `_train`: probation settlement, held-out evaluation, the run
+- `_replay`: prefix vs block replay of a recorded step
 """
 
 from __future__ import annotations
 
-from .baseline import BaselineCache as BaselineCache
-from .baseline import BaselineKey as BaselineKey
-from .lock import LockHolder as LockHolder
-from .lock import WorkspaceLock as WorkspaceLock
-from .lock import WorkspaceLockedError as WorkspaceLockedError
-from .lock import workspace_lock as workspace_lock
-from .log import TABLES as TABLES
-from .log import GateSink as GateSink
-from .log import HarnessLog as HarnessLog
-from .step import PROBATION_STEP as PROBATION_STEP
-from .step import CaseSource as CaseSource
-from .step import CasesUnavailable as CasesUnavailable
-from .step import Evolver as Evolver
-from .step import ProbationOutcome as ProbationOutcome
-from .step import ProbationResult as ProbationResult
-from .step import StepRefusedError as StepRefusedError
-from .step import StepResult as StepResult
-from .step import StepUnmeasuredError as StepUnmeasuredError
-from .step import TypeStep as TypeStep
-from .step import fail_fast_targets as fail_fast_targets
-from .step import replay_step as replay_step
-from .step import run_step as run_step
-from .step import run_step_sync as run_step_sync
-from .step import settle_probation as settle_probation
-from .step import settle_probation_sync as settle_probation_sync
-from .step import step_input_state as step_input_state
-from .train import EVAL_STEP as EVAL_STEP
-from .train import HELDOUT_FILE as HELDOUT_FILE
-from .train import EvalResult as EvalResult
-from .train import TrainEvent as TrainEvent
-from .train import TrainRefusedError as TrainRefusedError
-from .train import TrainResult as TrainResult
-from .train import evaluate_epoch as evaluate_epoch
-from .train import evaluation_frame as evaluation_frame
-from .train import read_heldout as read_heldout
-from .train import train as train
-from .train import train_sync as train_sync
-from .workspace import UNITS_FILE as UNITS_FILE
-from .workspace import Probation as Probation
-from .workspace import Rejected as Rejected
-from .workspace import SkillRef as SkillRef
-from .workspace import TrainingState as TrainingState
-from .workspace import UnitRecord as UnitRecord
-from .workspace import Workspace as Workspace
-from .workspace import WorkspaceConfig as WorkspaceConfig
-from .workspace import WorkspaceError as WorkspaceError
-from .workspace import read_units as read_units
-from .workspace import step_run_id as step_run_id
+from .._ids import EVAL_STEP as EVAL_STEP
+from .._ids import PROBATION_STEP as PROBATION_STEP
+from .._ids import step_run_id as step_run_id
+from ..errors import CasesUnavailable as CasesUnavailable
+from ..errors import StepRefusedError as StepRefusedError
+from ..errors import StepUnmeasuredError as StepUnmeasuredError
+from ..errors import TrainRefusedError as TrainRefusedError
+from ..errors import WorkspaceError as WorkspaceError
+from ..errors import WorkspaceLockedError as WorkspaceLockedError
+from ._atomic_dir import only_lock_file as only_lock_file
+from ._baseline import BaselineCache as BaselineCache
+from ._baseline import BaselineKey as BaselineKey
+from ._evaluate import HELDOUT_FILE as HELDOUT_FILE
+from ._evaluate import EvalResult as EvalResult
+from ._evaluate import evaluate_epoch as evaluate_epoch
+from ._evaluate import evaluation_frame as evaluation_frame
+from ._evaluate import read_heldout as read_heldout
+from ._files import atomic_write as atomic_write
+from ._files import read_json as read_json
+from ._files import read_text as read_text
+from ._files import write_json as write_json
+from ._lock import LockHolder as LockHolder
+from ._lock import WorkspaceLock as WorkspaceLock
+from ._lock import read_holder as read_holder
+from ._lock import workspace_lock as workspace_lock
+from ._log import TABLES as TABLES
+from ._log import GateSink as GateSink
+from ._log import HarnessLog as HarnessLog
+from ._replay import replay_step as replay_step
+from ._results import StepResult as StepResult
+from ._results import TypeStep as TypeStep
+from ._settle import ProbationOutcome as ProbationOutcome
+from ._settle import ProbationResult as ProbationResult
+from ._settle import settle_probation as settle_probation
+from ._settle import settle_probation_sync as settle_probation_sync
+from ._state import Probation as Probation
+from ._state import Rejected as Rejected
+from ._state import SkillRef as SkillRef
+from ._state import TrainingState as TrainingState
+from ._step import CaseSource as CaseSource
+from ._step import Evolver as Evolver
+from ._step import fail_fast_targets as fail_fast_targets
+from ._step import run_step as run_step
+from ._step import run_step_sync as run_step_sync
+from ._step import step_input_state as step_input_state
+from ._train import Rollout as Rollout
+from ._train import TrainEvent as TrainEvent
+from ._train import TrainResult as TrainResult
+from ._train import train as train
+from ._train import train_started as train_started
+from ._train import train_sync as train_sync
+from ._units import DEFAULT_MAX_FRAMES as DEFAULT_MAX_FRAMES
+from ._units import DEFAULT_MAX_SIDE as DEFAULT_MAX_SIDE
+from ._units import REF_SCHEME as REF_SCHEME
+from ._units import Frame as Frame
+from ._units import Media as Media
+from ._units import MediaOptions as MediaOptions
+from ._units import MediaRefs as MediaRefs
+from ._units import UnitRecord as UnitRecord
+from ._units import Video as Video
+from ._units import missing_media as missing_media
+from ._units import parse_media as parse_media
+from ._units import pick_frames as pick_frames
+from ._units import read_units as read_units
+from ._units import units_pool as units_pool
+from ._workspace import DEFAULT_STRATEGY as DEFAULT_STRATEGY
+from ._workspace import UNITS_FILE as UNITS_FILE
+from ._workspace import Workspace as Workspace
+from ._workspace import WorkspaceConfig as WorkspaceConfig

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from ..redis_server import find_redis_server
+from ..cache import find_redis_server
 
 
 def find_redis_cli() -> str | None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from ..scheduler import TypePlan, UnitResult, UnitTask
+from ..gate import TypePlan, UnitResult, UnitTask
 from ..stats import Pair
 
 Latency = Callable[[UnitTask, UnitResult], float]

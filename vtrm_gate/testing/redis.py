@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from ..cache import connect, mask_url
-from ..redis_server import RedisServer
+from .._env import mask_url
+from ..cache import RedisServer, connect
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class RedisTarget:
         """A blocking `redis.Redis` (a `redis.RedisCluster` for a cluster URL)."""
         import redis
 
-        from ..cluster import is_cluster_url
+        from ..cache import is_cluster_url
 
         if is_cluster_url(self.url):
             return redis.RedisCluster.from_url(self.url.replace("+cluster://", "://", 1))

@@ -1,0 +1,96 @@
+"""Identities: run ids and their prefixes, content hashes, canonical JSON (one home each).
+
+Every run id is built here, so the log's literal prefixes, the cache salts and the replays
+agree by construction::
+
+    e{epoch}_s{step}                          step_run_id: a gate step
+    e{epoch}_probation / e{epoch}_eval        the epoch-end settlement / evaluation
+    {srid}_gate_{slug}_{arm}                  arm_run_id: one arm of one type's gate
+    {srid}_rollout_{slug} / _evolve_{slug}    a step's rollout / evolution calls
+
+No imports beyond the standard library: every layer may use it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any, Literal
+
+Arm = Literal["base", "cand"]
+ARMS: tuple[Arm, Arm] = ("base", "cand")
+
+
+def slugify(task_type: str) -> str:
+    """'Action Reasoning' -> 'action-reasoning': the skill file stem and run-id component."""
+    slug = re.sub(r"[^a-z0-9]+", "-", task_type.lower()).strip("-")
+    if not slug:
+        raise ValueError(f"task type {task_type!r} has no letters or digits to name it by")
+    return slug
+
+
+def sha256_text(text: str) -> str:
+    """sha256 hex digest of ``text`` (UTF-8)."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def content_hash(text: str) -> str:
+    """sha256 of a skill file's content (the BaselineCache key component)."""
+    return sha256_text(text)
+
+
+def canonical_json(value: Any) -> str:
+    """Deterministic JSON (sorted keys, no spaces, UTF-8 kept, no NaN): equal values give
+    equal bytes, for hashing and cache keys."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False)
+
+
+def json_hash(value: Any) -> str:
+    """sha256 of `canonical_json` of ``value``."""
+    return sha256_text(canonical_json(value))
+
+
+# ---- run ids ----------------------------------------------------------------------------
+
+
+def step_run_id(epoch: int, step: int) -> str:
+    """The step's run-id stem: arm run ids are ``{step_run_id}_gate_{slug}_{arm}``."""
+    return f"e{epoch}_s{step}"
+
+
+def probation_run_id(epoch: int) -> str:
+    """The run-id stem of epoch ``epoch``'s probation settlement."""
+    return f"e{epoch}_probation"
+
+
+def eval_run_id(epoch: int) -> str:
+    """The run-id stem of epoch ``epoch``'s held-out evaluation."""
+    return f"e{epoch}_eval"
+
+
+def gate_prefix(stem: str) -> str:
+    """The literal prefix every arm run id of a step (or settlement) starts with."""
+    return f"{stem}_gate_"
+
+
+def arm_run_id(stem: str, task_type: str, arm: Arm) -> str:
+    """One run id per arm: ``{stem}_gate_{slug}_{arm}`` (no block ids)."""
+    return f"{gate_prefix(stem)}{slugify(task_type)}_{arm}"
+
+
+def rollout_run_id(task_type: str, epoch: int, step: int) -> str:
+    """The rollout's run id (and cache salt) for one type of one step."""
+    return f"{step_run_id(epoch, step)}_rollout_{slugify(task_type)}"
+
+
+def evolve_run_id(task_type: str, epoch: int, step: int) -> str:
+    """The evolver's run id (and cache salt) for one type of one step."""
+    return f"{step_run_id(epoch, step)}_evolve_{slugify(task_type)}"
+
+
+PROBATION_STEP = 0
+"""step_report rows of the epoch-end probation settlement use step 0 of the epoch."""
+EVAL_STEP = -1
+"""Evaluation predictions are logged at step -1 of their epoch (run ids ``eE_eval_gate_*``)."""

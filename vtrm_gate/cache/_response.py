@@ -1,0 +1,479 @@
+"""LLM response cache on Redis (SPEC §5): content-addressed keys, single flight, never a SPOF.
+
+Only responses that pass the caller's validator are written (``SET ... EX ttl``, atomic; the
+agent's accepts any chat completion, an unusable answer included, so a re-run replays it),
+never one the encoder cannot store; a malformed value is a miss and is overwritten. If Redis
+is down, calls go uncached and counted, with one warning when the outage begins and one when
+it ends, and caching resumes by itself when Redis is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, fields, make_dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import redis.asyncio as aredis
+from redis.exceptions import RedisError
+
+from .._env import (
+    DEFAULT_TTL,
+    check_redis_url,
+    environment,
+    mask_url,
+    scrub,
+)
+from .._ids import canonical_json
+from . import _cluster as cluster
+from ._connect import connect
+from ._keys import cache_namespace
+
+if TYPE_CHECKING:
+    from ..options import RunOptions
+from ._embedded import embedded_server
+from ._keys import (
+    DEFAULT_PREFIX,
+    SCHEMA_VERSION,
+    KeyParts,
+    MissExplanation,
+    Response,
+    Validator,
+    _explain,
+    explain_miss,
+    salt_for_run,
+    validate_response,
+)
+
+RECOVERY_OPS = 3
+"""Redis operations in a row that must succeed before an outage is declared over."""
+
+log = logging.getLogger("vtrm_gate.cache")
+
+
+# ---- counters -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    """A snapshot of the cache counters (one run, or all runs).
+
+    ``hits``: served from Redis; ``coalesced``: served by an identical concurrent call;
+    ``misses``: looked up, absent (or malformed), called; ``bypassed``: called without a
+    lookup (cache off, or Redis down); ``errors``: failed Redis operations;
+    ``not_cached``: responses not written because they failed validation.
+    """
+
+    hits: int = 0
+    misses: int = 0
+    coalesced: int = 0
+    bypassed: int = 0
+    errors: int = 0
+    malformed: int = 0
+    writes: int = 0
+    not_cached: int = 0
+
+    @property
+    def calls(self) -> int:
+        return self.hits + self.misses + self.coalesced + self.bypassed
+
+    @property
+    def requests(self) -> int:
+        """Calls that went to the backend: misses, and calls made uncached (cache off or
+        Redis down). A call's retries are not counted here (see `LLMAgent.http_requests`)."""
+        return self.misses + self.bypassed
+
+    @property
+    def hit_rate(self) -> float:
+        """Share of all calls served without a request (0.0 when there were none)."""
+        return (self.hits + self.coalesced) / self.calls if self.calls else 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        d: dict[str, float] = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["calls"] = self.calls
+        d["requests"] = self.requests
+        d["hit_rate"] = self.hit_rate
+        return d
+
+
+# The mutable per-run counters behind a CacheStats snapshot: the same fields, one list.
+_Counters = make_dataclass("_Counters", [(f.name, int, 0) for f in fields(CacheStats)])
+
+
+@dataclass(frozen=True)
+class CacheResult:
+    """A response and where it came from."""
+
+    response: Response
+    source: Literal["hit", "miss", "coalesced", "bypass"]
+    key: str | None = None
+
+    @property
+    def cached(self) -> bool:
+        return self.source in ("hit", "coalesced")
+
+
+class _LeaderCancelled(Exception):
+    """The call a follower waited on was cancelled: the follower makes its own."""
+
+
+# ---- the cache ------------------------------------------------------------------------
+
+
+class ResponseCache:
+    """The LLM response cache. ``url=None`` starts the workspace's embedded Redis on first use.
+
+    One instance serves any number of runs; counters are kept per run id. ``namespace``
+    (the workspace's, see `cache_namespace`) goes into every salt made by `salt`. Bound
+    lazily to the running event loop: a new loop (a new ``asyncio.run``) gets a new client.
+    """
+
+    def __init__(self, url: str | None = None, *, ttl: int = DEFAULT_TTL,
+                 prefix: str = DEFAULT_PREFIX, enabled: bool = True,
+                 workspace: str | os.PathLike[str] | None = None,
+                 socket_timeout: float = 0.5, retry_interval: float = 1.0,
+                 namespace: str = "") -> None:
+        if url is not None:
+            check_redis_url(url)
+        if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl <= 0:
+            raise ValueError(f"ResponseCache.ttl must be an integer number of seconds > 0, "
+                             f"got {ttl!r}")
+        if not prefix or not isinstance(prefix, str) or any(c in prefix for c in "*?[]"):
+            raise ValueError(f"ResponseCache.prefix must be a non-empty string without glob "
+                             f"characters, got {prefix!r}")
+        if retry_interval < 0 or socket_timeout <= 0:
+            raise ValueError("ResponseCache: socket_timeout must be > 0 and "
+                             "retry_interval >= 0")
+        self._url = url
+        self.ttl, self.prefix, self.enabled = ttl, prefix, enabled
+        self.namespace = namespace
+        self.workspace = Path(workspace) if workspace is not None else None
+        self.socket_timeout, self.retry_interval = socket_timeout, retry_interval
+        self._redis: aredis.Redis | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._inflight: dict[str, asyncio.Future[Response]] = {}
+        self._inflight_loop: asyncio.AbstractEventLoop | None = None
+        self._counters: dict[str, _Counters] = {}
+        self._down = False
+        self._era = 0  # bumped when an outage begins or ends
+        self._ok_streak = 0  # operations in a row that succeeded during an outage
+        self._next_probe = 0.0
+        self._server: Any = None
+        self._start_lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+
+    @classmethod
+    def from_options(cls, options: RunOptions, *, workspace: str | os.PathLike[str] | None = None,
+                     workspace_id: str | None = None, **kwargs: Any) -> ResponseCache:
+        """The cache ``options`` name (Redis URL, TTL, prefix, on/off), with the embedded
+        server in ``workspace`` when no URL is set; salted with ``workspace_id``'s namespace
+        (or the ``cache_share`` name the options opt in to)."""
+        settings = {"ttl": options.redis_cache_ttl, "prefix": options.cache_prefix,
+                    "enabled": options.cache_enabled, "workspace": workspace, **kwargs}
+        cache = cls(options.redis_url, **settings)
+        if workspace_id is not None:
+            cache.namespace = cache_namespace(workspace_id, options.cache_share)
+        return cache
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **kwargs: Any) -> ResponseCache:
+        """From ``REDIS_URL``, ``REDIS_CACHE_TTL``, ``VTRM_CACHE``, ``VTRM_CACHE_PREFIX`` and
+        ``VTRM_WORKSPACE`` (``env`` as given, else ``.env`` in the cwd + the environment),
+        through the one resolver (`vtrm_gate.options.resolve_options`)."""
+        from ..options import resolve_options  # lazily: the cache face loads no numpy
+
+        e = environment(env)
+        kwargs.setdefault("workspace", e.get("VTRM_WORKSPACE") or None)
+        return cls.from_options(resolve_options(env=e, dotenv=None), **kwargs)
+
+    def salt(self, run_id: str) -> str:
+        """The key salt of a run in this cache's namespace."""
+        return salt_for_run(run_id, self.namespace)
+
+    @property
+    def url(self) -> str | None:
+        """The server URL (None until the embedded server has started). May hold a password:
+        print `masked_url` instead."""
+        return self._url
+
+    @property
+    def masked_url(self) -> str:
+        return mask_url(self._url) if self._url else "<embedded, not started>"
+
+    @property
+    def available(self) -> bool:
+        """False while an outage is being waited out."""
+        return not self._down
+
+    def __repr__(self) -> str:
+        return (f"ResponseCache(url={self.masked_url!r}, prefix={self.prefix!r}, "
+                f"ttl={self.ttl}, enabled={self.enabled})")
+
+    # -- counters ---------------------------------------------------------------------
+
+    def _c(self, run: str) -> _Counters:
+        c = self._counters.get(run)
+        if c is None:
+            c = self._counters[run] = _Counters()
+        return c
+
+    def stats(self, run_id: str | None = None) -> CacheStats:
+        """Counters of one run (by run id) or, with no argument, of every run."""
+        if run_id is not None:
+            c = self._counters.get(run_id, _Counters())
+            return CacheStats(**vars(c))
+        total = {f.name: 0 for f in fields(_Counters)}
+        for c in self._counters.values():
+            for k, v in vars(c).items():
+                total[k] += v
+        return CacheStats(**total)
+
+    def runs(self) -> tuple[str, ...]:
+        """The run ids (salts) seen so far."""
+        return tuple(r for r in self._counters if r)
+
+    # -- connection -------------------------------------------------------------------
+
+    async def _client(self) -> aredis.Redis:
+        loop = asyncio.get_running_loop()
+        if self._redis is None or self._loop is not loop:
+            if self._url is None:
+                await self._start_embedded(loop)
+            if cluster.is_cluster_url(self._url):
+                await self._connect_cluster(loop)
+            elif self._redis is None or self._loop is not loop:  # re-checked after the await
+                self._redis = connect(self._url, socket_timeout=self.socket_timeout)
+                self._loop = loop
+        return self._redis
+
+    async def _connect_cluster(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Load a cluster's topology once, before any command: redis-py's cluster client
+        drops connections when many first commands race to initialise it."""
+        if self._start_lock is None or self._start_lock[0] is not loop:
+            self._start_lock = (loop, asyncio.Lock())
+        async with self._start_lock[1]:
+            if self._redis is None or self._loop is not loop:
+                client = connect(self._url, socket_timeout=self.socket_timeout)
+                try:
+                    await client.initialize()
+                except BaseException:
+                    await client.aclose()
+                    raise
+                self._redis, self._loop = client, loop
+
+    async def _start_embedded(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start the workspace's embedded server once, however many first calls race."""
+        if self._start_lock is None or self._start_lock[0] is not loop:
+            self._start_lock = (loop, asyncio.Lock())
+        async with self._start_lock[1]:
+            if self._url is None:
+                ws = self.workspace or Path(os.environ.get("VTRM_WORKSPACE") or "workspace")
+                self._server = await asyncio.to_thread(embedded_server, ws)
+                self._url = self._server.url
+
+    def _skip(self) -> bool:
+        """True while Redis is known down and the next probe is not due yet."""
+        return self._down and time.monotonic() < self._next_probe
+
+    async def _op(self, run: str, fn: Callable[[aredis.Redis], Awaitable[Any]]) -> tuple[bool, Any]:
+        """Run one Redis operation; on failure count it and return False.
+
+        One warning when an outage begins and one when it ends. An outage ends after
+        `RECOVERY_OPS` operations in a row succeed (a server flapping up and down is one
+        outage), and an operation begun before the latest change of state (slow, in flight
+        across it) neither begins nor ends one.
+        """
+        era = self._era
+        try:
+            client = await self._client()
+            out = await fn(client)
+        except asyncio.CancelledError:
+            raise
+        except (TimeoutError, RedisError, OSError, RuntimeError) as exc:
+            self._c(run).errors += 1
+            self._next_probe = time.monotonic() + self.retry_interval
+            self._ok_streak = 0
+            if not self._down and era == self._era:
+                self._down, self._era = True, self._era + 1
+                log.warning("Redis cache at %s is unavailable (%s); LLM calls go uncached "
+                            "until it is back", self.masked_url,
+                            scrub(f"{type(exc).__name__}: {exc}", self._url))
+            return False, None
+        if self._down and era == self._era and cluster.is_cluster(client) and \
+                not await cluster.all_primaries_up(client):
+            return True, out  # one primary still down: the outage goes on
+        if self._down and era == self._era:
+            self._ok_streak += 1
+            if self._ok_streak >= RECOVERY_OPS:
+                self._down, self._era, self._ok_streak = False, self._era + 1, 0
+                log.warning("Redis cache at %s is reachable again; caching resumed",
+                            self.masked_url)
+        return True, out
+
+    async def ping(self) -> bool:
+        """True if Redis answers (also ends an outage early)."""
+        ok, _ = await self._op("", lambda r: r.ping())
+        return ok
+
+    async def aclose(self) -> None:
+        """Close the client of the current loop (the embedded server stops at exit)."""
+        r, self._redis = self._redis, None
+        if r is not None and self._loop is asyncio.get_running_loop():
+            with contextlib.suppress(Exception):
+                await r.aclose()
+
+    # -- get / put --------------------------------------------------------------------
+
+    def _decode(self, raw: bytes, validate: Validator) -> Response | None:
+        try:
+            value = json.loads(raw)
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(value, dict) or value.get("schema") != SCHEMA_VERSION:
+            return None
+        resp = value.get("response")
+        return resp if validate(resp) is None else None
+
+    def _encode(self, parts: KeyParts, resp: Response) -> bytes | None:
+        """The stored value, or None when ``resp`` has no JSON form (NaN, sets, nesting too
+        deep for the encoder): such a response is served but never cached, never raised."""
+        try:
+            return self._encode_value(parts, resp)
+        except (ValueError, TypeError, RecursionError):
+            return None
+
+    def _encode_value(self, parts: KeyParts, resp: Response) -> bytes:
+        return canonical_json({"schema": SCHEMA_VERSION, "response": resp,
+                               "components": parts.component_digests(),
+                               "messages": parts.message_digests(),
+                               "salt": parts.salt, "written_at": round(time.time(), 3)}).encode()
+
+    async def lookup(self, parts: KeyParts, validate: Validator = validate_response,
+                     run_id: str | None = None) -> Response | None:
+        """The cached response for ``parts``, or None (absent, malformed, or Redis down)."""
+        run = run_id if run_id is not None else parts.salt
+        if not self.enabled or self._skip():
+            return None
+        key = parts.key(self.prefix)
+        ok, raw = await self._op(run, lambda r: r.get(key))
+        if not ok or raw is None:
+            return None
+        resp = self._decode(raw, validate)
+        if resp is None:
+            self._c(run).malformed += 1
+        return resp
+
+    async def store(self, parts: KeyParts, resp: Response, validate: Validator = validate_response,
+                    run_id: str | None = None) -> bool:
+        """Write ``resp`` with the TTL in one ``SET ... EX`` if it validates; True if written."""
+        run = run_id if run_id is not None else parts.salt
+        if validate(resp) is not None:
+            self._c(run).not_cached += 1
+            return False
+        key, value = parts.key(self.prefix), self._encode(parts, resp)
+        if value is None:
+            self._c(run).not_cached += 1
+            return False
+        if not self.enabled or self._skip():
+            return False
+        ok, _ = await self._op(run, lambda r: r.set(key, value, ex=self.ttl))
+        if ok:
+            self._c(run).writes += 1
+        return ok
+
+    async def get_or_call(self, parts: KeyParts, call: Callable[[], Awaitable[Response]], *,
+                          validate: Validator = validate_response,
+                          run_id: str | None = None) -> CacheResult:
+        """The cached response, else ``await call()`` (written only if it validates).
+
+        Concurrent identical calls share one ``call()`` (single flight). An exception from
+        ``call`` propagates and nothing is written.
+        """
+        run = run_id if run_id is not None else parts.salt
+        c = self._c(run)
+        if not self.enabled:
+            c.bypassed += 1
+            return CacheResult(await call(), "bypass")
+        key = parts.key(self.prefix)
+        loop = asyncio.get_running_loop()
+        if self._inflight_loop is not loop:
+            self._inflight, self._inflight_loop = {}, loop
+        while True:
+            leader = self._inflight.get(key)
+            if leader is None:
+                break
+            try:
+                resp = await asyncio.shield(leader)
+            except _LeaderCancelled:
+                continue
+            c.coalesced += 1
+            return CacheResult(resp, "coalesced", key)
+        fut: asyncio.Future[Response] = loop.create_future()
+        self._inflight[key] = fut
+        try:
+            result = await self._lead(parts, key, call, validate, run, c)
+            fut.set_result(result.response)
+            return result
+        except asyncio.CancelledError:
+            fut.set_exception(_LeaderCancelled())
+            raise
+        except BaseException as exc:
+            fut.set_exception(exc)
+            raise
+        finally:
+            if fut.done() and not fut.cancelled():
+                fut.exception()  # mark retrieved: no "never retrieved" noise without followers
+            if self._inflight.get(key) is fut:
+                del self._inflight[key]
+
+    async def _lead(self, parts: KeyParts, key: str, call: Callable[[], Awaitable[Response]],
+                    validate: Validator, run: str, c: _Counters) -> CacheResult:
+        if self._skip():
+            c.bypassed += 1
+            return CacheResult(await call(), "bypass", key)
+        ok, raw = await self._op(run, lambda r: r.get(key))
+        if not ok:
+            c.bypassed += 1
+            return CacheResult(await call(), "bypass", key)
+        if raw is not None:
+            resp = self._decode(raw, validate)
+            if resp is not None:
+                c.hits += 1
+                return CacheResult(resp, "hit", key)
+            c.malformed += 1
+        c.misses += 1
+        resp = await call()
+        await self.store(parts, resp, validate, run)
+        return CacheResult(resp, "miss", key)
+
+    # -- debug ------------------------------------------------------------------------
+
+    async def explain(self, parts: KeyParts, reference: KeyParts | str) -> MissExplanation:
+        """Debug view of a miss: which components of ``parts`` differ from ``reference``.
+
+        ``reference`` is another call's `KeyParts`, or the key of a stored entry (its
+        component digests are kept in the value).
+        """
+        key = parts.key(self.prefix)
+        if isinstance(reference, KeyParts):
+            return explain_miss(parts, reference, self.prefix)
+        ok, raw = await self._op("", lambda r: r.get(reference))
+        if not ok:
+            return MissExplanation(key, reference, (), note="Redis unavailable")
+        if raw is None:
+            return MissExplanation(key, reference, (), note=f"{reference}: no such entry")
+        try:
+            value = json.loads(raw)
+            theirs, their_msgs = value["components"], value["messages"]
+        except (ValueError, KeyError, TypeError):
+            return MissExplanation(key, reference, (), note=f"{reference}: malformed entry")
+        return _explain(key, reference, parts.component_digests(), theirs,
+                        parts.message_digests(), their_msgs)
+
+
+

@@ -1,0 +1,16 @@
+"""The ``vtrm-gate`` command line, one module per command group behind `main`:
+
+- `_init`: ``init`` (simulated, or ``--llm`` units + endpoint / your own agent)
+- `_step`: ``step``, ``demo``, ``replay``
+- `_train`: ``train``, ``settle``
+- `_cache`: ``cache renew | stats | stop``
+- `_options`: ``options`` (every resolved run option and where it came from)
+- `_args`, `_progress`: shared flags (one `RunOptions` per command), terminal progress
+"""
+
+from __future__ import annotations
+
+from ._main import build_parser as build_parser
+from ._main import main as main
+from ._step import cache_lines as cache_lines
+from ._step import decision_table as decision_table

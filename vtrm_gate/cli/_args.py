@@ -1,0 +1,105 @@
+"""Argument types and the run flags every command shares, and the one place flags become a
+`RunOptions` (`run_options`). Light at import: argparse only."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import CliError
+
+INT_MAX = 2**63 - 1  # SQLite's INTEGER: epochs, steps and seeds are stored as one
+RUN_FLAGS = ("concurrency", "dispatch", "cancel_after_freeze", "time_scale", "backend")
+"""Flags that set a `RunOptions` key of the same name (flag > environment > file)."""
+
+
+def int_at_least(low: int) -> Callable[[str], int]:
+    """An argparse ``type`` accepting integers from ``low`` to 2**63 - 1."""
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if not low <= v <= INT_MAX:
+            raise argparse.ArgumentTypeError(f"expected an integer from {low} to {INT_MAX}, "
+                                             f"got {text}")
+        return v
+
+    return parse
+
+
+def float_in(low: float, high: float, upper_open: bool) -> Callable[[str], float]:
+    """An argparse ``type`` accepting finite numbers in [low, high) or [low, high]."""
+    bracket = ")" if upper_open else "]"
+
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        ok = low <= v < high if upper_open else low <= v <= high
+        if not (ok and math.isfinite(v)):
+            raise argparse.ArgumentTypeError(f"expected a finite number in [{low:g}, "
+                                             f"{high:g}{bracket}, got {text}")
+        return v
+
+    return parse
+
+
+positive_int = int_at_least(1)
+nonneg_int = int_at_least(0)
+nonneg_float = float_in(0.0, math.inf, upper_open=True)
+rate = float_in(0.0, 1.0, upper_open=True)
+
+
+def positive(name: str, text: str) -> int:
+    """``--name``'s value as a positive integer, or `CliError` naming it."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise CliError(f"--{name} must be a positive integer, got {text!r}") from None
+    if not 1 <= v <= INT_MAX:
+        raise CliError(f"--{name} must be a positive integer (at most {INT_MAX}), got {v}")
+    return v
+
+
+def add_run_flags(sp: argparse.ArgumentParser, *, backend: bool = True) -> None:
+    """The flags of a run: slots, config file, clock, dispatch, cancel policy, agent."""
+    sp.add_argument("--concurrency", type=positive_int, default=None,
+                    help="slot pool size (default: config, else 32, or the summed caps of "
+                         "several endpoints)")
+    sp.add_argument("--config", help="config file (TOML or JSON); env and .env apply too")
+    sp.add_argument("--time-scale", type=nonneg_float, default=None,
+                    help="real seconds per simulated second (default: virtual clock)")
+    sp.add_argument("--dispatch", choices=("round_robin", "need_aware"), default=None,
+                    help="which type the gate feeds next (default: config, round_robin)")
+    sp.add_argument("--cancel-after-freeze", action=argparse.BooleanOptionalAction,
+                    default=None, help="cancel a frozen type's in-flight calls "
+                                       "(default: config, off)")
+    if backend:
+        sp.add_argument("--backend", help="your own agent: a factory 'package.module:function' "
+                                          "returning a vtrm_gate.llm.AgentBackend (default: "
+                                          "the workspace's agent.backend, else its kind's "
+                                          "agent)")
+    sp.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def run_options(args: argparse.Namespace, **extra: Any) -> Any:
+    """The run's `RunOptions`, resolved once: these flags > environment (.env) > --config
+    file > defaults. ``extra`` adds flags of the command's own (dotted keys)."""
+    from ..options import resolve_options
+
+    flags = {k: getattr(args, k, None) for k in RUN_FLAGS}
+    return resolve_options({**flags, **extra}, config=getattr(args, "config", None))
+
+
+def emit(args: argparse.Namespace, data: dict[str, Any], text: str) -> None:
+    """Print ``text``, or ``data`` as JSON under ``--json``."""
+    if getattr(args, "json", False):
+        print(json.dumps(data, indent=2, default=str))
+    else:
+        print(text)

@@ -1,0 +1,248 @@
+"""``vtrm-gate cache renew|stats|stop``: TTL renewal and key statistics of the LLM response
+cache; stopping the workspace's embedded Redis.
+
+Light at import (argparse only): redis and the cache module load when a command runs, so a
+one-off ``cache renew`` is not dominated by start-up. Bad input prints one line on stderr
+and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from ..errors import CliError, InputError
+
+RENEW_METHODS = ("auto", "lua", "pipeline", "gt", "naive")  # mirrors cache.RENEW_METHODS
+DEFAULT_TTL = 604800  # the cache's default (not imported: the parser loads nothing heavy)
+DEFAULT_PREFIX = "llm_cache"
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``cache`` command (``renew``, ``stats``, ``stop``) to an argparse subparsers
+    object."""
+    p = subparsers.add_parser(
+        "cache", help="LLM response cache: TTL renewal and statistics",
+        description="Operate on the Redis LLM response cache (REDIS_URL, or the workspace's "
+                    "embedded server).")
+    sub = p.add_subparsers(dest="cache_command", metavar="{renew,stats,stop}")
+    sub.required = True
+
+    def workspace_json(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--workspace", default=None,
+                        help="workspace holding the embedded Redis (default: VTRM_WORKSPACE "
+                             "or ./workspace)")
+        sp.add_argument("--json", action="store_true", help="print the result as JSON")
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--url", default=None,
+                        help="Redis URL: redis://, rediss:// or unix:// (default: REDIS_URL "
+                             "from the environment or .env, else the workspace's embedded "
+                             "Redis)")
+        workspace_json(sp)
+
+    r = sub.add_parser(
+        "renew", help="extend TTLs of cache keys: 0 < ttl < target => ttl = target",
+        description="Set ttl = TTL on every key matching PATTERN whose ttl is between 0 and "
+                    "TTL. Keys without expiry and keys with a longer ttl are untouched. SCAN "
+                    "plus one round trip per batch; never KEYS.")
+    r.add_argument("--ttl", default=str(DEFAULT_TTL),
+                   help=f"target ttl in seconds (default {DEFAULT_TTL} = 7 days)")
+    r.add_argument("--pattern", default=f"{DEFAULT_PREFIX}:*",
+                   help=f"SCAN MATCH pattern (default '{DEFAULT_PREFIX}:*')")
+    r.add_argument("--dry-run", action="store_true", help="count only, change nothing")
+    r.add_argument("--batch", default="1000", help="SCAN COUNT and keys per round trip")
+    r.add_argument("--method", default="auto", choices=RENEW_METHODS,
+                   help="lua (default), pipeline, gt (EXPIRE GT, Redis >= 7), naive")
+    common(r)
+    s = sub.add_parser("stats", help="key count, memory and TTL histogram of a prefix")
+    s.add_argument("--prefix", default=DEFAULT_PREFIX, help="key prefix (default llm_cache)")
+    s.add_argument("--batch", default="1000", help="SCAN COUNT per round trip")
+    common(s)
+    st = sub.add_parser(
+        "stop", help="stop the workspace's embedded Redis (refused while a process uses it)",
+        description="The embedded Redis is shared by the processes using a workspace and "
+                    "stopped by the last one; this stops one left running (e.g. after a "
+                    "kill -9), saving its data. Refused while another process uses it.")
+    workspace_json(st)
+    p.set_defaults(func=run)
+    return p
+
+
+def _workspace_dir(args: argparse.Namespace, env: Any) -> Any:
+    from pathlib import Path
+
+    return Path(args.workspace or env.get("VTRM_WORKSPACE") or "workspace")
+
+
+def _stop(args: argparse.Namespace) -> int:
+    """``cache stop``: stop the embedded server if nobody uses it."""
+    from ..cache import environment, stop_embedded
+    from ..errors import ServerInUseError
+
+    ws = _workspace_dir(args, environment())
+    try:
+        pid = stop_embedded(ws)
+    except ServerInUseError as exc:
+        raise CliError(str(exc)) from None
+    except OSError as exc:
+        raise CliError(f"cannot stop the embedded Redis in {ws / 'redis'}: {exc}") from None
+    if args.json:
+        print(json.dumps({"workspace": str(ws), "stopped_pid": pid}))
+    else:
+        print(f"stopped the embedded Redis in {ws / 'redis'} (pid {pid})" if pid else
+              f"no embedded Redis running in {ws / 'redis'}")
+    return 0
+
+
+def _positive_int(name: str, value: str) -> int:
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        raise CliError(f"{name} must be a whole number > 0, got {value!r}") from None
+    if n <= 0:
+        raise CliError(f"{name} must be > 0, got {n}")
+    return n
+
+
+def _resolve_url(args: argparse.Namespace) -> tuple[str, Any]:
+    """The URL to use (the one resolver: --url > REDIS_URL > --config) and, for the
+    embedded default, the server started for this command."""
+    from ..cache import RedisServer, embedded_server, environment
+    from ..cache._embedded import _ping
+    from ..options import resolve_options
+
+    url = resolve_options({"redis_url": args.url}, config=getattr(args, "config", None),
+                          flag_names={"redis_url": "--url"}).redis_url
+    if url is not None:
+        return url, None
+    ws = _workspace_dir(args, environment())
+    probe = RedisServer(ws / "redis")
+    if not _ping(probe.socket_path) and not (ws / "redis" / "dump.rdb").exists():
+        raise CliError(f"no Redis: --url and REDIS_URL are unset and there is no embedded "
+                       f"cache in {ws / 'redis'}")
+    try:
+        server = embedded_server(ws)
+    except (OSError, RuntimeError) as exc:
+        raise CliError(f"cannot start the embedded Redis in {ws / 'redis'}: {exc}") from None
+    return server.url, server
+
+
+def _progress_printer(enabled: bool):  # type: ignore[no-untyped-def]
+    state = {"last": time.monotonic(), "shown": False}
+
+    def show(p: Any) -> None:
+        now = time.monotonic()
+        if enabled and now - state["last"] >= 1.0:
+            rate = p.scanned / p.elapsed_s if p.elapsed_s > 0 else 0.0
+            print(f"\r... scanned {p.scanned:,} keys, extended {p.extended:,} "
+                  f"({rate:,.0f} keys/s)", end="", file=sys.stderr, flush=True)
+            state["last"], state["shown"] = now, True
+
+    def done() -> None:
+        if state["shown"]:
+            print(file=sys.stderr)
+
+    return show, done
+
+
+async def _renew(url: str, args: argparse.Namespace, ttl: int, batch: int) -> Any:
+    from ..cache import connect, renew_ttl
+
+    client = connect(url, socket_timeout=30.0)
+    show, done = _progress_printer(True)
+    try:
+        await client.ping()
+        return await renew_ttl(client, ttl, args.pattern, dry_run=args.dry_run, batch=batch,
+                               progress=show, method=args.method)
+    finally:
+        done()
+        await client.aclose()
+
+
+async def _stats(url: str, args: argparse.Namespace, batch: int) -> Any:
+    from ..cache import cache_stats, connect
+
+    client = connect(url, socket_timeout=30.0)
+    try:
+        await client.ping()
+        return await cache_stats(client, args.prefix, batch=batch)
+    finally:
+        await client.aclose()
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.1f} MiB" if n >= 2**20 else f"{n / 1024:,.1f} KiB"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``cache renew`` / ``stats`` / ``stop``; returns the exit code (2 on bad input)."""
+    cmd = getattr(args, "cache_command", None)
+    prog = f"vtrm-gate cache {cmd}"
+    try:
+        if cmd == "stop":
+            return _stop(args)
+        if cmd == "renew":
+            ttl = _positive_int("--ttl", args.ttl)
+        batch = _positive_int("--batch", args.batch)
+        url, _server = _resolve_url(args)
+        from redis.exceptions import AuthenticationError, ResponseError
+        from redis.exceptions import ConnectionError as RedisConnectionError
+        from redis.exceptions import TimeoutError as RedisTimeoutError
+
+        from .._sync import run_sync
+        from ..cache import mask_url, scrub
+
+        try:
+            if cmd == "renew":
+                out = run_sync(_renew(url, args, ttl, batch))
+            elif cmd == "stats":
+                out = run_sync(_stats(url, args, batch))
+            else:
+                raise CliError("choose a cache command: renew or stats")
+        except (RedisConnectionError, RedisTimeoutError, AuthenticationError, OSError) as exc:
+            raise CliError(f"cannot reach Redis at {mask_url(url)}: "
+                           f"{scrub(str(exc), url)}") from None
+        except ValueError as exc:
+            raise CliError(scrub(str(exc), url)) from None
+        except ResponseError as exc:
+            raise CliError(f"Redis at {mask_url(url)} refused: {scrub(str(exc), url)}",
+                           code=1) from None
+    except InputError as exc:  # CliError, and a bad --url or REDIS_URL (ConfigError)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    if args.json:
+        print(json.dumps({"url": mask_url(url), **out.as_dict()}, sort_keys=True))
+        return 0
+    if cmd == "renew":
+        print(f"scanned   {out.scanned}\nextended  {out.extended}\nuntouched {out.untouched}")
+        note = " (dry run: nothing changed)" if out.dry_run else ""
+        print(f"pattern {out.pattern!r} on {mask_url(url)}, target ttl {out.ttl} s, "
+              f"method {out.method}, {out.elapsed_s:.2f} s{note}", file=sys.stderr)
+    else:
+        print(f"prefix     {out.prefix}\nkeys       {out.keys}\n"
+              f"memory     {_mib(out.memory_bytes)} (server used {_mib(out.server_used_memory)})"
+              f"\nno expiry  {out.no_expiry}")
+        for label, n in out.ttl_histogram:
+            print(f"ttl {label:<10} {n}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stand-alone entry: ``python -m vtrm_gate.cli.cache cache renew ...``."""
+    parser = argparse.ArgumentParser(prog="python -m vtrm_gate.cli.cache")
+    sub = parser.add_subparsers(dest="command", metavar="{cache}")
+    sub.required = True
+    register(sub)
+    args = parser.parse_args(argv)
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""``vtrm-gate init``: a simulated workspace, or with ``--llm`` one whose units an
+OpenAI-compatible chat model (or your own agent) answers."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ..errors import CliError
+from ._args import emit, nonneg_int, positive_int, rate
+
+LLM_ONLY = ("units", "base_url", "model", "skills", "seed_record", "backend", "endpoints",
+            "max_frames", "max_side")
+
+
+def register(sub: Any) -> None:
+    """Add ``init`` to the ``vtrm-gate`` subcommands."""
+    i = sub.add_parser("init", help="create a simulated (or, with --llm, an LLM) workspace")
+    i.add_argument("workspace", help="new directory for the workspace")
+    i.add_argument("--seed", type=nonneg_int, default=0)
+    i.add_argument("--infra-rate", type=rate, default=0.003,
+                   help="simulated INFRA failure rate")
+    i.add_argument("--heldout-fraction", type=float, default=0.2,
+                   help="simulated: share of each type's units held out for the epoch-end "
+                        "evaluation (never gated)")
+    i.add_argument("--probation-rule", default="e_continue",
+                   choices=("w_net", "e_continue", "e_harm"),
+                   help="how epoch-end probation decides (default e_continue: the "
+                        "recommended, anytime-valid rule; see README, statistics)")
+    i.add_argument("--llm", action="store_true",
+                   help="units answered by an OpenAI-compatible chat model (key from "
+                        "OPENAI_API_KEY / VTRM_API_KEY at step time)")
+    i.add_argument("--units", help="--llm: JSON-lines units file (unit_id, task_type, "
+                                   "question, options, answer)")
+    i.add_argument("--base-url", help="--llm: chat endpoint, e.g. https://api.openai.com/v1 "
+                                      "(several: comma-separated, each capped at 32 calls)")
+    i.add_argument("--endpoints", help="--llm: file of endpoints, 'URL [max_concurrency]' a "
+                                       "line (or a JSON list); read at every step")
+    i.add_argument("--model", help="--llm: model name")
+    i.add_argument("--skills", help="--llm: directory of initial skills <slug>.md")
+    i.add_argument("--seed-record", help="--llm: JSON {unit_id: true|false} of the seed "
+                                         "baseline (ladder order only)")
+    i.add_argument("--max-frames", type=positive_int, default=None,
+                   help="--llm: frames sent per unit with media (evenly spread; default 8)")
+    i.add_argument("--max-side", type=nonneg_int, default=None,
+                   help="--llm: resize frames to this longest side in pixels (0: as stored; "
+                        "default 768)")
+    i.add_argument("--backend", help="--llm: your own agent, a factory "
+                                     "'package.module:function' (see README, Bring your own "
+                                     "agent) instead of --base-url/--model")
+    i.add_argument("--json", action="store_true", help="machine-readable output")
+    i.set_defaults(func=cmd_init)
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from ..harness import only_lock_file
+
+    root = Path(args.workspace)
+    if root.exists() and (not root.is_dir() or not only_lock_file(root)):
+        raise CliError(f"{root}: exists and is not empty; choose a new directory")
+    if args.llm:
+        return _init_llm(root, args)
+    given = [f"--{n.replace('_', '-')}" for n in LLM_ONLY if getattr(args, n) is not None]
+    if given:
+        raise CliError(f"{', '.join(given)} need --llm (an LLM workspace)")
+    from ..sim import SimConfig, init_simulated
+
+    sim = SimConfig(seed=args.seed, infra_rate=args.infra_rate)
+    ws = init_simulated(root, sim, heldout_fraction=args.heldout_fraction,
+                        probation_rule=args.probation_rule)
+    ws.close()
+    out = {"workspace": str(root), "types": len(sim.resolved_pool_sizes()), "seed": args.seed}
+    emit(args, out, f"created simulated workspace {root} ({out['types']} types, "
+                    f"seed {args.seed})")
+    return 0
+
+
+def _init_llm(root: Path, args: argparse.Namespace) -> int:
+    from ..llm import init_llm, load_factory
+
+    needed = ("units",) if args.backend else (
+        ("units", "model") if args.endpoints else ("units", "base_url", "model"))
+    missing = [f"--{n.replace('_', '-')}" for n in needed if not getattr(args, n)]
+    if missing:
+        raise CliError(f"init --llm needs {', '.join(missing)}")
+    if args.backend:
+        load_factory(args.backend)  # refuse a factory that does not import, before writing
+    media = {k: v for k, v in (("max_frames", args.max_frames), ("max_side", args.max_side))
+             if v is not None}
+    ws = init_llm(root, args.units, base_url=args.base_url, model=args.model, seed=args.seed,
+                  skills_dir=args.skills, seed_record=args.seed_record, backend=args.backend,
+                  endpoints_file=args.endpoints, media=media)
+    out = {"workspace": str(root), "kind": "llm", "types": len(ws.pool),
+           "units": sum(len(u) for u in ws.pool.values()), "model": args.model,
+           "seed": args.seed}
+    ws.close()
+    emit(args, out, f"created llm workspace {root} ({out['types']} types, {out['units']} "
+                    f"units, model {args.model}, seed {args.seed})")
+    return 0

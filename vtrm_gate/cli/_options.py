@@ -1,0 +1,31 @@
+"""``vtrm-gate options``: every option a run of this workspace would take, and where each
+value came from (flag, environment, ``.env``, config file, workspace, default)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ._args import add_run_flags, emit, run_options
+
+
+def register(sub: Any) -> None:
+    """Add ``options`` to the ``vtrm-gate`` subcommands."""
+    o = sub.add_parser("options", help="print every resolved run option and its source")
+    o.add_argument("--workspace", required=True)
+    add_run_flags(o)
+    o.set_defaults(func=cmd_options)
+
+
+def cmd_options(args: argparse.Namespace) -> int:
+    from ..harness import Workspace
+
+    with Workspace.open(Path(args.workspace), readonly=True) as ws:
+        options = run_options(args).with_workspace(ws.config.probation_rule)
+    rows = options.explain()
+    width = max(len(k) for k, _, _ in rows)
+    text = "\n".join(f"{k:<{width}}  {v!s:<24}  {src}" for k, v, src in rows)
+    emit(args, {"workspace": args.workspace,
+                "options": {k: {"value": v, "source": src} for k, v, src in rows}}, text)
+    return 0

@@ -1,0 +1,176 @@
+"""Every error vtrm_gate raises on purpose, in one tree; callers branch on ``isinstance``.
+
+::
+
+    VtrmError                               base of them all; ``exit_code`` for the CLI
+    ├── InputError (ValueError)             bad input, nothing written: exit 2
+    │   ├── ConfigError                     a config key or value (file, environment, flag)
+    │   │   └── BackendError                a bring-your-own backend factory is unusable
+    │   ├── WorkspaceError                  a workspace file is missing or malformed
+    │   │   └── WorkspaceLockedError        another process holds the writer lock
+    │   ├── StepRefusedError                the step may not run as asked (``changes``)
+    │   │   └── TrainRefusedError           the training configuration changed
+    │   ├── EndpointsError                  an endpoints setting or file
+    │   ├── EndpointUnreachableError        no chat endpoint answers at all (ConnectionError)
+    │   ├── TargetClashError                two types map to one skill file (RuntimeError)
+    │   ├── ServerInUseError                the embedded Redis is in use (RuntimeError)
+    │   └── CliError                        a command-line value (``code`` may differ)
+    ├── InfraError (RuntimeError)           infrastructure failed, nothing decided: exit 3
+    │   ├── InfraGuardError                 the INFRA guard aborted the gate (``partial``)
+    │   ├── StepUnmeasuredError             nothing in the step could be measured
+    │   ├── LLMInfraError                   a chat call failed for good
+    │   ├── EvolveError                     the evolver could not propose a candidate
+    │   └── MediaChangedError               a frame's bytes changed since its reference
+    └── CasesUnavailable                    a type's rollout could not be measured (a signal
+                                            a case source raises; the type is
+                                            ``rollout_error``, never ``no_cases``)
+
+The builtin bases stay what they were (a `WorkspaceError` is still a ``ValueError``), so
+``except ValueError`` in user code keeps working.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+EXIT_BAD_INPUT = 2
+EXIT_INFRA = 3
+
+
+class VtrmError(Exception):
+    """Base of every error vtrm_gate raises on purpose."""
+
+    exit_code = 1
+
+
+class InputError(VtrmError, ValueError):
+    """Bad input (a value, a file, a flag): the message names it; nothing was written."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class ConfigError(InputError):
+    """A configuration value or key is invalid; the message names it."""
+
+
+class BackendError(ConfigError):
+    """A backend factory cannot be used; the message names the factory and the fault."""
+
+
+class WorkspaceError(InputError):
+    """A workspace file is missing or malformed; the message names the file and the fault."""
+
+
+class WorkspaceLockedError(WorkspaceError):
+    """Another process holds the workspace's writer lock; the message names the holder."""
+
+    def __init__(self, root: Any, holder: Any = None):
+        self.root = root
+        self.holder = holder
+        who = holder.describe() if holder else "another process"
+        super().__init__(f"{root}: workspace is locked by {who}; wait for it to finish "
+                         f"(readers such as replay and cache stats need no lock)")
+
+
+class StepRefusedError(InputError):
+    """The step may not run as asked (changed manifest, out of order, already settled)."""
+
+    def __init__(self, message: str, changes: Sequence[str] = ()):
+        super().__init__(message)
+        self.changes = tuple(changes)
+
+
+class TrainRefusedError(StepRefusedError):
+    """The run may not go on as asked (its configuration changed since the last run)."""
+
+
+class EndpointsError(InputError):
+    """An endpoints setting (``base_url`` list, endpoints file) is malformed."""
+
+
+class EndpointUnreachableError(InputError, ConnectionError):
+    """The chat endpoint did not answer at all (connection refused, DNS, timeout)."""
+
+
+class TargetClashError(InputError, RuntimeError):
+    """Two types of one step map to the same target skill file (refused before inference)."""
+
+
+class ServerInUseError(InputError, RuntimeError):
+    """The embedded Redis is used by another live process; it is not stopped."""
+
+
+class CliError(InputError):
+    """A user-facing command-line failure: one line, exit ``code`` (default 2)."""
+
+    def __init__(self, message: str, code: int = EXIT_BAD_INPUT):
+        super().__init__(message)
+        self.exit_code = code
+
+    @property
+    def code(self) -> int:
+        return self.exit_code
+
+
+class InfraError(VtrmError, RuntimeError):
+    """Infrastructure failed (endpoints, the network): nothing was decided or applied."""
+
+    exit_code = EXIT_INFRA
+
+
+class InfraGuardError(InfraError):
+    """The INFRA guard aborted the gate; ``partial`` holds what was done."""
+
+    def __init__(self, task_type: str, infra_units: int, calls: int, guard: Any,
+                 last_errors: Sequence[str] = ()):
+        self.task_type, self.infra_units, self.calls, self.guard = (
+            task_type, infra_units, calls, guard)
+        self.last_errors = tuple(last_errors)
+        self.partial: Any = None
+        """The `GateResult` so far (set by the gate before it raises)."""
+        errors = "; ".join(repr(e) for e in self.last_errors) or "none recorded"
+        super().__init__(
+            f"INFRA guard tripped for type {task_type!r}: {infra_units} INFRA units out of "
+            f"{calls} completed calls ({infra_units / calls:.1%} > {guard.max_ratio:.0%}, "
+            f"minimum {guard.min_calls} calls); in-flight calls were cancelled and every "
+            f"finished result was persisted; last errors: {errors}")
+
+
+class StepUnmeasuredError(InfraError):
+    """Nothing in the step could be measured: no type reached the gate and some failed
+    (``rollout_error`` / ``evolve_error``). step_report says why per type; the training
+    state is untouched (the step is not applied) and the step can be re-run as new."""
+
+
+class LLMInfraError(InfraError):
+    """A chat call failed for good (retries exhausted, or a non-retryable status)."""
+
+
+class EvolveError(InfraError):
+    """The evolver's call failed (INFRA) or returned no usable skill text."""
+
+
+class MediaChangedError(InfraError):
+    """A frame file's bytes differ from the hash its reference (and cache key) holds."""
+
+
+class CasesUnavailable(VtrmError):
+    """A type's rollout could not be measured (its calls were INFRA): a case source raises
+    it (or a ``cases`` mapping holds it) and the type is reported ``rollout_error``, never
+    ``no_cases``."""
+
+
+def exit_code(exc: BaseException) -> int | None:
+    """The CLI exit code of an expected failure (None: a bug, to be re-raised).
+
+    Our families carry theirs; a builtin ``ValueError`` (a validated value), ``OSError``
+    (disk full, read-only, permissions) or ``sqlite3.Error`` is bad input or environment: 2.
+    """
+    import sqlite3
+
+    if isinstance(exc, VtrmError):
+        return exc.exit_code
+    if isinstance(exc, ValueError | OSError | sqlite3.Error):
+        return EXIT_BAD_INPUT
+    return None

@@ -1,0 +1,53 @@
+"""The continuous concurrent gate (SPEC §2–§3): asyncio, no storage, no Redis.
+
+- `_ladder`: the information ladder (seed-wrong first, case units excluded, ``n_max``)
+- `_dispatch`: which type's next unit takes a free slot (`RoundRobin`, `NeedAware`, yours)
+- `_plan`: `TypePlan`, `UnitTask`, `UnitResult`, `GuardParams`; the `BaselineStore` and
+  `ResultSink` protocols storage comes in through
+- `_events`: the events and their bus (callbacks, async iterator, `report_progress`)
+- `_scheduler`: `run_gate` (slot pool, prefix consumption, freeze, INFRA guard)
+- `_result`: `GateResult`, `TypeCounters`
+- `_handle`: `launch` / `GateHandle` for a Jupyter kernel's loop
+"""
+
+from __future__ import annotations
+
+from ._dispatch import DispatchName as DispatchName
+from ._dispatch import DispatchPolicy as DispatchPolicy
+from ._dispatch import Lane as Lane
+from ._dispatch import NeedAware as NeedAware
+from ._dispatch import Priority as Priority
+from ._dispatch import RoundRobin as RoundRobin
+from ._dispatch import dispatch_order as dispatch_order
+from ._dispatch import resolve_dispatch as resolve_dispatch
+from ._events import EventStream as EventStream
+from ._events import GateAborted as GateAborted
+from ._events import GateEvent as GateEvent
+from ._events import GateFinished as GateFinished
+from ._events import GateStarted as GateStarted
+from ._events import PrefixAdvanced as PrefixAdvanced
+from ._events import Subscriber as Subscriber
+from ._events import SubscriberWarning as SubscriberWarning
+from ._events import TaskFinished as TaskFinished
+from ._events import TaskProgress as TaskProgress
+from ._events import TaskStarted as TaskStarted
+from ._events import TypeDecided as TypeDecided
+from ._events import report_progress as report_progress
+from ._handle import GateHandle as GateHandle
+from ._handle import launch as launch
+from ._handle import run_gate_sync as run_gate_sync
+from ._ladder import LadderEntry as LadderEntry
+from ._ladder import build_ladder as build_ladder
+from ._ladder import check_unit_ids as check_unit_ids
+from ._ladder import ladder_units as ladder_units
+from ._ladder import shuffle_key as shuffle_key
+from ._plan import BaselineStore as BaselineStore
+from ._plan import GuardParams as GuardParams
+from ._plan import Infer as Infer
+from ._plan import ResultSink as ResultSink
+from ._plan import TypePlan as TypePlan
+from ._plan import UnitResult as UnitResult
+from ._plan import UnitTask as UnitTask
+from ._result import GateResult as GateResult
+from ._result import TypeCounters as TypeCounters
+from ._scheduler import run_gate as run_gate

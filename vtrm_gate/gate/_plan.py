@@ -1,0 +1,146 @@
+"""What the gate is given: one type's plan, one inference task and its result, the INFRA
+guard, and the protocols storage and caching come in through (`BaselineStore`, `ResultSink`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .._ids import Arm, arm_run_id, content_hash, slugify
+from ..stats import (
+    DecisionRule,
+    TypeOutcome,
+)
+from ._ladder import check_unit_ids
+
+if TYPE_CHECKING:
+    from ._events import (
+        PrefixAdvanced,
+    )
+
+
+@dataclass(frozen=True)
+class UnitTask:
+    """One inference: a unit of a type, on one arm, with that arm's skill content."""
+
+    task_type: str
+    unit_id: str
+    arm: Arm
+    ladder_rank: int
+    run_id: str
+    skill: str = ""
+    skill_hash: str = ""
+    skill_dir: str | None = None
+    attempt: int = 0
+    """How many times this step's gate was aborted by the INFRA guard before (0: first).
+    Not part of any cache key: a backend may use it to model an outage that has ended (the
+    simulator redraws its INFRA failures); a real agent asks again anyway."""
+
+
+@dataclass(frozen=True)
+class UnitResult:
+    """What an inference returned. ``infra`` marks an infrastructure failure (excluded)."""
+
+    correct: bool = False
+    infra: bool = False
+    cached: bool = False
+    prediction: str | None = None
+    latency_s: float = 0.0
+    tokens: int = 0
+    trace: Any = None
+    error: str | None = None
+
+
+Infer = Callable[[UnitTask], Awaitable[UnitResult]]
+
+
+@dataclass(frozen=True)
+class TypePlan:
+    """One type's gate work: its ladder (unit ids in order) and both arms' skills."""
+
+    task_type: str
+    units: Sequence[str]
+    base_skill: str = ""
+    cand_skill: str = ""
+    step_run_id: str = "gate"
+    base_run_id: str | None = None
+    cand_run_id: str | None = None
+    target_file: str | None = None
+    cand_dir: str | None = None
+    rule: DecisionRule | None = field(default=None, compare=False, repr=False)
+    """This type's decision rule (default: the gate's); probation probes continue an e-process."""
+    attempt: int = 0
+    """Passed to every `UnitTask` (see `UnitTask.attempt`)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.task_type, str) or not self.task_type.strip():
+            raise ValueError(f"TypePlan.task_type must be a non-empty string, "
+                             f"got {self.task_type!r}")
+        slugify(self.task_type)
+        units = check_unit_ids(self.units, f"TypePlan {self.task_type!r}: ")
+        object.__setattr__(self, "units", units)
+
+    @property
+    def slug(self) -> str:
+        return slugify(self.task_type)
+
+    @property
+    def target(self) -> str:
+        return self.target_file or f"skills/{self.slug}.md"
+
+    def run_id(self, arm: Arm) -> str:
+        explicit = self.base_run_id if arm == "base" else self.cand_run_id
+        return explicit or arm_run_id(self.step_run_id, self.task_type, arm)
+
+    def task(self, rank: int, arm: Arm) -> UnitTask:
+        skill = self.base_skill if arm == "base" else self.cand_skill
+        return UnitTask(self.task_type, self.units[rank], arm, rank, self.run_id(arm), skill,
+                        content_hash(skill), self.cand_dir if arm == "cand" else None,
+                        self.attempt)
+
+
+@dataclass(frozen=True)
+class GuardParams:
+    """INFRA guard: abort when INFRA units / completed calls > max_ratio (calls >= min_calls)."""
+
+    min_calls: int = 10
+    max_ratio: float = 0.10
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.min_calls, int) or isinstance(self.min_calls, bool) \
+                or self.min_calls < 1:
+            raise ValueError(f"GuardParams.min_calls must be an integer >= 1, "
+                             f"got {self.min_calls!r}")
+        if not isinstance(self.max_ratio, int | float) or not 0 <= self.max_ratio <= 1:
+            raise ValueError(f"GuardParams.max_ratio must be in [0, 1], got {self.max_ratio!r}")
+
+    def tripped(self, infra_units: int, calls: int) -> bool:
+        # infra/calls is correctly rounded, so exactly max_ratio never trips (3/30 == 0.1).
+        return calls >= self.min_calls and infra_units / calls > self.max_ratio
+
+
+
+class BaselineStore(Protocol):
+    """Base-arm cache: looked up before a slot is taken; written after a fresh non-INFRA run."""
+
+    async def get(self, task: UnitTask) -> UnitResult | None: ...
+
+    async def put(self, task: UnitTask, result: UnitResult) -> None: ...
+
+
+class ResultSink(Protocol):
+    """Persistence: every finished inference, every consumed unit, every decision.
+
+    Awaited inline (a write must land before the gate moves on); keep it fast.
+    """
+
+    async def on_result(self, task: UnitTask, result: UnitResult, counted: bool) -> None: ...
+
+    async def on_consumed(self, event: PrefixAdvanced) -> None: ...
+
+    async def on_decided(self, task_type: str, outcome: TypeOutcome) -> None: ...
+
+
+

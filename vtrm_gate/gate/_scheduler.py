@@ -1,0 +1,438 @@
+"""Continuous concurrent gate (SPEC §3): one slot pool, out-of-order inference, in-order stats.
+
+Every (type, unit, arm) inference shares one pool of ``concurrency`` slots. Results arrive in
+any order; each type consumes them strictly along its ladder prefix and freezes the moment
+its rule decides. No storage and no Redis here: persistence comes in through a `ResultSink`,
+the base-arm cache through a `BaselineStore`, inference through an ``infer`` callable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections import deque
+from collections.abc import Awaitable, Iterable, Iterator, Sequence
+from typing import Any
+
+from .._ids import Arm
+from ..errors import InfraGuardError, TargetClashError
+from ..stats import (
+    Action,
+    DecisionRule,
+    GateParams,
+    GateState,
+    SequentialTest,
+    check_ladder_length,
+)
+from ._dispatch import DispatchName, DispatchPolicy, dispatch_order, resolve_dispatch
+from ._events import (
+    _PROGRESS,
+    GateAborted,
+    GateFinished,
+    GateStarted,
+    PrefixAdvanced,
+    Subscriber,
+    TaskFinished,
+    TaskProgress,
+    TaskStarted,
+    TypeDecided,
+    _Bus,
+    _name,
+)
+from ._plan import BaselineStore, GuardParams, Infer, ResultSink, TypePlan, UnitResult, UnitTask
+from ._result import GateResult, TypeCounters
+
+
+class _TypeRun:
+    """Mutable per-type state owned by one gate run."""
+
+    def __init__(self, plan: TypePlan, params: GateParams, rule: DecisionRule | None):
+        self.plan = plan
+        self.n = len(plan.units)
+        self.test = SequentialTest(self.n, params, plan.rule or rule)
+        self.results: list[dict[str, UnitResult]] = [{} for _ in range(self.n)]
+        self.resolved = [False] * self.n
+        self.infra_marked = [False] * self.n
+        self.prefix = 0
+        self.counters = TypeCounters(units=self.n)
+
+    @property
+    def frozen(self) -> bool:
+        return self.test.decided
+
+    @property
+    def task_type(self) -> str:
+        return self.plan.task_type
+
+
+def _validate(plans: Sequence[TypePlan], infer: Infer, params: GateParams,
+              concurrency: int) -> None:
+    """Everything that can be refused is refused here, before any inference or write."""
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise ValueError(f"concurrency must be an integer >= 1, got {concurrency!r}")
+    if not callable(infer):
+        raise TypeError(f"infer must be an async function (UnitTask -> UnitResult), "
+                        f"got {type(infer).__name__}")
+    if not isinstance(params, GateParams):
+        raise TypeError(f"params must be GateParams, got {type(params).__name__}")
+    names: set[str] = set()
+    slugs: dict[str, str] = {}
+    targets: dict[str, str] = {}
+    for p in plans:
+        if not isinstance(p, TypePlan):
+            raise TypeError(f"plans must be TypePlan objects, got {type(p).__name__}")
+        if p.task_type in names:
+            raise ValueError(f"duplicate task type in plans: {p.task_type!r}")
+        names.add(p.task_type)
+        if p.slug in slugs:
+            raise ValueError(
+                f"task types {slugs[p.slug]!r} and {p.task_type!r} differ only in case or "
+                f"punctuation: both are named {p.slug!r} in run ids and skill files; "
+                f"rename one")
+        slugs[p.slug] = p.task_type
+        check_ladder_length(len(p.units), params, f"the ladder of type {p.task_type!r}")
+        if p.target in targets:
+            raise TargetClashError(
+                f"types {targets[p.target]!r} and {p.task_type!r} map to the same target "
+                f"skill file {p.target!r}; one step may not evolve one file twice")
+        targets[p.target] = p.task_type
+
+
+def _emission(runs: list[_TypeRun], policy: DispatchPolicy
+              ) -> Iterator[tuple[_TypeRun, int, Arm]]:
+    """Lazy order: the policy picks the type (round-robin by default, types sorted by
+    name), one unit per pick, base then cand adjacent; inside a type, ladder order."""
+    for r, i in dispatch_order(runs, policy):
+        yield r, i, "base"
+        yield r, i, "cand"
+
+
+class _Gate:
+    def __init__(self, plans: Sequence[TypePlan], infer: Infer, params: GateParams,
+                 concurrency: int, *, baseline: BaselineStore | None = None,
+                 sink: ResultSink | None = None, subscribers: Iterable[Subscriber] = (),
+                 rule: DecisionRule | None = None, guard: GuardParams,
+                 dispatch: DispatchPolicy, cancel_after_freeze: bool = False,
+                 subscriber_timeout_s: float = 1.0):
+        self.infer, self.params, self.concurrency = infer, params, concurrency
+        self.dispatch, self.cancel_after_freeze = dispatch, cancel_after_freeze
+        # in-flight calls cancelled because their type froze (cancel_after_freeze)
+        self.freeze_cancelled: set[asyncio.Future[None]] = set()
+        self.baseline, self.sink, self.guard = baseline, sink, guard
+        self.runs = [_TypeRun(p, params, rule) for p in sorted(plans, key=lambda p: p.task_type)]
+        self.by_type = {r.plan.task_type: r for r in self.runs}
+        self.bus = _Bus(subscribers, close_timeout_s=subscriber_timeout_s)
+        self.loop = asyncio.get_running_loop()
+        self.aborted: str | None = None
+        self.final: GateResult | None = None
+        self.last_errors: dict[str, deque[str]] = {r.plan.task_type: deque(maxlen=3)
+                                                   for r in self.runs}
+        self.done: asyncio.Queue[tuple[UnitTask, UnitResult]] = asyncio.Queue()
+        # A slot is held from dispatch until its result is taken off ``done``.
+        self.n_in_flight = 0
+        self.fatal: BaseException | None = None
+        self.in_flight: dict[asyncio.Future[None], UnitTask] = {}
+        self.peak = 0
+        self.t0 = self.loop.time()
+
+    def now(self) -> float:
+        return self.loop.time()
+
+    async def _call(self, task: UnitTask) -> None:
+        t = self.now()
+        _PROGRESS.set(lambda status, info: self.bus.publish(
+            TaskProgress(self.now(), task, status, info)))
+        try:
+            out = self.infer(task)
+            if not inspect.isawaitable(out):
+                raise TypeError(
+                    f"infer must be an async function (async def infer(task) -> UnitResult); "
+                    f"{_name(self.infer)} returned {type(out).__name__}, which cannot be "
+                    f"awaited (wrap a blocking call in asyncio.to_thread)")
+            res = await out
+            if not isinstance(res, UnitResult):
+                raise TypeError(f"infer returned {type(res).__name__}, expected UnitResult")
+        except asyncio.CancelledError:
+            if asyncio.current_task().cancelling():  # type: ignore[union-attr]
+                raise  # the gate cancelled this call
+            # raised by infer itself: the call failed, it was not stopped
+            res = UnitResult(infra=True, error="CancelledError: raised by infer (the gate did "
+                             "not cancel this call)", latency_s=self.now() - t)
+        except _PROGRAMMING_ERRORS as exc:
+            exc.add_note(f"raised by infer for type {task.task_type!r}, unit {task.unit_id!r} "
+                         f"({task.arm} arm): a programming error fails the gate (other "
+                         f"exceptions count as INFRA)")
+            raise
+        except Exception as exc:  # a broken backend is INFRA for that arm, text kept
+            res = UnitResult(infra=True, error=f"{type(exc).__name__}: {exc}",
+                             latency_s=self.now() - t)
+        self.done.put_nowait((task, res))
+
+    async def run(self) -> GateResult:
+        self.bus.start()
+        self.bus.publish(GateStarted(self.now(), tuple(r.plan.task_type for r in self.runs),
+                                     tuple(r.n for r in self.runs), self.concurrency,
+                                     self.params))
+        try:
+            for r in self.runs:
+                if r.n == 0:
+                    await self._decided(r)
+            jobs = _emission(self.runs, self.dispatch)
+            exhausted = False
+            while True:
+                # Everything that has arrived is consumed before a free slot is refilled.
+                await self._drain()
+                while not exhausted and self.n_in_flight < self.concurrency:
+                    job = next(jobs, None)
+                    if job is None:
+                        exhausted = True
+                        break
+                    await self._dispatch(*job)
+                    await self._drain()
+                if self.n_in_flight == 0:
+                    if exhausted:
+                        break
+                    continue
+                await self._finish(*await self.done.get())
+        except BaseException as exc:
+            reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            self.aborted = reason
+            # a second cancel() while aborting must not skip the cleanup
+            await _to_the_end(self._abort(reason), reraise_cancel=False)
+            self.final = self._result(aborted=reason)
+            if isinstance(exc, InfraGuardError):
+                exc.partial = self.final
+            raise
+        result = self.final = self._result()
+        self.bus.publish(GateFinished(self.now(), result))
+        await _to_the_end(self.bus.close())
+        return result
+
+    async def abort_unstarted(self, reason: str) -> GateResult:
+        """Cancelled before it ran: nothing started; announce the start and the abort."""
+        self.bus.start()
+        self.bus.publish(GateStarted(self.now(), tuple(r.plan.task_type for r in self.runs),
+                                     tuple(r.n for r in self.runs), self.concurrency,
+                                     self.params))
+        self.aborted = reason
+        await _to_the_end(self._abort(reason), reraise_cancel=False)
+        self.final = self._result(aborted=reason)
+        return self.final
+
+    async def _drain(self) -> None:
+        while not self.done.empty():
+            await self._finish(*self.done.get_nowait())
+
+    async def _dispatch(self, run: _TypeRun, rank: int, arm: Arm) -> None:
+        if run.frozen:  # checked at dispatch time: a frozen type starts nothing new
+            return
+        task = run.plan.task(rank, arm)
+        if arm == "base" and self.baseline is not None:
+            hit = await self.baseline.get(task)
+            if run.frozen:
+                return
+            if hit is not None:
+                run.counters.cache_hits += 1
+                await self._finish(task, _as_cached(hit), cache_hit=True)
+                return
+        run.counters.started += 1
+        fut = asyncio.ensure_future(self._call(task))
+        self.in_flight[fut] = task
+        fut.add_done_callback(self._forget)
+        self.n_in_flight += 1
+        self.peak = max(self.peak, self.n_in_flight)
+        self.bus.publish(TaskStarted(self.now(), task, self.n_in_flight))
+
+    def _forget(self, fut: asyncio.Future[None]) -> None:
+        task = self.in_flight.pop(fut, None)
+        if task is not None and fut in self.freeze_cancelled and fut.cancelled():
+            # the slot frees once the call has really stopped; wake the coordinator
+            self.done.put_nowait((task, None))
+            return
+        if task is not None and not fut.cancelled() and fut.exception() is not None:
+            # a BaseException escaped infer (not an Exception: those are INFRA); re-raise it
+            # in the coordinator instead of waiting forever for a result that never comes
+            self.fatal = fut.exception()
+            self.done.put_nowait((task, UnitResult(infra=True, error=repr(self.fatal))))
+
+    async def _finish(self, task: UnitTask, res: UnitResult | None,
+                      cache_hit: bool = False) -> None:
+        if self.fatal is not None:
+            raise self.fatal
+        run = self.by_type[task.task_type]
+        c = run.counters
+        if res is None:  # cancelled after its type froze (cancel_after_freeze)
+            self.n_in_flight -= 1
+            c.cancelled_in_flight += 1
+            self.bus.publish(TaskFinished(self.now(), task, UnitResult(
+                error="cancelled after freeze"), "cancelled"))
+            return
+        rank = task.ladder_rank
+        if not cache_hit:
+            self.n_in_flight -= 1
+            _count_completion(c, res)
+        counted = not run.frozen and not run.resolved[rank]
+        if self.sink is not None:
+            await self.sink.on_result(task, res, counted)
+        if (task.arm == "base" and not cache_hit and not res.infra
+                and self.baseline is not None):
+            await self.baseline.put(task, res)
+        status = "cache_hit" if cache_hit else ("pending" if counted else "discarded")
+        self.bus.publish(TaskFinished(self.now(), task, res, status))
+        if run.frozen:
+            c.discarded_after_freeze += 1
+            return
+        if res.infra and not run.infra_marked[rank]:
+            run.infra_marked[rank] = True
+            c.infra_units += 1
+        if res.infra and res.error:
+            self.last_errors[task.task_type].append(res.error)
+        if self.guard.tripped(c.infra_units, c.completed):  # before pairing
+            raise InfraGuardError(task.task_type, c.infra_units, c.completed, self.guard,
+                                  self.last_errors[task.task_type])
+        if run.resolved[rank]:  # the other arm already made this unit INFRA
+            c.discarded_after_infra += 1
+            return
+        arms = run.results[rank]
+        arms[task.arm] = res
+        if res.infra or len(arms) == 2:
+            run.resolved[rank] = True
+            await self._advance(run)
+
+    async def _advance(self, run: _TypeRun) -> None:
+        """Walk the prefix pointer over every resolved unit, deciding after each."""
+        while run.prefix < run.n and run.resolved[run.prefix] and not run.frozen:
+            rank = run.prefix
+            arms = run.results[rank]
+            base, cand = arms.get("base"), arms.get("cand")
+            infra = run.infra_marked[rank]
+            pair = None if infra else (base.correct, cand.correct)  # type: ignore[union-attr]
+            action = run.test.consume(rank, pair)
+            run.prefix += 1
+            s: GateState = run.test.state
+            p = run.test.points[-1]
+            ev = PrefixAdvanced(self.now(), run.plan.task_type, run.plan.units[rank], rank,
+                                base, cand, p.d, s.W, s.L, s.n_used, s.e_plus, s.e_minus,
+                                run.n - s.n_consumed, action)
+            if self.sink is not None:
+                await self.sink.on_consumed(ev)
+            self.bus.publish(ev)
+            if action is not Action.CONTINUE:
+                await self._decided(run)
+
+    async def _decided(self, run: _TypeRun) -> None:
+        if self.cancel_after_freeze:
+            for fut, task in list(self.in_flight.items()):
+                if task.task_type == run.plan.task_type and fut.cancel():
+                    self.freeze_cancelled.add(fut)
+        outcome = run.test.outcome()
+        if self.sink is not None:
+            await self.sink.on_decided(run.plan.task_type, outcome)
+        self.bus.publish(TypeDecided(self.now(), run.plan.task_type, outcome))
+
+    async def _abort(self, reason: str) -> None:
+        """Cancel in-flight calls, persist what already finished, close the bus."""
+        pending = dict(self.in_flight)
+        for t in pending:
+            t.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+        for t, task in pending.items():
+            if t.cancelled() and t not in self.freeze_cancelled:  # those: counted below
+                self.by_type[task.task_type].counters.cancelled_in_flight += 1
+        try:
+            while not self.done.empty():
+                task, res = self.done.get_nowait()
+                if res is None:  # cancelled after its type froze
+                    self.by_type[task.task_type].counters.cancelled_in_flight += 1
+                    continue
+                _count_completion(self.by_type[task.task_type].counters, res)
+                if self.sink is not None:
+                    await asyncio.shield(self.sink.on_result(task, res, False))
+        finally:
+            self.bus.publish(GateAborted(self.now(), reason))
+            await self.bus.close()
+
+    def _result(self, aborted: str | None = None) -> GateResult:
+        for r in self.runs:
+            c = r.counters
+            c.cancelled_before_start = (2 * r.n - c.started - c.cache_hits
+                                        if r.frozen or aborted else 0)
+        return GateResult(
+            outcomes={r.plan.task_type: r.test.outcome() for r in self.runs},
+            counters={r.plan.task_type: r.counters for r in self.runs},
+            peak_in_flight=self.peak, wall_time_s=self.now() - self.t0,
+            concurrency=self.concurrency, aborted=aborted)
+
+
+_PROGRAMMING_ERRORS = (TypeError, AttributeError, NameError)
+"""Raised by ``infer``, these are bugs, not infrastructure: the gate fails at once."""
+
+
+async def _to_the_end(coro: Awaitable[None], reraise_cancel: bool = True) -> None:
+    """Await ``coro`` to completion even when the caller is cancelled (again) meanwhile.
+
+    The cancel is not lost: with ``reraise_cancel`` one CancelledError follows the end.
+    """
+    task = asyncio.ensure_future(coro)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.done():
+                raise
+            cancelled = True
+    task.result()
+    if cancelled and reraise_cancel:
+        raise asyncio.CancelledError
+
+
+def _count_completion(c: TypeCounters, res: UnitResult) -> None:
+    c.completed += 1
+    c.tokens += res.tokens
+    c.infra_calls += res.infra
+
+
+def _as_cached(res: UnitResult) -> UnitResult:
+    return res if res.cached else UnitResult(res.correct, res.infra, True, res.prediction, 0.0,
+                                             0, res.trace, res.error)
+
+
+def _new_gate(plans: Iterable[TypePlan], infer: Infer, params: GateParams | None,
+              concurrency: int, *, guard: GuardParams | None = None,
+              dispatch: DispatchName | DispatchPolicy = "round_robin", **kw: Any) -> _Gate:
+    """Validate, then build (not start) a gate; ``kw`` are `run_gate`'s keyword options."""
+    plans = list(plans)
+    params = params or GateParams()
+    _validate(plans, infer, params, concurrency)
+    return _Gate(plans, infer, params, concurrency, guard=guard or GuardParams(),
+                 dispatch=resolve_dispatch(dispatch), **kw)
+
+
+async def run_gate(plans: Sequence[TypePlan], infer: Infer, params: GateParams | None = None,
+                   concurrency: int = 32, *, baseline: BaselineStore | None = None,
+                   sink: ResultSink | None = None, subscribers: Iterable[Subscriber] = (),
+                   rule: DecisionRule | None = None, guard: GuardParams | None = None,
+                   dispatch: DispatchName | DispatchPolicy = "round_robin",
+                   cancel_after_freeze: bool = False,
+                   subscriber_timeout_s: float = 1.0) -> GateResult:
+    """Run the continuous concurrent gate over ``plans`` and return every type's outcome.
+
+    Decisions equal `replay_prefix` on the same outcomes whatever the completion order and
+    whichever ``dispatch`` policy picks the next type (`vtrm_gate.dispatch`). With
+    ``cancel_after_freeze`` a frozen type's in-flight calls are cancelled (counted as
+    ``cancelled_in_flight``) instead of finishing.
+    Raises `InfraGuardError` (with ``.partial``) if a type's INFRA ratio trips the guard;
+    before any inference, `ValueError` for bad input (ladders longer than ``params.n_max``,
+    two types with one slug) and `RuntimeError` if two types share one target skill file;
+    a TypeError, AttributeError or NameError raised by ``infer`` fails the gate at once.
+    Subscribers get at most ``subscriber_timeout_s`` after the gate ends to catch up.
+    """
+    gate = _new_gate(plans, infer, params, concurrency, baseline=baseline, sink=sink,
+                     subscribers=subscribers, rule=rule, guard=guard, dispatch=dispatch,
+                     cancel_after_freeze=cancel_after_freeze,
+                     subscriber_timeout_s=subscriber_timeout_s)
+    return await gate.run()
+
+

@@ -1,0 +1,99 @@
+"""Small file helpers of the workspace: atomic writes, JSON and skill files read with errors
+that name the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from ..errors import WorkspaceError
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` all-or-nothing: temp file in the same dir, fsync, replace."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    try:
+        fd = os.open(path.parent, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+_TEMP_NAME = re.compile(r"^\..+\.tmp-(\d+)$")
+
+
+def clean_temp_files(root: Path) -> list[Path]:
+    """Remove ``.<name>.tmp-PID`` files `atomic_write` left behind (a writer killed mid-write).
+
+    Called by a writer that holds the workspace lock, so no other writer is mid-write; files
+    of this process are kept. Returns the files removed.
+    """
+    removed = []
+    for p in root.rglob(".*.tmp-*"):
+        m = _TEMP_NAME.match(p.name)
+        if m and int(m.group(1)) != os.getpid() and p.is_file() and not p.is_symlink():
+            try:
+                p.unlink()
+            except FileNotFoundError:
+                continue
+            removed.append(p)
+    return removed
+
+
+def write_json(path: Path, value: Any) -> None:
+    atomic_write(path, json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def _rel(root: Path, path: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+def read_json(path: Path, root: Path | None = None) -> Any:
+    """Parse a JSON file, or raise WorkspaceError naming it."""
+    name = _rel(root, path) if root else str(path)
+    if not path.is_file():
+        raise WorkspaceError(f"{name}: missing (expected a file at {path})")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise WorkspaceError(f"{name}: not UTF-8 text ({exc.reason})") from None
+    except json.JSONDecodeError as exc:
+        raise WorkspaceError(f"{name}: malformed JSON at line {exc.lineno} column "
+                             f"{exc.colno}: {exc.msg}") from None
+
+
+def read_text(path: Path, root: Path | None = None) -> str:
+    """A skill file's text, or WorkspaceError naming it (missing, not UTF-8, empty)."""
+    name = _rel(root, path) if root else str(path)
+    if not path.is_file():
+        raise WorkspaceError(f"{name}: missing skill file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise WorkspaceError(f"{name}: not UTF-8 text ({exc.reason})") from None
+    if not text.strip():
+        raise WorkspaceError(f"{name}: empty skill file")
+    return text
+
+
+def _whole(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+

@@ -1,0 +1,150 @@
+"""The workspace lock: one writer at a time (SPEC amendment), readers need none.
+
+An OS file lock (``flock`` on ``<workspace>/.lock``), so the kernel releases it when the
+holder dies: a kill -9 never leaves a stale lock. The file also records who holds it
+(pid, command, since) so a refused writer can name the holder in one line.
+
+Taking the lock (outermost) also removes the ``.<name>.tmp-PID`` files a killed writer's
+`atomic_write` left behind.
+
+Re-entrant within one process: ``train`` holds the lock and calls ``run_step``, which takes
+it again; only the outermost release unlocks. (flock conflicts between two open file
+descriptions even in one process, hence the small per-process table of held locks.)
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import fcntl
+import json
+import os
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from ..errors import WorkspaceError, WorkspaceLockedError
+from ._files import clean_temp_files
+
+LOCK_FILE = ".lock"
+
+
+@dataclass(frozen=True)
+class LockHolder:
+    """Who holds a workspace lock, as recorded in the lock file."""
+
+    pid: int
+    command: str
+    since: str
+
+    def describe(self) -> str:
+        return f"pid {self.pid} ({self.command}) since {self.since}"
+
+
+# Per-process table of held locks: resolved root -> [fd, depth]. Guarded by _TABLE_LOCK.
+_HELD: dict[Path, list[int]] = {}
+_TABLE_LOCK = threading.Lock()
+
+
+def read_holder(root: str | Path) -> LockHolder | None:
+    """The holder recorded in the lock file (None if unlocked, unreadable or never locked)."""
+    path = Path(root) / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pass  # locked: the recorded holder is current
+        else:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None  # nobody holds it; the file names a past holder
+        raw = os.read(fd, 4096)
+    finally:
+        os.close(fd)
+    try:
+        data = json.loads(raw.decode("utf-8"))
+        return LockHolder(int(data["pid"]), str(data["command"]), str(data["since"]))
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return None
+
+
+def _command() -> str:
+    argv = [os.path.basename(sys.argv[0]), *sys.argv[1:3]] if sys.argv and sys.argv[0] else []
+    return " ".join(argv) or "python"
+
+
+class WorkspaceLock:
+    """Exclusive, non-blocking writer lock on a workspace directory (a context manager)."""
+
+    def __init__(self, root: str | Path, command: str | None = None):
+        self.root = Path(root)
+        self.command = command or _command()
+        self._key: Path | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._key is not None
+
+    def acquire(self) -> WorkspaceLock:
+        """Take the lock or raise `WorkspaceLockedError` at once (never waits)."""
+        if self._key is not None:
+            raise RuntimeError("WorkspaceLock.acquire called twice on one object")
+        if not self.root.is_dir():
+            raise WorkspaceError(f"{self.root}: no such workspace directory")
+        key = self.root.resolve()
+        with _TABLE_LOCK:
+            held = _HELD.get(key)
+            if held is not None:
+                held[1] += 1
+                self._key = key
+                return self
+            fd = os.open(key / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise WorkspaceLockedError(self.root, read_holder(key)) from None
+            except BaseException:
+                os.close(fd)
+                raise
+            since = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+            info = json.dumps({"pid": os.getpid(), "command": self.command, "since": since})
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, info.encode(), 0)
+            _HELD[key] = [fd, 1]
+            self._key = key
+        try:  # the first writer after a kill finds its half-written temp files
+            clean_temp_files(key)
+        except BaseException:
+            self.release()
+            raise
+        return self
+
+    def release(self) -> None:
+        """Release (the outermost release of this process unlocks the file)."""
+        key, self._key = self._key, None
+        if key is None:
+            return
+        with _TABLE_LOCK:
+            held = _HELD[key]
+            held[1] -= 1
+            if held[1] == 0:
+                del _HELD[key]
+                fcntl.flock(held[0], fcntl.LOCK_UN)
+                os.close(held[0])
+
+    def __enter__(self) -> WorkspaceLock:
+        return self.acquire()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.release()
+
+
+def workspace_lock(root: str | Path, command: str | None = None) -> WorkspaceLock:
+    """``with workspace_lock(ws.root, "step"):`` - hold the writer lock for the block."""
+    return WorkspaceLock(root, command)

@@ -1,0 +1,333 @@
+"""The training run: epochs of gate steps, epoch-end probation settlement and evaluation,
+resumable after a crash anywhere.
+
+``train(ws, epochs, steps_per_epoch, ...)`` walks (e1 s1 .. e1 sS, settle e1, evaluate e1,
+e2 s1, ...) and does only what is not done yet: a step is done when ``state.json`` has applied
+it (and its report rows say what was applied), a settlement when its epoch is in
+``settled_epochs``, an evaluation when its rows are in the ``evaluation`` table (written in one
+transaction). Each of those is one atomic checkpoint, and every step is re-runnable from its
+manifest and the caches, so killing the run at any instant and running it again ends in the
+state an uninterrupted run reaches. The run's configuration is recorded in ``train.json``; a
+resume with another configuration is refused with the list of changes (``epochs`` may change:
+it only says how far to go). The workspace lock is held for the whole run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .._sync import run_sync
+from ..errors import TrainRefusedError, WorkspaceError
+from ..gate import (
+    Infer,
+    Subscriber,
+)
+from ..options import RunOptions
+from ..stats import Action
+from ._access import writer
+from ._evaluate import HELDOUT_FILE, EvalResult, evaluate_epoch, read_heldout
+from ._files import read_json, write_json
+from ._manifest import diff_inputs
+from ._results import StepResult
+from ._settle import ProbationResult, settle_probation
+from ._step import DEFAULT_OPTIONS, CaseSource, Evolver, run_step
+from ._workspace import Workspace
+
+TRAIN_FILE = "train.json"
+PHASES = ("rollout", "evolution", "gate", "settlement", "evaluation")
+
+
+Rollout = Callable[[int, int], Awaitable[Mapping[str, Sequence[str]]]]
+"""``rollout(epoch, step) -> {type: error cases}``: a step's rollout, awaited before it."""
+
+
+# ---- the run ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrainEvent:
+    """One line of training progress: a step, a settlement or an evaluation finished (or
+    was found done by an earlier run)."""
+
+    kind: str
+    """step | settle | evaluate | resume | finished"""
+    epoch: int
+    step: int | None
+    line: str
+    seconds: float = 0.0
+    """Loop-clock duration (virtual seconds under the simulator's virtual clock)."""
+    done_before: bool = False
+    data: Any = field(default=None, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What one ``train`` call did (and found done), with loop-clock time per phase."""
+
+    epochs: int
+    steps_per_epoch: int
+    steps: Mapping[tuple[int, int], StepResult]
+    settlements: Mapping[int, ProbationResult]
+    evaluations: Mapping[int, EvalResult]
+    phases: Mapping[str, float]
+    done_before: int
+    """Steps, settlements and evaluations an earlier run had finished (not repeated)."""
+    events: tuple[TrainEvent, ...] = ()
+    serial_evolution_s: float = 0.0
+    """The evolver calls' summed time: what evolving the types one after another costs."""
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.phases.values())
+
+
+class _PhaseClock:
+    """Loop-clock time per phase; evolution is timed from the evolver's own calls."""
+
+    def __init__(self) -> None:
+        self.phases = dict.fromkeys(PHASES, 0.0)
+        self.evolve_spans: list[tuple[float, float]] = []
+        self.serial_evolution = 0.0
+
+    @staticmethod
+    def now() -> float:
+        return asyncio.get_running_loop().time()
+
+    def wrap(self, evolver: Evolver) -> Evolver:
+        clock = self
+
+        class Timed:
+            world = getattr(evolver, "world", None)
+
+            async def evolve(self, *args: Any, **kwargs: Any) -> str:
+                t0 = clock.now()
+                try:
+                    return await evolver.evolve(*args, **kwargs)
+                finally:
+                    clock.evolve_spans.append((t0, clock.now()))
+
+        return Timed()  # type: ignore[return-value]
+
+    def take_evolution(self) -> float:
+        spans, self.evolve_spans = self.evolve_spans, []
+        self.serial_evolution += sum(e - s for s, e in spans)
+        return max(e for _, e in spans) - min(s for s, _ in spans) if spans else 0.0
+
+
+def _train_config(steps_per_epoch: int, options: RunOptions, evaluate: bool,
+                  ws: Workspace) -> dict[str, Any]:
+    return json.loads(json.dumps({
+        "steps_per_epoch": steps_per_epoch, **options.decision_inputs(),
+        "evaluate": evaluate, "probation_rule": ws.config.probation_rule,
+        "probation_units": ws.config.probation_units,
+        "probation_min_w_net": ws.config.probation_min_w_net}))
+
+
+def _check_train_config(ws: Workspace, epochs: int, config: Mapping[str, Any]) -> None:
+    path = ws.root / TRAIN_FILE
+    if path.is_file():
+        prior = read_json(path, ws.root)
+        changes = diff_inputs(prior.get("config", {}), dict(config)) if isinstance(prior, dict) \
+            else ["train.json: malformed"]
+        if changes:
+            raise TrainRefusedError(
+                f"{ws.root}: the training configuration changed since the last run ("
+                + "; ".join(changes) + "); run with the recorded configuration (train.json) "
+                "or start a new workspace", changes)
+        if prior.get("epochs") == epochs:
+            return
+    write_json(path, {"format": 1, "epochs": epochs, "config": dict(config)})
+
+
+def _check_positive(name: str, v: object) -> None:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ValueError(f"{name} must be a positive integer, got {v!r}")
+
+
+def _step_done(ws: Workspace, epoch: int, step: int) -> bool:
+    """Applied, and its report says what was applied (Phase D finished writing)."""
+    last = ws.state.last_step
+    if last is None or last < (epoch, step):
+        return False
+    if last > (epoch, step):
+        return True
+    return not ws.log.unapplied(epoch, step)
+
+
+def _step_line(res: StepResult, seconds: float, evolve_s: float) -> str:
+    counts: dict[str, int] = {}
+    for s in res.types.values():
+        key = str(s.action) if s.action is not None else s.status
+        counts[key] = counts.get(key, 0) + 1
+    order = [str(a) for a in Action] + ["skipped", "cooldown", "no_cases", "evolve_error"]
+    what = ", ".join(f"{k} {counts[k]}" for k in order if counts.get(k))
+    changed = [f"{t} v{s.base_version}->v{s.version}" for t, s in sorted(res.types.items())
+               if s.version != s.base_version]
+    gate_s = res.gate.wall_time_s if res.gate else 0.0
+    return (f"e{res.epoch} s{res.step}  {what or 'nothing gated'}  | gate {gate_s / 3600:.2f} h,"
+            f" evolve {evolve_s / 60:.1f} min" + (f" | {', '.join(changed)}" if changed else ""))
+
+
+def _settle_line(res: ProbationResult, seconds: float) -> str:
+    if not res.outcomes:
+        return f"e{res.epoch} settle  nothing on probation"
+    parts = [f"{t}: {'kept' if o.passed else 'rolled back'} v{o.version} "
+             f"(W-L {o.W - o.L} on {o.n_used})" for t, o in sorted(res.outcomes.items())]
+    return f"e{res.epoch} settle  {'; '.join(parts)}  | {seconds / 3600:.2f} h"
+
+
+def _eval_line(res: EvalResult, seconds: float) -> str:
+    rows = [r for r in res.rows if r["acc_current"] is not None]
+    if not rows:
+        return f"e{res.epoch} evaluate  no held-out units"
+    cur = sum(r["correct_current"] for r in rows) / max(1, sum(r["n_current"] for r in rows))
+    ini = sum(r["correct_initial"] for r in rows) / max(1, sum(r["n_initial"] for r in rows))
+    return (f"e{res.epoch} evaluate  held-out accuracy {cur:.1%} (initial skills {ini:.1%}, "
+            f"{sum(r['n_units'] for r in rows)} units)  | {seconds / 3600:.2f} h")
+
+
+async def train(workspace: Workspace | str | Path, epochs: int, steps_per_epoch: int, *,
+                infer: Infer, evolver: Evolver,
+                cases: CaseSource | None = None, rollout: Rollout | None = None,
+                options: RunOptions = DEFAULT_OPTIONS, evaluate: bool | None = None,
+                subscribers: Iterable[Subscriber] = (),
+                on_event: Callable[[TrainEvent], Any] | None = None,
+                after: Callable[[Workspace], Any] | None = None) -> TrainResult:
+    """Run (or resume) ``epochs`` x ``steps_per_epoch`` gate steps with epoch-end probation
+    settlement and (``evaluate``, default: if a held-out split exists) evaluation.
+
+    ``options`` (`RunOptions`) goes whole to every step, settlement and evaluation.
+    ``rollout(epoch, step)`` (awaited before each step, timed as the rollout phase) or
+    ``cases`` give the steps' evolution cases. ``on_event`` gets a `TrainEvent` per step,
+    settlement and evaluation; ``subscribers`` get every gate event. ``after(ws)`` runs at the
+    end (e.g. recording the simulator's ground truth; it must be idempotent). Raises
+    `TrainRefusedError` if the configuration changed since the last run, ValueError on
+    non-positive sizes, `WorkspaceLockedError` if another process holds the workspace, and
+    re-raises `InfraGuardError` with every finished step and settlement kept.
+    """
+    _check_positive("epochs", epochs)
+    _check_positive("steps_per_epoch", steps_per_epoch)
+    with writer(workspace, "train") as ws:  # the writer lock, for the whole run
+        heldout = read_heldout(ws)
+        if evaluate is None:
+            evaluate = bool(heldout)
+        if evaluate and not heldout:
+            raise WorkspaceError(f"{ws.root}: evaluation needs a held-out split "
+                                 f"({HELDOUT_FILE}, declared at init); run with "
+                                 f"evaluate=False")
+        _check_train_config(ws, epochs, _train_config(steps_per_epoch, options, evaluate, ws))
+        if ws.stale_skills:
+            ws.sync_skills()
+        run = _Run(ws, infer, evolver, cases, rollout, options, tuple(subscribers), on_event)
+        for e in range(1, epochs + 1):
+            for s in range(1, steps_per_epoch + 1):
+                await run.step(e, s)
+            await run.settle(e)
+            if evaluate:
+                await run.evaluate(e)
+        if after is not None:
+            after(ws)
+        return run.finish(epochs, steps_per_epoch)
+
+
+class _Run:
+    """One ``train`` call's progress: what it ran, what it found done, time per phase."""
+
+    def __init__(self, ws: Workspace, infer: Infer, evolver: Evolver,
+                 cases: CaseSource | None, rollout: Rollout | None, options: RunOptions,
+                 subscribers: tuple[Subscriber, ...],
+                 on_event: Callable[[TrainEvent], Any] | None):
+        self.ws, self.infer, self.cases, self.rollout = ws, infer, cases, rollout
+        self.options, self.subscribers, self.on_event = options, subscribers, on_event
+        self.clock = _PhaseClock()
+        self.evolver = self.clock.wrap(evolver)
+        self.events: list[TrainEvent] = []
+        self.steps: dict[tuple[int, int], StepResult] = {}
+        self.settlements: dict[int, ProbationResult] = {}
+        self.evaluations: dict[int, EvalResult] = {}
+        self.done_before = 0
+
+    def emit(self, ev: TrainEvent) -> None:
+        self.events.append(ev)
+        if ev.done_before:
+            self.done_before += 1
+        if self.on_event is not None:
+            self.on_event(ev)
+
+    async def step(self, e: int, s: int) -> None:
+        if _step_done(self.ws, e, s):
+            self.emit(TrainEvent("step", e, s, f"e{e} s{s}  done before (not repeated)",
+                                 done_before=True))
+            return
+        clock = self.clock
+        t0 = clock.now()
+        step_cases: Any = self.cases
+        if self.rollout is not None:
+            step_cases = dict(await self.rollout(e, s))
+        t1 = clock.now()
+        clock.phases["rollout"] += t1 - t0
+        res = await run_step(self.ws, e, s, infer=self.infer, evolver=self.evolver,
+                             cases=step_cases, options=self.options,
+                             subscribers=self.subscribers)
+        evolve_s = clock.take_evolution()
+        clock.phases["evolution"] += evolve_s
+        clock.phases["gate"] += max(0.0, clock.now() - t1 - evolve_s)
+        self.steps[(e, s)] = res
+        self.emit(TrainEvent("step", e, s, _step_line(res, clock.now() - t0, evolve_s),
+                             clock.now() - t0, data=res))
+
+    async def settle(self, e: int) -> None:
+        if e in self.ws.state.settled_epochs:
+            self.emit(TrainEvent("settle", e, None, f"e{e} settle  done before (not repeated)",
+                                 done_before=True))
+            return
+        t0 = self.clock.now()
+        pr = await settle_probation(self.ws, e, infer=self.infer, options=self.options,
+                                    subscribers=self.subscribers)
+        seconds = self.clock.now() - t0
+        self.clock.phases["settlement"] += seconds
+        self.settlements[e] = pr
+        self.emit(TrainEvent("settle", e, None, _settle_line(pr, seconds), seconds, data=pr))
+
+    async def evaluate(self, e: int) -> None:
+        t0 = self.clock.now()
+        ev = await evaluate_epoch(self.ws, e, infer=self.infer, options=self.options,
+                                  subscribers=self.subscribers)
+        seconds = self.clock.now() - t0
+        if not ev.already_done:
+            self.clock.phases["evaluation"] += seconds
+        self.evaluations[e] = ev
+        line = (f"e{e} evaluate  done before (not repeated)" if ev.already_done
+                else _eval_line(ev, seconds))
+        self.emit(TrainEvent("evaluate", e, None, line, seconds, ev.already_done, data=ev))
+
+    def finish(self, epochs: int, steps_per_epoch: int) -> TrainResult:
+        result = TrainResult(epochs, steps_per_epoch, self.steps, self.settlements,
+                             self.evaluations, dict(self.clock.phases), self.done_before,
+                             tuple(self.events), self.clock.serial_evolution)
+        self.emit(TrainEvent("finished", epochs, None,
+                             f"finished {epochs} epochs x {steps_per_epoch} steps "
+                             f"({self.done_before} parts done before) in "
+                             f"{result.total_s / 3600:.2f} h of loop clock",
+                             result.total_s, data=result))
+        return result
+
+
+def train_sync(*args: Any, **kwargs: Any) -> TrainResult:
+    """`train` for scripts and blocking Jupyter cells."""
+    return run_sync(train(*args, **kwargs))
+
+
+def train_started(ws: Workspace) -> dict[str, Any] | None:
+    """The recorded training configuration (``train.json``), or None before the first run."""
+    path = ws.root / TRAIN_FILE
+    return read_json(path, ws.root) if path.is_file() else None
+
+
+
+

@@ -1,0 +1,288 @@
+"""A workspace's units: multiple-choice records (``units.jsonl``) and the media they show.
+
+A unit line may carry ``"media": {"frames": [{"image": "frames/v1_0.jpg", "t": 0.0}, ...],
+"video": {"url": "https://...", "start": 0, "end": 30}}``; an image is a local path
+(relative to the media root: the units file's directory) or an http(s) URL.
+
+A unit's content is identified by *references*, not pixels: a local frame is
+``vtrm-file:<path>?max_side=N#sha256=<content hash>``, a remote one its URL (`MediaRefs`). So
+the response cache key and the BaselineCache key carry every media reference and change when
+a frame's bytes change, while the key stays small. Turning references into pixels for a
+model is the agent's job (`vtrm_gate.llm`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from .._ids import slugify
+from ..errors import WorkspaceError
+from ._files import _rel
+
+REF_SCHEME = "vtrm-file:"
+DEFAULT_MAX_FRAMES = 8
+DEFAULT_MAX_SIDE = 768
+
+
+def _is_url(s: str) -> bool:
+    return s.startswith(("http://", "https://", "data:"))
+
+
+def _num(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One frame image (local path or URL) and its time in the video (seconds), if known."""
+
+    image: str
+    t: float | None = None
+
+
+@dataclass(frozen=True)
+class Video:
+    """A video URL, optionally with the clip's start and end (seconds)."""
+
+    url: str
+    start: float | None = None
+    end: float | None = None
+
+
+@dataclass(frozen=True)
+class Media:
+    """What a unit shows the model besides its text."""
+
+    frames: tuple[Frame, ...] = ()
+    video: Video | None = None
+
+    def local_paths(self) -> list[str]:
+        return [f.image for f in self.frames if not _is_url(f.image)]
+
+
+def parse_media(obj: Any) -> Media | None:
+    """A unit's ``media`` value, validated; ValueError naming the field. None stays None."""
+    if obj is None:
+        return None
+    if not isinstance(obj, Mapping) or not set(obj) <= {"frames", "video"}:
+        raise ValueError(f"media must be an object with 'frames' and/or 'video', got {obj!r}")
+    frames = []
+    raw = obj.get("frames") or []
+    if not isinstance(raw, list):
+        raise ValueError(f"media.frames must be a list, got {type(raw).__name__}")
+    for i, f in enumerate(raw):
+        if isinstance(f, str):
+            f = {"image": f}
+        if not isinstance(f, Mapping) or not isinstance(f.get("image"), str) \
+                or not f["image"].strip() or not set(f) <= {"image", "t"}:
+            raise ValueError(f"media.frames[{i}] must be a path or URL, or {{\"image\", \"t\"}}"
+                             f", got {f!r}")
+        t = f.get("t")
+        if t is not None and not _num(t):
+            raise ValueError(f"media.frames[{i}].t must be a number of seconds >= 0, got {t!r}")
+        frames.append(Frame(f["image"], None if t is None else float(t)))
+    video = None
+    v = obj.get("video")
+    if v is not None:
+        if isinstance(v, str):
+            v = {"url": v}
+        if not isinstance(v, Mapping) or not isinstance(v.get("url"), str) \
+                or not v["url"].startswith(("http://", "https://")) \
+                or not set(v) <= {"url", "start", "end"}:
+            raise ValueError(f"media.video must be an http(s) URL or {{\"url\", \"start\", "
+                             f"\"end\"}}, got {v!r}")
+        for k in ("start", "end"):
+            if v.get(k) is not None and not _num(v[k]):
+                raise ValueError(f"media.video.{k} must be a number of seconds >= 0, "
+                                 f"got {v[k]!r}")
+        video = Video(v["url"], v.get("start"), v.get("end"))
+    if not frames and video is None:
+        return None
+    return Media(tuple(frames), video)
+
+
+def missing_media(media: Media | None, root: str | os.PathLike[str]) -> list[str]:
+    """The local frame paths of ``media`` that are not files under ``root``."""
+    if media is None:
+        return []
+    return [p for p in media.local_paths() if not (Path(root) / p).is_file()]
+
+
+def pick_frames(frames: Sequence[Frame], max_frames: int) -> list[Frame]:
+    """At most ``max_frames`` frames, evenly spread and in order (first and last kept)."""
+    n = len(frames)
+    if n <= max_frames:
+        return list(frames)
+    if max_frames == 1:
+        return [frames[0]]
+    return [frames[round(i * (n - 1) / (max_frames - 1))] for i in range(max_frames)]
+
+
+@dataclass(frozen=True)
+class MediaOptions:
+    """How frames are sent: at most ``max_frames`` per unit, longest side <= ``max_side``
+    pixels (0: as stored), ``detail`` for the image parts; paths relative to ``root``."""
+
+    root: str = "."
+    max_frames: int = DEFAULT_MAX_FRAMES
+    max_side: int = DEFAULT_MAX_SIDE
+    detail: str = "auto"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_frames, bool) or not isinstance(self.max_frames, int) \
+                or self.max_frames < 1:
+            raise ValueError(f"media.max_frames must be an integer >= 1, got "
+                             f"{self.max_frames!r}")
+        if isinstance(self.max_side, bool) or not isinstance(self.max_side, int) \
+                or self.max_side < 0:
+            raise ValueError(f"media.max_side must be an integer >= 0, got {self.max_side!r}")
+        if self.detail not in ("auto", "low", "high"):
+            raise ValueError(f"media.detail must be auto, low or high, got {self.detail!r}")
+
+    @classmethod
+    def from_agent(cls, agent: Mapping[str, Any], root: str | os.PathLike[str]) -> MediaOptions:
+        """From an agent config's ``media`` object and ``media_root`` (else ``root``)."""
+        m = dict(agent.get("media") or {})
+        return cls(str(agent.get("media_root") or root), **m)
+
+
+
+class MediaRefs:
+    """The references of a unit's media under `MediaOptions`: what the cache keys hold.
+
+    File hashes are memoised by (path, size, mtime).
+    """
+
+    def __init__(self, options: MediaOptions) -> None:
+        self.options = options
+        self._hashes: dict[tuple[str, int, int], str] = {}
+
+    def file_hash(self, path: str) -> str:
+        full = Path(self.options.root) / path
+        st = full.stat()
+        k = (str(full), st.st_size, st.st_mtime_ns)
+        h = self._hashes.get(k)
+        if h is None:
+            h = self._hashes[k] = hashlib.sha256(full.read_bytes()).hexdigest()
+        return h
+
+    def ref(self, image: str) -> str:
+        """The reference an image part carries: its URL, or path + max_side + content hash."""
+        if _is_url(image):
+            return image
+        return (f"{REF_SCHEME}{quote(image)}?max_side={self.options.max_side}"
+                f"#sha256={self.file_hash(image)}")
+
+    def refs(self, media: Media | None) -> list[dict[str, Any]]:
+        """Every media reference of a unit (what the BaselineCache key holds)."""
+        if media is None:
+            return []
+        out: list[dict[str, Any]] = [{"frame": self.ref(f.image), "t": f.t}
+                                     for f in pick_frames(media.frames,
+                                                          self.options.max_frames)]
+        if media.video is not None:
+            v = media.video
+            out.append({"video": v.url, "start": v.start, "end": v.end})
+        return out
+
+
+@dataclass(frozen=True)
+class UnitRecord:
+    """One multiple-choice unit of an ``llm`` workspace (a line of ``units.jsonl``)."""
+
+    unit_id: str
+    task_type: str
+    question: str
+    options: tuple[str, ...]
+    answer: str
+    media: Media | None = None
+    """Frames and/or a video shown with the question (`vtrm_gate.media`)."""
+
+
+_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _unit_record(obj: Any) -> UnitRecord:
+    """Validate one parsed line; ValueError says what is wrong (extra keys are ignored)."""
+    if not isinstance(obj, dict):
+        raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+    missing = [k for k in ("unit_id", "task_type", "question", "options", "answer")
+               if k not in obj]
+    if missing:
+        raise ValueError(f"missing keys {missing}")
+    for k in ("unit_id", "task_type", "question"):
+        if not isinstance(obj[k], str) or not obj[k].strip():
+            raise ValueError(f"{k} must be a non-empty string, got {obj[k]!r}")
+    slugify(obj["task_type"])
+    opts = obj["options"]
+    if not isinstance(opts, list) or not 2 <= len(opts) <= len(_LETTERS) \
+            or not all(isinstance(o, str) and o.strip() for o in opts):
+        raise ValueError(f"options must be a list of 2 to 26 non-empty strings, got {opts!r}")
+    ans = obj["answer"]
+    valid = _LETTERS[:len(opts)]
+    if not isinstance(ans, str) or ans.strip().upper() not in valid or len(ans.strip()) != 1:
+        raise ValueError(f"answer must be one letter of {valid!r}, got {ans!r}")
+    return UnitRecord(obj["unit_id"], obj["task_type"], obj["question"], tuple(opts),
+                      ans.strip().upper(), parse_media(obj.get("media")))
+
+
+def _check_text(obj: Any) -> None:
+    """ValueError if a parsed JSON value holds text that is not valid Unicode (a lone
+    surrogate such as ``"\\ud800"``): it cannot be encoded into a prompt or a cache key."""
+    try:
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start:exc.end].encode("unicode_escape").decode()
+        raise ValueError(f"invalid text: a lone surrogate {bad} (not a Unicode character)"
+                         ) from None
+
+
+def read_units(path: Path, root: Path | None = None) -> dict[str, UnitRecord]:
+    """Parse and validate a units file (JSON lines; blank lines skipped), in file order.
+
+    Raises WorkspaceError naming the file and the line of the first fault (malformed JSON,
+    invalid text such as a lone surrogate, missing key, bad options or answer, duplicate unit id).
+    """
+    name = _rel(root, path) if root else str(path)
+    if not path.is_file():
+        raise WorkspaceError(f"{name}: missing (expected a units file at {path})")
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise WorkspaceError(f"{name}: not UTF-8 text ({exc.reason})") from None
+    units: dict[str, UnitRecord] = {}
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            _check_text(obj)
+            rec = _unit_record(obj)
+        except json.JSONDecodeError as exc:
+            raise WorkspaceError(f"{name}: line {i}: malformed JSON at column {exc.colno}: "
+                                 f"{exc.msg}") from None
+        except ValueError as exc:
+            raise WorkspaceError(f"{name}: line {i}: {exc}") from None
+        if rec.unit_id in units:
+            raise WorkspaceError(f"{name}: line {i}: duplicate unit_id {rec.unit_id!r}")
+        units[rec.unit_id] = rec
+    if not units:
+        raise WorkspaceError(f"{name}: no units (expected one JSON object a line)")
+    return units
+
+
+def units_pool(units: Mapping[str, UnitRecord]) -> dict[str, list[str]]:
+    """The unit pool of a units file: ``{task type: [unit ids in file order]}``."""
+    pool: dict[str, list[str]] = {}
+    for u in units.values():
+        pool.setdefault(u.task_type, []).append(u.unit_id)
+    return pool
+

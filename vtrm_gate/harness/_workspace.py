@@ -1,0 +1,484 @@
+"""The workspace (SPEC §4): a directory a researcher can open by hand.
+
+```
+workspace.json      kind, agent/model config, ladder seed, cooldown / probation knobs
+skills/<slug>.md    one current skill per type (+ default-strategy.md)
+history/<slug>/vN.md  every skill version ever issued (write-once; rollback source)
+pool.json           the frozen unit pool: {type: [unit ids]}
+units.jsonl         (kind "llm") the multiple-choice units, one JSON object a line
+seed_record.json    seed-baseline correctness {type: {unit: bool}} - ladder ORDERING only
+state.json          training state: versions, probation, cooldown, rejected buffer
+harness.sqlite      HarnessLog (predictions, traces, gate evidence, BaselineCache, ...)
+candidates/eE_sS/<slug>/  materialised candidate skill dirs of a step
+manifests/eE_sS.json      what a step ran with (config, skills, cases, ladders, candidates)
+```
+
+`Workspace.open` validates every file and writes nothing: a missing or malformed file raises
+`WorkspaceError` naming it. ``state.json`` is the training-state checkpoint: only Phase D of
+a step (and the epoch-end probation settlement) writes it, atomically (temp + ``os.replace``).
+An ``llm`` workspace's agent settings are validated by `vtrm_gate.llm` (the harness knows no
+endpoints): at ``init`` and whenever its backend is opened.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from .._ids import content_hash, json_hash, slugify, step_run_id
+from ..errors import WorkspaceError
+from ..gate import check_unit_ids
+from ..stats import PROBATION_RULES
+from ._atomic_dir import create_atomically, only_lock_file
+from ._files import _rel, _whole, atomic_write, read_json, read_text, write_json
+from ._log import HarnessLog
+from ._state import FORMAT, SkillRef, TrainingState
+from ._units import MediaOptions, MediaRefs, UnitRecord, read_units
+
+DEFAULT_STRATEGY = "default-strategy.md"
+FILES = ("workspace.json", "pool.json", "seed_record.json", "state.json", "harness.sqlite")
+UNITS_FILE = "units.jsonl"
+KINDS = ("custom", "simulated", "llm")
+# Agent keys that would put a credential into workspace.json (and into the BaselineCache key).
+_SECRET_KEYS = ("api_key", "apikey", "authorization", "password", "secret", "bearer")
+
+
+
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class WorkspaceConfig:
+    """``workspace.json``: how this workspace's steps run (all plain JSON values).
+
+    ``agent`` identifies the agent/model configuration; its hash keys the BaselineCache.
+    ``targets`` optionally maps a type to a skill file other than ``skills/<slug>.md``.
+    ``workspace_id`` (random, created at ``init``) salts the LLM response cache, so two
+    workspaces on one Redis never share samples unless they opt in (``cache.share``).
+    """
+
+    kind: str = "custom"
+    agent: Mapping[str, Any] = field(default_factory=lambda: {"backend": "custom"})
+    seed: int = 0
+    cooldown_steps: int = 2
+    rejected_max: int = 5
+    probation_min_w_net: int = 0
+    probation_units: int = 40
+    probation_rule: str = "w_net"
+    """How the epoch-end settlement decides: w_net | e_continue | e_harm (see harness.probation)."""
+    targets: Mapping[str, str] = field(default_factory=dict)
+    sim: Mapping[str, Any] | None = None
+    format: int = FORMAT
+    workspace_id: str = ""
+
+    def __post_init__(self) -> None:
+        def bad(name: str, allowed: str, value: object) -> None:
+            raise ValueError(f"{name} must be {allowed}, got {value!r}")
+
+        if self.format != FORMAT:
+            bad("format", f"{FORMAT}", self.format)
+        if self.kind not in KINDS:
+            bad("kind", "'custom', 'simulated' or 'llm'", self.kind)
+        if not isinstance(self.agent, Mapping):
+            bad("agent", "an object (agent/model configuration)", self.agent)
+        if not _whole(self.seed):
+            bad("seed", "an integer", self.seed)
+        for name in ("cooldown_steps", "rejected_max", "probation_units"):
+            v = getattr(self, name)
+            if not _whole(v) or v < 0:
+                bad(name, "an integer >= 0", v)
+        if not _whole(self.probation_min_w_net):
+            bad("probation_min_w_net", "an integer", self.probation_min_w_net)
+        if self.probation_rule not in PROBATION_RULES:
+            bad("probation_rule", " | ".join(PROBATION_RULES), self.probation_rule)
+        if not isinstance(self.targets, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) and v.startswith("skills/")
+                and ".." not in v for k, v in self.targets.items()):
+            bad("targets", "an object mapping type -> 'skills/<file>.md'", self.targets)
+        if self.kind == "simulated" and not isinstance(self.sim, Mapping):
+            bad("sim", "an object of SimConfig fields for a simulated workspace", self.sim)
+        _check_no_secret(self.agent)  # an llm agent's endpoint settings: vtrm_gate.llm
+        if not isinstance(self.workspace_id, str) or any(c.isspace() or c == "/"
+                                                         for c in self.workspace_id):
+            bad("workspace_id", "a string without spaces or slashes", self.workspace_id)
+
+    def as_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @property
+    def agent_hash(self) -> str:
+        """Hash of the agent/model configuration (BaselineCache key component)."""
+        return json_hash(dict(self.agent))
+
+
+
+def _check_no_secret(agent: Mapping[str, Any]) -> None:
+    secret = [k for k in agent if any(s in str(k).lower().replace("-", "_")
+                                      for s in _SECRET_KEYS)]
+    if secret:
+        raise ValueError(f"agent must not hold credentials (found {sorted(secret)}); the API "
+                         f"key comes from OPENAI_API_KEY / VTRM_API_KEY at run time")
+
+
+
+# ---- the workspace ----------------------------------------------------------------------
+
+
+def _validate_pool(data: Any) -> dict[str, tuple[str, ...]]:
+    if not isinstance(data, dict) or not data:
+        raise ValueError("must be a non-empty object {task type: [unit ids]}")
+    pool: dict[str, tuple[str, ...]] = {}
+    slugs: dict[str, str] = {}
+    for t, units in data.items():
+        if not isinstance(t, str) or not t.strip():
+            raise ValueError(f"task type names must be non-empty strings, got {t!r}")
+        try:
+            slug = slugify(t)
+        except ValueError as exc:
+            raise ValueError(str(exc)) from None
+        if slug in slugs:  # they would share run ids, cache salts and a skill file
+            raise ValueError(f"types {slugs[slug]!r} and {t!r} differ only in case or "
+                             f"punctuation (both {slug!r}); rename one")
+        slugs[slug] = t
+        if not isinstance(units, list):
+            raise ValueError(f"type {t!r}: expected a list of unit ids, got "
+                             f"{type(units).__name__}")
+        pool[t] = check_unit_ids(units, f"type {t!r}: ")
+    return pool
+
+
+def _validate_seed(data: Any, pool: Mapping[str, Sequence[str]]) -> dict[str, dict[str, bool]]:
+    if not isinstance(data, dict):
+        raise ValueError("must be an object {task type: {unit id: true|false}}")
+    out: dict[str, dict[str, bool]] = {}
+    for t, rec in data.items():
+        if t not in pool:
+            raise ValueError(f"type {t!r} is not in pool.json")
+        if not isinstance(rec, dict):
+            raise ValueError(f"type {t!r}: expected an object {{unit id: bool}}")
+        units = set(pool[t])
+        for u, v in rec.items():
+            if u not in units:
+                raise ValueError(f"type {t!r}: unit {u!r} is not in the type's pool")
+            if not isinstance(v, bool):
+                raise ValueError(f"type {t!r}, unit {u!r}: expected true or false, got {v!r}")
+        out[t] = dict(rec)
+    return out
+
+
+class Workspace:
+    """An opened, validated workspace: `open` or `create` (`vtrm_gate.backends` makes
+    simulated and LLM workspaces).
+
+    The HarnessLog is opened lazily (``ws.log``) so that opening writes nothing.
+    """
+
+    def __init__(self, root: Path, config: WorkspaceConfig, pool: dict[str, tuple[str, ...]],
+                 seed_record: dict[str, dict[str, bool]], state: TrainingState,
+                 stale_skills: tuple[str, ...] = (),
+                 units: Mapping[str, UnitRecord] | None = None):
+        self.root = root
+        self.config = config
+        self.pool = pool
+        self.seed_record = seed_record
+        self.state = state
+        self.stale_skills = stale_skills
+        """Types whose skills/ file shows a recorded but not the current version (a Phase D
+        interrupted between the state checkpoint and the skill files); `sync_skills` fixes."""
+        self.units: Mapping[str, UnitRecord] = dict(units or {})
+        """An ``llm`` workspace's units (``units.jsonl``) by unit id; empty otherwise."""
+        self._log: HarnessLog | None = None
+        self.readonly = False
+        """Set by ``open(readonly=True)``: the log is opened read-only (a reader's view)."""
+        self._media: MediaRefs | None = None
+
+    @property
+    def workspace_id(self) -> str:
+        """This workspace's identity (the response-cache salt's namespace): workspace.json's
+        ``workspace_id``; a workspace created before ids existed gets one derived from its
+        absolute path (stable, nothing written; moving it starts a fresh cache namespace)."""
+        if self.config.workspace_id:
+            return self.config.workspace_id
+        path = str(self.root.resolve())
+        return "path-" + hashlib.sha256(path.encode()).hexdigest()[:24]
+
+    def __repr__(self) -> str:
+        return f"Workspace({str(self.root)!r}, types={len(self.pool)})"
+
+    # ---- layout ----
+
+    @property
+    def task_types(self) -> tuple[str, ...]:
+        return tuple(sorted(self.pool))
+
+    @property
+    def log_path(self) -> Path:
+        return self.root / "harness.sqlite"
+
+    @property
+    def state_path(self) -> Path:
+        return self.root / "state.json"
+
+    def target(self, task_type: str) -> str:
+        """The type's skill file, relative to the root (``skills/<slug>.md`` by default)."""
+        return self.config.targets.get(task_type) or f"skills/{slugify(task_type)}.md"
+
+    def skill_path(self, task_type: str) -> Path:
+        return self.root / self.target(task_type)
+
+    def history_path(self, task_type: str, version: int) -> Path:
+        return self.root / "history" / slugify(task_type) / f"v{version}.md"
+
+    def candidates_dir(self, epoch: int, step: int) -> Path:
+        return self.root / "candidates" / step_run_id(epoch, step)
+
+    def manifest_path(self, epoch: int, step: int) -> Path:
+        return self.root / "manifests" / f"{step_run_id(epoch, step)}.json"
+
+    @property
+    def log(self) -> HarnessLog:
+        """The workspace's HarnessLog (opened on first use)."""
+        if self._log is None:
+            self._log = HarnessLog(self.log_path, readonly=self.readonly)
+        return self._log
+
+    def close(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> Workspace:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def unit_key(self, task_type: str, unit_id: str) -> str:
+        """Hash of a unit's content (question, options, answer, every media reference: path
+        + content hash, or URL) for the BaselineCache key; "" where units have no content."""
+        rec = self.units.get(unit_id)
+        if rec is None:
+            return ""
+        if self._media is None:
+            self._media = MediaRefs(MediaOptions.from_agent(self.config.agent, self.root))
+        return json_hash({**dataclasses.asdict(rec), "media": self._media.refs(rec.media)})
+
+    # ---- skills ----
+
+    def version_text(self, task_type: str, version: int) -> str:
+        """The text of a recorded skill version (history/<slug>/vN.md)."""
+        return read_text(self.history_path(task_type, version), self.root)
+
+    def skill_text(self, task_type: str, state: TrainingState | None = None) -> str:
+        """The current skill text of a type under ``state`` (default: the workspace's)."""
+        state = state or self.state
+        return self.version_text(task_type, state.skills[task_type].version)
+
+    def default_strategy(self) -> str:
+        return read_text(self.root / "skills" / DEFAULT_STRATEGY, self.root)
+
+    def sync_skills(self, state: TrainingState | None = None) -> list[str]:
+        """Rewrite each type's skills/ file from ``state`` where it differs; returns types."""
+        state = state or self.state
+        changed = []
+        for t in self.task_types:
+            text = self.skill_text(t, state)
+            p = self.skill_path(t)
+            if not p.is_file() or p.read_text(encoding="utf-8") != text:
+                atomic_write(p, text)
+                changed.append(t)
+        self.stale_skills = ()
+        return changed
+
+    def save_state(self, state: TrainingState) -> None:
+        """Checkpoint training state (atomic), then bring skills/ in line with it."""
+        write_json(self.state_path, state.to_json())
+        self.state = state
+        self.sync_skills(state)
+
+    def reload_state(self) -> None:
+        """Re-read ``state.json`` (and which skill files are stale) from disk: a writer calls
+        it once it holds the workspace lock, so it never starts from a replaced state."""
+        fresh = type(self).open(self.root)
+        fresh.close()
+        self.state, self.stale_skills = fresh.state, fresh.stale_skills
+
+    # ---- opening and creating ----
+
+    @classmethod
+    def open(cls, path: str | Path, *, readonly: bool = False) -> Workspace:
+        """Open and validate a workspace; nothing is written (even on success).
+
+        ``readonly``: its HarnessLog is opened read-only, so readers work on a read-only
+        workspace (a mount, a copy without write permission)."""
+        root = Path(path)
+        _check_layout(root)
+        config = _read_config(root)
+        pool = _parsed(root, "pool.json", _validate_pool)
+        seed = _parsed(root, "seed_record.json", lambda d: _validate_seed(d, pool))
+        state = _parsed(root, "state.json", TrainingState.from_json)
+        _check_consistency(config, pool, state)
+        units = _check_units(root, pool) if config.kind == "llm" else None
+        ws = cls(root, config, pool, seed, state, units=units)
+        read_text(root / "skills" / DEFAULT_STRATEGY, root)
+        ws.stale_skills = tuple(t for t in ws.task_types if _skill_is_stale(ws, t))
+        ws.readonly = readonly
+        return ws
+
+    @classmethod
+    def create(cls, path: str | Path, *, pool: Mapping[str, Sequence[str]],
+               skills: Mapping[str, str], seed_record: Mapping[str, Mapping[str, bool]]
+               | None = None, default_strategy: str = "# Default strategy\n\nAnswer with one "
+               "letter.\n", config: WorkspaceConfig | None = None,
+               files: Mapping[str, str] | None = None) -> Workspace:
+        """Create a new workspace at ``path`` (must not exist or be empty); returns it opened.
+
+        ``files`` adds files (path relative to the root -> text), e.g. ``units.jsonl``.
+        Everything is validated before the first file is written, and the files are built in
+        a temporary sibling renamed into place: the workspace appears whole or not at all.
+        """
+        root = Path(path)
+        if root.exists() and (not root.is_dir() or not only_lock_file(root)):
+            raise WorkspaceError(f"{root}: exists and is not an empty directory; refusing to "
+                                 f"overwrite")
+        config = config or WorkspaceConfig()
+        if not config.workspace_id:  # a new workspace is a new identity
+            config = dataclasses.replace(config, workspace_id=uuid.uuid4().hex)
+        pool_j = {t: list(us) for t, us in pool.items()}
+        try:
+            valid_pool = _validate_pool(pool_j)
+            seed_j = {t: {u: bool(v) for u, v in rec.items()}
+                      for t, rec in (seed_record or {}).items()}
+            _validate_seed(seed_j, valid_pool)
+        except ValueError as exc:
+            raise WorkspaceError(f"create: {exc}") from None
+        missing = sorted(set(valid_pool) - set(skills))
+        if missing:
+            raise WorkspaceError(f"create: no skill text for types {missing}")
+        for t, text in skills.items():
+            if not isinstance(text, str) or not text.strip():
+                raise WorkspaceError(f"create: skill text of {t!r} is empty")
+        if not default_strategy.strip():
+            raise WorkspaceError("create: default strategy text is empty")
+        for rel in files or {}:
+            if Path(rel).is_absolute() or ".." in Path(rel).parts or rel in FILES:
+                raise WorkspaceError(f"create: extra file {rel!r} must be a new relative path "
+                                     f"inside the workspace")
+        def build(tmp: Path) -> None:
+            for rel, text in (files or {}).items():
+                atomic_write(tmp / rel, text)
+            for d in ("skills", "history", "candidates", "manifests"):
+                (tmp / d).mkdir(exist_ok=True)
+            write_json(tmp / "workspace.json", config.as_json())
+            write_json(tmp / "pool.json", pool_j)
+            write_json(tmp / "seed_record.json", seed_j)
+            atomic_write(tmp / "skills" / DEFAULT_STRATEGY, default_strategy)
+            refs = {}
+            for t in valid_pool:
+                text = skills[t]
+                ws_tmp = cls(tmp, config, valid_pool, seed_j, TrainingState({}))
+                atomic_write(ws_tmp.history_path(t, 1), text)
+                atomic_write(ws_tmp.skill_path(t), text)
+                refs[t] = SkillRef(1, content_hash(text), 1)
+            HarnessLog(tmp / "harness.sqlite").close()
+            write_json(tmp / "state.json", TrainingState(refs).to_json())
+
+        create_atomically(root, build)  # whole or not at all
+        return cls.open(root)
+
+
+
+def _check_units(root: Path, pool: Mapping[str, Sequence[str]]) -> dict[str, UnitRecord]:
+    """An llm workspace's units.jsonl, validated, and every pool unit found in it."""
+    units = read_units(root / UNITS_FILE, root)
+    for t, us in pool.items():
+        for u in us:
+            rec = units.get(u)
+            if rec is None or rec.task_type != t:
+                where = "is not in" if rec is None else f"has task_type {rec.task_type!r} in"
+                raise WorkspaceError(f"pool.json: unit {u!r} of type {t!r} {where} "
+                                     f"{UNITS_FILE}")
+    return units
+
+
+def _check_layout(root: Path) -> None:
+    """The directory holds every workspace file, and an SQLite log."""
+    if not root.exists():
+        raise WorkspaceError(f"{root}: no such workspace directory")
+    if not root.is_dir():
+        raise WorkspaceError(f"{root}: not a directory")
+    for name in FILES:
+        if not (root / name).is_file():
+            raise WorkspaceError(f"{name}: missing in workspace {root} (is this a "
+                                 f"vtrm_gate workspace? create one with init)")
+    with open(root / "harness.sqlite", "rb") as f:
+        if f.read(16) != b"SQLite format 3\x00":
+            raise WorkspaceError("harness.sqlite: not an SQLite database")
+
+
+def _read_config(root: Path) -> WorkspaceConfig:
+    raw = read_json(root / "workspace.json", root)
+    if not isinstance(raw, dict):
+        raise WorkspaceError("workspace.json: must be an object")
+    known = {f.name for f in dataclasses.fields(WorkspaceConfig)}
+    unknown = set(raw) - known
+    if unknown:
+        raise WorkspaceError(f"workspace.json: unknown keys {sorted(unknown)}; valid keys: "
+                             f"{sorted(known)}")
+    try:
+        return WorkspaceConfig(**raw)
+    except ValueError as exc:
+        raise WorkspaceError(f"workspace.json: {exc}") from None
+
+
+def _parsed(root: Path, name: str, parse: Callable[[Any], T]) -> T:
+    """``parse`` of a JSON file; its ValueError becomes a `WorkspaceError` naming the file."""
+    try:
+        return parse(read_json(root / name, root))
+    except WorkspaceError:
+        raise
+    except ValueError as exc:
+        raise WorkspaceError(f"{name}: {exc}") from None
+
+
+def _check_consistency(config: WorkspaceConfig, pool: Mapping[str, Sequence[str]],
+                       state: TrainingState) -> None:
+    missing = sorted(set(pool) - set(state.skills))
+    extra = sorted(set(state.skills) - set(pool))
+    if missing or extra:
+        raise WorkspaceError(f"state.json: skills must list exactly the types of pool.json"
+                             f" (missing {missing}, unknown {extra})")
+    for t in config.targets:
+        if t not in pool:
+            raise WorkspaceError(f"workspace.json: targets names type {t!r}, which is not "
+                                 f"in pool.json")
+
+
+def _skill_is_stale(ws: Workspace, task_type: str) -> bool:
+    """True when the type's skills/ file shows a recorded version other than the current
+    one (an interrupted checkpoint); `WorkspaceError` when it shows none or the current
+    version's history file does not match its hash."""
+    root, ref = ws.root, ws.state.skills[task_type]
+    text = read_text(ws.skill_path(task_type), root)
+    recorded = ws.version_text(task_type, ref.version)
+    if content_hash(recorded) != ref.hash:
+        raise WorkspaceError(f"{_rel(root, ws.history_path(task_type, ref.version))}: content "
+                             f"does not match state.json's hash for {task_type!r} "
+                             f"v{ref.version}")
+    if content_hash(text) == ref.hash:
+        return False
+    if not any(ws.history_path(task_type, v).is_file()
+               and ws.history_path(task_type, v).read_text(encoding="utf-8") == text
+               for v in range(1, ref.latest + 1)):
+        raise WorkspaceError(
+            f"{ws.target(task_type)}: content matches neither state.json's version "
+            f"v{ref.version} of {task_type!r} nor any recorded version (edited by hand?); "
+            f"restore it from history/{slugify(task_type)}/v{ref.version}.md")
+    return True

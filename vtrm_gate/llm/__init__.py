@@ -1,0 +1,69 @@
+"""Real agents (SPEC §6): the OpenAI-compatible chat agent and evolver, several endpoints,
+video frames, LLM workspaces, and your own agent (bring-your-own backends).
+
+- `_agent`: `LLMAgent` (retries, deadlines, the response cache), `parse_choice`, `MCQ`
+- `_evolver`: `LLMEvolver` (candidate skill texts through the same endpoint and cache)
+- `_endpoints`: `EndpointPool` (per-endpoint caps, least-loaded routing, down and back)
+- `_media`: frames as content parts, resolved to ``data:`` URIs on the way out
+- `_workspace`: `init_llm` and the validation of an llm workspace's agent settings
+- `_backend`: `llm_backend` (agent + evolver + rollout on one cache), `rollout_cases`
+- `_plugin`: `AgentBackend`, `BackendContext`, factories named ``package.module:function``
+"""
+
+from __future__ import annotations
+
+from ..errors import BackendError as BackendError
+from ..errors import EndpointsError as EndpointsError
+from ..errors import EndpointUnreachableError as EndpointUnreachableError
+from ..errors import EvolveError as EvolveError
+from ..errors import LLMInfraError as LLMInfraError
+from ..errors import MediaChangedError as MediaChangedError
+from ._agent import ANSWER_PROMPT as ANSWER_PROMPT
+from ._agent import DEFAULT_BASE_URL as DEFAULT_BASE_URL
+from ._agent import LETTERS as LETTERS
+from ._agent import MCQ as MCQ
+from ._agent import SYSTEM_PREAMBLE as SYSTEM_PREAMBLE
+from ._agent import THINK_PROMPT as THINK_PROMPT
+from ._agent import AgentEvent as AgentEvent
+from ._agent import LLMAgent as LLMAgent
+from ._agent import RetryPolicy as RetryPolicy
+from ._agent import parse_body as parse_body
+from ._agent import parse_choice as parse_choice
+from ._agent import parse_retry_after as parse_retry_after
+from ._backend import ROLLOUT_UNITS as ROLLOUT_UNITS
+from ._backend import LLMBackend as LLMBackend
+from ._backend import Rollout as Rollout
+from ._backend import check_endpoint as check_endpoint
+from ._backend import llm_backend as llm_backend
+from ._backend import rollout_cases as rollout_cases
+from ._backend import workspace_units as workspace_units
+from ._endpoints import DEFAULT_CAP as DEFAULT_CAP
+from ._endpoints import Endpoint as Endpoint
+from ._endpoints import EndpointPool as EndpointPool
+from ._endpoints import EndpointStats as EndpointStats
+from ._endpoints import ShardedClient as ShardedClient
+from ._endpoints import agent_endpoints as agent_endpoints
+from ._endpoints import check_endpoints_setting as check_endpoints_setting
+from ._endpoints import endpoint_lines as endpoint_lines
+from ._endpoints import gate_concurrency as gate_concurrency
+from ._endpoints import parse_endpoints as parse_endpoints
+from ._endpoints import read_endpoints_file as read_endpoints_file
+from ._evolver import EVOLVE_SYSTEM as EVOLVE_SYSTEM
+from ._evolver import EVOLVE_TASK as EVOLVE_TASK
+from ._evolver import ErrorCase as ErrorCase
+from ._evolver import LLMEvolver as LLMEvolver
+from ._evolver import strip_fences as strip_fences
+from ._media import MediaResolver as MediaResolver
+from ._media import data_uri as data_uri
+from ._plugin import AgentBackend as AgentBackend
+from ._plugin import BackendContext as BackendContext
+from ._plugin import BackendFactory as BackendFactory
+from ._plugin import RolloutSource as RolloutSource
+from ._plugin import is_factory_spec as is_factory_spec
+from ._plugin import load_factory as load_factory
+from ._plugin import make_backend as make_backend
+from ._plugin import open_factory_backend as open_factory_backend
+from ._plugin import with_identity as with_identity
+from ._workspace import check_llm_agent as check_llm_agent
+from ._workspace import default_llm_skill as default_llm_skill
+from ._workspace import init_llm as init_llm

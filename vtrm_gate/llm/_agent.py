@@ -1,0 +1,491 @@
+"""OpenAI-compatible chat agent (SPEC §6): answers a multiple-choice unit with a skill file.
+
+`LLMAgent(...).infer` is an ``infer`` for `run_gate`: it holds no semaphore of its own (the
+gate's slot pool is the only limit), sends every step's call through the Redis
+`ResponseCache` (so a replay reuses the longest cached prefix of the conversation), retries
+429/5xx/timeouts with exponential backoff and jitter honouring ``Retry-After``, and turns
+exhausted retries into an INFRA result. Every call has a hard deadline (attempts + waits)
+and a response size cap (the body is streamed and abandoned past it); a malformed body
+(non-finite numbers, nesting too deep) is INFRA with its reason, never an exception. Every
+answer the model gave, even an unusable one, is cached, so a re-run replays the outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import logging
+import os
+import random
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import httpx
+
+from .._env import api_key as _api_key
+from .._env import environment, mask_url, scrub_credentials
+from ..cache import KeyParts, ResponseCache, protocol_failure, validate_response
+from ..cache._keys import PROTOCOL_FAILURES, Validator
+from ..errors import LLMInfraError
+from ..gate import UnitResult, UnitTask, report_progress
+from ..harness import Media
+from ._endpoints import EndpointPool, ShardedClient
+from ._media import MediaResolver
+
+log = logging.getLogger("vtrm_gate.llm")
+
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+SYSTEM_PREAMBLE = ("You answer multiple-choice questions about a video. Follow the skill "
+                   "instructions below.\n\n")
+THINK_PROMPT = ("Think step by step about which option is correct. Do not state the final "
+                "answer yet.")
+ANSWER_PROMPT = "Answer with the letter of the correct option only."
+
+DEFAULT_MAX_RESPONSE_BYTES = 8 << 20
+"""A chat completion is kilobytes; a body past this cap is abandoned (INFRA)."""
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"non-finite number {name}")
+
+
+def parse_body(data: bytes) -> Any:
+    """A response body as JSON; ValueError naming the fault (not JSON, NaN/Infinity, nested
+    too deeply) instead of a float the cache cannot store or a RecursionError."""
+    try:
+        return json.loads(data, parse_constant=_reject_constant)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
+@dataclass(frozen=True)
+class MCQ:
+    """A multiple-choice unit: the question, its options (A, B, ...) and the right letter."""
+
+    question: str
+    options: tuple[str, ...]
+    answer: str
+    media: Media | None = None
+
+    def __post_init__(self) -> None:
+        opts = tuple(self.options)
+        if not 2 <= len(opts) <= len(LETTERS):
+            raise ValueError(f"MCQ.options must hold 2 to 26 options, got {len(opts)}")
+        object.__setattr__(self, "options", opts)
+        ans = str(self.answer).strip().upper()
+        if len(ans) != 1 or ans not in LETTERS[:len(opts)]:
+            raise ValueError(f"MCQ.answer must be one of {LETTERS[:len(opts)]!r}, "
+                             f"got {self.answer!r}")
+        object.__setattr__(self, "answer", ans)
+
+    def prompt(self) -> str:
+        lines = [self.question.strip(), ""]
+        lines += [f"{LETTERS[i]}. {o}" for i, o in enumerate(self.options)]
+        return "\n".join(lines)
+
+
+def parse_choice(text: str | None, n_options: int) -> str | None:
+    """The option letter a reply chose ("B", "(B)", "B. ...", "Answer: B"), or None."""
+    if not text:
+        return None
+    valid = LETTERS[:n_options]
+    found = re.findall(r"answer\s*(?:is)?\s*[:：]?\s*\(?\**([A-Z])\**\)?(?![A-Za-z])", text,
+                       flags=re.IGNORECASE)
+    found = [f.upper() for f in found]
+    if found and found[-1] in valid:
+        return found[-1]
+    m = re.match(r"^\s*\**\(?([A-Z])\)?\**\s*(?:[.):]|$)", text.strip(), flags=re.IGNORECASE)
+    if m and m.group(1).upper() in valid:
+        return m.group(1).upper()
+    return None
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Retries on 429/5xx/timeouts: exponential backoff with jitter, ``Retry-After`` honoured,
+    at most ``max_attempts`` attempts; ``max_total_s`` is the call's hard deadline (every
+    attempt and every wait; a body still arriving when it passes is abandoned)."""
+
+    max_attempts: int = 6
+    base_delay_s: float = 0.5
+    max_delay_s: float = 30.0
+    max_total_s: float = 180.0
+    jitter: float = 0.5
+    retry_statuses: frozenset[int] = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError(f"RetryPolicy.max_attempts must be >= 1, got {self.max_attempts}")
+        if self.base_delay_s < 0 or self.max_delay_s < 0:
+            raise ValueError("RetryPolicy delays must be >= 0")
+        if not self.max_total_s > 0:  # also refuses NaN
+            raise ValueError(f"RetryPolicy.max_total_s (the call's deadline) must be > 0 "
+                             f"seconds, got {self.max_total_s}")
+        if not 0 <= self.jitter <= 1:
+            raise ValueError(f"RetryPolicy.jitter must be in [0, 1], got {self.jitter}")
+
+    def backoff(self, attempt: int, rng: random.Random) -> float:
+        """Delay before retry number ``attempt`` (1-based) when the server gave no hint."""
+        d = min(self.max_delay_s, self.base_delay_s * 2 ** (attempt - 1))
+        return d * (1 - self.jitter * rng.random())
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """``Retry-After`` in seconds (delta-seconds or an HTTP date), or None."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+@dataclass(frozen=True)
+class AgentEvent:
+    """What the agent is doing: a request, a retry (with its delay), a give-up."""
+
+    kind: Literal["request", "retry", "give_up"]
+    run_id: str
+    unit_id: str
+    step: str
+    attempt: int
+    status: int | None = None
+    delay_s: float = 0.0
+    error: str | None = None
+    t: float = field(default_factory=time.monotonic)
+
+
+
+
+class _Retryable(Exception):
+    def __init__(self, message: str, status: int | None = None,
+                 retry_after: float | None = None):
+        super().__init__(message)
+        self.status, self.retry_after = status, retry_after
+
+
+def _content(resp: Mapping[str, Any]) -> str:
+    try:
+        return str(resp["choices"][0]["message"].get("content") or "")
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return ""
+
+
+def _tokens(resp: Mapping[str, Any]) -> int:
+    usage = resp.get("usage") or {}
+    try:
+        total = usage.get("total_tokens")
+        if total is None:
+            total = int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
+        return int(total)
+    except (TypeError, ValueError, AttributeError, OverflowError):
+        return 0
+
+
+class LLMAgent:
+    """Answers `MCQ` units over an OpenAI-compatible ``/chat/completions`` endpoint.
+
+    The API key defaults to ``OPENAI_API_KEY`` (or ``VTRM_API_KEY``) and is never shown:
+    every error text is scrubbed of it (and of any credential header value).
+    ``retry.max_total_s`` is each call's deadline, ``max_response_bytes`` its size cap.
+
+    ``think=True``: two steps (reason, then answer with a letter), each a cached call whose
+    messages extend the previous step's; ``think=False``: one answering call.
+    """
+
+    def __init__(self, units: Mapping[str, MCQ], *, base_url: str, model: str,
+                 api_key: str | None = None, cache: ResponseCache | None = None,
+                 timeout: float = 60.0, retry: RetryPolicy | None = None, think: bool = True,
+                 temperature: float = 0.0, max_tokens: int | None = None,
+                 params: Mapping[str, Any] | None = None,
+                 on_event: Callable[[AgentEvent], Any] | None = None,
+                 rng: random.Random | None = None,
+                 transport: httpx.AsyncBaseTransport | None = None,
+                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+                 endpoints: EndpointPool | None = None,
+                 media: MediaResolver | None = None) -> None:
+        if endpoints is not None:  # several endpoints: the key holds the pool's identity
+            base_url = base_url or endpoints.identity
+        if not base_url or not model:
+            raise ValueError("LLMAgent needs a base_url and a model")
+        if timeout <= 0:
+            raise ValueError(f"LLMAgent.timeout must be > 0 seconds, got {timeout}")
+        if isinstance(max_response_bytes, bool) or not isinstance(max_response_bytes, int) \
+                or max_response_bytes < 1:
+            raise ValueError(f"LLMAgent.max_response_bytes must be an integer >= 1, got "
+                             f"{max_response_bytes!r}")
+        self.max_response_bytes = max_response_bytes
+        self.http_requests = 0
+        """HTTP requests sent (every attempt, retries included)."""
+        self.units, self.base_url, self.model = units, base_url.rstrip("/"), model
+        if api_key is None:
+            api_key = _api_key(dict(os.environ)) or None
+        self._api_key = api_key
+        self.cache, self.timeout = cache, timeout
+        self.retry = retry or RetryPolicy()
+        self.think = think
+        self.params: dict[str, Any] = {"temperature": temperature}
+        if max_tokens is not None:
+            self.params["max_tokens"] = max_tokens
+        self.params.update(params or {})
+        self.on_event = on_event
+        self._rng = rng or random.Random()
+        self._transport = transport
+        self.endpoints = endpoints
+        self.media = media
+        self._http: ShardedClient | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @classmethod
+    def from_env(cls, units: Mapping[str, MCQ], env: Mapping[str, str] | None = None,
+                 **kwargs: Any) -> LLMAgent:
+        """Base URL (``VTRM_BASE_URL``/``OPENAI_BASE_URL``), model (``VTRM_MODEL``/
+        ``OPENAI_MODEL``) and key (``OPENAI_API_KEY``/``VTRM_API_KEY``) from the environment."""
+        e = environment(env)
+        kwargs.setdefault("base_url", e.get("VTRM_BASE_URL") or e.get("OPENAI_BASE_URL")
+                          or DEFAULT_BASE_URL)
+        model = kwargs.pop("model", None) or e.get("VTRM_MODEL") or e.get("OPENAI_MODEL")
+        if not model:
+            raise ValueError("no model: set VTRM_MODEL (or OPENAI_MODEL) or pass model=")
+        kwargs.setdefault("api_key", _api_key(e) or None)
+        return cls(units, model=model, **kwargs)
+
+    def __repr__(self) -> str:
+        return (f"LLMAgent(base_url={self.base_url!r}, model={self.model!r}, "
+                f"think={self.think}, cache={self.cache!r})")
+
+    # -- transport --------------------------------------------------------------------
+
+    def _client(self) -> ShardedClient:
+        loop = asyncio.get_running_loop()
+        if self._http is None or self._loop is not loop:
+            headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+
+            def shard(size: int) -> httpx.AsyncClient:
+                return httpx.AsyncClient(
+                    base_url=self.base_url + "/", headers=headers, timeout=self.timeout,
+                    limits=httpx.Limits(max_connections=size, max_keepalive_connections=size),
+                    transport=self._transport)
+
+            # Shards of 16 connections, as many as the gate's slot pool needs (it is the only
+            # concurrency limit): one big httpcore pool costs O(connections) per call.
+            self._http = ShardedClient(shard)
+            self._loop = loop
+        return self._http
+
+    async def aclose(self) -> None:
+        http, self._http = self._http, None
+        if http is not None and self._loop is asyncio.get_running_loop():
+            await http.aclose()
+
+    def _emit(self, ev: AgentEvent) -> None:
+        if ev.kind != "request":  # retries and give-ups show in the gate's event stream
+            report_progress("retrying" if ev.kind == "retry" else "giving_up",
+                            step=ev.step, attempt=ev.attempt, status=ev.status,
+                            delay_s=ev.delay_s, error=ev.error)
+        if self.on_event is None:
+            return
+        try:
+            self.on_event(ev)
+        except Exception:  # an observer must not break inference
+            log.exception("LLMAgent on_event callback failed")
+
+    async def _read_capped(self, r: httpx.Response) -> bytes:
+        """The body, streamed; `LLMInfraError` as soon as it passes ``max_response_bytes``."""
+        cap = self.max_response_bytes
+        declared = r.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > cap:
+            raise LLMInfraError(f"HTTP {r.status_code} response larger than "
+                                f"max_response_bytes={cap} (Content-Length {declared})")
+        chunks, n = [], 0
+        async for chunk in r.aiter_bytes():  # decoded: the cap also stops a gzip bomb
+            n += len(chunk)
+            if n > cap:
+                raise LLMInfraError(f"HTTP {r.status_code} response larger than "
+                                    f"max_response_bytes={cap} (aborted after {n} bytes)")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def _post_once(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        if self.media is not None:  # frame references -> data: URIs, on the wire only
+            body = self.media.resolve(body)
+        self.http_requests += 1
+        stream = (self._client().stream("POST", "chat/completions", json=body)
+                  if self.endpoints is None else
+                  self.endpoints.stream(self._client(), "POST", "chat/completions", json=body))
+        try:  # leaving the stream early closes the connection: nothing more is read
+            async with stream as r:
+                if r.status_code in self.retry.retry_statuses:
+                    raise _Retryable(f"HTTP {r.status_code}", r.status_code,
+                                     parse_retry_after(r.headers.get("retry-after")))
+                if r.is_redirect:  # not transient, and never followed (the key would go too)
+                    raise LLMInfraError(
+                        f"HTTP {r.status_code} redirect to "
+                        f"{mask_url(r.headers['location'])} not "
+                        f"followed; set the endpoint's base_url to the final address")
+                data = await self._read_capped(r)
+        except httpx.TimeoutException as exc:
+            raise _Retryable(f"timeout after {self.timeout:g}s ({type(exc).__name__})") \
+                from None
+        except httpx.TransportError as exc:
+            raise _Retryable(f"{type(exc).__name__}: {exc}") from None
+        if r.status_code >= 400:
+            text = data[:200].decode("utf-8", errors="replace")
+            raise LLMInfraError(f"HTTP {r.status_code} (not retryable): {text}")
+        ctype = r.headers.get("content-type", "").split(";")[0].strip().lower()
+        if ctype and "json" not in ctype:  # a portal's or proxy's page: not transient
+            text = " ".join(data[:200].decode("utf-8", errors="replace").split())
+            raise LLMInfraError(f"HTTP {r.status_code} with Content-Type {ctype}, not a "
+                                f"chat completion (check base_url): {text}")
+        try:
+            doc = parse_body(data)
+        except ValueError as exc:  # e.g. cut short by a reset: the next attempt may answer
+            raise _Retryable(f"HTTP {r.status_code} with a malformed JSON body: {exc}") \
+                from None
+        return doc if isinstance(doc, dict) else {"unexpected": doc}
+
+    def scrub(self, text: str) -> str:
+        """``text`` without the API key or any credential header value (see
+        `scrub_credentials`): every error text passes here before it leaves the agent."""
+        return scrub_credentials(text, [self._api_key])
+
+    async def chat(self, body: Mapping[str, Any], *, run_id: str = "", unit_id: str = "",
+                   step: str = "answer") -> dict[str, Any]:
+        """One chat call with retries; raises `LLMInfraError` when they run out or the
+        deadline (``retry.max_total_s``, attempts and waits together) passes."""
+        attempts = [0]
+        try:
+            async with asyncio.timeout(self.retry.max_total_s):
+                return await self._attempts(body, run_id, unit_id, step, attempts)
+        except TimeoutError:
+            err = (f"deadline of {self.retry.max_total_s:g}s exceeded during attempt "
+                   f"{attempts[0]} (retry.max_total_s)")
+            self._emit(AgentEvent("give_up", run_id, unit_id, step, attempts[0], None, 0.0,
+                                  err))
+            raise LLMInfraError(err) from None
+
+    async def _attempts(self, body: Mapping[str, Any], run_id: str, unit_id: str, step: str,
+                        attempts: list[int]) -> dict[str, Any]:
+        t0 = time.monotonic()
+        attempt = 0
+        while True:
+            attempt += 1
+            attempts[0] = attempt
+            self._emit(AgentEvent("request", run_id, unit_id, step, attempt))
+            try:
+                return await self._post_once(body)
+            except _Retryable as exc:
+                err = self.scrub(str(exc))
+                delay = exc.retry_after if exc.retry_after is not None else \
+                    self.retry.backoff(attempt, self._rng)
+                elapsed = time.monotonic() - t0
+                if attempt >= self.retry.max_attempts or \
+                        elapsed + delay > self.retry.max_total_s:
+                    why = (f"gave up after {attempt} attempt(s) in {elapsed:.1f}s: {err}")
+                    if attempt < self.retry.max_attempts and exc.retry_after is not None:
+                        why += (f" (the server's Retry-After {exc.retry_after:g}s would pass "
+                                f"the call's deadline of {self.retry.max_total_s:g}s, "
+                                f"retry.max_total_s)")
+                    self._emit(AgentEvent("give_up", run_id, unit_id, step, attempt,
+                                          exc.status, 0.0, err))
+                    raise LLMInfraError(why) from None
+                self._emit(AgentEvent("retry", run_id, unit_id, step, attempt, exc.status,
+                                      delay, err))
+                await asyncio.sleep(delay)
+            except LLMInfraError as exc:
+                err = self.scrub(str(exc))
+                self._emit(AgentEvent("give_up", run_id, unit_id, step, attempt, None, 0.0,
+                                      err))
+                raise LLMInfraError(err) from None
+
+    # -- the agent --------------------------------------------------------------------
+
+    def messages(self, task: UnitTask, mcq: MCQ) -> list[dict[str, str]]:
+        """The first step's conversation: the skill as system instructions, then the unit."""
+        last = THINK_PROMPT if self.think else ANSWER_PROMPT
+        text = f"{mcq.prompt()}\n\n{last}"
+        content = text if self.media is None else self.media.user_content(text, mcq.media)
+        return [{"role": "system", "content": SYSTEM_PREAMBLE + task.skill},
+                {"role": "user", "content": content}]
+
+    async def _step(self, task: UnitTask, step: str, messages: list[dict[str, str]],
+                    validate: Validator) -> tuple[dict[str, Any], str]:
+        body = {"model": self.model, "messages": messages, **self.params}
+
+        async def call() -> dict[str, Any]:
+            return await self.chat(body, run_id=task.run_id, unit_id=task.unit_id, step=step)
+
+        if self.cache is None:
+            return await call(), "uncached"
+        parts = KeyParts.from_request(body, self.base_url, self.cache.salt(task.run_id))
+        res = await self.cache.get_or_call(parts, call, validate=validate, run_id=task.run_id)
+        return res.response, res.source
+
+    async def infer(self, task: UnitTask) -> UnitResult:
+        """Answer ``task``'s unit with ``task.skill``; INFRA when the endpoint fails."""
+        mcq = self.units.get(task.unit_id)
+        if mcq is None:
+            raise KeyError(f"LLMAgent has no unit {task.unit_id!r}")
+        t0 = time.perf_counter()
+        n = len(mcq.options)
+        steps: list[dict[str, Any]] = []
+        tokens = 0
+        messages = self.messages(task, mcq)
+        plan = ["think", "answer"] if self.think else ["answer"]
+        prediction: str | None = None
+        error: str | None = None
+        for i, step in enumerate(plan):
+            if i:
+                messages = [*messages, {"role": "assistant", "content": steps[-1]["content"]},
+                            {"role": "user", "content": ANSWER_PROMPT}]
+            try:  # cached unless INFRA: an unusable answer is replayed like any answer
+                resp, source = await self._step(task, step, messages, protocol_failure)
+            except LLMInfraError as exc:
+                return self._result(task, t0, steps, tokens, infra=True,
+                                    error=f"{step} step: {exc}")
+            used = _tokens(resp)
+            fresh = source in ("miss", "bypass", "uncached")
+            tokens += used if fresh else 0
+            steps.append({"step": step, "source": source, "content": _content(resp),
+                          "tokens": used})
+            why = validate_response(resp)
+            if why in PROTOCOL_FAILURES:
+                return self._result(task, t0, steps, tokens, infra=True,
+                                    error=f"{step} step: {why}")
+            if why is None and step == "answer" and parse_choice(_content(resp), n) is None:
+                why = "unparseable answer"
+            if why is not None:
+                error = f"{step} step: {why}"  # the model answered, unusably: a wrong answer
+                break
+        else:
+            prediction = parse_choice(steps[-1]["content"], n)
+        return self._result(task, t0, steps, tokens, prediction=prediction, error=error,
+                            correct=prediction == mcq.answer)
+
+    __call__ = infer
+
+    def _result(self, task: UnitTask, t0: float, steps: list[dict[str, Any]], tokens: int, *,
+                infra: bool = False, correct: bool = False, prediction: str | None = None,
+                error: str | None = None) -> UnitResult:
+        cached = bool(steps) and not infra and all(
+            s["source"] in ("hit", "coalesced") for s in steps)
+        trace = {"run_id": task.run_id, "unit_id": task.unit_id, "model": self.model,
+                 "steps": steps}
+        return UnitResult(correct=correct, infra=infra, cached=cached, prediction=prediction,
+                          latency_s=time.perf_counter() - t0, tokens=tokens,
+                          trace=trace, error=error)
+
+
+
+

@@ -1,0 +1,390 @@
+"""Several inference endpoints behind one agent: per-endpoint concurrency caps, least-loaded
+routing among the healthy ones, down after consecutive transport failures, probed back.
+
+`EndpointPool.post(client, path, json=...)` sends one request to the endpoint with the
+lowest load (in flight / cap) that is up and has a free slot, waiting when every slot is
+taken; a connection error or timeout counts against that endpoint, and ``fail_after`` of
+them in a row mark it down until a probe (one real call, after ``probe_after_s``) gets an
+answer. HTTP statuses, even 5xx, prove the server is there: they count as errors but never
+mark it down. The gate's concurrency is the sum of the caps unless set lower
+(`gate_concurrency`). Counters per endpoint: calls, errors, latency p50/p95 (`stats`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import math
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import EndpointsError
+
+DEFAULT_CAP = 32
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One OpenAI-compatible base URL and the most calls it may have in flight."""
+
+    url: str
+    max_concurrency: int = DEFAULT_CAP
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.url, str) or not self.url.startswith(("http://", "https://")):
+            raise EndpointsError(f"endpoint url must be an http(s):// URL, got {self.url!r}")
+        cap = self.max_concurrency
+        if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+            raise EndpointsError(f"endpoint {self.url}: max_concurrency must be an integer "
+                                 f">= 1, got {cap!r}")
+        object.__setattr__(self, "url", self.url.rstrip("/"))
+
+
+def parse_endpoints(value: Any) -> tuple[Endpoint, ...]:
+    """Endpoints from a URL, a list of URLs / ``{"url", "max_concurrency"}`` objects, or the
+    lines ``URL [max_concurrency]`` of an endpoints file's text. Duplicates are refused."""
+    if isinstance(value, str):
+        items: list[Any] = []
+        for line in value.splitlines():
+            line = line.split("#", 1)[0].strip()
+            if not line:
+                continue
+            parts = line.split()
+            if len(parts) > 2 or (len(parts) == 2 and not parts[1].isdigit()):
+                raise EndpointsError(f"endpoint line {line!r}: expected 'URL [max_concurrency]'")
+            items.append({"url": parts[0], "max_concurrency": int(parts[1])} if len(parts) == 2
+                         else parts[0])
+    elif isinstance(value, Sequence):
+        items = list(value)
+    else:
+        raise EndpointsError(f"endpoints must be a URL or a list, got {type(value).__name__}")
+    out = []
+    for item in items:
+        if isinstance(item, str):
+            out.append(Endpoint(item))
+        elif isinstance(item, Mapping) and set(item) <= {"url", "max_concurrency"}:
+            out.append(Endpoint(item.get("url"), item.get("max_concurrency", DEFAULT_CAP)))
+        else:
+            raise EndpointsError(f"endpoint {item!r}: expected a URL or "
+                                 f"{{\"url\", \"max_concurrency\"}}")
+    if not out:
+        raise EndpointsError("no endpoints")
+    urls = [e.url for e in out]
+    dup = sorted({u for u in urls if urls.count(u) > 1})
+    if dup:
+        raise EndpointsError(f"duplicate endpoints {dup}")
+    return tuple(out)
+
+
+def read_endpoints_file(path: str | Path) -> tuple[Endpoint, ...]:
+    """An endpoints file: JSON (a list, as in `parse_endpoints`) or ``URL [cap]`` lines."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise EndpointsError(f"{p}: cannot read the endpoints file ({exc.strerror})") from None
+    try:
+        value: Any = json.loads(text) if text.lstrip().startswith("[") else text
+        return parse_endpoints(value)
+    except json.JSONDecodeError as exc:
+        raise EndpointsError(f"{p}: malformed JSON at line {exc.lineno}: {exc.msg}") from None
+    except EndpointsError as exc:
+        raise EndpointsError(f"{p}: {exc}") from None
+
+
+def gate_concurrency(requested: int | None, endpoints: Sequence[Endpoint]) -> int:
+    """The gate's slot pool: the sum of the endpoint caps, or ``requested`` if lower."""
+    total = sum(e.max_concurrency for e in endpoints)
+    return total if requested is None else min(requested, total)
+
+
+def _percentile(sorted_values: Sequence[float], q: float) -> float | None:
+    if not sorted_values:
+        return None
+    i = max(0, math.ceil(q * len(sorted_values)) - 1)
+    return sorted_values[i]
+
+
+@dataclass(frozen=True)
+class EndpointStats:
+    """Counters of one endpoint (latencies of answered calls, in seconds)."""
+
+    url: str
+    max_concurrency: int
+    up: bool
+    calls: int
+    errors: int
+    transport_failures: int
+    times_down: int
+    in_flight: int
+    latency_p50_s: float | None
+    latency_p95_s: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+@dataclass
+class _State:
+    endpoint: Endpoint
+    in_flight: int = 0
+    up: bool = True
+    consecutive_failures: int = 0
+    next_probe: float = 0.0
+    probing: bool = False
+    calls: int = 0
+    errors: int = 0
+    transport_failures: int = 0
+    times_down: int = 0
+    latencies: deque[float] = field(default_factory=lambda: deque(maxlen=100_000))
+
+    @property
+    def load(self) -> float:
+        return self.in_flight / self.endpoint.max_concurrency
+
+
+class EndpointPool:
+    """Route calls over several endpoints (see the module docstring)."""
+
+    def __init__(self, endpoints: Sequence[Endpoint] | Any, *, fail_after: int = 3,
+                 probe_after_s: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        eps = parse_endpoints(endpoints) if not all(
+            isinstance(e, Endpoint) for e in endpoints) else tuple(endpoints)
+        if fail_after < 1 or probe_after_s < 0:
+            raise ValueError("EndpointPool: fail_after must be >= 1 and probe_after_s >= 0")
+        self.endpoints: tuple[Endpoint, ...] = eps
+        self.fail_after, self.probe_after_s, self._clock = fail_after, probe_after_s, clock
+        self._states = [_State(e) for e in eps]
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    def __repr__(self) -> str:
+        return f"EndpointPool({[e.url for e in self.endpoints]!r})"
+
+    @property
+    def capacity(self) -> int:
+        return sum(e.max_concurrency for e in self.endpoints)
+
+    @property
+    def identity(self) -> str:
+        """What the response-cache key holds instead of one base URL: the pool's sorted URLs
+        (replicas of one model share answers, whichever served them)."""
+        urls = ",".join(sorted(e.url for e in self.endpoints))
+        return f"https://endpoints.invalid/{hashlib.sha256(urls.encode()).hexdigest()[:16]}"
+
+    # -- slots ------------------------------------------------------------------------
+
+    def _pick(self) -> _State | None:
+        now = self._clock()
+        for s in self._states:  # a down endpoint whose probe is due takes one call first
+            if not s.up and not s.probing and now >= s.next_probe:
+                s.probing = True
+                return s
+        best = None
+        for s in self._states:
+            if s.up and s.in_flight < s.endpoint.max_concurrency and (
+                    best is None or s.load < best.load):
+                best = s
+        return best
+
+    def _wake(self, n: int = 1) -> None:
+        while n and self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done() and not fut.get_loop().is_closed():
+                fut.set_result(None)
+                n -= 1
+
+    async def _acquire(self) -> _State:
+        while True:
+            s = self._pick()
+            if s is not None:
+                s.in_flight += 1
+                return s
+            fut = asyncio.get_running_loop().create_future()
+            self._waiters.append(fut)
+            due = [st.next_probe for st in self._states if not st.up and not st.probing]
+            timeout = max(0.0, min(due) - self._clock()) if due else None
+            try:
+                await asyncio.wait_for(fut, timeout)
+            except TimeoutError:
+                pass
+            except asyncio.CancelledError:
+                if fut.done() and not fut.cancelled():
+                    self._wake()  # pass the wake-up on
+                raise
+
+    def _answered(self, s: _State, *, error: bool, latency: float) -> None:
+        s.calls += 1
+        s.errors += error
+        s.latencies.append(latency)
+        s.consecutive_failures = 0
+        if not s.up or s.probing:
+            s.up, s.probing = True, False
+            self._wake(len(self._waiters))
+
+    def _failed(self, s: _State) -> None:
+        s.calls += 1
+        s.errors += 1
+        s.transport_failures += 1
+        s.consecutive_failures += 1
+        if s.probing or (s.up and s.consecutive_failures >= self.fail_after):
+            if s.up:
+                s.times_down += 1
+            s.up, s.probing = False, False
+            s.next_probe = self._clock() + self.probe_after_s
+        self._wake(len(self._waiters))  # the work may go elsewhere now
+
+    def _done(self, s: _State, probe: bool) -> None:
+        s.in_flight -= 1
+        if probe:
+            s.probing = False  # a probe that ended without a verdict: the next one may go
+        self._wake()
+
+    @contextlib.asynccontextmanager
+    async def stream(self, client: Any, method: str, path: str,
+                     **kwargs: Any) -> AsyncIterator[Any]:
+        """``client.stream(method, <endpoint>/<path>, **kwargs)`` on the chosen endpoint (an
+        httpx client or `ShardedClient`). A transport error before the response headers
+        counts against the endpoint and is re-raised for the caller's retries; once the
+        headers are in, the endpoint answered (latency = time to headers)."""
+        import httpx
+
+        s = await self._acquire()
+        probe = not s.up  # a call on a down endpoint is its probe
+        t0 = self._clock()
+        answered = False
+        try:
+            async with client.stream(method, f"{s.endpoint.url}/{path.lstrip('/')}",
+                                     **kwargs) as r:
+                answered = True
+                self._answered(s, error=r.status_code >= 500 or r.status_code == 429,
+                               latency=self._clock() - t0)
+                yield r
+        except httpx.TransportError:
+            if not answered:
+                self._failed(s)
+            raise
+        finally:
+            self._done(s, probe)
+
+    async def post(self, client: Any, path: str, **kwargs: Any) -> Any:
+        """``client.post`` through `stream` (the body read in full)."""
+        async with self.stream(client, "POST", path, **kwargs) as r:
+            await r.aread()
+            return r
+
+    # -- counters ---------------------------------------------------------------------
+
+    def stats(self) -> tuple[EndpointStats, ...]:
+        out = []
+        for s in self._states:
+            lat = sorted(s.latencies)
+            out.append(EndpointStats(s.endpoint.url, s.endpoint.max_concurrency, s.up,
+                                     s.calls, s.errors, s.transport_failures, s.times_down,
+                                     s.in_flight, _percentile(lat, 0.50),
+                                     _percentile(lat, 0.95)))
+        return tuple(out)
+
+
+def endpoint_lines(stats: Sequence[EndpointStats]) -> str:
+    """The per-endpoint counters as text lines (for the step report)."""
+    lines = ["endpoints:"]
+    for s in stats:
+        p50 = "-" if s.latency_p50_s is None else f"{s.latency_p50_s * 1000:.0f} ms"
+        p95 = "-" if s.latency_p95_s is None else f"{s.latency_p95_s * 1000:.0f} ms"
+        lines.append(f"  {s.url:<40} {'up' if s.up else 'DOWN':<4} cap {s.max_concurrency:>3}"
+                     f"  calls {s.calls:>6}  errors {s.errors:>4}  down {s.times_down}x"
+                     f"  p50 {p50}  p95 {p95}")
+    return "\n".join(lines)
+
+
+def check_endpoints_setting(agent: Mapping[str, Any]) -> None:
+    """An agent config's endpoints: ``base_url`` as a list, or ``endpoints_file`` (a path,
+    read at step time) — not both; ValueError naming the fault."""
+    if "endpoints_file" in agent:
+        f = agent["endpoints_file"]
+        if agent.get("base_url"):
+            raise EndpointsError("agent: give base_url or endpoints_file, not both")
+        if not isinstance(f, str) or not f.strip():
+            raise EndpointsError(f"agent.endpoints_file must be a path, got {f!r}")
+        return
+    try:
+        parse_endpoints(agent.get("base_url"))
+    except EndpointsError as exc:
+        raise EndpointsError(f"agent.base_url: {exc}") from None
+
+
+def agent_endpoints(agent: Mapping[str, Any], root: str | Path = ".") -> tuple[Endpoint, ...]:
+    """The endpoints an agent config names (``endpoints_file`` relative to ``root``)."""
+    if agent.get("endpoints_file"):
+        return read_endpoints_file(Path(root) / agent["endpoints_file"])
+    return parse_endpoints(agent.get("base_url"))
+
+
+class ShardedClient:
+    """Several ``httpx.AsyncClient`` shards of at most ``per_shard`` connections each, used
+    like one client (``post``, ``aclose``).
+
+    Why: httpcore's pool re-scans every connection for every waiting request on each event,
+    so one pool of C connections costs O(C) per call and O(C^2) per round of C calls (the
+    superlinear overhead `benchmarks/bench_throughput.py` measured). A call goes to a shard
+    with fewer than ``per_shard`` calls in flight (a new shard when all are full), so no pool
+    ever holds more than ``per_shard`` connections and none queues.
+    """
+
+    def __init__(self, factory: Callable[[int], Any], per_shard: int = 16) -> None:
+        if per_shard < 1:
+            raise ValueError(f"ShardedClient.per_shard must be >= 1, got {per_shard}")
+        self._factory, self.per_shard = factory, per_shard
+        self._shards: list[_Shard] = []
+        self._next = 0
+
+    @property
+    def shards(self) -> int:
+        return len(self._shards)
+
+    def _pick(self) -> _Shard:
+        n = len(self._shards)
+        for _ in range(n):
+            s = self._shards[self._next]
+            self._next = (self._next + 1) % n
+            if s.in_flight < self.per_shard:
+                return s
+        s = _Shard(self._factory(self.per_shard))
+        self._shards.append(s)
+        return s
+
+    async def post(self, url: str, **kwargs: Any) -> Any:
+        s = self._pick()
+        s.in_flight += 1
+        try:
+            return await s.client.post(url, **kwargs)
+        finally:
+            s.in_flight -= 1
+
+    @contextlib.asynccontextmanager
+    async def stream(self, method: str, url: str, **kwargs: Any) -> AsyncIterator[Any]:
+        s = self._pick()
+        s.in_flight += 1
+        try:
+            async with s.client.stream(method, url, **kwargs) as r:
+                yield r
+        finally:
+            s.in_flight -= 1
+
+    async def aclose(self) -> None:
+        shards, self._shards, self._next = self._shards, [], 0
+        for s in shards:
+            await s.client.aclose()
+
+
+@dataclass
+class _Shard:
+    client: Any
+    in_flight: int = 0

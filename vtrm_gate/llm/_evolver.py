@@ -1,0 +1,151 @@
+"""`LLMEvolver`: proposes candidate skill texts with the agent's endpoint and cache."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .._ids import evolve_run_id
+from ..cache import KeyParts, protocol_failure, validate_response
+from ..errors import EvolveError, LLMInfraError
+from ._agent import MCQ, LLMAgent, _content
+
+# ---- the evolver ----------------------------------------------------------------------
+
+EVOLVE_SYSTEM = ("You improve the skill file that an agent follows as its instructions when it "
+                 "answers multiple-choice questions about a video. Reply with the complete new "
+                 "skill file in Markdown and nothing else.")
+EVOLVE_TASK = ("Write an improved skill file for this question type: keep what works, fix what "
+               "made the agent fail on the cases above, and do not propose any rejected "
+               "candidate again (nor a close variant of one).")
+
+
+@dataclass(frozen=True)
+class ErrorCase:
+    """A unit the current skill got wrong in the step's rollout (an evolution case)."""
+
+    unit_id: str
+    mcq: MCQ
+    prediction: str | None
+    """The letter the agent chose, or None when it gave no usable answer."""
+
+
+def strip_fences(text: str) -> str:
+    """The skill text inside a reply: a reply that is one fenced block (```markdown ... ```)
+    or holds exactly one such block yields its content; otherwise the reply itself."""
+    t = text.strip()
+    whole = re.fullmatch(r"```[\w+-]*[ \t]*\n(.*?)\n?[ \t]*```", t, flags=re.S)
+    if whole and "```" not in whole.group(1):
+        return whole.group(1).strip()
+    blocks = re.findall(r"```(?:markdown|md)[ \t]*\n(.*?)\n?[ \t]*```", t,
+                        flags=re.S | re.IGNORECASE)
+    if len(blocks) == 1:
+        return blocks[0].strip()
+    return t
+
+
+ErrorCases = Callable[[str, str, int, int], Awaitable[Sequence[ErrorCase]]]
+"""``error_cases(task_type, current_skill, epoch, step)``: the step's rollout errors."""
+
+
+
+
+class LLMEvolver:
+    """Proposes a type's candidate skill text with the chat model (an `Evolver` for run_step).
+
+    The prompt holds the current skill, the step's error cases (question, options, the
+    agent's wrong answer, the right one) and the type's rejected buffer. The call goes
+    through the agent's endpoint, retries and response cache, salted by the run id
+    ``{step_run_id}_evolve_{slug}`` (a re-run proposes the same text at zero cost). A failed
+    call, an empty / unusable reply or a re-proposed rejected text raises `EvolveError`,
+    which the step records per type as ``evolve_error`` with the reason (it never crashes a
+    step, and a failure is never reported as "no real change").
+    """
+
+    def __init__(self, agent: LLMAgent, error_cases: ErrorCases, *, model: str | None = None,
+                 temperature: float = 0.7, max_tokens: int | None = None,
+                 params: Mapping[str, Any] | None = None, max_cases: int = 8,
+                 max_rejected: int = 5) -> None:
+        if max_cases < 0 or max_rejected < 0:
+            raise ValueError("LLMEvolver: max_cases and max_rejected must be >= 0")
+        self.agent, self.error_cases = agent, error_cases
+        self.model = model or agent.model
+        self.params: dict[str, Any] = {"temperature": temperature}
+        if max_tokens is not None:
+            self.params["max_tokens"] = max_tokens
+        self.params.update(params or {})
+        self.max_cases, self.max_rejected = max_cases, max_rejected
+
+    def __repr__(self) -> str:
+        return f"LLMEvolver(model={self.model!r}, agent={self.agent!r})"
+
+    @staticmethod
+    def run_id(task_type: str, epoch: int, step: int) -> str:
+        return evolve_run_id(task_type, epoch, step)
+
+    def messages(self, task_type: str, current_skill: str, cases: Sequence[ErrorCase],
+                 rejected: Sequence[str]) -> list[dict[str, str]]:
+        """The evolution prompt: current skill, error cases, rejected candidates."""
+        parts = [f"Question type: {task_type}", "",
+                 f"<current_skill>\n{current_skill.strip()}\n</current_skill>", ""]
+        if cases:
+            parts.append(f"The agent got these {len(cases[:self.max_cases])} questions wrong "
+                         f"with the current skill:")
+            for i, c in enumerate(cases[:self.max_cases], 1):
+                said = c.prediction or "no usable answer"
+                parts += [f'<error_case n="{i}">', c.mcq.prompt(),
+                          f"Agent answered: {said}. Correct answer: {c.mcq.answer}.",
+                          "</error_case>"]
+            parts.append("")
+        kept = list(rejected)[-self.max_rejected:] if self.max_rejected else []
+        if kept:
+            parts.append("These candidates were tested and rejected; do not propose them "
+                         "again:")
+            parts += [f'<rejected_candidate n="{i}">\n{r.strip()}\n</rejected_candidate>'
+                      for i, r in enumerate(kept, 1)]
+            parts.append("")
+        parts.append(EVOLVE_TASK)
+        return [{"role": "system", "content": EVOLVE_SYSTEM},
+                {"role": "user", "content": "\n".join(parts)}]
+
+    async def evolve(self, task_type: str, current_skill: str, rejected: Sequence[str],
+                     epoch: int, step: int) -> str:
+        """The candidate skill text, or ``current_skill`` when no usable proposal came back."""
+        cases = await self.error_cases(task_type, current_skill, epoch, step)
+        run_id = self.run_id(task_type, epoch, step)
+        body = {"model": self.model,
+                "messages": self.messages(task_type, current_skill, cases, rejected),
+                **self.params}
+
+        def usable(resp: Any) -> str | None:
+            why = validate_response(resp)
+            if why is None and not strip_fences(_content(resp)):
+                why = "empty skill text"
+            return why
+
+        async def call() -> dict[str, Any]:
+            return await self.agent.chat(body, run_id=run_id, unit_id=task_type,
+                                         step="evolve")
+
+        try:
+            if self.agent.cache is None:
+                resp = await call()
+            else:
+                parts = KeyParts.from_request(body, self.agent.base_url,
+                                              self.agent.cache.salt(run_id))
+                resp = (await self.agent.cache.get_or_call(parts, call,
+                                                           validate=protocol_failure,
+                                                           run_id=run_id)).response
+        except LLMInfraError as exc:
+            raise EvolveError(f"evolver call for {task_type!r} failed: {exc}") from None
+        why = usable(resp)
+        if why is not None:
+            raise EvolveError(f"evolver reply for {task_type!r} unusable: {why}")
+        text = strip_fences(_content(resp)) + "\n"
+        if text.strip() in {r.strip() for r in rejected}:
+            raise EvolveError(f"evolver re-proposed a rejected candidate for {task_type!r}")
+        return text
+
+

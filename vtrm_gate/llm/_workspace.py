@@ -1,0 +1,203 @@
+"""LLM workspaces: create one from a units file (`init_llm`), and validate its agent settings
+(an OpenAI-compatible endpoint or several, a model, sampling; never a credential)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from .._env import mask_url
+from .._ids import slugify
+from ..errors import EndpointsError, WorkspaceError
+from ..harness import (
+    DEFAULT_STRATEGY,
+    UNITS_FILE,
+    MediaOptions,
+    UnitRecord,
+    Workspace,
+    WorkspaceConfig,
+    missing_media,
+    read_json,
+    read_text,
+    read_units,
+    units_pool,
+)
+from ..harness._workspace import _SECRET_KEYS, _check_no_secret
+from ._endpoints import check_endpoints_setting, read_endpoints_file
+
+
+def _refuse_url_credentials(url: str) -> None:
+    """No password, token or key inside the endpoint URL: it would be written to
+    workspace.json and every manifest (the message does not repeat it)."""
+    parts = urlsplit(url)
+    names = [k for k, _ in parse_qsl(parts.query, keep_blank_values=True)]
+    bad = [k for k in names if k.lower().replace("-", "_") in ("key", "token", "access_token")
+           or any(s in k.lower().replace("-", "_") for s in _SECRET_KEYS)]
+    if "@" in parts.netloc or bad:
+        what = "user info (user:password@)" if "@" in parts.netloc else \
+            f"the query parameter(s) {', '.join(bad)}"
+        raise ValueError(f"agent.base_url must not hold a credential (found {what}); the API "
+                         f"key comes from OPENAI_API_KEY / VTRM_API_KEY at run time")
+
+
+def check_llm_agent(agent: Mapping[str, Any]) -> None:
+    """An ``llm`` workspace's agent: an OpenAI-compatible endpoint, a model, sampling
+    params; never a credential (the key comes from the environment at run time)."""
+    backend = agent.get("backend")
+    factory = isinstance(backend, str) and backend.count(":") == 1 and "//" not in backend
+    if backend != "openai" and not factory:
+        raise ValueError(f"agent.backend must be 'openai' or a factory "
+                         f"'package.module:function' for an llm workspace, got {backend!r}")
+    _check_no_secret(agent)
+    if agent.get("media") is not None:
+        m = agent["media"]
+        if not isinstance(m, Mapping) or not set(m) <= {"max_frames", "max_side", "detail"}:
+            raise ValueError(f"agent.media must be an object of max_frames, max_side, detail; "
+                             f"got {m!r}")
+        MediaOptions(**m)
+    if factory:  # your own agent (vtrm_gate.plugin): it needs no endpoint or model here
+        return
+    url = agent.get("base_url")
+    if isinstance(url, list) or "endpoints_file" in agent:  # several endpoints
+        check_endpoints_setting(agent)
+    elif not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        shown = mask_url(url) if isinstance(url, str) else repr(url)
+        raise ValueError(f"agent.base_url must be an http(s):// URL, got {shown}")
+    for u in url if isinstance(url, list) else [url]:
+        if isinstance(u, str):
+            _refuse_url_credentials(u)
+    model = agent.get("model")
+    if not isinstance(model, str) or not model.strip():
+        raise ValueError(f"agent.model must be a non-empty string, got {model!r}")
+
+
+
+def default_llm_skill(task_type: str) -> str:
+    """A short starting skill for a type with no skill file of its own."""
+    return (f"# {task_type}\n\n"
+            f"You answer multiple-choice questions of type \"{task_type}\" about a video.\n\n"
+            f"## Strategy\n"
+            f"- Read the question and every option before deciding.\n"
+            f"- Eliminate options that contradict what the question describes.\n"
+            f"- Choose the single best-supported option.\n")
+
+
+
+def init_llm(path: str | Path, units_file: str | Path, *,
+             base_url: str | Sequence[Any] | None = None,
+             endpoints_file: str | Path | None = None,
+             model: str | None = None, seed: int = 0, backend: str | None = None,
+             skills_dir: str | Path | None = None,
+             seed_record: str | Path | Mapping[str, Any] | None = None,
+             temperature: float = 0.0, max_tokens: int | None = None, think: bool = True,
+             media: Mapping[str, Any] | None = None, **config: Any) -> Workspace:
+    """A workspace whose units are answered by an OpenAI-compatible chat model.
+
+    ``units_file`` (JSON lines: unit_id, task_type, question, options, answer) is copied
+    to ``units.jsonl``; the pool is its units per type, in file order. Initial skills come
+    from ``skills_dir/<slug>.md`` (and its ``default-strategy.md``, if any), else a short
+    default per type. ``seed_record`` (a JSON file or mapping ``{unit id: bool}``) orders
+    the ladder; without it the ladder is the deterministic shuffle. The agent mapping
+    (endpoint, model, sampling) keys the BaselineCache; it never holds the API key.
+    ``base_url`` may be a list of endpoints (or comma-separated URLs), or
+    ``endpoints_file`` a file of them (read at step time: `vtrm_gate.endpoints`).
+    Units may carry ``media`` (frames, a video URL: `vtrm_gate.media`); local frames
+    must exist under the units file's directory. ``media`` sets ``max_frames`` /
+    ``max_side`` / ``detail``. ``backend="package.module:function"`` names your own
+    agent's factory instead of the endpoint (`vtrm_gate.plugin`). ``config`` sets other
+    `WorkspaceConfig` fields (cooldown_steps, ...). Everything is validated before the
+    first file is written.
+    """
+    src = Path(units_file)
+    units = read_units(src)
+    pool = units_pool(units)
+    agent = _agent_config(base_url, endpoints_file, model, backend, temperature, max_tokens,
+                          think)
+    agent.update(_media_settings(src, units, media))
+    try:
+        check_llm_agent(agent)
+        cfg = WorkspaceConfig(kind="llm", agent=agent, seed=seed, **config)
+    except ValueError as exc:
+        raise WorkspaceError(f"init_llm: {exc}") from None
+    skills, strategy = _initial_skills(pool, skills_dir)
+    return Workspace.create(path, pool=pool, skills=skills, config=cfg,
+                            seed_record=_seed_record(seed_record, units, src),
+                            files={UNITS_FILE: src.read_text(encoding="utf-8")}, **strategy)
+
+
+def _agent_config(base_url: str | Sequence[Any] | None, endpoints_file: str | Path | None,
+                  model: str | None, backend: str | None, temperature: float,
+                  max_tokens: int | None, think: bool) -> dict[str, Any]:
+    """The agent mapping of a new llm workspace (endpoint or endpoints, model, sampling)."""
+    if backend is not None:  # your own agent: its factory, and a model name if given
+        return {"backend": backend, **({"model": model} if model else {})}
+    if isinstance(base_url, str) and "," in base_url:  # several endpoints
+        base_url = [u.strip() for u in base_url.split(",") if u.strip()]
+    agent: dict[str, Any] = {
+        "backend": "openai", "model": model, "think": bool(think),
+        "temperature": temperature,
+        "base_url": base_url if isinstance(base_url, list) else (base_url or "").rstrip("/")}
+    if endpoints_file is not None:
+        try:
+            read_endpoints_file(endpoints_file)  # refuse a bad file before writing
+        except EndpointsError as exc:
+            raise WorkspaceError(str(exc)) from None
+        agent["endpoints_file"] = str(Path(endpoints_file).resolve())
+        del agent["base_url"]
+    if max_tokens is not None:
+        agent["max_tokens"] = max_tokens
+    return agent
+
+
+def _media_settings(src: Path, units: Mapping[str, UnitRecord],
+                    media: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``media_root`` (the units file's directory, every local frame checked there) and the
+    ``media`` options, for units that show frames or a video."""
+    out: dict[str, Any] = {}
+    if any(u.media is not None for u in units.values()):
+        root = src.resolve().parent  # local frame paths are relative to the units file
+        for u in units.values():
+            gone = missing_media(u.media, root)
+            if gone:
+                raise WorkspaceError(f"{src}: unit {u.unit_id!r}: media file "
+                                     f"{gone[0]!r} not found under {root}")
+        out["media_root"] = str(root)
+    if media:
+        out["media"] = dict(media)
+    return out
+
+
+def _initial_skills(pool: Mapping[str, Any], skills_dir: str | Path | None
+                    ) -> tuple[dict[str, str], dict[str, str]]:
+    """Each type's v1 skill (``skills_dir/<slug>.md``, else a short default) and the
+    default strategy, if the directory has one."""
+    if skills_dir is None:
+        return {t: default_llm_skill(t) for t in pool}, {}
+    sdir = Path(skills_dir)
+    if not sdir.is_dir():
+        raise WorkspaceError(f"{sdir}: skills directory not found")
+    skills = {t: read_text(sdir / f"{slugify(t)}.md") for t in pool}
+    strategy = ({"default_strategy": read_text(sdir / DEFAULT_STRATEGY)}
+                if (sdir / DEFAULT_STRATEGY).is_file() else {})
+    return skills, strategy
+
+
+def _seed_record(seed_record: str | Path | Mapping[str, Any] | None,
+                 units: Mapping[str, UnitRecord], src: Path) -> dict[str, dict[str, bool]]:
+    """``{type: {unit: bool}}`` from a JSON file or mapping ``{unit id: bool}``."""
+    if seed_record is None:
+        return {}
+    where = "seed_record" if isinstance(seed_record, Mapping) else str(seed_record)
+    raw = seed_record if isinstance(seed_record, Mapping) else read_json(Path(seed_record))
+    if not isinstance(raw, Mapping):
+        raise WorkspaceError(f"{where}: must be an object {{unit id: true|false}}")
+    out: dict[str, dict[str, bool]] = {}
+    for u, v in raw.items():
+        if u not in units:
+            raise WorkspaceError(f"{where}: unit {u!r} is not in {src}")
+        if not isinstance(v, bool):
+            raise WorkspaceError(f"{where}: unit {u!r}: expected true or false, got {v!r}")
+        out.setdefault(units[u].task_type, {})[u] = v
+    return out

@@ -1,0 +1,397 @@
+"""The options of a run (SPEC §8): one validated value, resolved once, passed in whole.
+
+Every command and the Python API build one `RunOptions` with `resolve_options` and hand it to
+`vtrm_gate.backends.open_backend`, `run_step`, `train` and `settle_probation` unchanged.
+Precedence, per key: a flag > the environment (the process, then ``.env``) > the config file
+(TOML or JSON) > the default. `RunOptions.sources` says where each value came from
+(``vtrm-gate options``). ``concurrency`` and ``probation_rule`` are `UNSET` unless given: an
+unset concurrency is 32 slots, or the endpoints' summed caps for a workspace with several;
+the probation rule is fixed at ``init`` and comes from the workspace (a different value given
+here is refused). Unknown keys are refused naming the valid ones; the removed key
+``gate_block`` is refused saying why.
+
+Decision fields (``gate``, ``guard``) go into a step manifest's diffed inputs; execution
+fields (concurrency, dispatch, cancel policy, clock, cache) are recorded beside them and never
+block a re-run (`RunOptions.decision_inputs`, `RunOptions.execution`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Final
+
+from ._env import DEFAULT_TTL, check_redis_url, mask_url, read_dotenv
+from .errors import ConfigError
+from .gate import GuardParams
+from .stats import PROBATION_RULES, GateParams
+
+DEFAULT_CONCURRENCY = 32
+DISPATCH_NAMES = ("round_robin", "need_aware")  # `vtrm_gate.gate.resolve_dispatch`
+
+REMOVED_KEYS = {
+    "gate_block": "gate_block was removed in v3: the gate decides after every unit along the "
+                  "ladder prefix (pair-by-pair sequential), so there are no blocks; the "
+                  "statistics are unchanged and the anytime-valid guarantee holds at any stop",
+}
+
+# Environment variables and the keys they set.
+ENV_KEYS = {
+    "VTRM_CONCURRENCY": "concurrency",
+    "REDIS_URL": "redis_url",
+    "REDIS_CACHE_TTL": "redis_cache_ttl",
+    "VTRM_CACHE_PREFIX": "cache_prefix",
+    "VTRM_CACHE": "cache_enabled",
+    "VTRM_CACHE_SHARE": "cache_share",
+    "VTRM_DISPATCH": "dispatch",
+    "VTRM_CANCEL_AFTER_FREEZE": "cancel_after_freeze",
+}
+CACHE_TABLE = {"share": "cache_share"}  # keys of the ``[cache]`` table
+EXECUTION_FIELDS = ("concurrency", "dispatch", "cancel_after_freeze", "time_scale")
+FLAG_ONLY = ("time_scale", "backend")
+"""Keys set by a command-line flag (or the Python API) only, never by a file."""
+"""Recorded in a step's manifest beside its inputs; they never change a decision."""
+
+
+class Unset:
+    """The "not given" sentinel (one instance, `UNSET`): never a magic default value."""
+
+    _instance: Unset | None = None
+
+    def __new__(cls) -> Unset:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __reduce__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Final = Unset()
+
+
+def _whole(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Everything a run (step, training run, settlement) takes, validated once."""
+
+    concurrency: int | Unset = UNSET
+    """Slots of the gate's pool (`UNSET`: 32, or the summed caps of several endpoints)."""
+    gate: GateParams = field(default_factory=GateParams)
+    guard: GuardParams = field(default_factory=GuardParams)
+    dispatch: str = "round_robin"
+    """Which type the gate feeds next (`vtrm_gate.gate`); decisions do not depend on it."""
+    cancel_after_freeze: bool = False
+    """Cancel a frozen type's in-flight calls instead of letting them finish."""
+    time_scale: float | None = None
+    """Simulated workspaces: real seconds per simulated second (None: the virtual clock)."""
+    redis_url: str | None = field(default=None, repr=False)
+    """The response cache's Redis (None: the workspace's embedded server)."""
+    redis_cache_ttl: int = DEFAULT_TTL
+    cache_prefix: str = "llm_cache"
+    cache_enabled: bool = True
+    cache_share: str | None = None
+    """Share cached LLM samples with every workspace configured with the same name."""
+    probation_rule: str | Unset = UNSET
+    """Fixed at ``init``: given here it must equal the workspace's (`with_workspace`)."""
+    backend: str | None = None
+    """Your own agent, a factory ``package.module:function`` (default: the workspace's
+    ``agent.backend``; see `vtrm_gate.llm.AgentBackend`)."""
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+    """Where each resolved value came from: ``flag --x``, ``env X``, ``file P``, ``default``."""
+
+    def __post_init__(self) -> None:
+        c = self.concurrency
+        if c is not UNSET and (not _whole(c) or c < 1):  # type: ignore[operator]
+            raise ConfigError(f"concurrency must be an integer >= 1, got {c!r}")
+        if not isinstance(self.gate, GateParams) or not isinstance(self.guard, GuardParams):
+            raise ConfigError("gate and guard must be GateParams and GuardParams")
+        if self.dispatch not in DISPATCH_NAMES:
+            raise ConfigError(f"dispatch must be one of {', '.join(DISPATCH_NAMES)}, "
+                              f"got {self.dispatch!r}")
+        for name in ("cancel_after_freeze", "cache_enabled"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be on/off (true/false), "
+                                  f"got {getattr(self, name)!r}")
+        ts = self.time_scale
+        if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int | float)
+                               or not math.isfinite(ts) or ts < 0):
+            raise ConfigError(f"time_scale must be a finite number >= 0, got {ts!r}")
+        self._check_cache()
+        if self.backend is not None and (not isinstance(self.backend, str)
+                                         or self.backend.count(":") != 1):
+            raise ConfigError(f"backend {self.backend!r}: expected 'package.module:function'")
+        if self.probation_rule is not UNSET and self.probation_rule not in PROBATION_RULES:
+            raise ConfigError(f"probation_rule must be one of {', '.join(PROBATION_RULES)}, "
+                              f"got {self.probation_rule!r}")
+
+    def _check_cache(self) -> None:
+        if not _whole(self.redis_cache_ttl) or self.redis_cache_ttl < 1:
+            raise ConfigError(f"redis_cache_ttl must be an integer >= 1 (seconds), "
+                              f"got {self.redis_cache_ttl!r}")
+        if not isinstance(self.cache_prefix, str) or not self.cache_prefix \
+                or any(c in self.cache_prefix for c in "*?[] "):
+            raise ConfigError(f"cache_prefix must be a non-empty string without glob "
+                              f"characters or spaces, got {self.cache_prefix!r}")
+        share = self.cache_share
+        if share is not None and (not isinstance(share, str) or not share.strip()
+                                  or any(c.isspace() for c in share)):
+            raise ConfigError(f"cache.share must be a non-empty name without spaces, "
+                              f"got {share!r}")
+        if self.redis_url is not None:
+            if not isinstance(self.redis_url, str):
+                raise ConfigError(f"redis_url must be a string (a redis://, rediss:// or "
+                                  f"unix:// URL), got {type(self.redis_url).__name__}")
+            try:
+                check_redis_url(self.redis_url)
+            except ValueError as exc:
+                raise ConfigError(f"redis_url: {exc}") from None
+
+    # ---- derived values ----
+
+    @property
+    def slots(self) -> int:
+        """The gate's slot count: ``concurrency``, or 32 when it was not given."""
+        return DEFAULT_CONCURRENCY if self.concurrency is UNSET else int(self.concurrency)  # type: ignore[arg-type]
+
+    @property
+    def masked_redis_url(self) -> str | None:
+        return None if self.redis_url is None else mask_url(self.redis_url)
+
+    def replace(self, source: str = "resolved", **changes: Any) -> RunOptions:
+        """A copy with ``changes`` (validated again), each recorded as coming from ``source``."""
+        return dataclasses.replace(self, **changes,
+                                   sources={**self.sources, **dict.fromkeys(changes, source)})
+
+    def with_workspace(self, probation_rule: str, where: str = "workspace.json") -> RunOptions:
+        """Settle the settings fixed at ``init`` against the workspace's: unset ones come from
+        it; a different value given by a flag, the environment or a file is refused."""
+        given = self.probation_rule
+        if given is not UNSET and given != probation_rule:
+            raise ConfigError(
+                f"probation_rule is fixed when the workspace is created ({where} says "
+                f"{probation_rule!r}); {self.sources.get('probation_rule', 'an option')} says "
+                f"{given!r}: remove it, or create a new workspace with --probation-rule {given}")
+        return self.replace(where, probation_rule=probation_rule) if given is UNSET else self
+
+    def decision_inputs(self) -> dict[str, Any]:
+        """The fields that can change a decision, as plain values (a manifest's inputs)."""
+        return {"params": _plain(self.gate), "guard": _plain(self.guard)}
+
+    def execution(self) -> dict[str, Any]:
+        """The fields that never change a decision (recorded beside a manifest's inputs)."""
+        return {"concurrency": self.slots, "dispatch": self.dispatch,
+                "cancel_after_freeze": self.cancel_after_freeze}
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain values (password masked) for manifests, reports and ``--json``."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            if f.name == "sources":
+                continue
+            v = getattr(self, f.name)
+            if f.name == "redis_url":
+                v = self.masked_redis_url
+            elif isinstance(v, GateParams | GuardParams):
+                v = _plain(v)
+            elif v is UNSET:
+                v = None
+            out[f.name] = v
+        return out
+
+    def explain(self) -> list[tuple[str, Any, str]]:
+        """(key, value, where it came from) for every option, nested keys dotted."""
+        rows = []
+        for key, value in self.as_dict().items():
+            items = value.items() if isinstance(value, dict) else [(None, value)]
+            for sub, v in items:
+                name = key if sub is None else f"{key}.{sub}"
+                shown = self.slots if name == "concurrency" else v
+                default = ("default (32, or the endpoints' summed caps)"
+                           if name == "concurrency" else "default")
+                rows.append((name, shown, self.sources.get(name, default)))
+        return rows
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items())
+        return f"RunOptions({inner})"
+
+
+def _plain(obj: Any) -> dict[str, Any]:
+    return {f.name: getattr(obj, f.name) for f in fields(obj)}
+
+
+# ---- resolution -------------------------------------------------------------------------
+
+
+def valid_keys() -> dict[str, set[str] | None]:
+    """Top-level keys of a config file (tables: their keys)."""
+    top: dict[str, set[str] | None] = {f.name: None for f in fields(RunOptions)
+                                       if f.name != "sources" and f.name not in FLAG_ONLY}
+    top["gate"] = {f.name for f in fields(GateParams)}
+    top["guard"] = {f.name for f in fields(GuardParams)}
+    top["cache"] = set(CACHE_TABLE)  # [cache] share = "name" sets cache_share
+    return top
+
+
+def _refuse_unknown(key: str, valid: set[str], where: str) -> None:
+    if key in REMOVED_KEYS:
+        raise ConfigError(f"{where}{key}: {REMOVED_KEYS[key]}")
+    raise ConfigError(f"unknown config key '{where}{key}'; valid keys: "
+                      f"{', '.join(sorted(valid))}")
+
+
+def _coerce_bool(name: str, v: Any) -> bool:
+    if isinstance(v, bool):
+        return v
+    s = str(v).strip().lower()
+    if s in ("1", "true", "yes", "on"):
+        return True
+    if s in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name} must be on/off (true/false), got {v!r}")
+
+
+def _coerce_int(name: str, v: Any) -> int:
+    if _whole(v):
+        return int(v)
+    try:
+        return int(str(v).strip())
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer, got {v!r}") from None
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path} is not UTF-8 text ({exc.reason} at byte "
+                          f"{exc.start})") from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"config file {path} is malformed: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"config file {path} is nested too deeply") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a table of keys")
+    return data
+
+
+def _flatten(data: Mapping[str, Any]) -> dict[str, Any]:
+    """Config-file keys as dotted keys (``gate.e_confirm``; ``[cache] share`` ->
+    ``cache_share``), unknown and removed keys refused."""
+    valid = valid_keys()
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in valid:
+            _refuse_unknown(key, set(valid), "")
+        sub = valid[key]
+        if sub is None:
+            out[key] = value
+            continue
+        if isinstance(value, GateParams | GuardParams):
+            out.update({f"{key}.{k}": v for k, v in _plain(value).items()})
+            continue
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{key} must be a table of {', '.join(sorted(sub))}")
+        for k, v in value.items():
+            if k not in sub:
+                _refuse_unknown(k, sub, f"{key}.")
+            out[CACHE_TABLE[k] if key == "cache" else f"{key}.{k}"] = v
+    return out
+
+
+def _named(source: str | None, exc: Exception) -> ConfigError:
+    """The error of a value, prefixed with where the value came from (``env REDIS_URL: ...``)."""
+    return ConfigError(f"{source}: {exc}" if source and source != "mapping" else str(exc))
+
+
+def _field(key: str, value: Any, source: str | None) -> Any:
+    """One top-level value, coerced (strings from the environment) and validated alone."""
+    try:
+        if key in ("concurrency", "redis_cache_ttl"):
+            value = _coerce_int(key, value)
+        elif key in ("cache_enabled", "cancel_after_freeze"):
+            value = _coerce_bool(key, value)
+        RunOptions(**{key: value})
+    except ConfigError as exc:
+        raise _named(source, exc) from None
+    return value
+
+
+def _build(values: Mapping[str, Any], sources: Mapping[str, str]) -> RunOptions:
+    """Dotted keys -> RunOptions; a bad value's error names its key and where it came from."""
+    kwargs: dict[str, Any] = {}
+    tables: dict[str, dict[str, Any]] = {"gate": {}, "guard": {}}
+    for key, value in values.items():
+        head, _, sub = key.partition(".")
+        if sub:
+            tables[head][sub] = value
+        else:
+            kwargs[key] = _field(key, value, sources.get(key))
+    for name, cls in (("gate", GateParams), ("guard", GuardParams)):
+        if tables[name]:
+            try:
+                kwargs[name] = cls(**tables[name])
+            except (TypeError, ValueError) as exc:  # TypeError: a string compared to 0
+                where = {sources.get(f"{name}.{k}") for k in tables[name]}
+                raise _named(where.pop() if len(where) == 1 else None, exc) from None
+    return RunOptions(**kwargs, sources=dict(sources))
+
+
+def options_from_mapping(data: Mapping[str, Any], source: str = "mapping") -> RunOptions:
+    """RunOptions from nested plain values (a parsed config file), refusing unknown keys."""
+    flat = _flatten(data)
+    return _build(flat, dict.fromkeys(flat, source))
+
+
+def resolve_options(flags: Mapping[str, Any] | None = None, *,
+                    config: str | os.PathLike[str] | None = None,
+                    env: Mapping[str, str] | None = None,
+                    dotenv: str | os.PathLike[str] | None = ".env",
+                    flag_names: Mapping[str, str] | None = None) -> RunOptions:
+    """The one resolver: ``flags`` (dotted keys; None values are "not given") > the process
+    environment (``env``, default `os.environ`) > ``dotenv`` > the ``config`` file > defaults.
+    ``flag_names`` spells a key's flag where it is not ``--key`` (``redis_url``: ``--url``).
+    """
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+
+    def put(key: str, value: Any, source: str) -> None:
+        values[key] = value
+        sources[key] = source
+
+    if config is not None:
+        for k, v in _flatten(_read_file(Path(config))).items():
+            put(k, v, f"file {config}")
+    layers = [(read_dotenv(dotenv) if dotenv is not None else {}, " (.env)"),
+              (os.environ if env is None else env, "")]
+    for layer, where in layers:
+        if "VTRM_GATE_BLOCK" in layer or "GATE_BLOCK" in layer:
+            raise ConfigError(f"GATE_BLOCK: {REMOVED_KEYS['gate_block']}")
+        for var, key in ENV_KEYS.items():
+            if layer.get(var, "") != "":
+                put(key, layer[var], f"env {var}{where}")
+    for key, value in (flags or {}).items():
+        if value is not None and value is not UNSET:
+            name = (flag_names or {}).get(key) or f"--{key.replace('_', '-')}"
+            put(key, value, f"flag {name}")
+    return _build(values, sources)

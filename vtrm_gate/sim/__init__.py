@@ -1,0 +1,49 @@
+"""The simulator (SPEC §6): a seeded 12-type world that knows the truth, its agent and
+evolver, the virtual clock, simulated workspaces, and decision quality against ground truth.
+
+- `_world`: `SimConfig`, `SimWorld` (agent, latencies, INFRA, true effects), `SimEvolver`
+- `_virtual`: `run_virtual` (a looptime loop: hours of inference in seconds, exact makespans)
+- `_schedules`: a step's plans, the old block-serial vs v3 continuous schedules, policies
+- `_step`: `sim_step(seed)`, the step the demo, the CLI and the notebooks share
+- `_workspace`: `init_simulated`, `simulated_backend`
+- `_quality`: ground truth, `quality_report`, the old gate's phase times, training curve
+"""
+
+from __future__ import annotations
+
+from ._quality import CLASSES as CLASSES
+from ._quality import quality_report as quality_report
+from ._quality import record_ground_truth as record_ground_truth
+from ._quality import serial_phase_times as serial_phase_times
+from ._quality import training_curve as training_curve
+from ._quality import training_summary as training_summary
+from ._schedules import PolicyRun as PolicyRun
+from ._schedules import block_serial_schedule as block_serial_schedule
+from ._schedules import continuous_schedule as continuous_schedule
+from ._schedules import gate_plans as gate_plans
+from ._schedules import ladder_outcomes as ladder_outcomes
+from ._schedules import no_early_stop as no_early_stop
+from ._schedules import simulate_policy as simulate_policy
+from ._step import INTERACTIVE_SECONDS as INTERACTIVE_SECONDS
+from ._step import SimStep as SimStep
+from ._step import sim_step as sim_step
+from ._virtual import run_virtual as run_virtual
+from ._workspace import SimBackend as SimBackend
+from ._workspace import heldout_split as heldout_split
+from ._workspace import init_simulated as init_simulated
+from ._workspace import sim_json as sim_json
+from ._workspace import simulated_backend as simulated_backend
+from ._world import DEFAULT_POOL_SIZES as DEFAULT_POOL_SIZES
+from ._world import EFFECT_SIZE as EFFECT_SIZE
+from ._world import EFFECTS as EFFECTS
+from ._world import MAX_STEPS as MAX_STEPS
+from ._world import REF_STEPS as REF_STEPS
+from ._world import ROLLOUT_BATCH as ROLLOUT_BATCH
+from ._world import SEED_RUN_ID as SEED_RUN_ID
+from ._world import TASK_TYPES as TASK_TYPES
+from ._world import TRUE_MARGIN as TRUE_MARGIN
+from ._world import Effect as Effect
+from ._world import SimConfig as SimConfig
+from ._world import SimEvolver as SimEvolver
+from ._world import SimWorld as SimWorld
+from ._world import TrueEffect as TrueEffect

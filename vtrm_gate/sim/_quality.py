@@ -1,0 +1,249 @@
+"""The simulator's ground truth against what a training run did: decision quality by true
+class, the old serial gate's time per phase on the same inputs, the training curve.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .._ids import PROBATION_STEP, content_hash
+from ..errors import WorkspaceError
+from ..gate import TypePlan
+from ..harness import Workspace
+from ._schedules import block_serial_schedule, simulate_policy
+from ._world import TRUE_MARGIN, SimWorld
+
+# ---- the simulator's ground truth and the decision-quality report --------------------------
+
+
+def record_ground_truth(workspace: Workspace, world: SimWorld) -> int:
+    """Write the true effect of every gated candidate of every recorded step into the
+    ``ground_truth`` table (simulated workspaces only; idempotent). Returns rows written."""
+    if workspace.config.kind != "simulated":
+        raise WorkspaceError(f"{workspace.root}: ground truth exists only for simulated "
+                             f"workspaces (kind {workspace.config.kind!r})")
+    rows = []
+    for path in sorted((workspace.root / "manifests").glob("e*_s*.json")):
+        m = json.loads(path.read_text(encoding="utf-8"))
+        e, s = m["epoch"], m["step"]
+        for t, c in sorted(m["candidates"].items()):
+            if c.get("status") != "gated":
+                continue
+            base = workspace.version_text(t, m["inputs"]["base_skills"][t]["version"])
+            cand = (workspace.root / c["file"]).read_text(encoding="utf-8")
+            tr = world.true_effect(t, base, cand)
+            rows.append((e, s, t, content_hash(base), content_hash(cand), tr.base_acc,
+                         tr.cand_acc, tr.effect, tr.p_win, tr.true_class))
+    workspace.log.upsert("ground_truth", rows)
+    return len(rows)
+
+
+CLASSES = ("better", "neutral", "worse")
+
+
+def quality_report(workspace: Workspace, world: SimWorld, epochs: int,
+                   steps_per_epoch: int) -> dict[str, Any]:
+    """What the gate did to the skills, measured against the simulator's ground truth.
+
+    Counts by true class: changes applied after settlement (ACCEPT, PROVISIONAL kept),
+    PROVISIONAL kept / rolled back by probation, good candidates missed; and the end-of-run
+    true accuracy per type against the initial skills, an "accept every candidate" run and
+    an "oracle gate" run on the same seed.
+    """
+    record_ground_truth(workspace, world)
+    truth = {(e, s, t): c for e, s, t, c in workspace.log.select(
+        "ground_truth", ["epoch", "step", "task_type", "true_class"])}
+    counts = _decision_counts(workspace, truth)
+    cfg = workspace.config
+    pools = {t: list(us) for t, us in workspace.pool.items()}
+    runs = {p: simulate_policy(world, epochs, steps_per_epoch, p, pools=pools,
+                               cooldown_steps=cfg.cooldown_steps, rejected_max=cfg.rejected_max)
+            for p in ("accept_all", "oracle")}
+    acc = _accuracy(workspace, world, runs)
+    mean = {k: sum(r[k] for r in acc) / len(acc) for k in ("initial", "gate", "accept_all",
+                                                           "oracle")}
+    policy = {p: {"applied": dict.fromkeys(CLASSES, 0), "candidates": len(r.decisions)}
+              for p, r in runs.items()}
+    for p, r in runs.items():
+        for *_, on, tr in r.decisions:
+            if on:
+                policy[p]["applied"][tr.true_class] += 1
+    applied = counts["applied"]
+    return {**counts, "leak": applied["neutral"] + applied["worse"], "accuracy": acc,
+            "truth_rows": sorted((e, s, t, c) for (e, s, t), c in truth.items()),
+            "mean_accuracy": mean, "policies": policy, "margin": TRUE_MARGIN}
+
+
+def _decision_counts(workspace: Workspace, truth: Mapping[tuple[int, int, str], str]
+                     ) -> dict[str, Any]:
+    """Gated candidates by true class: applied, missed (better only), probation's fate."""
+    log = workspace.log
+    settled = {(e, t): a for e, t, a in log.select(
+        "step_report", ["epoch", "task_type", "action"], step=PROBATION_STEP,
+        status="probation")}
+    rows = [r for r in log.select("step_report", ["epoch", "step", "task_type", "action"],
+                                  status="gated") if r[1] >= 1]
+    applied, missed, kept, rolled, gated = (dict.fromkeys(CLASSES, 0) for _ in range(5))
+    for e, s, t, action in rows:
+        cls = truth.get((e, s, t))
+        if cls is None:
+            continue
+        gated[cls] += 1
+        on = action == "ACCEPT"
+        if action == "PROVISIONAL":
+            fate = settled.get((e, t))
+            on = fate == "PROBATION_PASSED"
+            if fate is not None:
+                (kept if on else rolled)[cls] += 1
+        if on:
+            applied[cls] += 1
+        elif cls == "better":
+            missed[cls] += 1
+    return {"gated": gated, "applied": applied, "missed_better": missed["better"],
+            "provisional_kept": kept, "provisional_rolled_back": rolled}
+
+
+def _accuracy(workspace: Workspace, world: SimWorld, runs: Mapping[str, Any]
+              ) -> list[dict[str, Any]]:
+    """Per type: true accuracy of the initial skill, this gate's, and the policies'."""
+    state = workspace.state
+    return [{"task_type": t,
+             "initial": world.true_accuracy(t, world.initial_skill(t)),
+             "gate": world.true_accuracy(t, workspace.skill_text(t, state)),
+             "accept_all": world.true_accuracy(t, runs["accept_all"].skills[t]),
+             "oracle": world.true_accuracy(t, runs["oracle"].skills[t]),
+             "version": state.skills[t].version}
+            for t in workspace.task_types]
+
+
+def _serial_blocks_s(world: SimWorld, plan: TypePlan, n_units: int, block: int = 8) -> float:
+    """Old-gate time of the first ``n_units`` of a plan: blocks of ``block`` units one after
+    another, base arm then candidate arm (a block's arm runs its units concurrently)."""
+    total = 0.0
+    for start in range(0, n_units, block):
+        ranks = range(start, min(start + block, n_units))
+        for arm in ("base", "cand"):
+            total += max(world.outcome(plan.task(r, arm)).latency_s for r in ranks)
+    return total
+
+
+def _logged_units(workspace: Workspace, run_id: str) -> list[str]:
+    return workspace.log.run_units(run_id)
+
+
+def serial_phase_times(workspace: Workspace, world: SimWorld,
+                       steps: Iterable[tuple[int, int]], settled: Iterable[int] = (),
+                       evaluated: Iterable[int] = (), block: int = 8) -> dict[str, Any]:
+    """The OLD serial gate's simulated time per phase on the same inputs as a v3 run (the
+    recorded manifests of ``steps``, the probes of ``settled`` epochs, the held-out units of
+    ``evaluated`` epochs), and the old gate's decisions on those steps.
+
+    Old: rollout types one after another (a type's batch concurrent); gate
+    `block_serial_schedule` (types serial, blocks of 8, arms serial, block-end decisions);
+    settlement and evaluation the same block-serial pattern over the whole probe / held-out
+    split. No BaselineCache: every call runs. (Serial evolution is the sum of the evolver's
+    call times: `TrainResult.serial_evolution_s`.)
+    """
+    phases = dict.fromkeys(("rollout", "gate", "settlement", "evaluation"), 0.0)
+    decisions: list[tuple[int, int, str, str]] = []
+    for e, s in sorted(steps):
+        path = workspace.manifest_path(e, s)
+        if not path.is_file():
+            continue
+        m = json.loads(path.read_text(encoding="utf-8"))
+        base = {t: workspace.version_text(t, b["version"])
+                for t, b in m["inputs"]["base_skills"].items()}
+        for t in m["inputs"]["cases"]:
+            batch = world.rollout(t, e, s, base[t], workspace.pool[t])
+            phases["rollout"] += max((r.latency_s for _, r in batch), default=0.0)
+        plans = [TypePlan(t, m["inputs"]["ladders"][t], base[t],
+                          (workspace.root / c["file"]).read_text(encoding="utf-8"),
+                          m["step_run_id"])
+                 for t, c in sorted(m["candidates"].items()) if c.get("status") == "gated"]
+        if plans:
+            old = block_serial_schedule(world, plans, block=block)
+            phases["gate"] += old["makespan_s"]
+            decisions += [(e, s, t, str(o.action)) for t, o in old["outcomes"].items()]
+    for kind, epochs, what in (("settlement", settled, "probation"),
+                               ("evaluation", evaluated, "eval")):
+        for e in sorted(epochs):
+            srid = f"e{e}_{what}"
+            for t in workspace.task_types:
+                probe = TypePlan(t, ["-"], step_run_id=srid)
+                units = _logged_units(workspace, probe.run_id("base"))
+                hashes = {arm: h for arm in ("base", "cand")
+                          if (h := workspace.log.run_skill_hash(probe.run_id(arm)))}
+                plan = _plan_from_hashes(workspace, t, units, srid, hashes) if units else None
+                if plan is not None:
+                    phases[kind] += _serial_blocks_s(world, plan, len(units), block)
+    return {"phases": phases, "gate_decisions": decisions}
+
+
+def _plan_from_hashes(workspace: Workspace, task_type: str, units: list[str], srid: str,
+                      hashes: Mapping[str, str]) -> TypePlan | None:
+    """A plan whose arm skills are the recorded versions with the logged content hashes."""
+    latest = workspace.state.skills[task_type].latest
+    by_hash = {}
+    for v in range(1, latest + 1):
+        p = workspace.history_path(task_type, v)
+        if p.is_file():
+            text = p.read_text(encoding="utf-8")
+            by_hash[content_hash(text)] = text
+    base, cand = by_hash.get(hashes.get("base", "")), by_hash.get(hashes.get("cand", ""))
+    if base is None or cand is None:
+        return None
+    return TypePlan(task_type, units, base, cand, srid)
+
+
+def training_summary(ws: Workspace, world: SimWorld, res: Any) -> dict[str, Any]:
+    """A simulated training run's summary: loop-clock time per phase of v3 (what ``res``
+    ran) and of the old serial gate on the same inputs, the old gate's decisions there, and
+    the decision quality against the ground truth (`quality_report`)."""
+    out: dict[str, Any] = {"epochs": res.epochs, "steps_per_epoch": res.steps_per_epoch,
+                           "done_before": res.done_before,
+                           "v3_phases_s": dict(res.phases), "v3_total_s": res.total_s}
+    old = serial_phase_times(ws, world, res.steps, res.settlements,
+                             [e for e, ev in res.evaluations.items() if not ev.already_done])
+    phases = {"rollout": old["phases"]["rollout"], "evolution": res.serial_evolution_s,
+              "gate": old["phases"]["gate"], "settlement": old["phases"]["settlement"],
+              "evaluation": old["phases"]["evaluation"]}
+    out["old_phases_s"] = phases
+    out["old_total_s"] = sum(phases.values())
+    out["old_gate_decisions"] = old["gate_decisions"]
+    out["quality"] = quality_report(ws, world, res.epochs, res.steps_per_epoch)
+    return out
+
+
+def training_curve(ws: Workspace, world: SimWorld) -> Any:
+    """Per type and epoch (0 = the initial skills): measured held-out accuracy, true
+    accuracy, and the epoch's decisions (accepted, provisional, rolled back) - a polars frame."""
+    import polars as pl
+
+    ev = ws.log.select("evaluation", ["epoch", "task_type", "version", "acc_initial",
+                                      "acc_current", "skill_hash"],
+                       order_by=["epoch", "task_type"])
+    marks: dict[tuple[int, str], dict[str, int]] = {}
+    for e, t, action in ws.log.select("step_report", ["epoch", "task_type", "action"]):
+        if action not in ("ACCEPT", "PROVISIONAL", "PROBATION_FAILED"):
+            continue
+        key = {"ACCEPT": "accepted", "PROVISIONAL": "provisional",
+               "PROBATION_FAILED": "rolled_back"}[action]
+        m = marks.setdefault((e, t), {"accepted": 0, "provisional": 0, "rolled_back": 0})
+        m[key] += 1
+    rows = []
+    seen0: set[str] = set()
+    for e, t, v, acc0, acc, _ in ev:
+        if t not in seen0:
+            seen0.add(t)
+            rows.append({"epoch": 0, "task_type": t, "version": 1, "measured": acc0,
+                         "true": world.true_accuracy(t, ws.version_text(t, 1)),
+                         "accepted": 0, "provisional": 0, "rolled_back": 0})
+        rows.append({"epoch": e, "task_type": t, "version": v, "measured": acc,
+                     "true": world.true_accuracy(t, ws.version_text(t, v)),
+                     **marks.get((e, t), {"accepted": 0, "provisional": 0,
+                                          "rolled_back": 0})})
+    return pl.DataFrame(rows, infer_schema_length=None).sort("task_type", "epoch")
+
+

@@ -1,0 +1,146 @@
+"""Simulated workspaces: created from a `SimWorld` (`init_simulated`) and driven by it
+(`simulated_backend`: infer, evolver, rollout, error cases).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import WorkspaceError
+from ..gate import Infer, UnitTask, shuffle_key
+from ..harness import (
+    HELDOUT_FILE,
+    CaseSource,
+    Evolver,
+    Workspace,
+    WorkspaceConfig,
+    step_input_state,
+)
+from ._world import SimConfig, SimEvolver, SimWorld
+
+# ---- simulated workspaces -------------------------------------------------------------
+
+
+def sim_json(sim_config: SimConfig) -> dict[str, Any]:
+    """A SimConfig as plain JSON values (mappings become objects)."""
+    out = {}
+    for f in dataclasses.fields(sim_config):
+        v = getattr(sim_config, f.name)
+        out[f.name] = dict(v) if isinstance(v, Mapping) else v
+    return out
+
+
+def init_simulated(path: str | Path, sim_config: SimConfig | None = None, *,
+                   heldout_fraction: float = 0.0, **config: Any) -> Workspace:
+    """A workspace over a `vtrm_gate.sim.SimWorld`: its pools, seed record, v0 skills.
+
+    ``heldout_fraction`` declares a held-out split (``heldout.json``): that seeded share of
+    each type's units is left out of ``pool.json`` (never used for ladders, rollouts or
+    probes) and serves the epoch-end evaluation. ``config`` sets other `WorkspaceConfig`
+    fields (cooldown_steps, seed, probation_rule, ...).
+    """
+    if not (isinstance(heldout_fraction, int | float) and 0 <= heldout_fraction < 1):
+        raise ValueError(f"heldout_fraction must be in [0, 1), got {heldout_fraction!r}")
+    sim_config = sim_config or SimConfig()
+    world = SimWorld(sim_config)
+    sim = sim_json(sim_config)
+    agent = {"backend": "sim", "model": "sim-agent",
+             **{k: v for k, v in sim.items() if k != "time_scale"}}
+    cfg = WorkspaceConfig(kind="simulated", agent=agent, sim=sim,
+                          **{"seed": sim_config.seed, **config})
+    heldout = {t: heldout_split(world, t, heldout_fraction) for t in world.task_types}
+    files = {HELDOUT_FILE: json.dumps(heldout, indent=2) + "\n"} if heldout_fraction else {}
+    return Workspace.create(
+        path, pool={t: [u for u in world.pool(t) if u not in set(heldout[t])]
+                    for t in world.task_types},
+        skills={t: world.initial_skill(t) for t in world.task_types},
+        seed_record={t: {u: v for u, v in world.seed_record(t).items()
+                         if u not in set(heldout[t])} for t in world.task_types},
+        config=cfg, files=files)
+
+
+def heldout_split(world: SimWorld, task_type: str, fraction: float) -> list[str]:
+    """A seeded ``fraction`` of the type's units (rounded down), in pool order."""
+    units = world.pool(task_type)
+    k = int(fraction * len(units))
+    chosen = set(sorted(units, key=lambda u: shuffle_key(f"{world.config.seed}:heldout",
+                                                         u))[:k])
+    return [u for u in units if u in chosen]
+
+
+@dataclass(frozen=True)
+class SimBackend:
+    """infer, evolver and case source of a simulated workspace's world."""
+
+    world: SimWorld
+    infer: Infer
+    evolver: Evolver
+    cases: CaseSource
+    pools: Mapping[str, Sequence[str]] = field(default_factory=dict)
+
+    def rollout(self, workspace: Workspace, concurrency: int = 32
+                ) -> Callable[[int, int], Any]:
+        """``train``'s rollout: each step's rollout batch of every type not cooling down, run
+        through ``concurrency`` slots with the simulated latency; returns the error cases."""
+        world = self.world
+
+        async def run(epoch: int, step: int) -> dict[str, list[str]]:
+            state = step_input_state(workspace, epoch, step)
+            slots = asyncio.Semaphore(concurrency)
+
+            async def one(task: UnitTask, res: Any) -> None:
+                async with slots:
+                    await asyncio.sleep(res.latency_s * world.config.time_scale)
+
+            out: dict[str, list[str]] = {}
+            calls = []
+            for t in workspace.task_types:
+                if state.in_cooldown(t):
+                    continue
+                batch = world.rollout(t, epoch, step, workspace.skill_text(t, state),
+                                      self.pools.get(t))
+                out[t] = [task.unit_id for task, res in batch
+                          if not res.infra and not res.correct]
+                calls += [one(task, res) for task, res in batch]
+            await asyncio.gather(*calls)
+            return out
+
+        return run
+
+
+def simulated_backend(workspace: Workspace | str | Path, *,
+                      time_scale: float | None = None) -> SimBackend:
+    """Rebuild the `SimWorld` a simulated workspace was created from (optionally with
+    another ``time_scale``: latency only, outcomes are unchanged). Rollouts draw from the
+    workspace's pool (never from its held-out split)."""
+    ws = workspace if isinstance(workspace, Workspace) else Workspace.open(workspace)
+    try:
+        if ws.config.kind != "simulated" or ws.config.sim is None:
+            raise WorkspaceError(f"workspace.json: {ws.root} is not a simulated workspace "
+                                 f"(kind {ws.config.kind!r})")
+        sim = dict(ws.config.sim)
+        pools = {t: list(us) for t, us in ws.pool.items()}
+    finally:
+        if ws is not workspace:
+            ws.close()
+    if time_scale is not None:
+        sim["time_scale"] = time_scale
+    try:
+        world = SimWorld(SimConfig(**sim))
+    except (TypeError, ValueError) as exc:
+        raise WorkspaceError(f"workspace.json: sim: {exc}") from None
+
+    def cases(task_type: str, epoch: int, step: int, skill: str) -> list[str]:
+        return world.error_cases(task_type, epoch, step, skill, pools.get(task_type))
+
+    return SimBackend(world, world.infer, SimEvolver(world), cases, pools)
+
+
+
+

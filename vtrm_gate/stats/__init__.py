@@ -1,0 +1,66 @@
+"""Statistical kernel (SPEC §1): the paired betting e-processes, the gate decision, offline
+replays, exact operating characteristics, probation rules and Monte Carlo helpers.
+
+Pure functions over values; numpy is the only dependency. Nothing here knows about asyncio,
+storage or plotting. One private module per concern:
+
+- `_params`: outcomes (`Pair`), `Action`, `GateParams`, the bet's factors
+- `_process`: `GateState`, `gate_decision`, `PairedBetting`, `SequentialTest`, `TypeOutcome`
+- `_replay`: `replay_prefix`, `replay_blocks`, `replay_arrival` (one sequence)
+- `_batch`: the same replays vectorised over replicates (Monte Carlo)
+- `_oc`: `operating_characteristics` (exact, dynamic programming)
+- `_probation`: the epoch-end probation rules and their exact operating characteristics
+- `_montecarlo`: seeded paired outcomes, correlated latencies, false-accept and units curves
+"""
+
+from __future__ import annotations
+
+from ._batch import BatchOutcome as BatchOutcome
+from ._batch import replay_arrival_batch as replay_arrival_batch
+from ._batch import replay_blocks_batch as replay_blocks_batch
+from ._batch import replay_prefix_batch as replay_prefix_batch
+from ._montecarlo import FalseAcceptCurve as FalseAcceptCurve
+from ._montecarlo import PairedSample as PairedSample
+from ._montecarlo import UnitsCurve as UnitsCurve
+from ._montecarlo import cand_wrong_probability as cand_wrong_probability
+from ._montecarlo import correlated_latency as correlated_latency
+from ._montecarlo import false_accept_curve as false_accept_curve
+from ._montecarlo import paired_outcomes as paired_outcomes
+from ._montecarlo import paired_sample as paired_sample
+from ._montecarlo import units_curve as units_curve
+from ._montecarlo import wilson_interval as wilson_interval
+from ._oc import OperatingCharacteristics as OperatingCharacteristics
+from ._oc import operating_characteristics as operating_characteristics
+from ._params import ACTION_CODES as ACTION_CODES
+from ._params import Action as Action
+from ._params import Decision as Decision
+from ._params import GateParams as GateParams
+from ._params import Pair as Pair
+from ._params import bet_factors as bet_factors
+from ._probation import GUARANTEES as GUARANTEES
+from ._probation import PROBATION_RULES as PROBATION_RULES
+from ._probation import EContinueRule as EContinueRule
+from ._probation import EHarmRule as EHarmRule
+from ._probation import ProbationRule as ProbationRule
+from ._probation import ProbeOC as ProbeOC
+from ._probation import SettledOC as SettledOC
+from ._probation import WNetRule as WNetRule
+from ._probation import probation_rule as probation_rule
+from ._probation import probe_oc as probe_oc
+from ._probation import settled_oc as settled_oc
+from ._process import DEFAULT_RULE as DEFAULT_RULE
+from ._process import DecisionRule as DecisionRule
+from ._process import GateState as GateState
+from ._process import MeasureAll as MeasureAll
+from ._process import PairedBetting as PairedBetting
+from ._process import SequentialTest as SequentialTest
+from ._process import TrajectoryPoint as TrajectoryPoint
+from ._process import TypeOutcome as TypeOutcome
+from ._process import best_case_floor as best_case_floor
+from ._process import check_ladder_length as check_ladder_length
+from ._process import gate_decision as gate_decision
+from ._process import pair_d as pair_d
+from ._process import update_state as update_state
+from ._replay import replay_arrival as replay_arrival
+from ._replay import replay_blocks as replay_blocks
+from ._replay import replay_prefix as replay_prefix

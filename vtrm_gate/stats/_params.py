@@ -1,0 +1,99 @@
+"""The kernel's values: a unit's outcome, the gate's actions, `GateParams` and the bet."""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+
+Pair = tuple[bool, bool] | None
+"""One unit's outcome in ladder order: ``(base_correct, cand_correct)``, or None for INFRA."""
+
+
+class Action(enum.StrEnum):
+    """What the gate says after a consumed unit."""
+
+    ACCEPT = "ACCEPT"
+    REJECT = "REJECT"
+    FUTILE = "FUTILE"
+    PROVISIONAL = "PROVISIONAL"
+    INERTIA = "INERTIA"
+    CONTINUE = "CONTINUE"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+Decision = Action
+"""`gate_decision` returns one Action; the alias keeps the SPEC's wording."""
+
+# Stable integer codes for the vectorised replays (index into ACTION_CODES).
+ACTION_CODES: tuple[Action, ...] = (
+    Action.CONTINUE,
+    Action.ACCEPT,
+    Action.REJECT,
+    Action.FUTILE,
+    Action.PROVISIONAL,
+    Action.INERTIA,
+)
+_CODE = {a: i for i, a in enumerate(ACTION_CODES)}
+
+
+def _check(cond: bool, name: str, allowed: str, value: object) -> None:
+    if not cond:
+        raise ValueError(f"GateParams.{name} must be {allowed}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class GateParams:
+    """Decision-rule parameters (SPEC §1); every field is validated on construction."""
+
+    e_confirm: float = 20.0
+    lambda_dir: float = 0.5
+    delta_min: float = 0.0
+    w_net_min: int = 3
+    e_reject: float = 20.0
+    e_provisional: float = 2.0
+    w_net_min_provisional: int = 2
+    n_max: int = 40
+
+    def __post_init__(self) -> None:
+        def real(x: object) -> bool:
+            return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+        def whole(x: object) -> bool:
+            return isinstance(x, int) and not isinstance(x, bool)
+
+        _check(real(self.e_confirm) and self.e_confirm > 1, "e_confirm", "a number > 1",
+               self.e_confirm)
+        _check(real(self.delta_min) and 0 <= self.delta_min < 1, "delta_min",
+               "a number in [0, 1)", self.delta_min)
+        lam_max = 1.0 / (1.0 + (self.delta_min if real(self.delta_min) else 0.0))
+        _check(real(self.lambda_dir) and 0 < self.lambda_dir <= lam_max, "lambda_dir",
+               f"in (0, 1/(1+delta_min)] = (0, {lam_max:.6g}]", self.lambda_dir)
+        _check(whole(self.w_net_min) and self.w_net_min >= 0, "w_net_min",
+               "an integer >= 0", self.w_net_min)
+        _check(real(self.e_reject) and self.e_reject > 1, "e_reject", "a number > 1",
+               self.e_reject)
+        _check(real(self.e_provisional) and self.e_provisional >= 1, "e_provisional",
+               "a number >= 1", self.e_provisional)
+        _check(whole(self.w_net_min_provisional) and self.w_net_min_provisional >= 0,
+               "w_net_min_provisional", "an integer >= 0", self.w_net_min_provisional)
+        _check(whole(self.n_max) and self.n_max >= 1, "n_max", "an integer >= 1", self.n_max)
+
+    @property
+    def win_factor(self) -> float:
+        """E+ multiplier of a win (d=+1): the best case used by the futility check."""
+        return bet_factors(self, 1)[0]
+
+
+def bet_factors(params: GateParams, d: int) -> tuple[float, float]:
+    """(E+ factor, E- factor) of one paired unit with difference ``d``.
+
+    The one place the factors are computed, so the live update, the batch replays and the
+    exact operating characteristics multiply bit-identical numbers.
+    """
+    return 1.0 + params.lambda_dir * (d - params.delta_min), 1.0 - params.lambda_dir * d
+
+
+

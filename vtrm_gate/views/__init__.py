@@ -1,0 +1,57 @@
+"""What a researcher looks at: the Jupyter live view, figures, the parameter explorer,
+polars frames, and the design-review deck (`vtrm_gate.views.review`, ``make figures``).
+
+- `_live`: `show_live` / `LiveGateView` (per-type E+/E- panels, progress, decisions)
+- `_live_train`: `TrainView`, one line per step, settlement and evaluation
+- `_figures`, `_train_figures`: the figures (self-displaying, 1280x720 for slides)
+- `_explore`: `explore()`, sliders over the gate's parameters with exact OC
+- `_frames`: polars frames of outcomes, trajectories, counters, events, OC grids
+"""
+
+from __future__ import annotations
+
+from ._explore import Explorer as Explorer
+from ._explore import Point as Point
+from ._explore import explore as explore
+from ._explore import explorer_figure as explorer_figure
+from ._explore import monte_carlo_check as monte_carlo_check
+from ._explore import point_oc as point_oc
+from ._explore import tradeoffs as tradeoffs
+from ._figures import SLIDE as SLIDE
+from ._figures import SLIDE_DPI as SLIDE_DPI
+from ._figures import GateFigure as GateFigure
+from ._figures import TrajectorySeries as TrajectorySeries
+from ._figures import draw_overview as draw_overview
+from ._figures import draw_trajectories as draw_trajectories
+from ._figures import draw_type_panels as draw_type_panels
+from ._figures import false_accept_frame as false_accept_frame
+from ._figures import new_figure as new_figure
+from ._figures import notebook_figures_dir as notebook_figures_dir
+from ._figures import plot_call_breakdown as plot_call_breakdown
+from ._figures import plot_false_accept as plot_false_accept
+from ._figures import plot_makespan as plot_makespan
+from ._figures import plot_operating_characteristics as plot_operating_characteristics
+from ._figures import plot_prefix_vs_block as plot_prefix_vs_block
+from ._figures import plot_token_savings as plot_token_savings
+from ._figures import plot_trajectories as plot_trajectories
+from ._figures import plot_waste as plot_waste
+from ._figures import save as save
+from ._figures import trajectory_series as trajectory_series
+from ._figures import type_colour as type_colour
+from ._frames import call_accounting as call_accounting
+from ._frames import compare_replays as compare_replays
+from ._frames import counters_frame as counters_frame
+from ._frames import events_frame as events_frame
+from ._frames import oc_grid as oc_grid
+from ._frames import outcomes_frame as outcomes_frame
+from ._frames import trajectory_frame as trajectory_frame
+from ._live import LiveGateView as LiveGateView
+from ._live import LiveSnapshot as LiveSnapshot
+from ._live import endpoints_html as endpoints_html
+from ._live import render_figure as render_figure
+from ._live import render_png as render_png
+from ._live import show_live as show_live
+from ._live import watch as watch
+from ._live_train import TrainView as TrainView
+from ._train_figures import plot_phase_times as plot_phase_times
+from ._train_figures import plot_training_curve as plot_training_curve

@@ -1,0 +1,563 @@
+"""The Jupyter live view of a running gate: per-type E+/E− panels, progress, decisions.
+
+`LiveGateView` is a gate subscriber (``subscribers=[view]``) or follows a `GateHandle`.
+Receiving an event only updates in-memory state (cheap, never awaits), so the view cannot
+slow the scheduler. Each redraw takes one `LiveSnapshot`, and the status line, the table
+and the figure all come from it (they never disagree). Once displayed it redraws at most
+every ``min_interval`` seconds (leading + trailing edge, plus a final redraw); the PNG is
+rendered in a worker thread so the event loop is never blocked by matplotlib.
+
+Widgets exist only while the gate runs: when it ends, the displayed view replaces itself
+with plain outputs (a PNG figure and an HTML table) that survive save, reload, nbconvert
+and GitHub rendering. Headless (never displayed: nbval, scripts) it only collects state;
+render on demand with `figure()` and `table()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import html
+import io
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+from matplotlib.colors import to_hex
+from matplotlib.figure import Figure
+
+from ..gate import (
+    GateAborted,
+    GateEvent,
+    GateFinished,
+    GateHandle,
+    GateResult,
+    GateStarted,
+    Infer,
+    PrefixAdvanced,
+    TaskFinished,
+    TaskStarted,
+    TypeDecided,
+    TypePlan,
+    launch,
+)
+from ..llm import EndpointPool, EndpointStats
+from ..stats import Action, GateParams, TypeOutcome
+from ._figures import (
+    DISPLAY_DPI,
+    TrajectorySeries,
+    draw_overview,
+    draw_type_panels,
+    new_figure,
+    type_colour,
+)
+from ._frames import outcomes_frame
+
+PROGRESS_SCHEMA: dict[str, pl.DataType] = {
+    "task_type": pl.String(), "consumed": pl.Int64(), "n_ladder": pl.Int64(),
+    "in_flight": pl.Int64(), "started": pl.Int64(), "cache_hits": pl.Int64(),
+    "W": pl.Int64(), "L": pl.Int64(), "e_plus": pl.Float64(), "e_minus": pl.Float64(),
+    "action": pl.String()}
+
+EXIT_GLYPHS = {Action.ACCEPT: "▲", Action.PROVISIONAL: "◆", Action.INERTIA: "●",
+               Action.FUTILE: "✖", Action.REJECT: "▼"}
+"""The figure's exit marker shapes as text, for the tables."""
+
+LAYOUTS = ("panels", "overview")
+
+
+@dataclass
+class _TypeProgress:
+    """Mutable per-type state owned by one view (not shared)."""
+
+    n_ladder: int = 0
+    steps: list[int] = field(default_factory=list)
+    e_plus: list[float] = field(default_factory=list)
+    e_minus: list[float] = field(default_factory=list)
+    W: int = 0
+    L: int = 0
+    in_flight: int = 0
+    started: int = 0
+    cache_hits: int = 0
+    action: Action = Action.CONTINUE
+    outcome: TypeOutcome | None = None
+
+    @property
+    def consumed(self) -> int:
+        return self.steps[-1] if self.steps else 0
+
+
+@dataclass(frozen=True)
+class LiveSnapshot:
+    """One consistent picture of the gate: status, per-type rows, series, the result."""
+
+    status: str
+    state: str
+    rows: tuple[dict[str, Any], ...]
+    series: tuple[TrajectorySeries, ...]
+    params: GateParams
+    outcomes: dict[str, TypeOutcome]
+    consumed: int
+    n_ladder: int
+    aborted: str | None = None
+    endpoints: tuple[EndpointStats, ...] = ()
+    """Per-endpoint counters at the snapshot (when the view was given an endpoint pool)."""
+
+    @property
+    def finished(self) -> bool:
+        return self.state != "running"
+
+    def progress(self) -> pl.DataFrame:
+        return pl.DataFrame(list(self.rows), schema=PROGRESS_SCHEMA, orient="row")
+
+    def table(self) -> pl.DataFrame:
+        return outcomes_frame(self.outcomes)
+
+
+def render_figure(snap: LiveSnapshot, layout: str = "panels",
+                  figsize: tuple[float, float] | None = None) -> Figure:
+    """The snapshot's trajectories as a new figure (small multiples or the overview)."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    n = max(len(snap.series), 1)
+    if figsize is None:
+        figsize = (12.0, 2.1 * -(-n // 4) + 1.6) if layout == "panels" else (11.0, 6.5)
+    fig = new_figure(figsize, None if layout == "panels" else "constrained")
+    draw = draw_type_panels if layout == "panels" else draw_overview
+    draw(fig, snap.series, snap.params, title=snap.status, n_max=snap.params.n_max)
+    return fig
+
+
+def render_png(snap: LiveSnapshot, layout: str = "panels",
+               figsize: tuple[float, float] | None = None, dpi: int = DISPLAY_DPI) -> bytes:
+    """A PNG of the snapshot; a pure function of its inputs, so safe in a worker thread."""
+    buf = io.BytesIO()
+    render_figure(snap, layout, figsize).savefig(buf, format="png", dpi=dpi)
+    return buf.getvalue()
+
+
+_CELL = "padding:2px 10px;font-variant-numeric:tabular-nums;white-space:nowrap"
+_NUM = f"{_CELL};text-align:right"
+_TXT = f"{_CELL};text-align:left"
+
+
+def _table_html(head: Sequence[tuple[str, bool]], body: Sequence[Sequence[str]]) -> str:
+    """An HTML table with every row shown; numeric columns right-aligned (flag per column)."""
+    th = "".join(f"<th style='{_NUM if num else _TXT}'>{html.escape(h)}</th>"
+                 for h, num in head)
+    tr = "".join("<tr>" + "".join(f"<td style='{_NUM if num else _TXT}'>{cell}</td>"
+                                  for cell, (_, num) in zip(row, head, strict=True)) + "</tr>"
+                 for row in body)
+    return (f"<table class='vtrm-table' style='border-collapse:collapse;font-size:13px'>"
+            f"<thead><tr>{th}</tr></thead><tbody>{tr}</tbody></table>")
+
+
+def _swatch(i: int) -> str:
+    return (f"<span style='display:inline-block;width:10px;height:10px;margin-right:6px;"
+            f"background:{to_hex(type_colour(i % 20))}'></span>")
+
+
+def _decision(action: str) -> str:
+    if action == "CONTINUE":
+        return ""
+    return f"{EXIT_GLYPHS[Action(action)]} {html.escape(action)}"
+
+
+def endpoints_html(snap: LiveSnapshot) -> str:
+    """Per endpoint: up/down, cap, in flight, calls, errors, times down, latency p50/p95."""
+    if not snap.endpoints:
+        return ""
+
+    def ms(v: float | None) -> str:
+        return "-" if v is None else f"{v * 1000:.0f} ms"
+
+    head = [("endpoint", False), ("state", False), ("cap", True), ("in flight", True),
+            ("calls", True), ("errors", True), ("down", True), ("p50", True), ("p95", True)]
+    body = [[html.escape(e.url), "up" if e.up else "<b style='color:#b00'>DOWN</b>",
+             str(e.max_concurrency), str(e.in_flight), str(e.calls), str(e.errors),
+             f"{e.times_down}x", ms(e.latency_p50_s), ms(e.latency_p95_s)]
+            for e in snap.endpoints]
+    return _table_html(head, body)
+
+
+def progress_html(snap: LiveSnapshot) -> str:
+    """Per type: a progress bar, consumed / ladder, in flight, W, L, E+, E−, decision."""
+    head = [("type", False), ("progress", False), ("consumed / ladder", True),
+            ("in flight", True), ("W", True), ("L", True), ("E+", True), ("E−", True),
+            ("decision", False)]
+    body = []
+    for i, r in enumerate(snap.rows):
+        share = r["consumed"] / r["n_ladder"] if r["n_ladder"] else 1.0
+        bar = (f"<div style='width:110px;height:9px;background:#e6e6e6'><div style='width:"
+               f"{100 * share:.0f}%;height:9px;background:{to_hex(type_colour(i % 20))}'>"
+               f"</div></div>")
+        body.append([f"{_swatch(i)}{html.escape(r['task_type'])}", bar,
+                     f"{r['consumed']} / {r['n_ladder']}", str(r["in_flight"]), str(r["W"]),
+                     str(r["L"]), f"{r['e_plus']:.3g}", f"{r['e_minus']:.3g}",
+                     _decision(r["action"])])
+    return _table_html(head, body) + endpoints_html(snap)
+
+
+def decision_html(snap: LiveSnapshot) -> str:
+    """The final decision table (every row) with the status line."""
+    head = [("type", False), ("decision", False), ("W", True), ("L", True),
+            ("n_used", True), ("E+", True), ("E−", True), ("stopped at", True),
+            ("ladder", True)]
+    body = [[f"{_swatch(i)}{html.escape(r['task_type'])}", _decision(r["action"]),
+             str(r["W"]), str(r["L"]), str(r["n_used"]), f"{r['e_plus']:.3g}",
+             f"{r['e_minus']:.3g}", str(r["n_consumed"]), str(r["n_ladder"])]
+            for i, r in enumerate(snap.table().iter_rows(named=True))]
+    note = (f"<div style='color:#b00'>{html.escape(snap.aborted)}</div>"
+            if snap.aborted else "")
+    return (f"<b>{html.escape(snap.status)}</b>{note}{_table_html(head, body)}"
+            f"{endpoints_html(snap)}")
+
+
+class LiveGateView:
+    """Live per-type E+/E− panels, progress and the final decision table of one gate.
+
+    Use as a subscriber (``launch(..., subscribers=[view])``), or ``await watch(handle)``.
+    ``redraws`` counts figure renders, so throttling is observable. ``layout`` is
+    ``"panels"`` (one small panel per type, the default) or ``"overview"`` (all types on
+    one E+ and one E− axis).
+    """
+
+    def __init__(self, params: GateParams | None = None, *, min_interval: float = 0.75,
+                 clock: Callable[[], float] = time.monotonic,
+                 figsize: tuple[float, float] | None = None, threaded: bool = True,
+                 layout: str = "panels", endpoints: EndpointPool | None = None):
+        if not min_interval >= 0:
+            raise ValueError(f"min_interval must be >= 0 seconds, got {min_interval!r}")
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+        self.params = params or GateParams()
+        self.min_interval = float(min_interval)
+        self.figsize = figsize
+        self.threaded = threaded
+        self.layout = layout
+        self.endpoints = endpoints
+        """An `EndpointPool` (e.g. ``agent.endpoints``): its counters join every frame."""
+        self.types: dict[str, _TypeProgress] = {}
+        self.result: GateResult | None = None
+        self.aborted: str | None = None
+        self.concurrency: int | None = None
+        self.in_flight = 0
+        self.events_seen = 0
+        self.redraws = 0
+        self.source: GateHandle | None = None
+        self._clock = clock
+        self._t0: float | None = None
+        self._t_end: float | None = None
+        self._last_draw = -float("inf")
+        self._trailing: asyncio.TimerHandle | None = None
+        self._rendering: asyncio.Future[bytes] | None = None
+        self._dirty = False
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._widgets: dict[str, Any] | None = None
+        self._handles: tuple[Any, Any] | None = None
+        self._watched = False
+        self.static = False
+        """True once the displayed widgets were replaced by the plain final outputs."""
+
+    # ---- state ----------------------------------------------------------------------
+
+    def __call__(self, event: GateEvent) -> None:
+        """Subscriber entry point: update state, then maybe redraw (never blocks)."""
+        self.update(event)
+
+    def _type(self, name: str) -> _TypeProgress:
+        return self.types.setdefault(name, _TypeProgress())
+
+    def update(self, ev: GateEvent) -> None:
+        self.events_seen += 1
+        if self._t0 is None:
+            self._t0 = self._clock()
+        if isinstance(ev, GateStarted):
+            self.params, self.concurrency = ev.params, ev.concurrency
+            for name, n in zip(ev.task_types, ev.ladder_sizes, strict=True):
+                self._type(name).n_ladder = n
+        elif isinstance(ev, TaskStarted):
+            tp = self._type(ev.task.task_type)
+            tp.in_flight += 1
+            tp.started += 1
+            self.in_flight = ev.in_flight
+        elif isinstance(ev, TaskFinished):
+            tp = self._type(ev.task.task_type)
+            if ev.status == "cache_hit":
+                tp.cache_hits += 1
+            else:
+                tp.in_flight = max(tp.in_flight - 1, 0)
+                self.in_flight = max(self.in_flight - 1, 0)
+        elif isinstance(ev, PrefixAdvanced):
+            tp = self._type(ev.task_type)
+            consumed = tp.consumed + 1
+            tp.n_ladder = max(tp.n_ladder, consumed + ev.n_remaining)
+            tp.steps.append(consumed)
+            tp.e_plus.append(ev.e_plus)
+            tp.e_minus.append(ev.e_minus)
+            tp.W, tp.L, tp.action = ev.W, ev.L, ev.action
+        elif isinstance(ev, TypeDecided):
+            tp = self._type(ev.task_type)
+            tp.action, tp.outcome = ev.outcome.action, ev.outcome
+            tp.n_ladder = max(tp.n_ladder, ev.outcome.n_ladder)
+        elif isinstance(ev, GateFinished):
+            self.result = ev.result
+            self.aborted = getattr(ev.result, "aborted", None) or self.aborted
+            for name, o in ev.result.outcomes.items():
+                tp = self._type(name)
+                tp.action, tp.outcome = o.action, o
+            self.in_flight = 0
+        elif isinstance(ev, GateAborted):
+            self.aborted = ev.reason
+            for tp in self.types.values():
+                tp.in_flight = 0
+            self.in_flight = 0
+        final = isinstance(ev, GateFinished | GateAborted)
+        if final:
+            self._t_end = self._clock()
+        self._request_redraw(final=final)
+
+    @property
+    def finished(self) -> bool:
+        return self.result is not None or self.aborted is not None
+
+    def snapshot(self) -> LiveSnapshot:
+        """The current state, frozen: every rendering reads one snapshot."""
+        rows = tuple({"task_type": name, "consumed": tp.consumed, "n_ladder": tp.n_ladder,
+                      "in_flight": tp.in_flight, "started": tp.started,
+                      "cache_hits": tp.cache_hits, "W": tp.W, "L": tp.L,
+                      "e_plus": tp.e_plus[-1] if tp.e_plus else 1.0,
+                      "e_minus": tp.e_minus[-1] if tp.e_minus else 1.0,
+                      "action": str(tp.action)}
+                     for name, tp in sorted(self.types.items()))
+        series = tuple(TrajectorySeries(name, tuple(tp.steps), tuple(tp.e_plus), tp.action,
+                                        tuple(tp.e_minus), tp.W, tp.L, tp.n_ladder)
+                       for name, tp in sorted(self.types.items()))
+        if self.result is not None:
+            outcomes = dict(self.result.outcomes)
+        else:
+            outcomes = {n: tp.outcome for n, tp in self.types.items() if tp.outcome is not None}
+        state = "aborted" if self.aborted else "finished" if self.result else "running"
+        decided = sum(r["action"] != "CONTINUE" for r in rows)
+        consumed = sum(r["consumed"] for r in rows)
+        n_ladder = sum(r["n_ladder"] for r in rows)
+        end = self._t_end if self._t_end is not None else self._clock()
+        elapsed = end - self._t0 if self._t0 is not None else 0.0
+        status = (f"gate {state}: {decided}/{len(rows)} types decided · {consumed}/{n_ladder} "
+                  f"units consumed · {self.in_flight} calls in flight · {elapsed:.1f} s")
+        return LiveSnapshot(status, state, rows, series, self.params, outcomes, consumed,
+                            n_ladder, self.aborted,
+                            self.endpoints.stats() if self.endpoints is not None else ())
+
+    def series(self) -> list[TrajectorySeries]:
+        return list(self.snapshot().series)
+
+    def status(self) -> str:
+        return self.snapshot().status
+
+    # ---- on-demand rendering (works headless) ----------------------------------------
+
+    def figure(self, layout: str | None = None) -> Figure:
+        """The trajectories as a new Figure (``layout``: "panels" or "overview")."""
+        return render_figure(self.snapshot(), layout or self.layout, self.figsize)
+
+    def table(self) -> pl.DataFrame:
+        """The decision table (`outcomes_frame`) of every type decided so far."""
+        return self.snapshot().table()
+
+    def progress(self) -> pl.DataFrame:
+        """Per type: consumed / ladder, calls in flight, W, L, E+, E− and the action so far."""
+        return self.snapshot().progress()
+
+    def progress_html(self) -> str:
+        return progress_html(self.snapshot())
+
+    def _repr_html_(self) -> str:
+        snap = self.snapshot()
+        body = decision_html(snap) if snap.finished else progress_html(snap)
+        return f"<b>{html.escape(snap.status)}</b>{body}" if not snap.finished else body
+
+    # ---- live display -----------------------------------------------------------------
+
+    @property
+    def widget(self) -> Any:
+        """The ipywidgets box (status, overall progress bar, figure, per-type table);
+        creating it turns live redrawing on."""
+        if self._widgets is None:
+            import ipywidgets as w
+
+            status = w.HTML()
+            bar = w.IntProgress(value=0, min=0, max=1, description="units",
+                                layout=w.Layout(width="60%"))
+            image = w.Image(format="png", layout=w.Layout(max_width="100%"))
+            table = w.HTML()
+            box = w.VBox([status, bar, image, table])
+            box.add_class("vtrm-live")
+            self._widgets = {"box": box, "status": status, "bar": bar, "image": image,
+                             "table": table}
+            self._draw()
+        return self._widgets["box"]
+
+    def display(self) -> LiveGateView:
+        """Display the live widget in the current cell; when the gate ends it is replaced
+        by a static PNG and an HTML table (plain outputs, no widget)."""
+        from IPython.display import HTML, display
+
+        box = self.widget
+        self._handles = (display(box, display_id=True),
+                         display(HTML(""), display_id=True))
+        if self.finished and self._rendering is None:
+            self._finalize()
+        return self
+
+    def _request_redraw(self, final: bool = False) -> None:
+        if self._widgets is None:
+            return  # headless: state only
+        now = self._clock()
+        if final or now - self._last_draw >= self.min_interval:
+            self._draw()
+            return
+        if self._trailing is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return  # no loop to defer to: the next event (or the final one) redraws
+            delay = self.min_interval - (now - self._last_draw)
+            self._trailing = loop.call_later(delay, self._trailing_draw)
+
+    def _trailing_draw(self) -> None:
+        self._trailing = None
+        self._draw()
+
+    def _draw(self) -> None:
+        assert self._widgets is not None
+        if self._trailing is not None:
+            self._trailing.cancel()
+            self._trailing = None
+        if self._rendering is not None:  # one render at a time; redo when it lands
+            self._dirty = True
+            return
+        self._last_draw = self._clock()
+        snap = self.snapshot()
+        self.redraws += 1
+        args = (snap, self.layout, self.figsize)
+        loop = None
+        if self.threaded:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                loop = None
+        if loop is None:
+            self._show(snap, render_png(*args))
+            return
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="vtrm-live")
+        self._rendering = loop.run_in_executor(self._executor, render_png, *args)
+        self._rendering.add_done_callback(lambda fut: self._rendered(fut, snap))
+
+    def _rendered(self, fut: asyncio.Future[bytes], snap: LiveSnapshot) -> None:
+        self._rendering = None
+        if not fut.cancelled() and fut.exception() is None:
+            self._show(snap, fut.result())
+        if self._dirty:
+            self._dirty = False
+            self._draw()
+        elif self.finished and self._executor is not None:
+            self._executor.shutdown(wait=False)
+            self._executor = None
+
+    def _show(self, snap: LiveSnapshot, png: bytes) -> None:
+        """Put one snapshot's status, bar, figure and table on screen together."""
+        assert self._widgets is not None
+        wd = self._widgets
+        self._png = png
+        status = f"<b>{html.escape(snap.status)}</b>"
+        if snap.aborted:
+            status += f"<br><span style='color:#b00'>{html.escape(snap.aborted)}</span>"
+        wd["status"].value = status
+        wd["bar"].max = max(snap.n_ladder, 1)
+        wd["bar"].value = snap.consumed
+        wd["image"].value = png
+        wd["table"].value = (decision_html(snap) if snap.finished else progress_html(snap))
+        if snap.finished and not self._dirty and not self._watched:
+            self._finalize()  # nobody awaits watch(): replace from the gate's own context
+
+    def _finalize(self) -> None:
+        """Replace the displayed widgets by plain outputs: the last PNG and the table."""
+        if self._handles is None or self.static or self._widgets is None:
+            return
+        import base64
+
+        snap = self.snapshot()
+        png = getattr(self, "_png", None) or render_png(snap, self.layout, self.figsize)
+        fig_handle, table_handle = self._handles
+        fig_handle.update({"image/png": base64.b64encode(png).decode("ascii"),
+                           "text/plain": f"<{snap.status}>"}, raw=True)
+        table_handle.update({"text/html": decision_html(snap),
+                             "text/plain": str(snap.table())}, raw=True)
+        for wdg in self._widgets.values():
+            wdg.close()
+        self.static = True
+
+    async def drain(self) -> None:
+        """Wait until no render is pending (the last redraw has landed)."""
+        while self._rendering is not None or self._trailing is not None:
+            if self._rendering is not None:
+                await asyncio.wait([self._rendering])
+            else:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0)
+
+    async def follow(self, handle: GateHandle) -> None:
+        """Feed this view from ``handle.events()`` (every event, history included)."""
+        self.source = handle
+        async for ev in handle.events():
+            self.update(ev)
+
+
+async def watch(handle: GateHandle, view: LiveGateView | None = None) -> GateResult:
+    """Await ``handle`` while ``view`` (a new, displayed one if None) follows it.
+
+    A view already fed by this handle (e.g. from `show_live`) is not subscribed twice.
+    """
+    if view is None:
+        view = LiveGateView()
+        view.display()
+    view._watched = True  # finalize from this (the awaiting cell's) context: frontends
+    follower = None       # route display updates by the cell that sends them
+    if view.source is not handle and view.events_seen == 0:
+        follower = asyncio.ensure_future(view.follow(handle))
+    try:
+        return await handle
+    finally:
+        if follower is not None:
+            # The stream ends with GateFinished/GateAborted; a gate cancelled before it ran
+            # emits nothing, so do not wait for ever.
+            await asyncio.wait([follower], timeout=1.0)
+            follower.cancel()
+        await view.drain()
+        view._finalize()
+
+
+def show_live(plans: Sequence[TypePlan], infer: Infer, *, view: LiveGateView | None = None,
+              display: bool = True, layout: str = "panels",
+              endpoints: EndpointPool | None = None, **kw: Any
+              ) -> tuple[GateHandle, LiveGateView]:
+    """`launch` the gate in the running loop with a live view subscribed; return both.
+
+    The cell returns at once; the view keeps updating and, when the gate ends, turns into
+    a static figure and table. ``await watch(handle, view)`` (or ``await handle``) for the
+    result. ``endpoints`` (an `EndpointPool`, e.g. ``agent.endpoints``) adds per-endpoint
+    counters to the view. ``kw`` goes to `launch` (params, concurrency, ...). To serve a
+    re-launch from Redis, wrap ``infer`` with `vtrm_gate.cache.cached_infer` (see the README).
+    """
+    view = view or LiveGateView(kw.get("params"), layout=layout, endpoints=endpoints)
+    subs = [view, *kw.pop("subscribers", ())]
+    handle = launch(plans, infer, subscribers=subs, **kw)
+    view.source = handle
+    if display:
+        view.display()
+    return handle, view

@@ -1,0 +1,207 @@
+"""The design-review figures as reproducible artefacts: one builder per figure.
+
+Notebook 03 calls the builders; ``make figures`` (``python -m vtrm_gate.review --out
+figures``) regenerates the committed PNG + SVG files at full size and writes
+``figures/README.md`` listing each figure with the command and parameters that made it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from matplotlib.figure import Figure
+
+from ..gate import GateEvent, run_gate
+from ..sim import block_serial_schedule, continuous_schedule, no_early_stop, run_virtual, sim_step
+from ..stats import GateParams, false_accept_curve, units_curve
+from ._figures import (
+    SLIDE_DPI,
+    plot_false_accept,
+    plot_makespan,
+    plot_operating_characteristics,
+    plot_prefix_vs_block,
+    plot_token_savings,
+    plot_waste,
+    save,
+)
+from ._frames import call_accounting, compare_replays, oc_grid
+
+
+@dataclass(frozen=True)
+class ReviewParams:
+    """Everything the review figures depend on (recorded in figures/README.md)."""
+
+    n_rep: int = 20_000
+    seed: int = 2024
+    sim_seed: int = 2
+    correlations: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 0.95)
+    p_wins: tuple[float, ...] = (0.5, 0.6, 0.7, 0.8, 0.9)
+    discordances: tuple[float, ...] = (0.3, 0.5, 0.7)
+    concurrency: int = 32
+    epochs: int = 3
+    steps_per_epoch: int = 5
+    params: GateParams = field(default_factory=GateParams)
+
+
+@functools.lru_cache(maxsize=4)
+def simulated_step(sim_seed: int, concurrency: int = 32,
+                   params: GateParams | None = None) -> dict[str, Any]:
+    """The step of ``sim_seed`` under the old gate, the v3 gate (virtual clock, events
+    recorded) and no early stop."""
+    params = params or GateParams()
+    st = sim_step(sim_seed, wall_seconds=None, params=params)
+    plans = list(st.plans)
+    events: list[GateEvent] = []
+    gate = run_virtual(run_gate(plans, st.world.infer, params, concurrency,
+                                subscribers=[events.append]))
+    outcome_sets = st.outcome_sets
+    pairs = [p for ps in outcome_sets.values() for p in ps if p is not None]
+    return {"step": st, "events": events, "gate": gate,
+            "old": block_serial_schedule(st.world, plans, params),
+            "new": continuous_schedule(st.world, plans, params, concurrency),
+            "full": no_early_stop(st.world, plans), "outcome_sets": outcome_sets,
+            "discordance": sum(b != c for b, c in pairs) / max(len(pairs), 1),
+            "units_saving": 1 - sum(o.n_consumed for o in gate.outcomes.values())
+            / max(sum(len(p.units) for p in plans), 1)}
+
+
+def false_accept(rp: ReviewParams) -> Figure:
+    curve = false_accept_curve(rp.params, rp.correlations, rp.n_rep, seed=rp.seed)
+    return plot_false_accept(curve)
+
+
+def operating_characteristics(rp: ReviewParams) -> Figure:
+    oc = oc_grid(rp.params, [0.3 + 0.05 * i for i in range(15)], rp.discordances,
+                 rp.params.n_max)
+    return plot_operating_characteristics(oc, rp.params)
+
+
+def token_savings(rp: ReviewParams) -> Figure:
+    step = simulated_step(rp.sim_seed, rp.concurrency, rp.params)
+    curve = units_curve(rp.params, rp.p_wins, rp.n_rep // 2, seed=rp.seed)
+    return plot_token_savings(curve, step_saving=(step["units_saving"], step["discordance"],
+                                                  rp.sim_seed))
+
+
+def makespan(rp: ReviewParams) -> Figure:
+    step = simulated_step(rp.sim_seed, rp.concurrency, rp.params)
+    old, new = step["old"], step["new"]
+    n = len(step["step"].plans)
+    return plot_makespan(old["makespan_s"] / 3600, new["makespan_s"] / 3600,
+                         new["lower_bound_s"] / 3600,
+                         labels=[f"{n} types, seed {rp.sim_seed} (virtual clock)"])
+
+
+def waste(rp: ReviewParams) -> Figure:
+    step = simulated_step(rp.sim_seed, rp.concurrency, rp.params)
+    return plot_waste(call_accounting(step["events"]))
+
+
+@functools.lru_cache(maxsize=2)
+def simulated_training(sim_seed: int, epochs: int, steps_per_epoch: int,
+                       concurrency: int = 32) -> dict[str, Any]:
+    """A simulated training run (virtual clock, recommended probation rule) of the 12-type
+    world of ``sim_seed``: its training curve and its old-vs-v3 time per phase."""
+    import tempfile
+
+    from ..backends import run_simulated_training
+    from ..options import RunOptions
+    from ..sim import SimConfig, SimWorld, training_curve
+
+    sim = SimConfig(seed=sim_seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        ws, _, summary = run_simulated_training(Path(tmp) / "ws", sim, epochs,
+                                                steps_per_epoch,
+                                                RunOptions(concurrency=concurrency),
+                                                probation_rule="e_continue")
+        try:
+            curve = training_curve(ws, SimWorld(sim))
+        finally:
+            ws.close()
+    return {"curve": curve, "old": summary["old_phases_s"], "new": summary["v3_phases_s"]}
+
+
+def training_curve(rp: ReviewParams) -> Figure:
+    from ._train_figures import plot_training_curve
+
+    run = simulated_training(rp.sim_seed, rp.epochs, rp.steps_per_epoch, rp.concurrency)
+    return plot_training_curve(run["curve"])
+
+
+def training_phase_times(rp: ReviewParams) -> Figure:
+    from ._train_figures import plot_phase_times
+
+    run = simulated_training(rp.sim_seed, rp.epochs, rp.steps_per_epoch, rp.concurrency)
+    return plot_phase_times(run["old"], run["new"])
+
+
+def prefix_vs_block(rp: ReviewParams) -> Figure:
+    step = simulated_step(rp.sim_seed, rp.concurrency, rp.params)
+    return plot_prefix_vs_block(compare_replays(step["outcome_sets"], rp.params))
+
+
+FIGURES = {
+    "03_false_accept_h0": (false_accept, "False accept under H0: arrival order vs ladder "
+                                         "prefix (Monte Carlo, n_rep per correlation)"),
+    "03_operating_characteristics": (operating_characteristics,
+                                     "Exact exit probabilities, one panel per exit"),
+    "03_token_savings": (token_savings, "Units saved by early stopping (Monte Carlo, n_rep/2 "
+                                        "per p_win) vs the simulated step"),
+    "03_makespan": (makespan, "Makespan: old serial gate vs v3 vs the lower bound"),
+    "03_waste": (waste, "Calls started past each type's stop rank"),
+    "02_prefix_vs_block": (prefix_vs_block, "Block vs prefix replay of the same outcomes"),
+    "06_training_curve": (training_curve, "Training run (epochs x steps_per_epoch, sim_seed): "
+                                          "held-out accuracy per type and epoch, true and "
+                                          "measured"),
+    "06_phase_times": (training_phase_times, "Training run: old serial vs v3 time per phase"),
+}
+
+
+def build(out: str | Path, rp: ReviewParams | None = None,
+          names: Sequence[str] | None = None, formats: Sequence[str] = ("png", "svg"),
+          command: str = "make figures") -> list[Path]:
+    """Write each figure as PNG (1280×720 at 100 dpi) and SVG, then ``README.md``."""
+    rp = rp or ReviewParams()
+    out = Path(out)
+    paths = []
+    for name in names or FIGURES:
+        fn, _ = FIGURES[name]
+        paths.append(save(fn(rp), name, out, dpi=SLIDE_DPI, formats=formats))
+    lines = ["# Design-review figures", "",
+             f"Regenerate all of them with `{command}` "
+             "(= `python -m vtrm_gate.review --out figures`). PNG at 1280×720 (100 dpi) "
+             "and SVG. Notebooks never write here: they save to a temporary or ignored "
+             "directory.", "", "Parameters:", ""]
+    for k, v in asdict(rp).items():
+        lines.append(f"- `{k}`: {v}")
+    lines += ["", "| file | what | builder |", "|---|---|---|"]
+    for name in FIGURES:  # the directory's index: every figure, even with --only
+        fn, what = FIGURES[name]
+        lines.append(f"| `{name}.png` / `.svg` | {what} | `vtrm_gate.review.{fn.__name__}` |")
+    (out / "README.md").write_text("\n".join(lines) + "\n")
+    return paths
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m vtrm_gate.review",
+                                description="Regenerate the design-review figures.")
+    p.add_argument("--out", default="figures")
+    p.add_argument("--n-rep", type=int, default=ReviewParams.n_rep)
+    p.add_argument("--only", nargs="*", choices=list(FIGURES))
+    args = p.parse_args(argv)
+    if args.n_rep < 1:
+        print("--n-rep must be >= 1", file=sys.stderr)
+        return 2
+    for path in build(args.out, ReviewParams(n_rep=args.n_rep), args.only):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
