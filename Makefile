@@ -26,7 +26,7 @@ test: $(STAMP) lint
 
 # The committed design-review figures (PNG + SVG, 1280x720) and figures/README.md.
 figures: $(STAMP)
-	$(BIN)/python -m vtrm_gate.review --out figures
+	$(BIN)/python -m vtrm_gate.views.review --out figures
 
 # JupyterLab from the project's environment, on loopback.
 lab: $(STAMP)

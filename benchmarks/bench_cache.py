@@ -147,8 +147,8 @@ def _cli_startup(repeats: int) -> list[dict[str, Any]]:
         cmd, label = [sys.executable, "-m", "vtrm_gate.cli", "cache", "renew", "--help"], \
             "vtrm-gate cache renew --help"
     else:
-        cmd, label = [sys.executable, "-m", "vtrm_gate.cli_cache", "cache", "renew",
-                      "--help"], "python -m vtrm_gate.cli_cache cache renew --help"
+        cmd, label = [sys.executable, "-m", "vtrm_gate.cli.cache", "cache", "renew",
+                      "--help"], "python -m vtrm_gate.cli.cache cache renew --help"
     rows = []
     for name, argv in ((label, cmd), ("python -c pass (floor)", [sys.executable, "-c", "pass"])):
         times = []

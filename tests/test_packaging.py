@@ -6,6 +6,8 @@ import re
 import tomllib
 from pathlib import Path
 
+import pytest
+
 import vtrm_gate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,3 +89,20 @@ def test_every_exported_name_resolves():
 
 def test_sim_world_fixture(sim_world):
     assert len(sim_world.pool("Counting Problem")) == 9
+
+
+@pytest.mark.parametrize("old, name, new", [
+    ("vtrm_gate.scheduler", "run_gate", "vtrm_gate.gate.run_gate"),
+    ("vtrm_gate.scheduler", "slugify", "vtrm_gate._ids.slugify"),
+    ("vtrm_gate.scheduler", "InfraGuardError", "vtrm_gate.errors.InfraGuardError"),
+    ("vtrm_gate.plugin", "AgentBackend", "vtrm_gate.llm.AgentBackend"),
+    ("vtrm_gate.plugin", "open_backend", "vtrm_gate.llm.open_factory_backend"),
+    ("vtrm_gate.plugin", "BackendError", "vtrm_gate.errors.BackendError"),
+])
+def test_moved_modules_keep_a_shim_that_warns(old: str, name: str, new: str) -> None:
+    import importlib
+
+    module, _, attr = new.rpartition(".")
+    with pytest.warns(DeprecationWarning, match=rf"{old}\.{name} moved to {new}"):
+        value = getattr(importlib.import_module(old), name)
+    assert value is getattr(importlib.import_module(module), attr)

@@ -4,7 +4,7 @@ This module is the notebook user's API; everything else may move. Audiences:
 ``vtrm_gate`` (this), ``vtrm_gate.harness`` / ``vtrm_gate.llm`` / ``vtrm_gate.backends``
 (integrators), ``vtrm_gate.testing`` (tests). Names resolve lazily (PEP 562) from the
 subpackage named in `_HOME`, so ``vtrm-gate cache renew`` starts without importing numpy.
-`__all__` is the one export list; ``tests/test_exports.py`` resolves every name.
+`__all__` is the one export list; ``tests/test_packaging.py`` resolves every name.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Environment helpers with no heavy imports: ``.env`` files, Redis URLs, secret masking,
 whether a process still runs.
 
-Shared by `vtrm_gate.config` and `vtrm_gate.cache` (and so by the fast-starting CLI).
+Shared by `vtrm_gate.options` and `vtrm_gate.cache` (and so by the fast-starting CLI).
 """
 
 from __future__ import annotations

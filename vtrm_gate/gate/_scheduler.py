@@ -420,7 +420,7 @@ async def run_gate(plans: Sequence[TypePlan], infer: Infer, params: GateParams |
     """Run the continuous concurrent gate over ``plans`` and return every type's outcome.
 
     Decisions equal `replay_prefix` on the same outcomes whatever the completion order and
-    whichever ``dispatch`` policy picks the next type (`vtrm_gate.dispatch`). With
+    whichever ``dispatch`` policy picks the next type (`RoundRobin`, `NeedAware`). With
     ``cancel_after_freeze`` a frozen type's in-flight calls are cancelled (counted as
     ``cancelled_in_flight``) instead of finishing.
     Raises `InfraGuardError` (with ``.partial``) if a type's INFRA ratio trips the guard;

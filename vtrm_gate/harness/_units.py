@@ -204,7 +204,7 @@ class UnitRecord:
     options: tuple[str, ...]
     answer: str
     media: Media | None = None
-    """Frames and/or a video shown with the question (`vtrm_gate.media`)."""
+    """Frames and/or a video shown with the question (`Media`)."""
 
 
 _LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"

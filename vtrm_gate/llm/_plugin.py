@@ -121,7 +121,7 @@ async def make_backend(spec: str, ctx: BackendContext) -> AgentBackend:
         raise BackendError(f"backend {spec!r} failed: {type(exc).__name__}: {exc}") from None
     if not isinstance(out, AgentBackend):
         raise BackendError(f"backend {spec!r} returned {type(out).__name__}, expected "
-                           f"vtrm_gate.plugin.AgentBackend")
+                           f"vtrm_gate.llm.AgentBackend")
     call = out.infer if inspect.isroutine(out.infer) else type(out.infer).__call__
     if not inspect.iscoroutinefunction(call):
         raise BackendError(f"backend {spec!r}: infer must be an async function "

@@ -57,7 +57,7 @@ def check_llm_agent(agent: Mapping[str, Any]) -> None:
             raise ValueError(f"agent.media must be an object of max_frames, max_side, detail; "
                              f"got {m!r}")
         MediaOptions(**m)
-    if factory:  # your own agent (vtrm_gate.plugin): it needs no endpoint or model here
+    if factory:  # your own agent (`vtrm_gate.llm.AgentBackend`): it needs no endpoint or model here
         return
     url = agent.get("base_url")
     if isinstance(url, list) or "endpoints_file" in agent:  # several endpoints
@@ -102,11 +102,11 @@ def init_llm(path: str | Path, units_file: str | Path, *,
     the ladder; without it the ladder is the deterministic shuffle. The agent mapping
     (endpoint, model, sampling) keys the BaselineCache; it never holds the API key.
     ``base_url`` may be a list of endpoints (or comma-separated URLs), or
-    ``endpoints_file`` a file of them (read at step time: `vtrm_gate.endpoints`).
-    Units may carry ``media`` (frames, a video URL: `vtrm_gate.media`); local frames
+    ``endpoints_file`` a file of them (read at step time: `EndpointPool`).
+    Units may carry ``media`` (frames, a video URL: `vtrm_gate.harness.Media`); local frames
     must exist under the units file's directory. ``media`` sets ``max_frames`` /
     ``max_side`` / ``detail``. ``backend="package.module:function"`` names your own
-    agent's factory instead of the endpoint (`vtrm_gate.plugin`). ``config`` sets other
+    agent's factory instead of the endpoint (`vtrm_gate.llm.AgentBackend`). ``config`` sets other
     `WorkspaceConfig` fields (cooldown_steps, ...). Everything is validated before the
     first file is written.
     """

@@ -4,7 +4,7 @@
 ``init_simulated(path, SimConfig(seed=seed))`` workspace at (epoch, step): the same error
 cases, the same ladders (ladder seed ``"{seed}:{step_run_id}"``, as the harness keys it),
 the same candidates, and the same types skipped (no cases, or a candidate identical to its
-base). So a seed means the same step everywhere (`tests/test_simstep.py` checks it).
+base). So a seed means the same step everywhere (`tests/sim/test_simstep.py` checks it).
 
 Clocks: the simulated latencies are seconds of a real agent (a 12-type step is ~1.3 h).
 Pass ``wall_seconds`` to scale real time so the whole step takes about that long (a pace a

@@ -1,5 +1,5 @@
 """Chat servers of different speeds that can die and come back on the same port (tests of
-`vtrm_gate.endpoints`): a `ChatServer` plus a per-request delay, a peak-concurrency gauge,
+`vtrm_gate.llm.EndpointPool`): a `ChatServer` plus a per-request delay, a peak-concurrency gauge,
 and `die_after` / `stop` / `restart`."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A chat server that accepts OpenAI-style content parts and checks the frames it receives:
 each ``image_url`` must be an http(s) URL or a ``data:`` URI that decodes to an image; what
-arrived is kept per request in ``received`` (for the tests of `vtrm_gate.media`)."""
+arrived is kept per request in ``received`` (for the tests of `vtrm_gate.llm.MediaResolver`)."""
 
 from __future__ import annotations
 

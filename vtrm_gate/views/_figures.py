@@ -361,7 +361,7 @@ def plot_trajectories(outcomes: Mapping[str, TypeOutcome], params: GateParams | 
 def plot_prefix_vs_block(comparison: pl.DataFrame, ax: Axes | None = None) -> Figure:
     """Units consumed per type under the old block replay vs the prefix replay.
 
-    ``comparison`` is `vtrm_gate.frames.compare_replays` output. Each pair of bars carries
+    ``comparison`` is `compare_replays` output. Each pair of bars carries
     both decisions; a different label with the same effect on the skill (INERTIA vs FUTILE
     both keep the baseline) is told apart from a different effect.
     """
@@ -404,7 +404,7 @@ def plot_prefix_vs_block(comparison: pl.DataFrame, ax: Axes | None = None) -> Fi
 
 def false_accept_frame(params: GateParams, correlations: Sequence[float], n_rep: int,
                        seed: int | None = 0, **kw: float) -> pl.DataFrame:
-    """`vtrm_gate.montecarlo.false_accept_curve` as a polars frame (long format)."""
+    """`vtrm_gate.stats.false_accept_curve` as a polars frame (long format)."""
     return pl.DataFrame(false_accept_curve(params, correlations, n_rep, seed, **kw).columns())
 
 
@@ -566,7 +566,7 @@ WASTE_PARTS: tuple[tuple[str, str, str], ...] = (
 
 @slide
 def plot_waste(calls: pl.DataFrame, ax: Axes | None = None) -> Figure:
-    """Where each type's 2 × ladder calls went (`vtrm_gate.frames.call_accounting`):
+    """Where each type's 2 × ladder calls went (`call_accounting`):
     every call started past the type's stop rank counts as waste, finished or not."""
     fig, ax = _axes(ax, SLIDE)
     df = calls.sort("task_type", descending=True)

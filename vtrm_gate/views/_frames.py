@@ -1,6 +1,6 @@
 """polars views of gate values: decision tables, trajectories, counters, events, OC grids.
 
-No plotting and no I/O: each function turns `vtrm_gate.stats` / `vtrm_gate.scheduler`
+No plotting and no I/O: each function turns `vtrm_gate.stats` / `vtrm_gate.gate`
 values into a `pl.DataFrame` with a fixed schema (so empty inputs still have the columns),
 sorted deterministically, so notebooks can print them and nbval can compare them.
 """

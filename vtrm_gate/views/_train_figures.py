@@ -1,7 +1,7 @@
 """Figures of a training run: the training curve per type and the time per phase.
 
-Object API only (like `vtrm_gate.figures`): each ``plot_*`` returns a Figure; save it with
-`vtrm_gate.figures.save`.
+Object API only (like the other figures): each ``plot_*`` returns a Figure; save it with
+`vtrm_gate.views.save`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The design-review figures as reproducible artefacts: one builder per figure.
 
-Notebook 03 calls the builders; ``make figures`` (``python -m vtrm_gate.review --out
+Notebook 03 calls the builders; ``make figures`` (``python -m vtrm_gate.views.review --out
 figures``) regenerates the committed PNG + SVG files at full size and writes
 ``figures/README.md`` listing each figure with the command and parameters that made it.
 """
@@ -175,7 +175,7 @@ def build(out: str | Path, rp: ReviewParams | None = None,
         paths.append(save(fn(rp), name, out, dpi=SLIDE_DPI, formats=formats))
     lines = ["# Design-review figures", "",
              f"Regenerate all of them with `{command}` "
-             "(= `python -m vtrm_gate.review --out figures`). PNG at 1280×720 (100 dpi) "
+             "(= `python -m vtrm_gate.views.review --out figures`). PNG at 1280×720 (100 dpi) "
              "and SVG. Notebooks never write here: they save to a temporary or ignored "
              "directory.", "", "Parameters:", ""]
     for k, v in asdict(rp).items():
@@ -183,13 +183,13 @@ def build(out: str | Path, rp: ReviewParams | None = None,
     lines += ["", "| file | what | builder |", "|---|---|---|"]
     for name in FIGURES:  # the directory's index: every figure, even with --only
         fn, what = FIGURES[name]
-        lines.append(f"| `{name}.png` / `.svg` | {what} | `vtrm_gate.review.{fn.__name__}` |")
+        lines.append(f"| `{name}.png` / `.svg` | {what} | `vtrm_gate.views.review.{fn.__name__}` |")
     (out / "README.md").write_text("\n".join(lines) + "\n")
     return paths
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m vtrm_gate.review",
+    p = argparse.ArgumentParser(prog="python -m vtrm_gate.views.review",
                                 description="Regenerate the design-review figures.")
     p.add_argument("--out", default="figures")
     p.add_argument("--n-rep", type=int, default=ReviewParams.n_rep)

@@ -63,7 +63,7 @@ def test_killed_in_phase_c_then_rerun_matches_an_uninterrupted_run(tmp_path):
 
     proc = subprocess.Popen([sys.executable, "-c", CHILD, str(root)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            cwd=Path(__file__).resolve().parents[1])
+                            cwd=Path(__file__).resolve().parents[2])
     db = root / "harness.sqlite"
     deadline = time.monotonic() + 30
     try:

@@ -14,7 +14,7 @@ import pytest
 
 from vtrm_gate.harness import Workspace, WorkspaceError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def cli(*args: str, fsize: int | None = None) -> subprocess.CompletedProcess[str]:

@@ -13,7 +13,7 @@ import pytest
 from vtrm_gate._env import read_dotenv
 from vtrm_gate.options import resolve_options
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def cli(*args: str, cwd: Path):

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from tests.test_backends import evolve_reply, write_units
-from tests.test_plugin import package, readme_example
-from tests.test_plugin import write_units as write_plugin_units
+from tests.llm.test_backends import evolve_reply, write_units
+from tests.llm.test_plugin import package, readme_example
+from tests.llm.test_plugin import write_units as write_plugin_units
 from vtrm_gate import cli
 from vtrm_gate.backends import (
     settle_workspace_sync,
@@ -29,7 +29,7 @@ from vtrm_gate.backends import (
 from vtrm_gate.options import RunOptions
 from vtrm_gate.testing import ChatServer, RedisTarget
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(*args: str, cwd: Path, env: dict[str, str] | None = None,

@@ -18,7 +18,7 @@ from vtrm_gate.errors import BackendError
 from vtrm_gate.llm import AgentBackend, is_factory_spec, load_factory
 from vtrm_gate.testing import RedisTarget
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def readme_example() -> str:
@@ -109,7 +109,7 @@ BAD = {
     "badpkg.agent:missing": "has no 'missing'",
     "badpkg.agent:NOT_CALLABLE": "is not callable",
     "badpkg.agent:raises": "failed: RuntimeError: no GPU here",
-    "badpkg.agent:wrong_type": "returned dict, expected vtrm_gate.plugin.AgentBackend",
+    "badpkg.agent:wrong_type": "returned dict, expected vtrm_gate.llm.AgentBackend",
     "badpkg.agent:sync_infer": "infer must be an async function",
     "not a spec": "expected 'package.module:function'",
 }

@@ -14,15 +14,14 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from test_backends import SECRET, write_units
-
+from tests.llm.test_backends import SECRET, write_units
 from vtrm_gate.cache import RedisServer, embedded_server
 from vtrm_gate.cache._embedded import _ping
 from vtrm_gate.llm import init_llm
 from vtrm_gate.testing import ChatServer
 from vtrm_gate.testing.chat import HELPFUL_MARKER
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 USER = textwrap.dedent("""
     import sys

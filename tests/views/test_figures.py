@@ -181,7 +181,7 @@ def test_review_build_writes_png_svg_and_the_readme(tmp_path):
 def test_notebooks_in_ci_never_write_the_committed_figures(monkeypatch, tmp_path):
     from vtrm_gate.views import notebook_figures_dir
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     monkeypatch.delenv("VTRM_FIGURES", raising=False)
     ci = notebook_figures_dir(True, root)
     assert root not in ci.parents and ci.is_dir()

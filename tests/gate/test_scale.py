@@ -75,7 +75,7 @@ def test_a_step_with_media_three_endpoints_and_a_redis_cluster_runs_end_to_end(
     is served from the cluster."""
     import redis as sync_redis
 
-    from tests.test_media import evolve, write_units
+    from tests.llm.test_media import evolve, write_units
     from vtrm_gate.harness import run_step
     from vtrm_gate.llm import Endpoint, EndpointPool, llm_backend, rollout_cases
     from vtrm_gate.testing.farm import SlowChatServer

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_backends import evolve_reply, write_units
+from tests.llm.test_backends import evolve_reply, write_units
 from vtrm_gate.cache import ResponseCache
 from vtrm_gate.errors import EndpointsError
 from vtrm_gate.harness import StepResult, Workspace, WorkspaceError, run_step

@@ -48,7 +48,7 @@ from vtrm_gate.stats import Action
 from vtrm_gate.testing import ChatServer, Fault, RedisTarget
 from vtrm_gate.testing.chat import HELPFUL_MARKER
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SECRET = "sk-test-DO-NOT-LEAK-4b1d"
 FAST = RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.02, max_total_s=10.0)
 LONG = "the longest option, by a clear margin"

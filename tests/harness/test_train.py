@@ -47,7 +47,7 @@ from vtrm_gate.sim import (
 from vtrm_gate.stats import Action, update_state
 from vtrm_gate.views import TrainView
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 CONFIG = SimConfig(
     seed=5,
@@ -629,8 +629,7 @@ def test_a_step_killed_between_its_checkpoint_and_its_report_is_rerun(tmp_path):
 
 def test_llm_training_run_settles_and_a_resume_makes_zero_requests(tmp_path, chat_server,
                                                                    redis_target):
-    from test_backends import FAST, SECRET, make_ws
-
+    from tests.llm.test_backends import FAST, SECRET, make_ws
     from vtrm_gate.cache import ResponseCache
     from vtrm_gate.llm import llm_backend, rollout_cases
 

@@ -14,7 +14,7 @@ import pytest
 from vtrm_gate.errors import ConfigError
 from vtrm_gate.options import RunOptions, options_from_mapping, resolve_options
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def cli(*args: str):

@@ -23,7 +23,7 @@ from vtrm_gate.harness import (
 )
 from vtrm_gate.sim import SimConfig, init_simulated, run_virtual, simulated_backend
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 HOLD = textwrap.dedent("""
     import sys, time

@@ -11,7 +11,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 
 from vtrm_gate.nbstrip import dirty_cells
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.ipynb"))
 WIDGET = "application/vnd.jupyter.widget-view+json"
 
 

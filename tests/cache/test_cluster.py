@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import redis
 
-import tests.test_cache as _cache_tests
-import tests.test_cache_renew as _renew_tests
+import tests.cache.test_cache as _cache_tests
+import tests.cache.test_cache_renew as _renew_tests
 from vtrm_gate.cache import (
     KeyParts,
     ResponseCache,
