@@ -18,13 +18,13 @@ from vtrm_gate.errors import BackendError
 from vtrm_gate.llm import AgentBackend, is_factory_spec, load_factory
 from vtrm_gate.testing import RedisTarget
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "real-agents.md"
 
 
 def readme_example() -> str:
     text = README.read_text()
     m = re.search(r"<!-- byo-example -->\n```python\n(.*?)```", text, flags=re.S)
-    assert m, "README lost its bring-your-own-agent example"
+    assert m, "docs/real-agents.md lost its bring-your-own-agent example"
     return m.group(1)
 
 

@@ -27,7 +27,7 @@ def register(sub: Any) -> None:
     i.add_argument("--probation-rule", default="e_continue",
                    choices=("w_net", "e_continue", "e_harm"),
                    help="how epoch-end probation decides (default e_continue: the "
-                        "recommended, anytime-valid rule; see README, statistics)")
+                        "recommended, anytime-valid rule; see docs/statistics.md)")
     i.add_argument("--llm", action="store_true",
                    help="units answered by an OpenAI-compatible chat model (key from "
                         "OPENAI_API_KEY / VTRM_API_KEY at step time)")
@@ -47,7 +47,7 @@ def register(sub: Any) -> None:
                    help="--llm: resize frames to this longest side in pixels (0: as stored; "
                         "default 768)")
     i.add_argument("--backend", help="--llm: your own agent, a factory "
-                                     "'package.module:function' (see README, Bring your own "
+                                     "'package.module:function' (see docs/real-agents.md, Bring your own "
                                      "agent) instead of --base-url/--model")
     i.add_argument("--json", action="store_true", help="machine-readable output")
     i.set_defaults(func=cmd_init)
