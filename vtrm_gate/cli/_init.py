@@ -47,8 +47,8 @@ def register(sub: Any) -> None:
                    help="--llm: resize frames to this longest side in pixels (0: as stored; "
                         "default 768)")
     i.add_argument("--backend", help="--llm: your own agent, a factory "
-                                     "'package.module:function' (see docs/real-agents.md, Bring your own "
-                                     "agent) instead of --base-url/--model")
+                                     "'package.module:function' (see docs/real-agents.md) "
+                                     "instead of --base-url/--model")
     i.add_argument("--json", action="store_true", help="machine-readable output")
     i.set_defaults(func=cmd_init)
 
