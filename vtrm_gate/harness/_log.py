@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._ids import gate_prefix
 from ..gate import PrefixAdvanced, TypeCounters, UnitResult, UnitTask
 from ..stats import TypeOutcome
 
@@ -310,7 +311,7 @@ class HarnessLog:
         """
         if not isinstance(step_run_id, str) or not step_run_id:
             raise ValueError(f"step_run_id must be a non-empty string, got {step_run_id!r}")
-        prefix = f"{step_run_id}_gate_"
+        prefix = gate_prefix(step_run_id)
         deleted: dict[str, int] = {}
         with self.transaction() as cur:
             for t in ("predictions", "traces"):

@@ -8,7 +8,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .._ids import PROBATION_STEP, content_hash
+from .._ids import PROBATION_STEP, content_hash, eval_run_id, probation_run_id
 from ..errors import WorkspaceError
 from ..gate import TypePlan
 from ..harness import Workspace
@@ -166,10 +166,10 @@ def serial_phase_times(workspace: Workspace, world: SimWorld,
             old = block_serial_schedule(world, plans, block=block)
             phases["gate"] += old["makespan_s"]
             decisions += [(e, s, t, str(o.action)) for t, o in old["outcomes"].items()]
-    for kind, epochs, what in (("settlement", settled, "probation"),
-                               ("evaluation", evaluated, "eval")):
+    for kind, epochs, stem in (("settlement", settled, probation_run_id),
+                               ("evaluation", evaluated, eval_run_id)):
         for e in sorted(epochs):
-            srid = f"e{e}_{what}"
+            srid = stem(e)
             for t in workspace.task_types:
                 probe = TypePlan(t, ["-"], step_run_id=srid)
                 units = _logged_units(workspace, probe.run_id("base"))

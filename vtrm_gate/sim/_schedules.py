@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .._ids import step_run_id as _step_run_id
 from ..gate import GuardParams, TypePlan, UnitResult, UnitTask, build_ladder, ladder_units, run_gate
 from ..stats import GateParams, Pair, TypeOutcome, replay_blocks, replay_prefix
 from ._virtual import run_virtual
@@ -23,7 +24,7 @@ def gate_plans(world: SimWorld, epoch: int = 1, step: int = 1, n_max: int = 40,
     """One plan per type: ladder (seed record, cases excluded), v0 (or given) skill as base,
     the evolver's proposal as candidate. No Phase A skipping: that is the harness's job."""
     evolver = SimEvolver(world)
-    run_id = step_run_id or f"e{epoch}_s{step}"
+    run_id = step_run_id or _step_run_id(epoch, step)
     plans = []
     for t in world.task_types:
         base = (skills or {}).get(t) or world.initial_skill(t)
