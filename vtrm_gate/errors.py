@@ -19,8 +19,10 @@
     │   ├── InfraGuardError                 the INFRA guard aborted the gate (``partial``)
     │   ├── StepUnmeasuredError             nothing in the step could be measured
     │   ├── LLMInfraError                   a chat call failed for good
-    │   ├── EvolveError                     the evolver could not propose a candidate
-    │   └── MediaChangedError               a frame's bytes changed since its reference
+    │   │   └── MediaError                  a frame cannot be sent (missing, outside the
+    │   │       │                           units directory, over a cap, not an image)
+    │   │       └── MediaChangedError       a frame's bytes changed since its reference
+    │   └── EvolveError                     the evolver could not propose a candidate
     └── CasesUnavailable                    a type's rollout could not be measured (a signal
                                             a case source raises; the type is
                                             ``rollout_error``, never ``no_cases``)
@@ -151,7 +153,13 @@ class EvolveError(InfraError):
     """The evolver's call failed (INFRA) or returned no usable skill text."""
 
 
-class MediaChangedError(InfraError):
+class MediaError(LLMInfraError):
+    """A frame cannot be sent: missing, outside the units directory, over the size or pixel
+    cap, or not an image. At ``init`` a `WorkspaceError`; in a step its unit is left out of
+    the ladder; at call time (deleted mid-gate) the call is INFRA with this message."""
+
+
+class MediaChangedError(MediaError):
     """A frame file's bytes differ from the hash its reference (and cache key) holds."""
 
 

@@ -92,6 +92,12 @@ def read_text(path: Path, root: Path | None = None) -> str:
     return text
 
 
+def join_notes(*notes: str | None) -> str | None:
+    """Report notes joined with "; " (None when there is none)."""
+    kept = [n for n in notes if n]
+    return "; ".join(kept) if kept else None
+
+
 def _whole(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 

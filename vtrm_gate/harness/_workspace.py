@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -260,15 +260,42 @@ class Workspace:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _refs(self) -> MediaRefs:
+        if self._media is None:
+            self._media = MediaRefs(MediaOptions.from_agent(self.config.agent, self.root))
+        return self._media
+
     def unit_key(self, task_type: str, unit_id: str) -> str:
         """Hash of a unit's content (question, options, answer, every media reference: path
-        + content hash, or URL) for the BaselineCache key; "" where units have no content."""
+        + content hash, or URL) for the BaselineCache key; "" where units have no content.
+        `MediaError` when a frame cannot be read (deleted since the ladder was built)."""
         rec = self.units.get(unit_id)
         if rec is None:
             return ""
-        if self._media is None:
-            self._media = MediaRefs(MediaOptions.from_agent(self.config.agent, self.root))
-        return json_hash({**dataclasses.asdict(rec), "media": self._media.refs(rec.media)})
+        return json_hash({**dataclasses.asdict(rec), "media": self._refs().refs(rec.media)})
+
+    def media_fault(self, unit_id: str) -> str | None:
+        """Why a unit's frames cannot be sent (its first bad frame, named), or None: outside
+        the units directory, missing, over a cap, not an image (`check_frame`)."""
+        rec = self.units.get(unit_id)
+        if rec is None or rec.media is None:
+            return None
+        return self._refs().fault(rec.media)
+
+    def sendable(self, units: Iterable[str], n: int) -> tuple[list[str], dict[str, str]]:
+        """The first ``n`` of ``units`` (in order) whose frames can be sent, and the fault of
+        every unit passed over on the way (checked lazily: only as far as needed)."""
+        kept: list[str] = []
+        faults: dict[str, str] = {}
+        for u in units:
+            if len(kept) >= n:
+                break
+            why = self.media_fault(u)
+            if why is None:
+                kept.append(u)
+            else:
+                faults[u] = why
+        return kept, faults
 
     # ---- skills ----
 
@@ -393,6 +420,12 @@ class Workspace:
         create_atomically(root, build)  # whole or not at all
         return cls.open(root)
 
+
+
+def media_note(faults: Mapping[str, str]) -> str:
+    """The report note of units left out because their frames cannot be sent."""
+    return (f"left out {len(faults)} unit(s) whose frames cannot be sent: "
+            + "; ".join(f"{u!r}: {why}" for u, why in faults.items()))
 
 
 def _check_units(root: Path, pool: Mapping[str, Sequence[str]]) -> dict[str, UnitRecord]:
