@@ -23,6 +23,8 @@
     │   │       │                           units directory, over a cap, not an image)
     │   │       └── MediaChangedError       a frame's bytes changed since its reference
     │   └── EvolveError                     the evolver could not propose a candidate
+    ├── RepeatedCandidate                   the evolver kept re-proposing rejected candidates
+    │                                       (a signal: the type is skipped for the step)
     └── CasesUnavailable                    a type's rollout could not be measured (a signal
                                             a case source raises; the type is
                                             ``rollout_error``, never ``no_cases``)
@@ -161,6 +163,12 @@ class MediaError(LLMInfraError):
 
 class MediaChangedError(MediaError):
     """A frame file's bytes differ from the hash its reference (and cache key) holds."""
+
+
+class RepeatedCandidate(VtrmError):
+    """Every sample the evolver gave (the first and its bounded retries) repeats a rejected
+    candidate: not a failure of the backend, so the type is ``skipped`` for the step (with
+    this message as its note) and the training run goes on."""
 
 
 class CasesUnavailable(VtrmError):

@@ -26,7 +26,13 @@ from typing import Any, Protocol
 
 from .._ids import canonical_json, content_hash, json_hash, slugify, step_run_id
 from .._sync import run_sync
-from ..errors import CasesUnavailable, StepRefusedError, StepUnmeasuredError, TargetClashError
+from ..errors import (
+    CasesUnavailable,
+    RepeatedCandidate,
+    StepRefusedError,
+    StepUnmeasuredError,
+    TargetClashError,
+)
 from ..gate import GateResult, Infer, Subscriber, TypePlan, build_ladder, ladder_units
 from ..options import RunOptions
 from ._access import check_ids, writer
@@ -249,6 +255,8 @@ def _before_evolving(si: StepInputs) -> Proposals:
 
 def _judge(proposal: object, current: str) -> tuple[str, str | None]:
     """(status, note) of one evolver result."""
+    if isinstance(proposal, RepeatedCandidate):  # not a failure: nothing new to gate
+        return "skipped", str(proposal)
     if isinstance(proposal, Exception):
         return "evolve_error", f"{type(proposal).__name__}: {proposal}"
     if not isinstance(proposal, str) or not proposal.strip():
