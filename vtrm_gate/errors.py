@@ -6,6 +6,7 @@
     ├── InputError (ValueError)             bad input, nothing written: exit 2
     │   ├── ConfigError                     a config key or value (file, environment, flag)
     │   │   └── BackendError                a bring-your-own backend factory is unusable
+    │   │       └── InvalidResultError      ``infer`` returned an invalid result (TypeError)
     │   ├── WorkspaceError                  a workspace file is missing or malformed
     │   │   └── WorkspaceLockedError        another process holds the writer lock
     │   ├── StepRefusedError                the step may not run as asked (``changes``)
@@ -60,6 +61,13 @@ class ConfigError(InputError):
 
 class BackendError(ConfigError):
     """A backend factory cannot be used; the message names the factory and the fault."""
+
+
+class InvalidResultError(BackendError, TypeError):
+    """``infer`` returned something that is not a valid `UnitResult` (``correct`` not a bool,
+    ``tokens`` not a non-negative integer...): a programming error of the backend, so it
+    fails the gate at once (it is a TypeError) and never hides as INFRA; the message names
+    unit, arm, field and value."""
 
 
 class WorkspaceError(InputError):

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from .._env import credential_keys, credential_name
 from .._ids import content_hash, json_hash, slugify, step_run_id
 from ..errors import WorkspaceError
 from ..gate import check_unit_ids
@@ -44,8 +45,6 @@ DEFAULT_STRATEGY = "default-strategy.md"
 FILES = ("workspace.json", "pool.json", "seed_record.json", "state.json", "harness.sqlite")
 UNITS_FILE = "units.jsonl"
 KINDS = ("custom", "simulated", "llm")
-# Agent keys that would put a credential into workspace.json (and into the BaselineCache key).
-_SECRET_KEYS = ("api_key", "apikey", "authorization", "password", "secret", "bearer")
 
 
 
@@ -120,8 +119,11 @@ class WorkspaceConfig:
 
 
 def _check_no_secret(agent: Mapping[str, Any]) -> None:
-    secret = [k for k in agent if any(s in str(k).lower().replace("-", "_")
-                                      for s in _SECRET_KEYS)]
+    """No key of the agent config (or of its request ``params``) may name a credential: it
+    would be written to workspace.json, every manifest and the BaselineCache key."""
+    params = agent.get("params")
+    secret = [k for k in agent if credential_name(k)] + [
+        f"params.{k}" for k in credential_keys(params if isinstance(params, Mapping) else {})]
     if secret:
         raise ValueError(f"agent must not hold credentials (found {sorted(secret)}); the API "
                          f"key comes from OPENAI_API_KEY / VTRM_API_KEY at run time")

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from .._env import mask_url
+from .._env import credential_name, mask_url
 from .._ids import slugify
 from ..errors import EndpointsError, MediaError, WorkspaceError
 from ..harness import (
@@ -24,7 +24,7 @@ from ..harness import (
     read_units,
     units_pool,
 )
-from ..harness._workspace import _SECRET_KEYS, _check_no_secret
+from ..harness._workspace import _check_no_secret
 from ._endpoints import check_endpoints_setting, read_endpoints_file
 
 
@@ -33,8 +33,7 @@ def _refuse_url_credentials(url: str) -> None:
     workspace.json and every manifest (the message does not repeat it)."""
     parts = urlsplit(url)
     names = [k for k, _ in parse_qsl(parts.query, keep_blank_values=True)]
-    bad = [k for k in names if k.lower().replace("-", "_") in ("key", "token", "access_token")
-           or any(s in k.lower().replace("-", "_") for s in _SECRET_KEYS)]
+    bad = [k for k in names if credential_name(k)]
     if "@" in parts.netloc or bad:
         what = "user info (user:password@)" if "@" in parts.netloc else \
             f"the query parameter(s) {', '.join(bad)}"
