@@ -15,6 +15,8 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 DEFAULT_TTL = 604800  # 7 days
+MAX_TTL = 2**31 - 1
+"""The longest TTL taken (68 years): Redis, its Lua numbers and every client agree on it."""
 
 
 # ---- secrets --------------------------------------------------------------------------
@@ -218,8 +220,8 @@ def parse_ttl(value: str | int | None, default: int = DEFAULT_TTL) -> int:
     except (TypeError, ValueError):
         raise ValueError(f"REDIS_CACHE_TTL must be a whole number of seconds > 0, "
                          f"got {value!r}") from None
-    if ttl <= 0:
-        raise ValueError(f"REDIS_CACHE_TTL must be > 0 seconds, got {ttl}")
+    if not 0 < ttl <= MAX_TTL:
+        raise ValueError(f"REDIS_CACHE_TTL must be from 1 to {MAX_TTL} seconds, got {ttl}")
     return ttl
 
 

@@ -214,3 +214,23 @@ def test_programming_errors_still_fail_with_their_type(workspace: Path,
     with pytest.raises(TypeError, match="nonexistent_field") as info:
         cli.main(["step", "--workspace", str(workspace), "--epoch", "1", "--step", "1"])
     assert any("raised by infer" in n for n in getattr(info.value, "__notes__", []))
+
+
+def test_init_with_a_backend_names_the_backend_not_a_missing_model(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 19 #15: `init --llm --backend pkg:f` printed "model None"
+    pkg = tmp_path / "plugins" / "hostile"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "agent.py").write_text(SOURCE)
+    monkeypatch.syspath_prepend(str(tmp_path / "plugins"))
+    units = str(write_units(tmp_path / "u.jsonl"))
+    assert cli.main(["init", str(tmp_path / "a"), "--llm", "--units", units,
+                     "--backend", "hostile.agent:make_backend"]) == 0
+    text = capsys.readouterr().out
+    assert "None" not in text and "backend hostile.agent:make_backend" in text, text
+    assert cli.main(["init", str(tmp_path / "b"), "--llm", "--units", units,
+                     "--backend", "hostile.agent:make_backend", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["backend"] == "hostile.agent:make_backend" and "model" not in doc

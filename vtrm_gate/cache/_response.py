@@ -28,6 +28,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from .._env import (
     DEFAULT_TTL,
+    MAX_TTL,
     check_redis_url,
     environment,
     mask_url,
@@ -162,9 +163,9 @@ class ResponseCache:
                  namespace: str = "") -> None:
         if url is not None:
             check_redis_url(url)
-        if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl <= 0:
-            raise ValueError(f"ResponseCache.ttl must be an integer number of seconds > 0, "
-                             f"got {ttl!r}")
+        if isinstance(ttl, bool) or not isinstance(ttl, int) or not 0 < ttl <= MAX_TTL:
+            raise ValueError(f"ResponseCache.ttl must be an integer number of seconds from 1 "
+                             f"to {MAX_TTL}, got {ttl!r}")
         if not prefix or not isinstance(prefix, str) or any(c in prefix for c in "*?[]"):
             raise ValueError(f"ResponseCache.prefix must be a non-empty string without glob "
                              f"characters, got {prefix!r}")
