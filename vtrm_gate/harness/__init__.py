@@ -43,6 +43,8 @@ from ._lock import workspace_lock as workspace_lock
 from ._log import TABLES as TABLES
 from ._log import GateSink as GateSink
 from ._log import HarnessLog as HarnessLog
+from ._manifest import read_manifest as read_manifest
+from ._manifest import recorded_manifests as recorded_manifests
 from ._replay import replay_step as replay_step
 from ._results import StepResult as StepResult
 from ._results import TypeStep as TypeStep

@@ -485,11 +485,10 @@ def _parsed(root: Path, name: str, parse: Callable[[Any], T]) -> T:
 
 def _check_consistency(config: WorkspaceConfig, pool: Mapping[str, Sequence[str]],
                        state: TrainingState) -> None:
-    missing = sorted(set(pool) - set(state.skills))
-    extra = sorted(set(state.skills) - set(pool))
-    if missing or extra:
-        raise WorkspaceError(f"state.json: skills must list exactly the types of pool.json"
-                             f" (missing {missing}, unknown {extra})")
+    try:
+        state.check_types(pool)
+    except ValueError as exc:
+        raise WorkspaceError(f"state.json: {exc}") from None
     for t in config.targets:
         if t not in pool:
             raise WorkspaceError(f"workspace.json: targets names type {t!r}, which is not "
