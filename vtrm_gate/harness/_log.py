@@ -375,8 +375,10 @@ class HarnessLog:
     def write_consumed(self, epoch: int, step: int, ev: PrefixAdvanced) -> None:
         """One consumed unit: its gate_evidence row and its quadrant_pairs row, atomically."""
         infra = ev.d is None
-        base = None if ev.base is None or ev.base.infra else ev.base.correct
-        cand = None if ev.cand is None or ev.cand.infra else ev.cand.correct
+        # An INFRA unit is no pair: both arms NULL, whichever came back first (the other
+        # arm's answer, if any, is in predictions); so the row is the same on every run.
+        base = None if infra or ev.base is None else ev.base.correct
+        cand = None if infra or ev.cand is None else ev.cand.correct
         with self.transaction() as cur:
             self.upsert("gate_evidence", [(
                 epoch, step, ev.task_type, ev.ladder_rank, ev.unit_id, _b(base), _b(cand),
