@@ -76,14 +76,19 @@ def write_units(path: Path) -> Path:
     return path
 
 
-@pytest.fixture
-def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, redis_target: RedisTarget,
-              capsys: pytest.CaptureFixture[str]) -> Path:
+def install_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ``hostile`` package (``hostile.agent:make_backend``) importable for this test."""
     pkg = tmp_path / "plugins" / "hostile"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     (pkg / "agent.py").write_text(SOURCE)
     monkeypatch.syspath_prepend(str(tmp_path / "plugins"))
+
+
+@pytest.fixture
+def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, redis_target: RedisTarget,
+              capsys: pytest.CaptureFixture[str]) -> Path:
+    install_plugin(tmp_path, monkeypatch)
     monkeypatch.setenv("REDIS_URL", redis_target.url)
     monkeypatch.setenv("VTRM_CACHE_PREFIX", redis_target.prefix)
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
@@ -220,11 +225,7 @@ def test_init_with_a_backend_names_the_backend_not_a_missing_model(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     # Issue 19 #15: `init --llm --backend pkg:f` printed "model None"
-    pkg = tmp_path / "plugins" / "hostile"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    (pkg / "agent.py").write_text(SOURCE)
-    monkeypatch.syspath_prepend(str(tmp_path / "plugins"))
+    install_plugin(tmp_path, monkeypatch)
     units = str(write_units(tmp_path / "u.jsonl"))
     assert cli.main(["init", str(tmp_path / "a"), "--llm", "--units", units,
                      "--backend", "hostile.agent:make_backend"]) == 0
