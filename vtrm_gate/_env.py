@@ -15,6 +15,8 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 DEFAULT_TTL = 604800  # 7 days
+MAX_TTL = 2**31 - 1
+"""The longest TTL taken (68 years): Redis, its Lua numbers and every client agree on it."""
 
 
 # ---- secrets --------------------------------------------------------------------------
@@ -85,6 +87,58 @@ def scrub_credentials(text: str, secrets: Iterable[str | None] = ()) -> str:
     text = _CREDENTIAL_FIELD.sub(
         lambda m: f"{m[1]}{m[2]}{m[3] + ' ' if m[3] else ''}***", text)
     return _BEARER.sub(lambda m: f"{m[1]} ***", text)
+
+
+# Names that hold a credential: a segment (split at _, -, . and camelCase) such as KEY,
+# TOKEN, SECRET, PASSWORD, AUTH... ("max_tokens" and "monkey" are not such names).
+_CREDENTIAL_SEGMENTS = frozenset({
+    "key", "apikey", "token", "secret", "password", "passwd", "pwd", "auth",
+    "authorization", "bearer", "credential", "credentials", "cookie"})
+_NOT_A_CREDENTIAL = frozenset({"pwd", "oldpwd"})  # the shell's working directories
+_PATH_SUFFIXES = ("_sock", "_path", "_file", "_dir", "_home")
+SECRET_MIN_LENGTH = 8
+"""Environment values shorter than this are not scrubbed from texts (a 3-letter value would
+blank out every word that contains it); the planted secrets of the hostile tests are >= 8."""
+
+
+def credential_name(name: object) -> bool:
+    """True when a key or variable name looks like it holds a credential (``api_key``,
+    ``access_token``, ``openaiKey``, ``DB_PASSWORD``; not ``max_tokens``, ``PWD``)."""
+    text = str(name)
+    if text.lower() in _NOT_A_CREDENTIAL:
+        return False
+    split = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", text).lower()
+    return any(seg in _CREDENTIAL_SEGMENTS for seg in re.split(r"[^a-z0-9]+", split) if seg)
+
+
+def credential_keys(obj: object, path: str = "") -> list[str]:
+    """The keys (dotted paths) of a JSON-like value whose names look like credentials."""
+    out: list[str] = []
+    if isinstance(obj, Mapping):
+        for k, v in obj.items():
+            where = f"{path}.{k}" if path else str(k)
+            if credential_name(k):
+                out.append(where)
+            out += credential_keys(v, where)
+    elif isinstance(obj, list | tuple):
+        for i, v in enumerate(obj):
+            out += credential_keys(v, f"{path}[{i}]")
+    return out
+
+
+def secret_values(env: Mapping[str, str]) -> list[str]:
+    """The values of ``env`` that are secrets, longest first: every variable whose name
+    looks like a credential (`credential_name`; not a socket, path or directory) and the
+    password of every URL in it, each at least `SECRET_MIN_LENGTH` characters."""
+    found: set[str] = set()
+    for k, v in env.items():
+        if not isinstance(v, str) or not v:
+            continue
+        if credential_name(k) and not k.lower().endswith(_PATH_SUFFIXES):
+            found.add(v)
+        if "://" in v:
+            found.update(_url_secrets(v))
+    return sorted((s for s in found if len(s) >= SECRET_MIN_LENGTH), key=len, reverse=True)
 
 
 def check_redis_url(url: str) -> str:
@@ -166,8 +220,8 @@ def parse_ttl(value: str | int | None, default: int = DEFAULT_TTL) -> int:
     except (TypeError, ValueError):
         raise ValueError(f"REDIS_CACHE_TTL must be a whole number of seconds > 0, "
                          f"got {value!r}") from None
-    if ttl <= 0:
-        raise ValueError(f"REDIS_CACHE_TTL must be > 0 seconds, got {ttl}")
+    if not 0 < ttl <= MAX_TTL:
+        raise ValueError(f"REDIS_CACHE_TTL must be from 1 to {MAX_TTL} seconds, got {ttl}")
     return ttl
 
 

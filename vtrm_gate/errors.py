@@ -6,6 +6,7 @@
     ├── InputError (ValueError)             bad input, nothing written: exit 2
     │   ├── ConfigError                     a config key or value (file, environment, flag)
     │   │   └── BackendError                a bring-your-own backend factory is unusable
+    │   │       └── InvalidResultError      ``infer`` returned an invalid result (TypeError)
     │   ├── WorkspaceError                  a workspace file is missing or malformed
     │   │   └── WorkspaceLockedError        another process holds the writer lock
     │   ├── StepRefusedError                the step may not run as asked (``changes``)
@@ -19,8 +20,12 @@
     │   ├── InfraGuardError                 the INFRA guard aborted the gate (``partial``)
     │   ├── StepUnmeasuredError             nothing in the step could be measured
     │   ├── LLMInfraError                   a chat call failed for good
-    │   ├── EvolveError                     the evolver could not propose a candidate
-    │   └── MediaChangedError               a frame's bytes changed since its reference
+    │   │   └── MediaError                  a frame cannot be sent (missing, outside the
+    │   │       │                           units directory, over a cap, not an image)
+    │   │       └── MediaChangedError       a frame's bytes changed since its reference
+    │   └── EvolveError                     the evolver could not propose a candidate
+    ├── RepeatedCandidate                   the evolver kept re-proposing rejected candidates
+    │                                       (a signal: the type is skipped for the step)
     └── CasesUnavailable                    a type's rollout could not be measured (a signal
                                             a case source raises; the type is
                                             ``rollout_error``, never ``no_cases``)
@@ -56,6 +61,13 @@ class ConfigError(InputError):
 
 class BackendError(ConfigError):
     """A backend factory cannot be used; the message names the factory and the fault."""
+
+
+class InvalidResultError(BackendError, TypeError):
+    """``infer`` returned something that is not a valid `UnitResult` (``correct`` not a bool,
+    ``tokens`` not a non-negative integer...): a programming error of the backend, so it
+    fails the gate at once (it is a TypeError) and never hides as INFRA; the message names
+    unit, arm, field and value."""
 
 
 class WorkspaceError(InputError):
@@ -151,8 +163,20 @@ class EvolveError(InfraError):
     """The evolver's call failed (INFRA) or returned no usable skill text."""
 
 
-class MediaChangedError(InfraError):
+class MediaError(LLMInfraError):
+    """A frame cannot be sent: missing, outside the units directory, over the size or pixel
+    cap, or not an image. At ``init`` a `WorkspaceError`; in a step its unit is left out of
+    the ladder; at call time (deleted mid-gate) the call is INFRA with this message."""
+
+
+class MediaChangedError(MediaError):
     """A frame file's bytes differ from the hash its reference (and cache key) holds."""
+
+
+class RepeatedCandidate(VtrmError):
+    """Every sample the evolver gave (the first and its bounded retries) repeats a rejected
+    candidate: not a failure of the backend, so the type is ``skipped`` for the step (with
+    this message as its note) and the training run goes on."""
 
 
 class CasesUnavailable(VtrmError):

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Final
 
-from ._env import DEFAULT_TTL, check_redis_url, mask_url, read_dotenv
+from ._env import DEFAULT_TTL, MAX_TTL, check_redis_url, mask_url, read_dotenv
 from .errors import ConfigError
 from .gate import GuardParams
 from .stats import PROBATION_RULES, GateParams
@@ -141,9 +141,9 @@ class RunOptions:
                               f"got {self.probation_rule!r}")
 
     def _check_cache(self) -> None:
-        if not _whole(self.redis_cache_ttl) or self.redis_cache_ttl < 1:
-            raise ConfigError(f"redis_cache_ttl must be an integer >= 1 (seconds), "
-                              f"got {self.redis_cache_ttl!r}")
+        if not _whole(self.redis_cache_ttl) or not 1 <= self.redis_cache_ttl <= MAX_TTL:
+            raise ConfigError(f"redis_cache_ttl must be an integer from 1 to {MAX_TTL} "
+                              f"(seconds), got {self.redis_cache_ttl!r}")
         if not isinstance(self.cache_prefix, str) or not self.cache_prefix \
                 or any(c in self.cache_prefix for c in "*?[] "):
             raise ConfigError(f"cache_prefix must be a non-empty string without glob "

@@ -298,6 +298,98 @@ def test_malformed_value_is_a_miss_and_is_overwritten(redis_target: RedisTarget,
     assert (first, second, calls, stats.malformed) == ("miss", "hit", 1, 1)
 
 
+def test_a_value_stored_under_another_key_is_a_counted_miss(redis_target: RedisTarget
+                                                            ) -> None:
+    # Issue 19 #3: a value copied (or renamed) onto another call's key was served as that
+    # call's answer; the value carries the digest of its key material, compared on read.
+    mine, other = parts(content="Which? A. x B. y"), parts(content="Which? A. p B. q")
+
+    async def go() -> tuple[str, str, int, CacheStats]:
+        cache, call = cache_for(redis_target), Counting(ok("A"))
+        await cache.get_or_call(other, call)
+        r = raw(redis_target)
+        r.set(mine.key(redis_target.prefix), r.get(other.key(redis_target.prefix)))
+        first = await cache.get_or_call(mine, Counting(ok("B")))
+        second = await cache.get_or_call(mine, Counting(ok("C")))
+        return first.source, second.response["choices"][0]["message"]["content"], \
+            call.calls, cache.stats()
+
+    first, answer, calls, stats = asyncio.run(go())
+    assert (first, answer, calls) == ("miss", "B", 1)  # asked afresh, then served its own
+    assert (stats.mismatched, stats.misses, stats.hits) == (1, 2, 1)
+
+
+@pytest.mark.parametrize("field,value", [("digest", "0" * 64), ("digest", None)])
+def test_a_value_whose_recorded_key_material_differs_is_a_miss(
+        redis_target: RedisTarget, field: str, value: str | None) -> None:
+    import json as _json
+
+    p = parts()
+    key = p.key(redis_target.prefix)
+
+    async def go() -> tuple[str, str, CacheStats]:
+        cache = cache_for(redis_target)
+        await cache.get_or_call(p, Counting(ok("A")))
+        r = raw(redis_target)
+        stored = _json.loads(r.get(key))
+        stored[field] = value
+        r.set(key, _json.dumps(stored))
+        res = await cache.get_or_call(p, Counting(ok("B")))
+        return res.source, res.response["choices"][0]["message"]["content"], cache.stats()
+
+    source, answer, stats = asyncio.run(go())
+    assert (source, answer, stats.mismatched) == ("miss", "B", 1)
+
+
+def test_an_entry_written_before_values_carried_their_digest_is_checked_by_components(
+        redis_target: RedisTarget) -> None:
+    import json as _json
+
+    p, other = parts(), parts(content="another question")
+    key = p.key(redis_target.prefix)
+
+    async def go() -> tuple[str, str, str]:
+        cache = cache_for(redis_target)
+        await cache.get_or_call(p, Counting(ok("A")))
+        await cache.get_or_call(other, Counting(ok("Z")))
+        r = raw(redis_target)
+        legacy = _json.loads(r.get(key))
+        del legacy["digest"]  # the layout of 0.2.0: component digests and salt only
+        r.set(key, _json.dumps(legacy))
+        hit = await cache.get_or_call(p, Counting(ok("B")))
+        moved = _json.loads(r.get(other.key(redis_target.prefix)))
+        del moved["digest"]
+        r.set(key, _json.dumps(moved))
+        miss = await cache.get_or_call(p, Counting(ok("C")))
+        resalted = {**legacy, "salt": "ws:another-workspace/step1_gate_ocr_base"}
+        r.set(key, _json.dumps(resalted))
+        salt = await cache.get_or_call(p, Counting(ok("D")))
+        return hit.source, miss.source, salt.source
+
+    assert asyncio.run(go()) == ("hit", "miss", "miss")
+
+
+def test_a_key_of_the_wrong_redis_type_is_a_miss_for_that_key_only(
+        redis_target: RedisTarget) -> None:
+    # Issue 19 #11: a HASH under llm_cache: raised WRONGTYPE and the whole cache was
+    # declared unavailable (every later call went uncached).
+    p, other = parts(), parts(content="another question")
+
+    async def go() -> tuple[list[str], bool, CacheStats]:
+        cache = cache_for(redis_target)
+        await cache.get_or_call(other, Counting())
+        raw(redis_target).hset(p.key(redis_target.prefix), mapping={"a": "1"})
+        sources = [(await cache.get_or_call(p, Counting())).source,
+                   (await cache.get_or_call(other, Counting())).source,
+                   (await cache.get_or_call(p, Counting())).source]
+        assert await cache.lookup(other) is not None
+        return sources, cache.available, cache.stats()
+
+    sources, available, stats = asyncio.run(go())
+    assert sources == ["miss", "hit", "hit"]  # the miss was written over the stray hash
+    assert available and stats.errors == 0 and stats.bypassed == 0 and stats.malformed == 1
+
+
 def test_concurrent_identical_calls_make_one_request(redis_target: RedisTarget) -> None:
     async def go() -> tuple[list[str], int]:
         cache, call = cache_for(redis_target), Counting(delay=0.05)

@@ -231,3 +231,27 @@ def test_cli_module_imports_nothing_heavy() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("ttl", [str(2**63), "99999999999999999999999"])
+def test_cli_ttl_past_what_redis_takes_is_one_line(redis_target: RedisTarget, ttl: str) -> None:
+    # Issue 19: integers from the command line are range-checked before any Redis call
+    groups = seed(redis_target, n=1)
+    try:
+        out = cli("renew", "--ttl", ttl, "--pattern", redis_target.pattern,
+                  "--url", redis_target.url)
+    finally:
+        cleanup_other(redis_target, groups)
+    assert out.returncode == 2, out.stdout
+    assert out.stderr.count("\n") == 1 and "--ttl" in out.stderr and "2147483647" in out.stderr
+    assert all(0 < t <= 3600 for t in ttls(redis_target, groups["short"]))  # nothing touched
+    edge = cli("renew", "--ttl", "2147483647", "--dry-run", "--pattern", redis_target.pattern,
+               "--url", redis_target.url)
+    assert edge.returncode == 0, edge.stderr
+
+
+def test_redis_cache_ttl_past_what_redis_takes_is_refused() -> None:
+    from vtrm_gate.options import ConfigError, resolve_options
+
+    with pytest.raises(ConfigError, match="REDIS_CACHE_TTL"):
+        resolve_options(env={"REDIS_CACHE_TTL": str(2**40)}, dotenv=None)

@@ -2,7 +2,10 @@
 
 Only responses that pass the caller's validator are written (``SET ... EX ttl``, atomic; the
 agent's accepts any chat completion, an unusable answer included, so a re-run replays it),
-never one the encoder cannot store; a malformed value is a miss and is overwritten. If Redis
+never one the encoder cannot store. Every value carries the digest of its key material and
+is checked on read: a malformed value, a key of another Redis type, or a value recorded for
+other key material (copied onto this key) is a counted miss for that key and is
+overwritten. If Redis
 is down, calls go uncached and counted, with one warning when the outage begins and one when
 it ends, and caching resumes by itself when Redis is back.
 """
@@ -21,10 +24,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import redis.asyncio as aredis
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from .._env import (
     DEFAULT_TTL,
+    MAX_TTL,
     check_redis_url,
     environment,
     mask_url,
@@ -67,7 +71,10 @@ class CacheStats:
     ``hits``: served from Redis; ``coalesced``: served by an identical concurrent call;
     ``misses``: looked up, absent (or malformed), called; ``bypassed``: called without a
     lookup (cache off, or Redis down); ``errors``: failed Redis operations;
-    ``not_cached``: responses not written because they failed validation.
+    ``malformed``: values that are not an entry (bad JSON, another schema, a key of another
+    Redis type); ``mismatched``: entries whose recorded key material (digest, salt) is not
+    the call's (a value copied onto another key); ``not_cached``: responses not written
+    because they failed validation.
     """
 
     hits: int = 0
@@ -76,6 +83,7 @@ class CacheStats:
     bypassed: int = 0
     errors: int = 0
     malformed: int = 0
+    mismatched: int = 0
     writes: int = 0
     not_cached: int = 0
 
@@ -123,6 +131,20 @@ class _LeaderCancelled(Exception):
     """The call a follower waited on was cancelled: the follower makes its own."""
 
 
+_WRONG_TYPE = b"\x00wrong-type"
+"""What `_get` returns for a key that holds a hash, list...: not an entry (a miss)."""
+
+
+async def _get(client: aredis.Redis, key: str) -> Any:
+    """``GET key``; a key of another Redis type is that key's miss, not an outage."""
+    try:
+        return await client.get(key)
+    except ResponseError as exc:
+        if str(exc).startswith("WRONGTYPE"):
+            return _WRONG_TYPE
+        raise
+
+
 # ---- the cache ------------------------------------------------------------------------
 
 
@@ -141,9 +163,9 @@ class ResponseCache:
                  namespace: str = "") -> None:
         if url is not None:
             check_redis_url(url)
-        if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl <= 0:
-            raise ValueError(f"ResponseCache.ttl must be an integer number of seconds > 0, "
-                             f"got {ttl!r}")
+        if isinstance(ttl, bool) or not isinstance(ttl, int) or not 0 < ttl <= MAX_TTL:
+            raise ValueError(f"ResponseCache.ttl must be an integer number of seconds from 1 "
+                             f"to {MAX_TTL}, got {ttl!r}")
         if not prefix or not isinstance(prefix, str) or any(c in prefix for c in "*?[]"):
             raise ValueError(f"ResponseCache.prefix must be a non-empty string without glob "
                              f"characters, got {prefix!r}")
@@ -329,15 +351,25 @@ class ResponseCache:
 
     # -- get / put --------------------------------------------------------------------
 
-    def _decode(self, raw: bytes, validate: Validator) -> Response | None:
+    def _decode(self, raw: bytes, validate: Validator, parts: KeyParts,
+                c: _Counters) -> Response | None:
+        """The response stored in ``raw`` for ``parts``, or None (counted: malformed, or
+        recorded for other key material)."""
         try:
-            value = json.loads(raw)
+            value = None if raw is _WRONG_TYPE else json.loads(raw)
         except (ValueError, RecursionError):
-            return None
+            value = None
         if not isinstance(value, dict) or value.get("schema") != SCHEMA_VERSION:
+            c.malformed += 1
+            return None
+        if not _same_key_material(value, parts):
+            c.mismatched += 1
             return None
         resp = value.get("response")
-        return resp if validate(resp) is None else None
+        if validate(resp) is not None:
+            c.malformed += 1
+            return None
+        return resp  # type: ignore[no-any-return]
 
     def _encode(self, parts: KeyParts, resp: Response) -> bytes | None:
         """The stored value, or None when ``resp`` has no JSON form (NaN, sets, nesting too
@@ -349,6 +381,7 @@ class ResponseCache:
 
     def _encode_value(self, parts: KeyParts, resp: Response) -> bytes:
         return canonical_json({"schema": SCHEMA_VERSION, "response": resp,
+                               "digest": parts.digest,
                                "components": parts.component_digests(),
                                "messages": parts.message_digests(),
                                "salt": parts.salt, "written_at": round(time.time(), 3)}).encode()
@@ -360,13 +393,10 @@ class ResponseCache:
         if not self.enabled or self._skip():
             return None
         key = parts.key(self.prefix)
-        ok, raw = await self._op(run, lambda r: r.get(key))
+        ok, raw = await self._op(run, lambda r: _get(r, key))
         if not ok or raw is None:
             return None
-        resp = self._decode(raw, validate)
-        if resp is None:
-            self._c(run).malformed += 1
-        return resp
+        return self._decode(raw, validate, parts, self._c(run))
 
     async def store(self, parts: KeyParts, resp: Response, validate: Validator = validate_response,
                     run_id: str | None = None) -> bool:
@@ -436,16 +466,15 @@ class ResponseCache:
         if self._skip():
             c.bypassed += 1
             return CacheResult(await call(), "bypass", key)
-        ok, raw = await self._op(run, lambda r: r.get(key))
+        ok, raw = await self._op(run, lambda r: _get(r, key))
         if not ok:
             c.bypassed += 1
             return CacheResult(await call(), "bypass", key)
         if raw is not None:
-            resp = self._decode(raw, validate)
+            resp = self._decode(raw, validate, parts, c)
             if resp is not None:
                 c.hits += 1
                 return CacheResult(resp, "hit", key)
-            c.malformed += 1
         c.misses += 1
         resp = await call()
         await self.store(parts, resp, validate, run)
@@ -462,13 +491,13 @@ class ResponseCache:
         key = parts.key(self.prefix)
         if isinstance(reference, KeyParts):
             return explain_miss(parts, reference, self.prefix)
-        ok, raw = await self._op("", lambda r: r.get(reference))
+        ok, raw = await self._op("", lambda r: _get(r, reference))
         if not ok:
             return MissExplanation(key, reference, (), note="Redis unavailable")
         if raw is None:
             return MissExplanation(key, reference, (), note=f"{reference}: no such entry")
         try:
-            value = json.loads(raw)
+            value = json.loads(raw)  # a key of another Redis type fails here too
             theirs, their_msgs = value["components"], value["messages"]
         except (ValueError, KeyError, TypeError):
             return MissExplanation(key, reference, (), note=f"{reference}: malformed entry")
@@ -476,4 +505,10 @@ class ResponseCache:
                         parts.message_digests(), their_msgs)
 
 
-
+def _same_key_material(value: Mapping[str, Any], parts: KeyParts) -> bool:
+    """True when a stored entry was written for ``parts``: its full key digest (entries of
+    0.2.0 and before: its salt and component digests) is the call's."""
+    if "digest" in value:
+        return value["digest"] == parts.digest
+    return (value.get("salt") == parts.salt
+            and value.get("components") == parts.component_digests())

@@ -14,6 +14,7 @@ import sys
 import time
 from typing import Any
 
+from .._env import MAX_TTL
 from ..errors import CliError, InputError
 
 RENEW_METHODS = ("auto", "lua", "pipeline", "gt", "naive")  # mirrors cache.RENEW_METHODS
@@ -98,13 +99,15 @@ def _stop(args: argparse.Namespace) -> int:
     return 0
 
 
-def _positive_int(name: str, value: str) -> int:
+def _positive_int(name: str, value: str, high: int = 2**63 - 1) -> int:
     try:
         n = int(value)
     except (TypeError, ValueError):
         raise CliError(f"{name} must be a whole number > 0, got {value!r}") from None
     if n <= 0:
         raise CliError(f"{name} must be > 0, got {n}")
+    if n > high:
+        raise CliError(f"{name} must be at most {high}, got {n}")
     return n
 
 
@@ -186,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
         if cmd == "stop":
             return _stop(args)
         if cmd == "renew":
-            ttl = _positive_int("--ttl", args.ttl)
+            ttl = _positive_int("--ttl", args.ttl, MAX_TTL)
         batch = _positive_int("--batch", args.batch)
         url, _server = _resolve_url(args)
         from redis.exceptions import AuthenticationError, ResponseError

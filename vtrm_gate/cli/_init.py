@@ -21,7 +21,7 @@ def register(sub: Any) -> None:
     i.add_argument("--seed", type=nonneg_int, default=0)
     i.add_argument("--infra-rate", type=rate, default=0.003,
                    help="simulated INFRA failure rate")
-    i.add_argument("--heldout-fraction", type=float, default=0.2,
+    i.add_argument("--heldout-fraction", type=rate, default=0.2,
                    help="simulated: share of each type's units held out for the epoch-end "
                         "evaluation (never gated)")
     i.add_argument("--probation-rule", default="e_continue",
@@ -91,10 +91,13 @@ def _init_llm(root: Path, args: argparse.Namespace) -> int:
     ws = init_llm(root, args.units, base_url=args.base_url, model=args.model, seed=args.seed,
                   skills_dir=args.skills, seed_record=args.seed_record, backend=args.backend,
                   endpoints_file=args.endpoints, media=media)
+    agent = {"backend": args.backend} if args.backend else {"model": args.model}
+    if args.backend and args.model:
+        agent["model"] = args.model
     out = {"workspace": str(root), "kind": "llm", "types": len(ws.pool),
-           "units": sum(len(u) for u in ws.pool.values()), "model": args.model,
-           "seed": args.seed}
+           "units": sum(len(u) for u in ws.pool.values()), **agent, "seed": args.seed}
     ws.close()
+    who = ", ".join(f"{k} {v}" for k, v in agent.items())
     emit(args, out, f"created llm workspace {root} ({out['types']} types, {out['units']} "
-                    f"units, model {args.model}, seed {args.seed})")
+                    f"units, {who}, seed {args.seed})")
     return 0

@@ -48,6 +48,7 @@ from ._plan import ResultSink as ResultSink
 from ._plan import TypePlan as TypePlan
 from ._plan import UnitResult as UnitResult
 from ._plan import UnitTask as UnitTask
+from ._plan import checked_result as checked_result
 from ._result import GateResult as GateResult
 from ._result import TypeCounters as TypeCounters
 from ._scheduler import run_gate as run_gate

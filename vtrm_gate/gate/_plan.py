@@ -4,11 +4,16 @@ guard, and the protocols storage and caching come in through (`BaselineStore`, `
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+import numpy as np
+
 from .._ids import Arm, arm_run_id, content_hash, slugify
+from ..errors import InvalidResultError
 from ..stats import (
     DecisionRule,
     TypeOutcome,
@@ -54,6 +59,55 @@ class UnitResult:
 
 
 Infer = Callable[[UnitTask], Awaitable[UnitResult]]
+
+_MAX_TOKENS = 2**63 - 1  # an SQLite INTEGER
+
+
+def _result_fault(res: UnitResult) -> tuple[str, object] | None:
+    """The first field of ``res`` that is invalid, with its value, or None."""
+    for name in ("correct", "infra", "cached"):
+        v = getattr(res, name)
+        if not isinstance(v, bool | np.bool_):
+            return name, v
+    t = res.tokens
+    if isinstance(t, bool) or not isinstance(t, int | np.integer) or not 0 <= t <= _MAX_TOKENS:
+        return "tokens", t
+    lat = res.latency_s
+    if isinstance(lat, bool) or not isinstance(lat, int | float | np.number) \
+            or not math.isfinite(lat) or lat < 0:
+        return "latency_s", lat
+    for name in ("prediction", "error"):
+        v = getattr(res, name)
+        if v is not None and not isinstance(v, str):
+            return name, v
+    return None
+
+
+_EXPECTED = {"correct": "a bool", "infra": "a bool", "cached": "a bool",
+             "tokens": f"an integer from 0 to {_MAX_TOKENS}",
+             "latency_s": "a finite number of seconds >= 0", "prediction": "a string or None",
+             "error": "a string or None"}
+
+
+def checked_result(task: UnitTask, res: object) -> UnitResult:
+    """What ``infer`` returned for ``task``, checked: a `UnitResult` with bool flags, a
+    non-negative integer ``tokens``, finite ``latency_s`` and text or None (numpy scalars
+    become Python values). `InvalidResultError` naming unit, arm, field and value otherwise:
+    an arm-dependent bug (``correct=None``, ``"no"``, NaN) must fail the gate, never count."""
+    where = f"type {task.task_type!r}, unit {task.unit_id!r} ({task.arm} arm)"
+    if not isinstance(res, UnitResult):
+        raise InvalidResultError(f"infer returned {type(res).__name__}, expected UnitResult, "
+                                 f"for {where}")
+    fault = _result_fault(res)
+    if fault is not None:
+        name, value = fault
+        raise InvalidResultError(f"infer returned UnitResult.{name}={value!r} for {where}; "
+                                 f"it must be {_EXPECTED[name]}")
+    if type(res.correct) is bool and type(res.infra) is bool and type(res.cached) is bool \
+            and type(res.tokens) is int:
+        return res
+    return dataclasses.replace(res, correct=bool(res.correct), infra=bool(res.infra),
+                               cached=bool(res.cached), tokens=int(res.tokens))
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,16 @@ from ._events import (
     _Bus,
     _name,
 )
-from ._plan import BaselineStore, GuardParams, Infer, ResultSink, TypePlan, UnitResult, UnitTask
+from ._plan import (
+    BaselineStore,
+    GuardParams,
+    Infer,
+    ResultSink,
+    TypePlan,
+    UnitResult,
+    UnitTask,
+    checked_result,
+)
 from ._result import GateResult, TypeCounters
 
 
@@ -149,9 +158,7 @@ class _Gate:
                     f"infer must be an async function (async def infer(task) -> UnitResult); "
                     f"{_name(self.infer)} returned {type(out).__name__}, which cannot be "
                     f"awaited (wrap a blocking call in asyncio.to_thread)")
-            res = await out
-            if not isinstance(res, UnitResult):
-                raise TypeError(f"infer returned {type(res).__name__}, expected UnitResult")
+            res = checked_result(task, await out)  # an invalid result is a bug: TypeError
         except asyncio.CancelledError:
             if asyncio.current_task().cancelling():  # type: ignore[union-attr]
                 raise  # the gate cancelled this call

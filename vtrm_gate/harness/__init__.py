@@ -43,6 +43,8 @@ from ._lock import workspace_lock as workspace_lock
 from ._log import TABLES as TABLES
 from ._log import GateSink as GateSink
 from ._log import HarnessLog as HarnessLog
+from ._manifest import read_manifest as read_manifest
+from ._manifest import recorded_manifests as recorded_manifests
 from ._replay import replay_step as replay_step
 from ._results import StepResult as StepResult
 from ._results import TypeStep as TypeStep
@@ -66,7 +68,9 @@ from ._train import TrainResult as TrainResult
 from ._train import train as train
 from ._train import train_started as train_started
 from ._train import train_sync as train_sync
+from ._units import DEFAULT_MAX_FRAME_BYTES as DEFAULT_MAX_FRAME_BYTES
 from ._units import DEFAULT_MAX_FRAMES as DEFAULT_MAX_FRAMES
+from ._units import DEFAULT_MAX_PIXELS as DEFAULT_MAX_PIXELS
 from ._units import DEFAULT_MAX_SIDE as DEFAULT_MAX_SIDE
 from ._units import REF_SCHEME as REF_SCHEME
 from ._units import Frame as Frame
@@ -75,7 +79,11 @@ from ._units import MediaOptions as MediaOptions
 from ._units import MediaRefs as MediaRefs
 from ._units import UnitRecord as UnitRecord
 from ._units import Video as Video
-from ._units import missing_media as missing_media
+from ._units import check_frame as check_frame
+from ._units import check_image as check_image
+from ._units import check_size as check_size
+from ._units import frame_path as frame_path
+from ._units import open_image as open_image
 from ._units import parse_media as parse_media
 from ._units import pick_frames as pick_frames
 from ._units import read_units as read_units

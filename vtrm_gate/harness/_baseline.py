@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .._ids import content_hash
+from ..errors import MediaError
 from ..gate import UnitResult, UnitTask
 from ._log import HarnessLog, encode_trace
 
@@ -56,7 +57,7 @@ class BaselineCache:
     """
 
     def __init__(self, log: HarnessLog, config_hash: str,
-                 unit_hash: Callable[[UnitTask], str] | None = None):
+                 unit_hash: Callable[[UnitTask], str | None] | None = None):
         if not isinstance(config_hash, str) or not config_hash:
             raise ValueError(f"config_hash must be a non-empty string, got {config_hash!r}")
         self.log = log
@@ -75,26 +76,33 @@ class BaselineCache:
             return cls(ws.log, ws.config.agent_hash)
         memo: dict[str, str] = {}
 
-        def unit_hash(task: UnitTask) -> str:  # media: path + content hash, or URL
+        def unit_hash(task: UnitTask) -> str | None:  # media: path + content hash, or URL
             h = memo.get(task.unit_id)
             if h is None:
-                h = memo[task.unit_id] = ws.unit_key(task.task_type, task.unit_id)
+                try:
+                    h = memo[task.unit_id] = ws.unit_key(task.task_type, task.unit_id)
+                except MediaError:  # a frame gone since the ladder: no key, the call is INFRA
+                    return None
             return h
 
         return cls(ws.log, ws.config.agent_hash, unit_hash)
 
-    def key(self, task: UnitTask) -> BaselineKey:
-        """The entry's key; the skill hash is recomputed when the task does not carry one."""
+    def key(self, task: UnitTask) -> BaselineKey | None:
+        """The entry's key (the skill hash is recomputed when the task does not carry one);
+        None when the unit's content cannot be hashed (a frame gone): nothing to look up."""
+        unit = self.unit_hash(task) if self.unit_hash is not None else ""
+        if unit is None:
+            return None
         return BaselineKey(task.task_type, task.unit_id,
-                           task.skill_hash or content_hash(task.skill), self.config_hash,
-                           self.unit_hash(task) if self.unit_hash is not None else "")
+                           task.skill_hash or content_hash(task.skill), self.config_hash, unit)
 
     async def get(self, task: UnitTask) -> UnitResult | None:
         """The stored fresh base-arm result for this content, or None (a miss)."""
         if task.arm != "base":
             return None
         k = self.key(task)
-        row = self.log.baseline_row(k.task_type, k.unit_id, k.skill_hash, k.stored_config)
+        row = None if k is None else self.log.baseline_row(k.task_type, k.unit_id,
+                                                            k.skill_hash, k.stored_config)
         if row is None:
             self.misses += 1
             return None
@@ -115,6 +123,8 @@ class BaselineCache:
             # A cached result is not a fresh measurement of this run; nothing new to store.
             return
         k = self.key(task)
+        if k is None:
+            return
         self.log.upsert("baseline_cache", [(
             k.task_type, k.unit_id, k.skill_hash, k.stored_config, int(bool(result.correct)),
             result.prediction, int(result.tokens), float(result.latency_s),

@@ -40,8 +40,10 @@ HELDOUT_FILE = "heldout.json"
 def read_heldout(ws: Workspace) -> dict[str, list[str]]:
     """The workspace's held-out split ``{type: [unit ids]}`` (empty if none was declared).
 
-    Validated: known types, unit ids not in the type's pool (never used for ladders,
-    rollouts or probes), no duplicates.
+    Validated: known types; distinct unit ids, none in any pool (held-out units are never
+    used for ladders, rollouts or probes) nor held out for two types; in an ``llm``
+    workspace, units of ``units.jsonl`` of that type (a simulated world checks its own:
+    `vtrm_gate.sim.simulated_backend`).
     """
     path = ws.root / HELDOUT_FILE
     if not path.is_file():
@@ -50,18 +52,35 @@ def read_heldout(ws: Workspace) -> dict[str, list[str]]:
     if not isinstance(raw, dict):
         raise WorkspaceError(f"{HELDOUT_FILE}: must be an object {{type: [unit ids]}}")
     out: dict[str, list[str]] = {}
+    owner: dict[str, str] = {u: t for t, us in ws.pool.items() for u in us}
     for t, us in raw.items():
         if t not in ws.pool:
             raise WorkspaceError(f"{HELDOUT_FILE}: type {t!r} is not in pool.json")
-        if not isinstance(us, list) or not all(isinstance(u, str) for u in us) \
+        if not isinstance(us, list) or not all(isinstance(u, str) and u for u in us) \
                 or len(set(us)) != len(us):
             raise WorkspaceError(f"{HELDOUT_FILE}: {t!r} must be a list of distinct unit ids")
-        clash = sorted(set(us) & set(ws.pool[t]))
-        if clash:
-            raise WorkspaceError(f"{HELDOUT_FILE}: {t!r} units {clash[:3]} are also in "
-                                 f"pool.json; held-out units must never be gated")
+        for u in us:
+            why = _heldout_fault(ws, t, u, owner.get(u))
+            if why:
+                raise WorkspaceError(f"{HELDOUT_FILE}: type {t!r}: {u!r} {why}")
+            owner[u] = t
         out[t] = list(us)
     return out
+
+
+def _heldout_fault(ws: Workspace, task_type: str, unit: str, owner: str | None) -> str | None:
+    """Why ``unit`` cannot be held out for ``task_type`` (None: it can)."""
+    if owner == task_type:
+        return "is also in pool.json; held-out units must never be gated"
+    if owner is not None:
+        return f"is not a unit of this type (it belongs to {owner!r})"
+    if ws.units:
+        rec = ws.units.get(unit)
+        if rec is None:
+            return "is not a unit of units.jsonl"
+        if rec.task_type != task_type:
+            return f"is not a unit of this type (units.jsonl gives it {rec.task_type!r})"
+    return None
 
 
 # ---- evaluation ---------------------------------------------------------------------------

@@ -64,18 +64,47 @@ def _rel(root: Path, path: Path) -> str:
         return str(path)
 
 
+MAX_JSON_DEPTH = 64
+"""A workspace file nests a few levels (a manifest's agent config is the deepest, ~5); past
+this a file was not written by vtrm_gate and is refused before anything walks it."""
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def json_depth(value: Any) -> int:
+    """How deeply ``value`` nests lists and objects (iterative: any depth is measured)."""
+    depth, level = 0, [value]
+    while level:
+        depth += 1
+        level = [x for v in level if isinstance(v, dict | list)
+                 for x in (v.values() if isinstance(v, dict) else v)]
+    return depth - 1
+
+
 def read_json(path: Path, root: Path | None = None) -> Any:
-    """Parse a JSON file, or raise WorkspaceError naming it."""
+    """Parse a JSON file, or raise WorkspaceError naming it: missing, not UTF-8, malformed,
+    ``NaN``/``Infinity`` (not JSON), or nested deeper than `MAX_JSON_DEPTH`."""
     name = _rel(root, path) if root else str(path)
     if not path.is_file():
         raise WorkspaceError(f"{name}: missing (expected a file at {path})")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        value = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
     except UnicodeDecodeError as exc:
         raise WorkspaceError(f"{name}: not UTF-8 text ({exc.reason})") from None
     except json.JSONDecodeError as exc:
         raise WorkspaceError(f"{name}: malformed JSON at line {exc.lineno} column "
                              f"{exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise WorkspaceError(f"{name}: nested too deeply (more than {MAX_JSON_DEPTH} levels); "
+                             f"not a file vtrm_gate wrote") from None
+    except ValueError as exc:  # NaN / Infinity
+        raise WorkspaceError(f"{name}: {exc} (NaN and Infinity are not allowed)") from None
+    if json_depth(value) > MAX_JSON_DEPTH:
+        raise WorkspaceError(f"{name}: nested too deeply (more than {MAX_JSON_DEPTH} levels); "
+                             f"not a file vtrm_gate wrote")
+    return value
 
 
 def read_text(path: Path, root: Path | None = None) -> str:
@@ -92,8 +121,19 @@ def read_text(path: Path, root: Path | None = None) -> str:
     return text
 
 
+def join_notes(*notes: str | None) -> str | None:
+    """Report notes joined with "; " (None when there is none)."""
+    kept = [n for n in notes if n]
+    return "; ".join(kept) if kept else None
+
+
+SQLITE_INT_MAX = 2**63 - 1
+
+
 def _whole(x: object) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
+    """An integer (not a bool) that an SQLite INTEGER column can hold."""
+    return isinstance(x, int) and not isinstance(x, bool) and -SQLITE_INT_MAX - 1 <= x \
+        <= SQLITE_INT_MAX
 
 
 

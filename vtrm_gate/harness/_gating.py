@@ -11,6 +11,7 @@ from ..gate import GateResult, Infer, ResultSink, Subscriber, TypeCounters, Type
 from ..options import RunOptions
 from ..stats import GateParams, TypeOutcome
 from ._baseline import BaselineCache
+from ._files import join_notes
 from ._workspace import Workspace
 
 
@@ -39,8 +40,9 @@ def report_aborted(ws: Workspace, epoch: int, step: int, types: Sequence[str],
                    counters: Mapping[str, TypeCounters]) -> None:
     """Mark every gated type's report ``aborted`` (with what was done); state is untouched."""
     for t in types:
+        row = {**extra[t], "note": join_notes(reason, extra[t].get("note"))}
         ws.log.write_report(epoch, step, t, "aborted", outcome=outcomes.get(t),
-                            counters=counters.get(t), note=reason, **extra[t])
+                            counters=counters.get(t), **row)
 
 
 def abort_reason(exc: BaseException) -> str:

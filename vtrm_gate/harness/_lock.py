@@ -2,7 +2,8 @@
 
 An OS file lock (``flock`` on ``<workspace>/.lock``), so the kernel releases it when the
 holder dies: a kill -9 never leaves a stale lock. The file also records who holds it
-(pid, command, since) so a refused writer can name the holder in one line.
+(pid, command, since) so a refused writer can name the holder in one line; a clean release
+empties it, so a record found by the next writer means its holder died (`unclean`).
 
 Taking the lock (outermost) also removes the ``.<name>.tmp-PID`` files a killed writer's
 `atomic_write` left behind.
@@ -14,6 +15,7 @@ descriptions even in one process, hence the small per-process table of held lock
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import fcntl
 import json
@@ -42,7 +44,8 @@ class LockHolder:
         return f"pid {self.pid} ({self.command}) since {self.since}"
 
 
-# Per-process table of held locks: resolved root -> [fd, depth]. Guarded by _TABLE_LOCK.
+# Per-process table of held locks: resolved root -> [fd, depth, unclean]. Guarded by
+# _TABLE_LOCK. ``unclean`` (0/1) stays set until a writer has checked the log.
 _HELD: dict[Path, list[int]] = {}
 _TABLE_LOCK = threading.Lock()
 
@@ -89,6 +92,21 @@ class WorkspaceLock:
     def held(self) -> bool:
         return self._key is not None
 
+    @property
+    def unclean(self) -> bool:
+        """The previous holder died holding the lock (its record stayed in the file), and no
+        writer of this process has checked what it may have left half-done yet."""
+        with _TABLE_LOCK:
+            held = _HELD.get(self._key) if self._key is not None else None
+            return bool(held and held[2])
+
+    def mark_checked(self) -> None:
+        """The log was checked (`HarnessLog.quick_check`): nested writers need not again."""
+        with _TABLE_LOCK:
+            held = _HELD.get(self._key) if self._key is not None else None
+            if held:
+                held[2] = 0
+
     def acquire(self) -> WorkspaceLock:
         """Take the lock or raise `WorkspaceLockedError` at once (never waits)."""
         if self._key is not None:
@@ -111,11 +129,14 @@ class WorkspaceLock:
             except BaseException:
                 os.close(fd)
                 raise
+            # A holder record left in the file: its writer died without releasing (kill -9,
+            # a power cut), so what it wrote may be half-done (`unclean`).
+            unclean = int(bool(os.pread(fd, 4096, 0).strip()))
             since = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
             info = json.dumps({"pid": os.getpid(), "command": self.command, "since": since})
             os.ftruncate(fd, 0)
             os.pwrite(fd, info.encode(), 0)
-            _HELD[key] = [fd, 1]
+            _HELD[key] = [fd, 1, unclean]
             self._key = key
         try:  # the first writer after a kill finds its half-written temp files
             clean_temp_files(key)
@@ -134,6 +155,10 @@ class WorkspaceLock:
             held[1] -= 1
             if held[1] == 0:
                 del _HELD[key]
+                # A clean release leaves no holder on record (if this fails, on a full or
+                # read-only disk, the next writer merely checks the log once more).
+                with contextlib.suppress(OSError):
+                    os.ftruncate(held[0], 0)
                 fcntl.flock(held[0], fcntl.LOCK_UN)
                 os.close(held[0])
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._ids import gate_prefix
+from ..errors import WorkspaceError
 from ..gate import PrefixAdvanced, TypeCounters, UnitResult, UnitTask
 from ..stats import TypeOutcome
 
@@ -151,6 +152,18 @@ def _connect_readonly(path: Path) -> sqlite3.Connection:
     return con
 
 
+def _bad_cell(cols: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]) -> str:
+    """The first cell whose value does not fit its column's declared type."""
+    kinds = {"INTEGER": (int,), "REAL": (int, float), "TEXT": (str,)}
+    for row in rows:
+        for (name, typ), v in zip(cols, row, strict=False):
+            ok = v is None or (isinstance(v, kinds[typ]) and not (
+                typ == "INTEGER" and not -2**63 <= v < 2**63))
+            if not ok:
+                return f"column {name} holds {v!r}, not {typ}"
+    return "a value does not fit its column"
+
+
 def _columns(table: str, names: Sequence[str]) -> str:
     """``table`` if it and every column in ``names`` exist (ValueError naming the fault)."""
     if table not in SCHEMA:
@@ -274,11 +287,30 @@ class HarnessLog:
         sql += f" ORDER BY {', '.join(pk)}"
         rows = self.query(sql, p)
         schema = {c: dtype[t] for c, t in cols}
-        return pl.DataFrame(rows, schema=schema, orient="row")
+        try:
+            return pl.DataFrame(rows, schema=schema, orient="row")
+        except (pl.exceptions.PolarsError, TypeError, ValueError, OverflowError):
+            raise WorkspaceError(f"{self.path.name}: table {table}: {_bad_cell(cols, rows)}; "
+                                 f"the database was edited or damaged") from None
 
     def step_frame(self, table: str, epoch: int, step: int) -> pl.DataFrame:
         """Rows of a step table for one (epoch, step)."""
         return self.frame(table, "epoch = ? AND step = ?", (epoch, step))
+
+    def quick_check(self) -> None:
+        """``PRAGMA quick_check``: `WorkspaceError` naming the file when the database is
+        damaged (a page overwritten, an index out of step), before anything trusts it. Reads
+        every page once: ~1 s per GB (docs/performance.md)."""
+        try:
+            rows = self.query("PRAGMA quick_check")
+        except sqlite3.DatabaseError as exc:
+            rows = [(str(exc),)]
+        problems = [str(r[0]) for r in rows if r and r[0] != "ok"]
+        if problems:
+            more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise WorkspaceError(f"{self.path.name}: the database is damaged (PRAGMA "
+                                 f"quick_check: {problems[0][:200]}{more}); restore it from a "
+                                 f"copy, or start a new workspace")
 
     # ---- the idempotent re-run --------------------------------------------------------
 
@@ -344,8 +376,10 @@ class HarnessLog:
     def write_consumed(self, epoch: int, step: int, ev: PrefixAdvanced) -> None:
         """One consumed unit: its gate_evidence row and its quadrant_pairs row, atomically."""
         infra = ev.d is None
-        base = None if ev.base is None or ev.base.infra else ev.base.correct
-        cand = None if ev.cand is None or ev.cand.infra else ev.cand.correct
+        # An INFRA unit is no pair: both arms NULL, whichever came back first (the other
+        # arm's answer, if any, is in predictions); so the row is the same on every run.
+        base = None if infra or ev.base is None else ev.base.correct
+        cand = None if infra or ev.cand is None else ev.cand.correct
         with self.transaction() as cur:
             self.upsert("gate_evidence", [(
                 epoch, step, ev.task_type, ev.ladder_rank, ev.unit_id, _b(base), _b(cand),

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from .._ids import (
@@ -14,7 +16,7 @@ from ..errors import (
     StepRefusedError,
     WorkspaceError,
 )
-from ._files import read_json
+from ._files import _whole, read_json, read_text
 from ._workspace import Workspace
 
 
@@ -47,15 +49,82 @@ def short_json(v: Any) -> str:
 
 
 def read_manifest(ws: Workspace, epoch: int, step: int) -> dict[str, Any] | None:
+    """The step's manifest, validated (`check_manifest`), or None if it was never written."""
     p = ws.manifest_path(epoch, step)
     if not p.exists():
         return None
     data = read_json(p, ws.root)
-    if not isinstance(data, dict) or not isinstance(data.get("inputs"), dict) \
-            or not isinstance(data.get("candidates"), dict):
-        raise WorkspaceError(f"{p.relative_to(ws.root)}: malformed manifest (needs 'inputs' "
-                             f"and 'candidates'); delete it or re-run with force=True")
+    try:
+        return check_manifest(ws, data, epoch, step)
+    except ValueError as exc:
+        raise WorkspaceError(f"{p.relative_to(ws.root)}: {exc}; delete it or re-run the step "
+                             f"with force=True") from None
+
+
+def _need(cond: bool, key: str, what: str, value: object) -> None:
+    if not cond:
+        shown = repr(value)
+        raise ValueError(f"{key} must be {what}, got "
+                         f"{shown if len(shown) <= 80 else shown[:77] + '...'}")
+
+
+def _of_types(ws: Workspace, value: Any, key: str, what: str) -> dict[str, Any]:
+    _need(isinstance(value, dict) and set(value) <= set(ws.pool), key,
+          f"an object {{type of pool.json: {what}}}", value)
+    return value  # type: ignore[no-any-return]
+
+
+def _unit_lists(ws: Workspace, value: Any, key: str) -> None:
+    for t, us in _of_types(ws, value, key, "[unit ids]").items():
+        _need(isinstance(us, list) and all(isinstance(u, str) and u in ws.pool[t] for u in us),
+              f"{key}[{t!r}]", f"a list of unit ids of {t!r}'s pool", us)
+
+
+def check_manifest(ws: Workspace, data: Any, epoch: int, step: int) -> dict[str, Any]:
+    """A manifest's fields as every reader uses them (ValueError naming the field): the
+    step's ids, inputs (config, base skills, cooldown, cases, ladders of known types and
+    their pools' units) and candidates (status, note, and a gated one's hash and file
+    inside ``candidates/``)."""
+    _need(isinstance(data, dict), "the manifest", "an object", type(data).__name__)
+    _need(data.get("epoch") == epoch and data.get("step") == step, "epoch/step",
+          f"{epoch}/{step} (the file's name)", (data.get("epoch"), data.get("step")))
+    _need(isinstance(data.get("step_run_id"), str), "step_run_id", "a string",
+          data.get("step_run_id"))
+    inputs = data.get("inputs")
+    _need(isinstance(inputs, dict), "inputs", "an object", inputs)
+    for k in ("config", "agent"):
+        _need(isinstance(inputs.get(k), dict), f"inputs.{k}", "an object", inputs.get(k))
+    for t, b in _of_types(ws, inputs.get("base_skills"), "inputs.base_skills",
+                          "{version, hash}").items():
+        _need(isinstance(b, dict) and _whole(b.get("version")) and b["version"] >= 1,
+              f"inputs.base_skills[{t!r}]", "{version: integer >= 1, hash}", b)
+    _need(isinstance(inputs.get("cooldown"), list) and set(inputs["cooldown"]) <= set(ws.pool),
+          "inputs.cooldown", "a list of types of pool.json", inputs.get("cooldown"))
+    _unit_lists(ws, inputs.get("cases"), "inputs.cases")
+    _unit_lists(ws, inputs.get("ladders"), "inputs.ladders")
+    for t, c in _of_types(ws, data.get("candidates"), "candidates", "{status, ...}").items():
+        key = f"candidates[{t!r}]"
+        _need(isinstance(c, dict) and isinstance(c.get("status"), str)
+              and isinstance(c.get("note"), str | None), key, "{status, note, ...}", c)
+        if c["status"] == "gated":
+            f = c.get("file")
+            _need(isinstance(c.get("hash"), str) and isinstance(f, str)
+                  and Path(f).parts[:1] == ("candidates",) and ".." not in Path(f).parts
+                  and not Path(f).is_absolute(), key,
+                  "{hash, file: 'candidates/...'} for a gated type", c)
+            _need(t in inputs["ladders"] and t in inputs["base_skills"], key,
+                  "a type with a ladder and a base skill in inputs", t)
     return data
+
+
+def recorded_manifests(ws: Workspace) -> list[dict[str, Any]]:
+    """Every step manifest of the workspace (``manifests/eE_sS.json``), validated, in order."""
+    found = []
+    for path in (ws.root / "manifests").glob("e*_s*.json"):
+        m = re.fullmatch(r"e(\d+)_s(\d+)\.json", path.name)
+        if m:
+            found.append((int(m[1]), int(m[2])))
+    return [read_manifest(ws, e, s) for e, s in sorted(found)]  # type: ignore[misc]
 
 
 def recorded_candidates(ws: Workspace, manifest: Mapping[str, Any]
@@ -66,12 +135,13 @@ def recorded_candidates(ws: Workspace, manifest: Mapping[str, Any]
         text = None
         if c.get("status") == "gated":
             p = ws.root / c["file"]
-            if not p.is_file() or content_hash(p.read_text(encoding="utf-8")) != c["hash"]:
+            inside = p.resolve().is_relative_to((ws.root / "candidates").resolve())
+            text = read_text(p, ws.root) if inside and p.is_file() else None
+            if text is None or content_hash(text) != c["hash"]:
                 raise StepRefusedError(
                     f"candidate file {c['file']} of {t!r} is missing or differs from the "
                     f"manifest's hash; re-run with force=True to evolve new candidates",
                     [f"candidates.{t}"])
-            text = p.read_text(encoding="utf-8")
         out[t] = (c["status"], text, c.get("note"))
     return out
 

@@ -55,7 +55,11 @@ def _replay(ws: Workspace, epoch: int, step: int, block: int) -> pl.DataFrame:
     if manifest is None:
         raise WorkspaceError(f"{ws.manifest_path(epoch, step).relative_to(ws.root)}: missing; "
                              f"step e{epoch} s{step} has not been run in this workspace")
-    params = GateParams(**manifest["inputs"]["config"]["params"])
+    try:
+        params = GateParams(**manifest["inputs"]["config"]["params"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise WorkspaceError(f"{ws.manifest_path(epoch, step).relative_to(ws.root)}: "
+                             f"inputs.config.params: {exc}") from None
     srid = manifest["step_run_id"]
     live = {r[0]: r[1:] for r in ws.log.select(
         "step_report", ["task_type", "status", "action", "stop_rank"], epoch=epoch, step=step)}

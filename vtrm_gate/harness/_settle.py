@@ -99,7 +99,7 @@ def _probe_units(ws: Workspace, epoch: int, task_type: str, p: Probation) -> lis
     probe = sorted((u for u in ws.pool[task_type] if u not in used),
                    key=lambda u: shuffle_key(f"{ws.config.seed}:probation:{epoch}",
                                              f"{task_type}\x1f{u}"))
-    return probe[:ws.config.probation_units]
+    return ws.sendable(probe, ws.config.probation_units)[0]  # frames that can be sent
 
 
 def _probation_rule(ws: Workspace, task_type: str, p: Probation) -> ProbationRule:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,58 +81,105 @@ class TrainingState:
         }
 
     @classmethod
-    def from_json(cls, data: Any, where: str = "state") -> TrainingState:
-        """Parse and validate; ValueError names the offending key path."""
-        def need(cond: bool, key: str, what: str, value: object) -> None:
-            if not cond:
-                raise ValueError(f"{where}.{key} must be {what}, got {value!r}")
-
-        need(isinstance(data, dict), "", "an object", type(data).__name__)
-        need(data.get("format") == FORMAT, "format", str(FORMAT), data.get("format"))
-        skills: dict[str, SkillRef] = {}
+    def from_json(cls, data: Any, where: str = "state", nested: bool = False
+                  ) -> TrainingState:
+        """Parse and validate; ValueError names the offending key path (``nested``: the
+        ``before_last`` of a state, which holds no ``before_last`` of its own)."""
+        _need(isinstance(data, dict), where, "", "an object", type(data).__name__)
+        _need(data.get("format") == FORMAT, where, "format", str(FORMAT), data.get("format"))
         raw = data.get("skills")
-        need(isinstance(raw, dict), "skills", "an object {type: {version, hash, latest}}", raw)
-        for t, s in raw.items():
-            need(isinstance(s, dict) and _whole(s.get("version")) and s["version"] >= 1
-                 and _whole(s.get("latest")) and s["latest"] >= s["version"]
-                 and isinstance(s.get("hash"), str) and len(s["hash"]) == 64,
-                 f"skills[{t!r}]", "{version >= 1, latest >= version, hash: sha256}", s)
-            skills[t] = SkillRef(s["version"], s["hash"], s["latest"])
-        probation: dict[str, Probation] = {}
-        for t, p in (data.get("probation") or {}).items():
-            try:
-                probation[t] = Probation(**p)
-            except TypeError:
-                need(False, f"probation[{t!r}]", "{version, prev_version, epoch, step}", p)
-            need(all(_whole(getattr(probation[t], k)) for k in
-                     ("version", "prev_version", "epoch", "step")),
-                 f"probation[{t!r}]", "integers", p)
-        cooldown = data.get("cooldown_until") or {}
-        need(isinstance(cooldown, dict) and all(_whole(v) for v in cooldown.values()),
-             "cooldown_until", "an object {type: integer}", cooldown)
-        rejected: dict[str, tuple[Rejected, ...]] = {}
-        for t, rs in (data.get("rejected") or {}).items():
-            need(isinstance(rs, list), f"rejected[{t!r}]", "a list", rs)
-            try:
-                rejected[t] = tuple(Rejected(**r) for r in rs)
-            except TypeError:
-                need(False, f"rejected[{t!r}]", "a list of {hash, text, epoch, step, action}",
-                     rs)
+        _need(isinstance(raw, dict), where, "skills", "an object {type: {version, hash, "
+              "latest}}", raw)
+        skills = {t: _skill_ref(s, f"{where}.skills[{t!r}]") for t, s in raw.items()}
+        probation = {t: _probation(p, f"{where}.probation[{t!r}]")
+                     for t, p in _mapping(data, "probation", where).items()}
+        cooldown = _mapping(data, "cooldown_until", where)
+        _need(all(_whole(v) and v >= 0 for v in cooldown.values()), where, "cooldown_until",
+              "an object {type: integer >= 0}", cooldown)
+        rejected = {t: _rejected(rs, f"{where}.rejected[{t!r}]")
+                    for t, rs in _mapping(data, "rejected", where).items()}
         steps_applied = data.get("steps_applied", 0)
-        need(_whole(steps_applied) and steps_applied >= 0, "steps_applied", "an integer >= 0",
-             steps_applied)
+        _need(_whole(steps_applied) and steps_applied >= 0, where, "steps_applied",
+              "an integer >= 0", steps_applied)
         last = data.get("last_step")
-        need(last is None or (isinstance(last, list) and len(last) == 2
-                              and all(_whole(x) for x in last)),
-             "last_step", "null or [epoch, step]", last)
+        _need(last is None or (isinstance(last, list) and len(last) == 2
+                               and all(_whole(x) and x >= 1 for x in last)),
+              where, "last_step", "null or [epoch, step] (integers >= 1)", last)
         before = data.get("before_last")
+        _need(before is None or not nested, where, "before_last",
+              "null (a checkpoint keeps one state back)", "an object")
         settled = data.get("settled_epochs") or []
-        need(isinstance(settled, list) and all(_whole(x) for x in settled), "settled_epochs",
-             "a list of integers", settled)
+        _need(isinstance(settled, list) and all(_whole(x) and x >= 1 for x in settled), where,
+              "settled_epochs", "a list of integers >= 1", settled)
         return cls(skills, probation, dict(cooldown), rejected, steps_applied,
                    None if last is None else (last[0], last[1]),
-                   None if before is None else cls.from_json(before, f"{where}.before_last"),
+                   None if before is None else cls.from_json(before, f"{where}.before_last",
+                                                             nested=True),
                    tuple(settled))
+
+    def check_types(self, types: Iterable[str], where: str = "state") -> None:
+        """ValueError unless every type named here is one of ``types`` (skills exactly) and
+        every probation's versions were issued (1 <= version <= the type's latest)."""
+        known = set(types)
+        missing, extra = sorted(known - set(self.skills)), sorted(set(self.skills) - known)
+        if missing or extra:
+            raise ValueError(f"{where}.skills must list exactly the types of pool.json "
+                             f"(missing {missing}, unknown {extra})")
+        for field_name in ("probation", "cooldown_until", "rejected"):
+            unknown = sorted(set(getattr(self, field_name)) - known)
+            if unknown:
+                raise ValueError(f"{where}.{field_name} names unknown type(s) {unknown} "
+                                 f"(not in pool.json)")
+        for t, p in self.probation.items():
+            latest = self.skills[t].latest
+            if not (1 <= p.prev_version <= latest and 1 <= p.version <= latest):
+                raise ValueError(f"{where}.probation[{t!r}]: versions v{p.prev_version} -> "
+                                 f"v{p.version} must have been issued (1 .. v{latest})")
+        if self.before_last is not None:
+            self.before_last.check_types(known, f"{where}.before_last")
+
+
+def _need(cond: bool, where: str, key: str, what: str, value: object) -> None:
+    if not cond:
+        shown = repr(value)
+        raise ValueError(f"{where}{'.' + key if key else ''} must be {what}, got "
+                         f"{shown if len(shown) <= 80 else shown[:77] + '...'}")
+
+
+def _mapping(data: dict[str, Any], key: str, where: str) -> dict[str, Any]:
+    value = data.get(key)
+    if value is None:
+        return {}
+    _need(isinstance(value, dict), where, key, "an object {type: ...}", value)
+    return value
+
+
+def _skill_ref(s: Any, where: str) -> SkillRef:
+    _need(isinstance(s, dict) and _whole(s.get("version")) and s["version"] >= 1
+          and _whole(s.get("latest")) and s["latest"] >= s["version"]
+          and isinstance(s.get("hash"), str) and len(s["hash"]) == 64, where, "",
+          "{version >= 1, latest >= version, hash: sha256}", s)
+    return SkillRef(s["version"], s["hash"], s["latest"])
+
+
+def _probation(p: Any, where: str) -> Probation:
+    keys = ("version", "prev_version", "epoch", "step")
+    _need(isinstance(p, dict) and set(p) == set(keys) and all(
+        _whole(p[k]) and p[k] >= 1 for k in keys), where, "",
+        "{version, prev_version, epoch, step} (integers >= 1)", p)
+    return Probation(**p)
+
+
+def _rejected(rs: Any, where: str) -> tuple[Rejected, ...]:
+    _need(isinstance(rs, list), where, "", "a list", rs)
+    out = []
+    for i, r in enumerate(rs):
+        ok = isinstance(r, dict) and set(r) == {"hash", "text", "epoch", "step", "action"} \
+            and isinstance(r["hash"], str) and isinstance(r["text"], str) \
+            and isinstance(r["action"], str) and _whole(r["epoch"]) and _whole(r["step"])
+        _need(ok, f"{where}[{i}]", "", "{hash, text, epoch, step, action}", r)
+        out.append(Rejected(**r))
+    return tuple(out)
 
 
 

@@ -26,18 +26,24 @@ from typing import Any, Protocol
 
 from .._ids import canonical_json, content_hash, json_hash, slugify, step_run_id
 from .._sync import run_sync
-from ..errors import CasesUnavailable, StepRefusedError, StepUnmeasuredError, TargetClashError
+from ..errors import (
+    CasesUnavailable,
+    RepeatedCandidate,
+    StepRefusedError,
+    StepUnmeasuredError,
+    TargetClashError,
+)
 from ..gate import GateResult, Infer, Subscriber, TypePlan, build_ladder, ladder_units
 from ..options import RunOptions
 from ._access import check_ids, writer
 from ._apply import apply_decisions
-from ._files import atomic_write, write_json
+from ._files import atomic_write, join_notes, write_json
 from ._gating import abort_reason, partial_of, report_aborted, run_workspace_gate
 from ._log import GateSink
 from ._manifest import diff_inputs, read_manifest, recorded_candidates
 from ._results import StepResult, TypeStep
 from ._state import TrainingState
-from ._workspace import DEFAULT_STRATEGY, Workspace
+from ._workspace import DEFAULT_STRATEGY, Workspace, media_note
 
 DEFAULT_OPTIONS = RunOptions()
 
@@ -138,6 +144,8 @@ class StepInputs:
     ladders: Mapping[str, list[str]]
     manifest_inputs: Mapping[str, Any]
     """The manifest's diffed ``inputs`` (decision fields only)."""
+    media_notes: Mapping[str, str]
+    """Per type: the units left out of its ladder because their frames cannot be sent."""
 
     @property
     def srid(self) -> str:
@@ -164,10 +172,7 @@ def _step_inputs(ws: Workspace, epoch: int, step: int, options: RunOptions,
                 cases[t] = list(dict.fromkeys(case_fn(t, epoch, step, texts[t])))
             except CasesUnavailable as exc:
                 cases[t], rollout_errors[t] = [], str(exc) or "rollout failed"
-    ladders = {t: ladder_units(build_ladder(ws.pool[t], ws.seed_record.get(t), exclude=us,
-                                            n_max=options.gate.n_max,
-                                            seed=_ladder_seed(ws, srid)))
-               for t, us in cases.items() if us}
+    ladders, media_notes = _ladders(ws, cases, options.gate.n_max, _ladder_seed(ws, srid))
     inputs = json.loads(canonical_json({
         "config": {**options.decision_inputs(), "ladder_seed": _ladder_seed(ws, srid),
                    "cooldown_steps": ws.config.cooldown_steps,
@@ -182,7 +187,23 @@ def _step_inputs(ws: Workspace, epoch: int, step: int, options: RunOptions,
         "ladders": ladders,
     }))
     return StepInputs(epoch, step, base_state, rerun_applied, texts, cooldown, cases,
-                      rollout_errors, ladders, inputs)
+                      rollout_errors, ladders, inputs, media_notes)
+
+
+def _ladders(ws: Workspace, cases: Mapping[str, list[str]], n_max: int, seed: str
+             ) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """Each type with cases: its ladder (SPEC §2), leaving out the units whose frames
+    cannot be sent (checked here, before anything runs), and a note naming them."""
+    ladders, notes = {}, {}
+    for t, us in cases.items():
+        if not us:
+            continue
+        order = ladder_units(build_ladder(ws.pool[t], ws.seed_record.get(t), exclude=us,
+                                          n_max=len(ws.pool[t]), seed=seed))
+        ladders[t], faults = ws.sendable(order, n_max)
+        if faults:
+            notes[t] = media_note(faults)
+    return ladders, notes
 
 
 def _check_manifest(ws: Workspace, si: StepInputs, force: bool
@@ -234,6 +255,8 @@ def _before_evolving(si: StepInputs) -> Proposals:
 
 def _judge(proposal: object, current: str) -> tuple[str, str | None]:
     """(status, note) of one evolver result."""
+    if isinstance(proposal, RepeatedCandidate):  # not a failure: nothing new to gate
+        return "skipped", str(proposal)
     if isinstance(proposal, Exception):
         return "evolve_error", f"{type(proposal).__name__}: {proposal}"
     if not isinstance(proposal, str) or not proposal.strip():
@@ -321,11 +344,11 @@ def _phase_b(ws: Workspace, si: StepInputs, p: Proposals, options: RunOptions
     })
     base = si.base_state.skills
     extra = {t: {"base_version": base[t].version, "base_hash": base[t].hash,
-                 "cand_hash": content_hash(p.cand[t]) if t in p.cand else None}
+                 "cand_hash": content_hash(p.cand[t]) if t in p.cand else None,
+                 "note": join_notes(p.notes.get(t), si.media_notes.get(t))}
              for t in si.texts}
     for t in si.texts:
-        ws.log.write_report(si.epoch, si.step, t, p.status[t], note=p.notes.get(t),
-                            **extra[t])
+        ws.log.write_report(si.epoch, si.step, t, p.status[t], **extra[t])
     return dirs, extra
 
 

@@ -31,8 +31,8 @@ from ..options import RunOptions
 from ..stats import Action
 from ._access import writer
 from ._evaluate import HELDOUT_FILE, EvalResult, evaluate_epoch, read_heldout
-from ._files import read_json, write_json
-from ._manifest import diff_inputs
+from ._files import _whole, read_json, write_json
+from ._manifest import diff_inputs, recorded_manifests
 from ._results import StepResult
 from ._settle import ProbationResult, settle_probation
 from ._step import DEFAULT_OPTIONS, CaseSource, Evolver, run_step
@@ -131,9 +131,8 @@ def _train_config(steps_per_epoch: int, options: RunOptions, evaluate: bool,
 def _check_train_config(ws: Workspace, epochs: int, config: Mapping[str, Any]) -> None:
     path = ws.root / TRAIN_FILE
     if path.is_file():
-        prior = read_json(path, ws.root)
-        changes = diff_inputs(prior.get("config", {}), dict(config)) if isinstance(prior, dict) \
-            else ["train.json: malformed"]
+        prior = read_train_file(ws)
+        changes = diff_inputs(prior["config"], dict(config))
         if changes:
             raise TrainRefusedError(
                 f"{ws.root}: the training configuration changed since the last run ("
@@ -142,6 +141,24 @@ def _check_train_config(ws: Workspace, epochs: int, config: Mapping[str, Any]) -
         if prior.get("epochs") == epochs:
             return
     write_json(path, {"format": 1, "epochs": epochs, "config": dict(config)})
+
+
+def read_train_file(ws: Workspace) -> dict[str, Any]:
+    """``train.json``, validated: ``{format: 1, epochs: integer >= 1, config: {...}}``;
+    `WorkspaceError` naming the file and the field otherwise."""
+    data = read_json(ws.root / TRAIN_FILE, ws.root)
+    fault = None
+    if not isinstance(data, dict):
+        fault = f"must be an object {{format, epochs, config}}, got {type(data).__name__}"
+    elif data.get("format") != 1:
+        fault = f"format must be 1, got {data.get('format')!r}"
+    elif not _whole(data.get("epochs")) or data["epochs"] < 1:
+        fault = f"epochs must be an integer >= 1, got {data.get('epochs')!r}"
+    elif not isinstance(data.get("config"), dict):
+        fault = f"config must be an object, got {type(data.get('config')).__name__}"
+    if fault:
+        raise WorkspaceError(f"{TRAIN_FILE}: {fault}; restore it or start a new workspace")
+    return data  # type: ignore[no-any-return]
 
 
 def _check_positive(name: str, v: object) -> None:
@@ -212,7 +229,8 @@ async def train(workspace: Workspace | str | Path, epochs: int, steps_per_epoch:
     """
     _check_positive("epochs", epochs)
     _check_positive("steps_per_epoch", steps_per_epoch)
-    with writer(workspace, "train") as ws:  # the writer lock, for the whole run
+    with writer(workspace, "train", check_log=True) as ws:  # the lock, for the whole run
+        recorded_manifests(ws)  # every manifest valid before the first step trusts one
         heldout = read_heldout(ws)
         if evaluate is None:
             evaluate = bool(heldout)
@@ -325,8 +343,7 @@ def train_sync(*args: Any, **kwargs: Any) -> TrainResult:
 
 def train_started(ws: Workspace) -> dict[str, Any] | None:
     """The recorded training configuration (``train.json``), or None before the first run."""
-    path = ws.root / TRAIN_FILE
-    return read_json(path, ws.root) if path.is_file() else None
+    return read_train_file(ws) if (ws.root / TRAIN_FILE).is_file() else None
 
 
 

@@ -4,6 +4,10 @@ A unit line may carry ``"media": {"frames": [{"image": "frames/v1_0.jpg", "t": 0
 "video": {"url": "https://...", "start": 0, "end": 30}}``; an image is a local path
 (relative to the media root: the units file's directory) or an http(s) URL.
 
+A local frame must stay inside the media root (no absolute path, no ``..``, no symlink out
+of it), be at most ``max_frame_bytes`` long and an image of at most ``max_pixels`` pixels
+(checked from its header, before anything is decoded): `check_frame`.
+
 A unit's content is identified by *references*, not pixels: a local frame is
 ``vtrm-file:<path>?max_side=N#sha256=<content hash>``, a remote one its URL (`MediaRefs`). So
 the response cache key and the BaselineCache key carry every media reference and change when
@@ -24,12 +28,17 @@ from typing import Any
 from urllib.parse import quote
 
 from .._ids import slugify
-from ..errors import WorkspaceError
+from ..errors import MediaError, WorkspaceError
 from ._files import _rel
 
 REF_SCHEME = "vtrm-file:"
 DEFAULT_MAX_FRAMES = 8
 DEFAULT_MAX_SIDE = 768
+DEFAULT_MAX_FRAME_BYTES = 32 << 20
+"""A frame file larger than this is refused before it is read (32 MiB)."""
+DEFAULT_MAX_PIXELS = 40_000_000
+"""A frame whose header claims more pixels is refused before it is decoded (a 4K frame is
+8.3 M; Pillow's own decompression-bomb guard starts at 89 M)."""
 
 
 def _is_url(s: str) -> bool:
@@ -109,13 +118,6 @@ def parse_media(obj: Any) -> Media | None:
     return Media(tuple(frames), video)
 
 
-def missing_media(media: Media | None, root: str | os.PathLike[str]) -> list[str]:
-    """The local frame paths of ``media`` that are not files under ``root``."""
-    if media is None:
-        return []
-    return [p for p in media.local_paths() if not (Path(root) / p).is_file()]
-
-
 def pick_frames(frames: Sequence[Frame], max_frames: int) -> list[Frame]:
     """At most ``max_frames`` frames, evenly spread and in order (first and last kept)."""
     n = len(frames)
@@ -129,21 +131,23 @@ def pick_frames(frames: Sequence[Frame], max_frames: int) -> list[Frame]:
 @dataclass(frozen=True)
 class MediaOptions:
     """How frames are sent: at most ``max_frames`` per unit, longest side <= ``max_side``
-    pixels (0: as stored), ``detail`` for the image parts; paths relative to ``root``."""
+    pixels (0: as stored), ``detail`` for the image parts; paths relative to ``root``. A
+    frame file over ``max_frame_bytes`` or an image over ``max_pixels`` is never read or
+    decoded."""
 
     root: str = "."
     max_frames: int = DEFAULT_MAX_FRAMES
     max_side: int = DEFAULT_MAX_SIDE
     detail: str = "auto"
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    max_pixels: int = DEFAULT_MAX_PIXELS
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_frames, bool) or not isinstance(self.max_frames, int) \
-                or self.max_frames < 1:
-            raise ValueError(f"media.max_frames must be an integer >= 1, got "
-                             f"{self.max_frames!r}")
-        if isinstance(self.max_side, bool) or not isinstance(self.max_side, int) \
-                or self.max_side < 0:
-            raise ValueError(f"media.max_side must be an integer >= 0, got {self.max_side!r}")
+        for name, low in (("max_frames", 1), ("max_side", 0), ("max_frame_bytes", 1),
+                          ("max_pixels", 1)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not low <= v < 2**63:
+                raise ValueError(f"media.{name} must be an integer >= {low}, got {v!r}")
         if self.detail not in ("auto", "low", "high"):
             raise ValueError(f"media.detail must be auto, low or high, got {self.detail!r}")
 
@@ -155,24 +159,134 @@ class MediaOptions:
 
 
 
+# The formats a frame may have (what Pillow identifies from the first bytes; SVG is not one).
+IMAGE_FORMATS = frozenset({"PNG", "JPEG", "GIF", "WEBP", "BMP", "TIFF", "MPO"})
+
+
+def frame_path(root: str | os.PathLike[str], image: str) -> Path:
+    """The file a local frame names, resolved (symlinks followed); `MediaError` unless it
+    is a relative path that stays inside ``root`` (no ``..``, no absolute path, no symlink
+    out of it), so no file elsewhere on the machine is ever read or sent."""
+    rel = Path(image)
+    if rel.is_absolute() or ".." in rel.parts:
+        raise MediaError(f"frame {image!r}: must be a path inside the units directory "
+                         f"(no absolute path, no '..')")
+    base = Path(root).resolve()
+    full = (base / rel).resolve()
+    if not full.is_relative_to(base):
+        raise MediaError(f"frame {image!r}: resolves outside the units directory (a "
+                         f"symlink out of it)")
+    return full
+
+
+def check_size(image: str, size: int, options: MediaOptions) -> None:
+    """`MediaError` when a frame file is over ``max_frame_bytes`` (known before reading)."""
+    if size > options.max_frame_bytes:
+        raise MediaError(f"frame {image!r}: {size} bytes, over media.max_frame_bytes "
+                         f"{options.max_frame_bytes}")
+
+
+def check_image(image: str, im: Any, options: MediaOptions) -> None:
+    """`MediaError` unless an opened (not decoded) Pillow image is a known format within
+    ``max_pixels``: its header says so before a pixel is decoded."""
+    w, h = im.size
+    if im.format not in IMAGE_FORMATS:
+        raise MediaError(f"frame {image!r}: not an image of a supported format "
+                         f"({im.format})")
+    if w * h > options.max_pixels:
+        raise MediaError(f"frame {image!r}: {w}x{h} = {w * h} pixels, over media.max_pixels "
+                         f"{options.max_pixels}")
+
+
+def open_image(image: str, source: Any) -> Any:
+    """``PIL.Image.open`` of a path or a file object; `MediaError` naming the frame when it
+    is not an image (text, SVG, a bad header) or claims a decompression bomb's size."""
+    import warnings
+
+    from PIL import Image
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            return Image.open(source)
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        raise MediaError(f"frame {image!r}: {exc}") from None
+    except (OSError, ValueError, SyntaxError) as exc:  # UnidentifiedImageError is an OSError
+        if isinstance(exc, FileNotFoundError):
+            raise MediaError(f"frame {image!r}: missing") from None
+        raise MediaError(f"frame {image!r}: not an image ({type(exc).__name__})") from None
+
+
+def check_frame(image: str, options: MediaOptions) -> Path:
+    """The frame's file, checked without decoding it: inside the units directory, a
+    regular file within ``max_frame_bytes``, an image (header and, where the format keeps
+    checksums, its chunks: a truncated PNG fails) within ``max_pixels``."""
+    full = frame_path(options.root, image)
+    if not full.is_file():
+        raise MediaError(f"frame {image!r}: missing (no file {full})")
+    check_size(image, full.stat().st_size, options)
+    with open_image(image, full) as im:
+        check_image(image, im, options)
+        try:
+            im.verify()
+        except Exception as exc:  # Pillow raises what its parsers raise
+            raise MediaError(f"frame {image!r}: damaged image ({type(exc).__name__}: "
+                             f"{exc})") from None
+    return full
+
+
 class MediaRefs:
     """The references of a unit's media under `MediaOptions`: what the cache keys hold.
 
-    File hashes are memoised by (path, size, mtime).
+    File hashes and frame checks are memoised by (path, size, mtime).
     """
 
     def __init__(self, options: MediaOptions) -> None:
         self.options = options
         self._hashes: dict[tuple[str, int, int], str] = {}
+        self._checked: dict[tuple[str, int, int], str | None] = {}
+
+    def _stat(self, path: str) -> tuple[Path, tuple[str, int, int]]:
+        full = frame_path(self.options.root, path)
+        try:
+            st = full.stat()
+        except OSError as exc:
+            raise MediaError(f"frame {path!r}: missing ({exc.strerror})") from None
+        return full, (str(full), st.st_size, st.st_mtime_ns)
 
     def file_hash(self, path: str) -> str:
-        full = Path(self.options.root) / path
-        st = full.stat()
-        k = (str(full), st.st_size, st.st_mtime_ns)
+        """The sha256 of a local frame's bytes (read in chunks, never over the size cap)."""
+        full, k = self._stat(path)
         h = self._hashes.get(k)
         if h is None:
-            h = self._hashes[k] = hashlib.sha256(full.read_bytes()).hexdigest()
+            check_size(path, k[1], self.options)
+            try:
+                with open(full, "rb") as f:
+                    h = self._hashes[k] = hashlib.file_digest(f, "sha256").hexdigest()
+            except OSError as exc:
+                raise MediaError(f"frame {path!r}: unreadable ({exc.strerror})") from None
         return h
+
+    def fault(self, media: Media | None) -> str | None:
+        """Why a unit's media cannot be sent (its first bad frame, named), or None."""
+        if media is None:
+            return None
+        for f in pick_frames(media.frames, self.options.max_frames):
+            if _is_url(f.image):
+                continue
+            try:
+                _, k = self._stat(f.image)
+            except MediaError as exc:
+                return str(exc)
+            if k not in self._checked:
+                try:
+                    check_frame(f.image, self.options)
+                    self._checked[k] = None
+                except MediaError as exc:
+                    self._checked[k] = str(exc)
+            if self._checked[k] is not None:
+                return self._checked[k]
+        return None
 
     def ref(self, image: str) -> str:
         """The reference an image part carries: its URL, or path + max_side + content hash."""

@@ -25,11 +25,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from .._env import credential_keys, credential_name
 from .._ids import content_hash, json_hash, slugify, step_run_id
 from ..errors import WorkspaceError
 from ..gate import check_unit_ids
@@ -44,8 +45,6 @@ DEFAULT_STRATEGY = "default-strategy.md"
 FILES = ("workspace.json", "pool.json", "seed_record.json", "state.json", "harness.sqlite")
 UNITS_FILE = "units.jsonl"
 KINDS = ("custom", "simulated", "llm")
-# Agent keys that would put a credential into workspace.json (and into the BaselineCache key).
-_SECRET_KEYS = ("api_key", "apikey", "authorization", "password", "secret", "bearer")
 
 
 
@@ -120,8 +119,11 @@ class WorkspaceConfig:
 
 
 def _check_no_secret(agent: Mapping[str, Any]) -> None:
-    secret = [k for k in agent if any(s in str(k).lower().replace("-", "_")
-                                      for s in _SECRET_KEYS)]
+    """No key of the agent config (or of its request ``params``) may name a credential: it
+    would be written to workspace.json, every manifest and the BaselineCache key."""
+    params = agent.get("params")
+    secret = [k for k in agent if credential_name(k)] + [
+        f"params.{k}" for k in credential_keys(params if isinstance(params, Mapping) else {})]
     if secret:
         raise ValueError(f"agent must not hold credentials (found {sorted(secret)}); the API "
                          f"key comes from OPENAI_API_KEY / VTRM_API_KEY at run time")
@@ -260,15 +262,42 @@ class Workspace:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _refs(self) -> MediaRefs:
+        if self._media is None:
+            self._media = MediaRefs(MediaOptions.from_agent(self.config.agent, self.root))
+        return self._media
+
     def unit_key(self, task_type: str, unit_id: str) -> str:
         """Hash of a unit's content (question, options, answer, every media reference: path
-        + content hash, or URL) for the BaselineCache key; "" where units have no content."""
+        + content hash, or URL) for the BaselineCache key; "" where units have no content.
+        `MediaError` when a frame cannot be read (deleted since the ladder was built)."""
         rec = self.units.get(unit_id)
         if rec is None:
             return ""
-        if self._media is None:
-            self._media = MediaRefs(MediaOptions.from_agent(self.config.agent, self.root))
-        return json_hash({**dataclasses.asdict(rec), "media": self._media.refs(rec.media)})
+        return json_hash({**dataclasses.asdict(rec), "media": self._refs().refs(rec.media)})
+
+    def media_fault(self, unit_id: str) -> str | None:
+        """Why a unit's frames cannot be sent (its first bad frame, named), or None: outside
+        the units directory, missing, over a cap, not an image (`check_frame`)."""
+        rec = self.units.get(unit_id)
+        if rec is None or rec.media is None:
+            return None
+        return self._refs().fault(rec.media)
+
+    def sendable(self, units: Iterable[str], n: int) -> tuple[list[str], dict[str, str]]:
+        """The first ``n`` of ``units`` (in order) whose frames can be sent, and the fault of
+        every unit passed over on the way (checked lazily: only as far as needed)."""
+        kept: list[str] = []
+        faults: dict[str, str] = {}
+        for u in units:
+            if len(kept) >= n:
+                break
+            why = self.media_fault(u)
+            if why is None:
+                kept.append(u)
+            else:
+                faults[u] = why
+        return kept, faults
 
     # ---- skills ----
 
@@ -395,6 +424,12 @@ class Workspace:
 
 
 
+def media_note(faults: Mapping[str, str]) -> str:
+    """The report note of units left out because their frames cannot be sent."""
+    return (f"left out {len(faults)} unit(s) whose frames cannot be sent: "
+            + "; ".join(f"{u!r}: {why}" for u, why in faults.items()))
+
+
 def _check_units(root: Path, pool: Mapping[str, Sequence[str]]) -> dict[str, UnitRecord]:
     """An llm workspace's units.jsonl, validated, and every pool unit found in it."""
     units = read_units(root / UNITS_FILE, root)
@@ -450,11 +485,10 @@ def _parsed(root: Path, name: str, parse: Callable[[Any], T]) -> T:
 
 def _check_consistency(config: WorkspaceConfig, pool: Mapping[str, Sequence[str]],
                        state: TrainingState) -> None:
-    missing = sorted(set(pool) - set(state.skills))
-    extra = sorted(set(state.skills) - set(pool))
-    if missing or extra:
-        raise WorkspaceError(f"state.json: skills must list exactly the types of pool.json"
-                             f" (missing {missing}, unknown {extra})")
+    try:
+        state.check_types(pool)
+    except ValueError as exc:
+        raise WorkspaceError(f"state.json: {exc}") from None
     for t in config.targets:
         if t not in pool:
             raise WorkspaceError(f"workspace.json: targets names type {t!r}, which is not "

@@ -30,7 +30,7 @@ from .._env import api_key as _api_key
 from .._env import environment, mask_url, scrub_credentials
 from ..cache import KeyParts, ResponseCache, protocol_failure, validate_response
 from ..cache._keys import PROTOCOL_FAILURES, Validator
-from ..errors import LLMInfraError
+from ..errors import LLMInfraError, MediaError
 from ..gate import UnitResult, UnitTask, report_progress
 from ..harness import Media
 from ._endpoints import EndpointPool, ShardedClient
@@ -403,11 +403,11 @@ class LLMAgent:
                 self._emit(AgentEvent("retry", run_id, unit_id, step, attempt, exc.status,
                                       delay, err))
                 await asyncio.sleep(delay)
-            except LLMInfraError as exc:
+            except LLMInfraError as exc:  # a MediaError too: a frame that cannot be sent
                 err = self.scrub(str(exc))
                 self._emit(AgentEvent("give_up", run_id, unit_id, step, attempt, None, 0.0,
                                       err))
-                raise LLMInfraError(err) from None
+                raise type(exc)(err) from None
 
     # -- the agent --------------------------------------------------------------------
 
@@ -441,10 +441,14 @@ class LLMAgent:
         n = len(mcq.options)
         steps: list[dict[str, Any]] = []
         tokens = 0
-        messages = self.messages(task, mcq)
         plan = ["think", "answer"] if self.think else ["answer"]
         prediction: str | None = None
         error: str | None = None
+        try:  # frame references hash the files: one deleted since the ladder is INFRA
+            messages = self.messages(task, mcq)
+        except MediaError as exc:
+            return self._result(task, t0, steps, tokens, infra=True,
+                                error=f"unit {task.unit_id!r}: {exc}")
         for i, step in enumerate(plan):
             if i:
                 messages = [*messages, {"role": "assistant", "content": steps[-1]["content"]},
@@ -452,8 +456,9 @@ class LLMAgent:
             try:  # cached unless INFRA: an unusable answer is replayed like any answer
                 resp, source = await self._step(task, step, messages, protocol_failure)
             except LLMInfraError as exc:
+                where = f"unit {task.unit_id!r}: " if isinstance(exc, MediaError) else ""
                 return self._result(task, t0, steps, tokens, infra=True,
-                                    error=f"{step} step: {exc}")
+                                    error=f"{step} step: {where}{exc}")
             used = _tokens(resp)
             fresh = source in ("miss", "bypass", "uncached")
             tokens += used if fresh else 0

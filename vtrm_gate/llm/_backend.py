@@ -69,6 +69,9 @@ class Rollout:
         default_factory=dict, repr=False, compare=False)
     _infra: dict[tuple[str, int, int, str], tuple[int, int, str | None]] = field(
         default_factory=dict, repr=False, compare=False)
+    fault: Callable[[str], str | None] | None = field(default=None, repr=False,
+                                                      compare=False)
+    """Why a unit's frames cannot be sent (`Workspace.media_fault`): such units are skipped."""
 
     def __post_init__(self) -> None:
         if self.size < 1 or self.concurrency < 1:
@@ -80,7 +83,15 @@ class Rollout:
         key = f"{self.seed}:rollout:{step_run_id(epoch, step)}"
         units = sorted(self.pool[task_type],
                        key=lambda u: shuffle_key(key, f"{task_type}\x1f{u}"))
-        return units[:self.size]
+        if self.fault is None:
+            return units[:self.size]
+        out: list[str] = []
+        for u in units:  # lazily: only as many frame checks as the batch needs
+            if len(out) == self.size:
+                break
+            if self.fault(u) is None:
+                out.append(u)
+        return out
 
     async def errors(self, task_type: str, skill: str, epoch: int, step: int,
                      slots: asyncio.Semaphore | None = None) -> tuple[ErrorCase, ...]:
@@ -208,7 +219,8 @@ def llm_backend(workspace: Workspace, options: RunOptions | None = None, *,
                      max_tokens=a.get("max_tokens"), params=a.get("params"),
                      on_event=on_event)
     rollout = Rollout(agent, workspace.pool, agent.units, workspace.config.seed,
-                      rollout_units, options.slots)
+                      rollout_units, options.slots,
+                      fault=workspace.media_fault if media is not None else None)
 
     async def error_cases(task_type: str, skill: str, epoch: int,
                           step: int) -> tuple[ErrorCase, ...]:

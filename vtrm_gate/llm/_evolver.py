@@ -9,7 +9,7 @@ from typing import Any
 
 from .._ids import evolve_run_id
 from ..cache import KeyParts, protocol_failure, validate_response
-from ..errors import EvolveError, LLMInfraError
+from ..errors import EvolveError, LLMInfraError, RepeatedCandidate
 from ._agent import MCQ, LLMAgent, _content
 
 # ---- the evolver ----------------------------------------------------------------------
@@ -59,10 +59,15 @@ class LLMEvolver:
     agent's wrong answer, the right one) and the type's rejected buffer. The call goes
     through the agent's endpoint, retries and response cache, salted by the run id
     ``{step_run_id}_evolve_{slug}`` (a re-run proposes the same text at zero cost). A failed
-    call, an empty / unusable reply or a re-proposed rejected text raises `EvolveError`,
-    which the step records per type as ``evolve_error`` with the reason (it never crashes a
-    step, and a failure is never reported as "no real change").
+    call or an empty / unusable reply raises `EvolveError`, which the step records per type
+    as ``evolve_error`` with the reason (it never crashes a step, and a failure is never
+    reported as "no real change"). A reply that repeats a rejected candidate is sampled
+    again up to `REPEAT_RETRIES` times; if every sample repeats one, `RepeatedCandidate`
+    skips the type for the step (``skipped``, with a note) and the run goes on.
     """
+
+    REPEAT_RETRIES = 2
+    """Fresh samples asked for after a reply that repeats a rejected candidate."""
 
     def __init__(self, agent: LLMAgent, error_cases: ErrorCases, *, model: str | None = None,
                  temperature: float = 0.7, max_tokens: int | None = None,
@@ -112,13 +117,22 @@ class LLMEvolver:
 
     async def evolve(self, task_type: str, current_skill: str, rejected: Sequence[str],
                      epoch: int, step: int) -> str:
-        """The candidate skill text, or ``current_skill`` when no usable proposal came back."""
+        """The candidate skill text; `EvolveError` when no usable proposal came back,
+        `RepeatedCandidate` when every sample repeats a rejected one (`_resample`)."""
         cases = await self.error_cases(task_type, current_skill, epoch, step)
         run_id = self.run_id(task_type, epoch, step)
         body = {"model": self.model,
                 "messages": self.messages(task_type, current_skill, cases, rejected),
                 **self.params}
+        text = await self._sample(task_type, body, run_id)
+        if text.strip() in {r.strip() for r in rejected}:
+            return await self._resample(task_type, body, run_id, rejected)
+        return text
 
+    async def _sample(self, task_type: str, body: Mapping[str, Any], run_id: str,
+                      retry: int = 0) -> str:
+        """One proposal: the call through the agent's endpoint and cache, salted by the run
+        id (and ``retry``, for a fresh sample), checked and unfenced."""
         def usable(resp: Any) -> str | None:
             why = validate_response(resp)
             if why is None and not strip_fences(_content(resp)):
@@ -133,8 +147,8 @@ class LLMEvolver:
             if self.agent.cache is None:
                 resp = await call()
             else:
-                parts = KeyParts.from_request(body, self.agent.base_url,
-                                              self.agent.cache.salt(run_id))
+                salt = self.agent.cache.salt(run_id) + (f"/retry{retry}" if retry else "")
+                parts = KeyParts.from_request(body, self.agent.base_url, salt)
                 resp = (await self.agent.cache.get_or_call(parts, call,
                                                            validate=protocol_failure,
                                                            run_id=run_id)).response
@@ -143,9 +157,18 @@ class LLMEvolver:
         why = usable(resp)
         if why is not None:
             raise EvolveError(f"evolver reply for {task_type!r} unusable: {why}")
-        text = strip_fences(_content(resp)) + "\n"
-        if text.strip() in {r.strip() for r in rejected}:
-            raise EvolveError(f"evolver re-proposed a rejected candidate for {task_type!r}")
-        return text
+        return strip_fences(_content(resp)) + "\n"
 
-
+    async def _resample(self, task_type: str, body: Mapping[str, Any], run_id: str,
+                        rejected: Sequence[str]) -> str:
+        """The proposal repeated a rejected candidate: ask again with a fresh sample, at most
+        `REPEAT_RETRIES` times (retry ``k`` is salted ``/retry{k}``, so a re-run of the step
+        replays the same samples from the cache), then `RepeatedCandidate`."""
+        seen = {r.strip() for r in rejected}
+        for retry in range(1, self.REPEAT_RETRIES + 1):
+            text = await self._sample(task_type, body, run_id, retry)
+            if text.strip() not in seen:
+                return text
+        raise RepeatedCandidate(
+            f"the evolver re-proposed a rejected candidate for {task_type!r} in all "
+            f"{self.REPEAT_RETRIES + 1} samples; the type is skipped for this step")

@@ -11,14 +11,29 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import os
 from collections import OrderedDict
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from ..errors import MediaChangedError
-from ..harness import REF_SCHEME, Media, MediaOptions, MediaRefs, pick_frames
+from ..errors import MediaChangedError, MediaError
+from ..harness import (
+    DEFAULT_MAX_PIXELS,
+    REF_SCHEME,
+    Media,
+    MediaOptions,
+    MediaRefs,
+    check_image,
+    check_size,
+    frame_path,
+    open_image,
+    pick_frames,
+)
+
+WEB_FORMATS = {"JPEG": "image/jpeg", "PNG": "image/png", "GIF": "image/gif",
+               "WEBP": "image/webp"}
+"""What chat endpoints accept in a data URI; any other format (BMP, TIFF) is sent as PNG."""
 
 
 class MediaResolver(MediaRefs):
@@ -57,11 +72,12 @@ class MediaResolver(MediaRefs):
             self._encoded.move_to_end(ref)
             return hit
         path = unquote(ref[len(REF_SCHEME):].split("?", 1)[0].split("#", 1)[0])
-        data = (Path(self.options.root) / path).read_bytes()
+        data = _read_frame(path, self.options)
         want = ref.rsplit("#sha256=", 1)[-1]
         if hashlib.sha256(data).hexdigest() != want:
-            raise MediaChangedError(f"frame {path} changed since its reference was made")
-        uri = data_uri(data, self.options.max_side)
+            raise MediaChangedError(f"frame {path!r}: changed since its reference was made")
+        uri = data_uri(data, self.options.max_side, max_pixels=self.options.max_pixels,
+                       name=path)
         self._encoded[ref] = uri
         if len(self._encoded) > self._cache_size:
             self._encoded.popitem(last=False)
@@ -89,22 +105,50 @@ class MediaResolver(MediaRefs):
 
 
 
-def data_uri(data: bytes, max_side: int) -> str:
-    """``data:image/...;base64,...`` of an image, downscaled so its longest side is at most
-    ``max_side`` (0: unchanged). Needs Pillow only to read the format or to resize."""
-    from PIL import Image
+def _read_frame(path: str, options: MediaOptions) -> bytes:
+    """A local frame's bytes: inside the units directory and within the size cap (checked
+    before reading); `MediaError` naming it otherwise (deleted mid-gate, say)."""
+    full = frame_path(options.root, path)
+    try:
+        with open(full, "rb") as f:
+            check_size(path, os.fstat(f.fileno()).st_size, options)
+            return f.read(options.max_frame_bytes + 1)
+    except OSError as exc:
+        raise MediaError(f"frame {path!r}: missing or unreadable ({exc.strerror})") from None
 
-    with Image.open(io.BytesIO(data)) as im:
-        fmt = (im.format or "PNG").upper()
-        if max_side and max(im.size) > max_side:
-            im = im.copy()
-            im.thumbnail((max_side, max_side))
-            fmt = "JPEG" if fmt == "JPEG" else "PNG"
-            if fmt == "JPEG" and im.mode not in ("RGB", "L"):
-                im = im.convert("RGB")
-            buf = io.BytesIO()
-            im.save(buf, format=fmt)
-            data = buf.getvalue()
-    mime = {"JPEG": "image/jpeg", "PNG": "image/png", "GIF": "image/gif",
-            "WEBP": "image/webp"}.get(fmt, "application/octet-stream")
-    return f"data:{mime};base64,{base64.b64encode(data).decode()}"
+
+def data_uri(data: bytes, max_side: int, *, max_pixels: int = DEFAULT_MAX_PIXELS,
+             name: str = "frame") -> str:
+    """``data:image/...;base64,...`` of an image, downscaled so its longest side is at most
+    ``max_side`` (0: unchanged). The MIME type is the image's format, read from its bytes
+    (never its file name); a format chat endpoints do not take (BMP, TIFF) is re-encoded as
+    PNG. `MediaError` for bytes that are no image, an image over ``max_pixels`` (checked
+    from its header, before decoding) or one that cannot be decoded (truncated)."""
+    options = MediaOptions(max_pixels=max_pixels)
+    with open_image(name, io.BytesIO(data)) as im:
+        check_image(name, im, options)
+        fmt = im.format
+        resize = bool(max_side) and max(im.size) > max_side
+        try:
+            if resize or fmt not in WEB_FORMATS:
+                data, fmt = _reencode(im, fmt, max_side if resize else 0)
+            else:  # sent as stored: its chunks checked (a truncated PNG fails), not decoded
+                im.verify()
+        except Exception as exc:  # Pillow raises what its parsers raise
+            raise MediaError(f"frame {name!r}: damaged image ({type(exc).__name__}: "
+                             f"{exc})") from None
+    return f"data:{WEB_FORMATS[fmt]};base64,{base64.b64encode(data).decode()}"
+
+
+def _reencode(im: Any, fmt: str, max_side: int) -> tuple[bytes, str]:
+    """The image decoded, downscaled to ``max_side`` (0: kept) and saved as JPEG (a JPEG)
+    or PNG (anything else)."""
+    im = im.copy()  # decodes: a truncated file fails here
+    if max_side:
+        im.thumbnail((max_side, max_side))
+    fmt = "JPEG" if fmt == "JPEG" else "PNG"
+    if fmt == "JPEG" and im.mode not in ("RGB", "L"):
+        im = im.convert("RGB")
+    buf = io.BytesIO()
+    im.save(buf, format=fmt)
+    return buf.getvalue(), fmt

@@ -8,6 +8,12 @@ concurrency, the environment) and returns an `AgentBackend`. Its ``identity`` jo
 workspace's agent config, so the BaselineCache and the manifest tell agents apart.
 A factory that cannot be imported, raises, or returns the wrong thing is a `BackendError`
 (exit 2 from the CLI, one line naming the factory).
+
+Every text a backend hands back (exception messages, ``UnitResult.error`` and traces, rollout
+errors, ``identity`` values) is scrubbed like the LLM agent's (`scrub_credentials`: the
+environment's secrets and any credential header value) before it is stored, reported or
+printed; an ``identity`` key that names a credential is refused; a rollout of the wrong shape
+is a `BackendError` naming the type.
 """
 
 from __future__ import annotations
@@ -19,9 +25,11 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._env import credential_keys, scrub_credentials, secret_values
+from .._ids import canonical_json
 from ..cache import CacheStats, ResponseCache, cache_namespace
-from ..errors import BackendError
-from ..gate import Infer
+from ..errors import BackendError, CasesUnavailable, RepeatedCandidate
+from ..gate import Infer, UnitResult, UnitTask
 from ..harness import CaseSource, Evolver, Workspace
 
 RolloutSource = Callable[[int, int], Awaitable[Mapping[str, Sequence[str]]]]
@@ -40,7 +48,12 @@ class BackendContext:
     workspace: Workspace
     cache: ResponseCache
     concurrency: int = 32
-    env: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    """Not in the repr: a factory's error message that shows the context shows no secret."""
+
+    def scrub(self, text: str) -> str:
+        """``text`` without the environment's secrets or any credential header value."""
+        return scrub_credentials(text, secret_values(self.env))
 
 
 @dataclass(frozen=True)
@@ -115,10 +128,11 @@ async def make_backend(spec: str, ctx: BackendContext) -> AgentBackend:
         out = factory(ctx)
         if inspect.isawaitable(out):
             out = await out
-    except BackendError:
-        raise
+    except BackendError as exc:
+        raise BackendError(ctx.scrub(str(exc))) from None
     except Exception as exc:
-        raise BackendError(f"backend {spec!r} failed: {type(exc).__name__}: {exc}") from None
+        raise BackendError(ctx.scrub(f"backend {spec!r} failed: {type(exc).__name__}: {exc}")
+                           ) from None
     if not isinstance(out, AgentBackend):
         raise BackendError(f"backend {spec!r} returned {type(out).__name__}, expected "
                            f"vtrm_gate.llm.AgentBackend")
@@ -129,10 +143,25 @@ async def make_backend(spec: str, ctx: BackendContext) -> AgentBackend:
     return out
 
 
-def with_identity(workspace: Workspace, spec: str, backend: AgentBackend) -> None:
+def with_identity(workspace: Workspace, spec: str, backend: AgentBackend,
+                  scrub: Callable[[str], str] = str) -> None:
     """Put the factory and its identity into the (in-memory) agent config, so the
-    BaselineCache key and the step manifest name the agent that actually runs."""
-    agent = {**workspace.config.agent, "backend": spec, **dict(backend.identity)}
+    BaselineCache key and the step manifest name the agent that actually runs. The identity
+    must be JSON, with no key that names a credential (its values are scrubbed)."""
+    identity = dict(backend.identity)
+    for k, v in identity.items():
+        try:
+            canonical_json(v)
+        except (TypeError, ValueError):
+            raise BackendError(f"backend {spec!r}: identity[{k!r}] is not a JSON value "
+                               f"({type(v).__name__}); identity keys the BaselineCache and "
+                               f"the manifest") from None
+    secret = credential_keys(identity)
+    if secret:
+        raise BackendError(f"backend {spec!r}: identity must not hold credentials (found "
+                           f"{', '.join(repr(k) for k in secret)}); it is written to every "
+                           f"manifest: read secrets from ctx.env inside your factory")
+    agent = {**workspace.config.agent, "backend": spec, **_scrubbed_json(identity, scrub)}
     try:
         workspace.config = dataclasses.replace(workspace.config, agent=agent)
     except ValueError as exc:
@@ -142,16 +171,134 @@ def with_identity(workspace: Workspace, spec: str, backend: AgentBackend) -> Non
 async def open_factory_backend(workspace: Workspace, spec: str,
                                ctx: BackendContext) -> AgentBackend:
     """The factory's backend for ``workspace``: the cache salted with the workspace's id (as
-    for the built-in agent), the factory called and checked, its identity in the agent config.
+    for the built-in agent), the factory called and checked, its identity in the agent config,
+    and every text it returns scrubbed (`guarded`).
     The caller awaits ``backend.aclose`` when done (`vtrm_gate.backends.open_backend` does)."""
     if not ctx.cache.namespace:
         ctx.cache.namespace = cache_namespace(workspace.workspace_id,
                                               ctx.env.get("VTRM_CACHE_SHARE") or None)
     backend = await make_backend(spec, ctx)
     try:
-        with_identity(workspace, spec, backend)
+        with_identity(workspace, spec, backend, ctx.scrub)
     except BaseException:
         if backend.aclose is not None:
             await backend.aclose()
         raise
-    return backend
+    return guarded(backend, workspace, spec, ctx.scrub)
+
+
+# ---- what a backend hands back, scrubbed and checked ----------------------------------------
+
+
+def _scrubbed_json(value: Any, scrub: Callable[[str], str]) -> Any:
+    """``value`` (JSON-like) with every string scrubbed."""
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, Mapping):
+        return {k: _scrubbed_json(v, scrub) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_scrubbed_json(v, scrub) for v in value)
+    return value
+
+
+_KEPT_FAMILIES = (CasesUnavailable, RepeatedCandidate, TypeError, AttributeError, NameError)
+"""What a scrubbed exception must stay: these decide how the harness treats a failure."""
+
+
+def scrubbed_exception(exc: Exception, scrub: Callable[[str], str]) -> Exception:
+    """``exc``, or when its text (or a note) holds a secret, the same kind of exception
+    with the text scrubbed (same type when it can be built from a message; else the nearest
+    family that decides how the harness treats it, named in the text), traceback kept."""
+    text, notes = str(exc), list(getattr(exc, "__notes__", ()))
+    clean = scrub(text)
+    if clean == text and all(scrub(n) == n for n in notes):
+        return exc
+    new: Exception | None = None
+    for kind in (type(exc), *[k for k in _KEPT_FAMILIES if isinstance(exc, k)], RuntimeError):
+        message = clean if kind is type(exc) else f"{type(exc).__name__}: {clean}"
+        try:
+            new = kind(message)
+        except Exception:  # an exception type with other constructor arguments
+            continue
+        if str(new) == message:
+            break
+    assert new is not None  # RuntimeError(message) always builds
+    for n in notes:
+        new.add_note(scrub(n))
+    return new.with_traceback(exc.__traceback__)
+
+
+def _check_rollout(out: Any, workspace: Workspace, spec: str,
+                   scrub: Callable[[str], str]) -> dict[str, Any]:
+    """A rollout's result: ``{known type: [unit ids of its pool] | CasesUnavailable}``."""
+    where = f"backend {spec!r}: rollout"
+    if not isinstance(out, Mapping):
+        raise BackendError(f"{where}: expected a mapping {{type: [unit ids]}}, got "
+                           f"{type(out).__name__}")
+    cases: dict[str, Any] = {}
+    for t, us in out.items():
+        if t not in workspace.pool:
+            raise BackendError(f"{where}: unknown type {t!r} (the workspace's types: "
+                               f"{', '.join(map(repr, workspace.task_types))})")
+        if isinstance(us, CasesUnavailable):
+            cases[t] = CasesUnavailable(scrub(str(us)))
+            continue
+        if isinstance(us, str | bytes) or not isinstance(us, list | tuple):
+            raise BackendError(f"{where}: type {t!r}: expected a list of unit ids, got "
+                               f"{scrub(repr(us))[:80]}")
+        pool = set(workspace.pool[t])
+        bad = [u for u in us if not isinstance(u, str) or u not in pool]
+        if bad:
+            raise BackendError(f"{where}: type {t!r}: {scrub(repr(bad[0]))[:80]} is not a unit "
+                               f"of its pool")
+        cases[t] = list(us)
+    return cases
+
+
+def guarded(backend: AgentBackend, workspace: Workspace, spec: str,
+            scrub: Callable[[str], str]) -> AgentBackend:
+    """``backend`` with every text it returns or raises scrubbed and its rollout checked.
+
+    A rollout that raises (not a programming error) makes every type ``rollout_error`` with
+    the scrubbed reason, as the LLM rollout does for a type whose calls fail."""
+    infer, evolver, rollout, cases = backend.infer, backend.evolver, backend.rollout, \
+        backend.cases
+
+    async def scrubbed_infer(task: UnitTask) -> UnitResult:
+        try:
+            res = await infer(task)
+        except Exception as exc:
+            raise scrubbed_exception(exc, scrub) from None
+        if not isinstance(res, UnitResult):
+            return res  # the gate refuses it, naming unit and arm
+        return dataclasses.replace(res, error=_scrubbed_json(res.error, scrub),
+                                   prediction=_scrubbed_json(res.prediction, scrub),
+                                   trace=_scrubbed_json(res.trace, scrub))
+
+    class ScrubbedEvolver:
+        async def evolve(self, *args: Any, **kwargs: Any) -> str:
+            try:
+                return await evolver.evolve(*args, **kwargs)
+            except Exception as exc:
+                raise scrubbed_exception(exc, scrub) from None
+
+    async def checked_rollout(epoch: int, step: int) -> Mapping[str, Any]:
+        try:
+            out = await rollout(epoch, step)  # type: ignore[misc]
+        except (TypeError, AttributeError, NameError) as exc:
+            raise scrubbed_exception(exc, scrub) from None
+        except Exception as exc:
+            why = scrub(f"{type(exc).__name__}: {exc}")
+            return {t: CasesUnavailable(f"rollout failed: {why}") for t in workspace.task_types}
+        return _check_rollout(out, workspace, spec, scrub)
+
+    def scrubbed_cases(*args: Any) -> Sequence[str]:
+        try:
+            return cases(*args)  # type: ignore[misc]
+        except Exception as exc:
+            raise scrubbed_exception(exc, scrub) from None
+
+    return dataclasses.replace(
+        backend, infer=scrubbed_infer, evolver=ScrubbedEvolver(),
+        rollout=checked_rollout if rollout is not None else None,
+        cases=scrubbed_cases if cases is not None else None)

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from .._env import mask_url
+from .._env import credential_name, mask_url
 from .._ids import slugify
-from ..errors import EndpointsError, WorkspaceError
+from ..errors import EndpointsError, MediaError, WorkspaceError
 from ..harness import (
     DEFAULT_STRATEGY,
     UNITS_FILE,
@@ -18,13 +18,13 @@ from ..harness import (
     UnitRecord,
     Workspace,
     WorkspaceConfig,
-    missing_media,
+    check_frame,
     read_json,
     read_text,
     read_units,
     units_pool,
 )
-from ..harness._workspace import _SECRET_KEYS, _check_no_secret
+from ..harness._workspace import _check_no_secret
 from ._endpoints import check_endpoints_setting, read_endpoints_file
 
 
@@ -33,8 +33,7 @@ def _refuse_url_credentials(url: str) -> None:
     workspace.json and every manifest (the message does not repeat it)."""
     parts = urlsplit(url)
     names = [k for k, _ in parse_qsl(parts.query, keep_blank_values=True)]
-    bad = [k for k in names if k.lower().replace("-", "_") in ("key", "token", "access_token")
-           or any(s in k.lower().replace("-", "_") for s in _SECRET_KEYS)]
+    bad = [k for k in names if credential_name(k)]
     if "@" in parts.netloc or bad:
         what = "user info (user:password@)" if "@" in parts.netloc else \
             f"the query parameter(s) {', '.join(bad)}"
@@ -53,8 +52,9 @@ def check_llm_agent(agent: Mapping[str, Any]) -> None:
     _check_no_secret(agent)
     if agent.get("media") is not None:
         m = agent["media"]
-        if not isinstance(m, Mapping) or not set(m) <= {"max_frames", "max_side", "detail"}:
-            raise ValueError(f"agent.media must be an object of max_frames, max_side, detail; "
+        keys = {"max_frames", "max_side", "detail", "max_frame_bytes", "max_pixels"}
+        if not isinstance(m, Mapping) or not set(m) <= keys:
+            raise ValueError(f"agent.media must be an object of {', '.join(sorted(keys))}; "
                              f"got {m!r}")
         MediaOptions(**m)
     if factory:  # your own agent (`vtrm_gate.llm.AgentBackend`): it needs no endpoint or model here
@@ -153,19 +153,26 @@ def _agent_config(base_url: str | Sequence[Any] | None, endpoints_file: str | Pa
 
 def _media_settings(src: Path, units: Mapping[str, UnitRecord],
                     media: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``media_root`` (the units file's directory, every local frame checked there) and the
-    ``media`` options, for units that show frames or a video."""
+    """``media_root`` (the units file's directory) and the ``media`` options, for units that
+    show frames or a video. Every local frame is checked there (`check_frame`: inside the
+    directory, within the size and pixel caps, an image), before anything is written."""
     out: dict[str, Any] = {}
-    if any(u.media is not None for u in units.values()):
-        root = src.resolve().parent  # local frame paths are relative to the units file
-        for u in units.values():
-            gone = missing_media(u.media, root)
-            if gone:
-                raise WorkspaceError(f"{src}: unit {u.unit_id!r}: media file "
-                                     f"{gone[0]!r} not found under {root}")
-        out["media_root"] = str(root)
     if media:
         out["media"] = dict(media)
+    if any(u.media is not None for u in units.values()):
+        root = src.resolve().parent  # local frame paths are relative to the units file
+        try:
+            options = MediaOptions(str(root), **(media or {}))
+        except (TypeError, ValueError) as exc:
+            raise WorkspaceError(f"init_llm: {exc}") from None
+        for u in units.values():
+            for image in u.media.local_paths() if u.media else ():
+                try:
+                    check_frame(image, options)
+                except MediaError as exc:
+                    raise WorkspaceError(f"{src}: unit {u.unit_id!r}: {exc} (units directory "
+                                         f"{root})") from None
+        out["media_root"] = str(root)
     return out
 
 

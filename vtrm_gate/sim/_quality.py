@@ -4,14 +4,13 @@ class, the old serial gate's time per phase on the same inputs, the training cur
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .._ids import PROBATION_STEP, content_hash, eval_run_id, probation_run_id
 from ..errors import WorkspaceError
 from ..gate import TypePlan
-from ..harness import Workspace
+from ..harness import Workspace, read_manifest, recorded_manifests
 from ._schedules import block_serial_schedule, simulate_policy
 from ._world import TRUE_MARGIN, SimWorld
 
@@ -25,8 +24,7 @@ def record_ground_truth(workspace: Workspace, world: SimWorld) -> int:
         raise WorkspaceError(f"{workspace.root}: ground truth exists only for simulated "
                              f"workspaces (kind {workspace.config.kind!r})")
     rows = []
-    for path in sorted((workspace.root / "manifests").glob("e*_s*.json")):
-        m = json.loads(path.read_text(encoding="utf-8"))
+    for m in recorded_manifests(workspace):
         e, s = m["epoch"], m["step"]
         for t, c in sorted(m["candidates"].items()):
             if c.get("status") != "gated":
@@ -149,10 +147,9 @@ def serial_phase_times(workspace: Workspace, world: SimWorld,
     phases = dict.fromkeys(("rollout", "gate", "settlement", "evaluation"), 0.0)
     decisions: list[tuple[int, int, str, str]] = []
     for e, s in sorted(steps):
-        path = workspace.manifest_path(e, s)
-        if not path.is_file():
+        m = read_manifest(workspace, e, s)
+        if m is None:
             continue
-        m = json.loads(path.read_text(encoding="utf-8"))
         base = {t: workspace.version_text(t, b["version"])
                 for t, b in m["inputs"]["base_skills"].items()}
         for t in m["inputs"]["cases"]:

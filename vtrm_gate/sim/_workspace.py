@@ -20,6 +20,7 @@ from ..harness import (
     Evolver,
     Workspace,
     WorkspaceConfig,
+    read_heldout,
     step_input_state,
 )
 from ._world import SimConfig, SimEvolver, SimWorld
@@ -114,6 +115,16 @@ class SimBackend:
         return run
 
 
+def _check_heldout(heldout: Mapping[str, Sequence[str]], world: SimWorld) -> None:
+    """Every held-out unit is a unit of its type in the simulated world."""
+    for t, us in heldout.items():
+        units = set(world.pool(t)) if t in world.task_types else set()
+        for u in us:
+            if u not in units:
+                raise WorkspaceError(f"{HELDOUT_FILE}: type {t!r}: {u!r} is not a unit of this "
+                                     f"type in the simulated world")
+
+
 def simulated_backend(workspace: Workspace | str | Path, *,
                       time_scale: float | None = None) -> SimBackend:
     """Rebuild the `SimWorld` a simulated workspace was created from (optionally with
@@ -126,6 +137,7 @@ def simulated_backend(workspace: Workspace | str | Path, *,
                                  f"(kind {ws.config.kind!r})")
         sim = dict(ws.config.sim)
         pools = {t: list(us) for t, us in ws.pool.items()}
+        heldout = read_heldout(ws)
     finally:
         if ws is not workspace:
             ws.close()
@@ -135,6 +147,7 @@ def simulated_backend(workspace: Workspace | str | Path, *,
         world = SimWorld(SimConfig(**sim))
     except (TypeError, ValueError) as exc:
         raise WorkspaceError(f"workspace.json: sim: {exc}") from None
+    _check_heldout(heldout, world)
 
     def cases(task_type: str, epoch: int, step: int, skill: str) -> list[str]:
         return world.error_cases(task_type, epoch, step, skill, pools.get(task_type))

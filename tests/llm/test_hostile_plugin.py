@@ -1,0 +1,237 @@
+"""A hostile bring-your-own backend (issue 19 #5 #7 #8 #9): its error texts quoting the API
+key or a token never reach the log, the reports, stdout or stderr; ``repr(BackendContext)``
+hides the environment; credential-like ``identity`` keys are refused; a result whose
+``correct`` is not a bool or whose ``tokens`` is not a non-negative integer fails the gate at
+once naming unit, arm and value; a rollout of the wrong shape is refused naming the type."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vtrm_gate import cli
+from vtrm_gate.testing import RedisTarget
+
+KEY = "sk-planted-4f9e1c2b7a"
+TOKEN = "tok-planted-9a8b7c6d"
+SECRETS = (KEY, TOKEN)
+
+SOURCE = '''
+import math
+
+from vtrm_gate import AgentBackend, UnitResult
+from vtrm_gate.errors import CasesUnavailable
+
+
+def make_backend(ctx):
+    mode = ctx.env.get("HOSTILE", "")
+    key, tok = ctx.env.get("OPENAI_API_KEY", ""), ctx.env.get("MY_SERVICE_TOKEN", "")
+    ws = ctx.workspace
+    if mode == "factory_repr":
+        raise RuntimeError(f"cannot start with {ctx!r}")
+
+    async def infer(task):
+        if mode == "infer_raises":
+            raise RuntimeError(f"401 from the API with key {key} and token {tok}")
+        if mode == "infer_error":
+            return UnitResult(infra=True, error=f"upstream said: Bearer {key}, token {tok}")
+        if mode.startswith("result:"):
+            field, value = mode[len("result:"):].split("=", 1)
+            return UnitResult(**{"correct": True, "tokens": 10, field: eval(value)})
+        right = ws.units[task.unit_id].answer
+        said = "C" if "longest" in task.skill else "A"
+        return UnitResult(correct=said == right, prediction=said, tokens=10)
+
+    class Evolver:
+        async def evolve(self, task_type, current_skill, rejected, epoch, step):
+            if mode == "evolve_raises":
+                raise RuntimeError(f"the evolver's endpoint refused key {key}")
+            return current_skill.rstrip() + "\\n- Prefer the longest option.\\n"
+
+    async def rollout(epoch, step):
+        if mode == "rollout_raises":
+            raise ConnectionError(f"rollout failed: token={tok}")
+        if mode == "rollout_bad":
+            return {t: 5 for t in ws.task_types}
+        if mode == "rollout_unknown":
+            return {"No Such Type": ["c00"]}
+        if mode == "rollout_unavailable":
+            return {t: CasesUnavailable(f"rollout INFRA with key {key}") for t in ws.task_types}
+        return {t: list(ws.pool[t][:8]) for t in ws.task_types}
+
+    identity = {"agent": "hostile-v1"}
+    if mode.startswith("identity:"):
+        identity = eval(mode[len("identity:"):], {"KEY": key, "object": object})
+    return AgentBackend(infer=infer, evolver=Evolver(), rollout=rollout, identity=identity)
+'''
+
+
+def write_units(path: Path) -> Path:
+    lines = [{"unit_id": f"c{i:02d}", "task_type": "Counting", "question": f"How many? {i}",
+              "options": ["no", f"maybe {i}", f"certainly {i}", "yes"], "answer": "C"}
+             for i in range(30)]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return path
+
+
+def install_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ``hostile`` package (``hostile.agent:make_backend``) importable for this test."""
+    pkg = tmp_path / "plugins" / "hostile"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "agent.py").write_text(SOURCE)
+    monkeypatch.syspath_prepend(str(tmp_path / "plugins"))
+
+
+@pytest.fixture
+def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, redis_target: RedisTarget,
+              capsys: pytest.CaptureFixture[str]) -> Path:
+    install_plugin(tmp_path, monkeypatch)
+    monkeypatch.setenv("REDIS_URL", redis_target.url)
+    monkeypatch.setenv("VTRM_CACHE_PREFIX", redis_target.prefix)
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.setenv("MY_SERVICE_TOKEN", TOKEN)
+    ws = tmp_path / "ws"
+    assert cli.main(["init", str(ws), "--llm", "--units", str(write_units(tmp_path / "u.jsonl")),
+                     "--backend", "hostile.agent:make_backend"]) == 0
+    capsys.readouterr()
+    return ws
+
+
+def step(ws: Path, mode: str, monkeypatch: pytest.MonkeyPatch,
+         capsys: pytest.CaptureFixture[str]) -> tuple[int, str, list[str]]:
+    monkeypatch.setenv("HOSTILE", mode)
+    code = cli.main(["step", "--workspace", str(ws), "--epoch", "1", "--step", "1",
+                     "--concurrency", "4", "--json"])
+    out = capsys.readouterr()
+    return code, out.out, out.err.strip().splitlines()
+
+
+def leaks(root: Path, *texts: str) -> list[str]:
+    """Where a planted secret occurs: a file of the workspace (any bytes) or a text."""
+    found = [str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()
+             and any(s.encode() in p.read_bytes() for s in SECRETS)]
+    return found + [t[:80] for t in texts if any(s in t for s in SECRETS)]
+
+
+@pytest.mark.parametrize(("mode", "code", "says"), [
+    ("infer_raises", 3, "RuntimeError: 401 from the API with key *** and token ***"),
+    ("infer_error", 3, "upstream said: Bearer ***, token ***"),
+    ("evolve_raises", 3, "RuntimeError: the evolver's endpoint refused key ***"),
+    ("rollout_unavailable", 3, "rollout INFRA with key ***"),
+    ("rollout_raises", 3, "ConnectionError: rollout failed: token=***"),
+])
+def test_no_backend_text_carries_a_secret(workspace: Path, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str], mode: str,
+                                         code: int, says: str) -> None:
+    got, out, err = step(workspace, mode, monkeypatch, capsys)
+    assert got == code and len(err) == 1, err
+    assert not leaks(workspace, out, *err)
+    import sqlite3
+
+    con = sqlite3.connect(workspace / "harness.sqlite")
+    texts = [t for (t,) in con.execute("SELECT error FROM predictions UNION ALL "
+                                       "SELECT note FROM step_report") if t]
+    con.close()
+    assert any(says in t for t in [*texts, *err]), (texts, err)
+
+
+def test_the_factory_error_line_hides_the_environment(
+        workspace: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = step(workspace, "factory_repr", monkeypatch, capsys)
+    assert code == 2 and len(err) == 1, err
+    assert "BackendContext(" in err[0] and "env=" not in err[0] and "PATH" not in err[0]
+    assert not leaks(workspace, out, *err)
+
+
+@pytest.mark.parametrize("identity", ["{'access_token': 'abc'}", "{'openai_key': 'abc'}",
+                                      "{'apiKey': 'abc'}", "{'nested': {'password': 'abc'}}"])
+def test_credential_like_identity_keys_are_refused_naming_the_key(
+        workspace: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], identity: str) -> None:
+    before = sorted(p.name for p in workspace.rglob("*"))
+    code, _out, err = step(workspace, f"identity:{identity}", monkeypatch, capsys)
+    name = "nested.password" if "nested" in identity else identity.split("'")[1]
+    assert code == 2 and len(err) == 1 and repr(name) in err[0] and "identity" in err[0], err
+    assert sorted(p.name for p in workspace.rglob("*")) == before  # no manifest written
+
+
+def test_an_identity_that_is_not_json_is_refused_in_one_line(
+        workspace: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code, _out, err = step(workspace, "identity:{'o': object()}", monkeypatch, capsys)
+    assert code == 2 and len(err) == 1 and "identity" in err[0] and "'o'" in err[0], err
+
+
+def test_a_secret_inside_an_identity_value_is_scrubbed_from_the_manifest(
+        workspace: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = step(workspace, "identity:{'agent': 'v1 with ' + KEY}", monkeypatch,
+                          capsys)
+    assert code == 0, err
+    manifest = json.loads((workspace / "manifests/e1_s1.json").read_text())
+    assert manifest["inputs"]["agent"]["agent"] == "v1 with ***"
+    assert not leaks(workspace, out, *err)
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("correct", "None"), ("correct", "'no'"), ("correct", "float('nan')"), ("correct", "1"),
+    ("infra", "'yes'"), ("tokens", "float('nan')"), ("tokens", "float('inf')"),
+    ("tokens", "10**30"), ("tokens", "'12'"), ("tokens", "-1"), ("tokens", "12.5"),
+    ("latency_s", "float('nan')"), ("error", "42"),
+])
+def test_an_invalid_result_fails_the_gate_at_once_naming_unit_arm_and_value(
+        workspace: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], field: str, value: str) -> None:
+    code, _out, err = step(workspace, f"result:{field}={value}", monkeypatch, capsys)
+    assert code == 2 and len(err) == 1, err
+    shown = repr(eval(value))
+    assert f"UnitResult.{field}" in err[0] and shown in err[0], err
+    assert "unit 'c" in err[0] and ("base arm" in err[0] or "cand arm" in err[0]), err
+    import sqlite3
+
+    con = sqlite3.connect(workspace / "harness.sqlite")
+    status = {s for (s,) in con.execute("SELECT status FROM step_report")}
+    con.close()
+    assert status == {"aborted"}
+
+
+@pytest.mark.parametrize(("mode", "says"), [
+    ("rollout_bad", "rollout: type 'Counting': expected a list of unit ids, got 5"),
+    ("rollout_unknown", "rollout: unknown type 'No Such Type'"),
+])
+def test_a_rollout_of_the_wrong_shape_is_refused_naming_the_type(
+        workspace: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], mode: str, says: str) -> None:
+    code, _out, err = step(workspace, mode, monkeypatch, capsys)
+    assert code == 2 and len(err) == 1 and says in err[0], err
+
+
+def test_programming_errors_still_fail_with_their_type(workspace: Path,
+                                                       monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    # a TypeError raised by infer is a bug: it propagates (scrubbed), it is never INFRA
+    monkeypatch.setenv("HOSTILE", "result:nonexistent_field=1")
+    with pytest.raises(TypeError, match="nonexistent_field") as info:
+        cli.main(["step", "--workspace", str(workspace), "--epoch", "1", "--step", "1"])
+    assert any("raised by infer" in n for n in getattr(info.value, "__notes__", []))
+
+
+def test_init_with_a_backend_names_the_backend_not_a_missing_model(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 19 #15: `init --llm --backend pkg:f` printed "model None"
+    install_plugin(tmp_path, monkeypatch)
+    units = str(write_units(tmp_path / "u.jsonl"))
+    assert cli.main(["init", str(tmp_path / "a"), "--llm", "--units", units,
+                     "--backend", "hostile.agent:make_backend"]) == 0
+    text = capsys.readouterr().out
+    assert "None" not in text and "backend hostile.agent:make_backend" in text, text
+    assert cli.main(["init", str(tmp_path / "b"), "--llm", "--units", units,
+                     "--backend", "hostile.agent:make_backend", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["backend"] == "hostile.agent:make_backend" and "model" not in doc
