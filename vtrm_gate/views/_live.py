@@ -46,14 +46,14 @@ from ..gate import (
 from ..llm import EndpointPool, EndpointStats
 from ..stats import Action, GateParams, TypeOutcome
 from ._figures import (
-    DISPLAY_DPI,
     TrajectorySeries,
+    decisions_claim,
     draw_overview,
     draw_type_panels,
     new_figure,
-    type_colour,
 )
 from ._frames import outcomes_frame
+from ._style import DISPLAY_DPI, SLIDE, styled, type_colour
 
 PROGRESS_SCHEMA: dict[str, pl.DataType] = {
     "task_type": pl.String(), "consumed": pl.Int64(), "n_ladder": pl.Int64(),
@@ -116,17 +116,19 @@ class LiveSnapshot:
         return outcomes_frame(self.outcomes)
 
 
+@styled
 def render_figure(snap: LiveSnapshot, layout: str = "panels",
                   figsize: tuple[float, float] | None = None) -> Figure:
-    """The snapshot's trajectories as a new figure (small multiples or the overview)."""
+    """The snapshot's trajectories as a new 1280×720 figure (small multiples or the
+    overview), titled with what the gate has decided so far."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-    n = max(len(snap.series), 1)
-    if figsize is None:
-        figsize = (12.0, 2.1 * -(-n // 4) + 1.6) if layout == "panels" else (11.0, 6.5)
-    fig = new_figure(figsize, None if layout == "panels" else "constrained")
-    draw = draw_type_panels if layout == "panels" else draw_overview
-    draw(fig, snap.series, snap.params, title=snap.status, n_max=snap.params.n_max)
+    fig = new_figure(figsize or SLIDE, None if layout == "panels" else "constrained")
+    title = decisions_claim(snap.series)
+    if layout == "panels":
+        draw_type_panels(fig, snap.series, snap.params, title=title, n_max=snap.params.n_max)
+    else:
+        draw_overview(fig, snap.series, snap.params, title=title, n_max=snap.params.n_max)
     return fig
 
 
@@ -156,7 +158,7 @@ def _table_html(head: Sequence[tuple[str, bool]], body: Sequence[Sequence[str]])
 
 def _swatch(i: int) -> str:
     return (f"<span style='display:inline-block;width:10px;height:10px;margin-right:6px;"
-            f"background:{to_hex(type_colour(i % 20))}'></span>")
+            f"background:{to_hex(type_colour(i))}'></span>")
 
 
 def _decision(action: str) -> str:
@@ -191,7 +193,7 @@ def progress_html(snap: LiveSnapshot) -> str:
     for i, r in enumerate(snap.rows):
         share = r["consumed"] / r["n_ladder"] if r["n_ladder"] else 1.0
         bar = (f"<div style='width:110px;height:9px;background:#e6e6e6'><div style='width:"
-               f"{100 * share:.0f}%;height:9px;background:{to_hex(type_colour(i % 20))}'>"
+               f"{100 * share:.0f}%;height:9px;background:{to_hex(type_colour(i))}'>"
                f"</div></div>")
         body.append([f"{_swatch(i)}{html.escape(r['task_type'])}", bar,
                      f"{r['consumed']} / {r['n_ladder']}", str(r["in_flight"]), str(r["W"]),

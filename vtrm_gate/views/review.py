@@ -31,6 +31,7 @@ from ._figures import (
     save,
 )
 from ._frames import call_accounting, compare_replays, oc_grid
+from ._style import figure_problems
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ def makespan(rp: ReviewParams) -> Figure:
     n = len(step["step"].plans)
     return plot_makespan(old["makespan_s"] / 3600, new["makespan_s"] / 3600,
                          new["lower_bound_s"] / 3600,
-                         labels=[f"{n} types, seed {rp.sim_seed} (virtual clock)"])
+                         labels=[f"simulated {n}-type step, seed {rp.sim_seed}, virtual clock"])
 
 
 def waste(rp: ReviewParams) -> Figure:
@@ -111,6 +112,7 @@ def simulated_training(sim_seed: int, epochs: int, steps_per_epoch: int,
     import tempfile
 
     from ..backends import run_simulated_training
+    from ..harness import read_heldout
     from ..options import RunOptions
     from ..sim import SimConfig, SimWorld, training_curve
 
@@ -122,16 +124,18 @@ def simulated_training(sim_seed: int, epochs: int, steps_per_epoch: int,
                                                 probation_rule="e_continue")
         try:
             curve = training_curve(ws, SimWorld(sim))
+            n_heldout = {t: len(u) for t, u in read_heldout(ws).items()}
         finally:
             ws.close()
-    return {"curve": curve, "old": summary["old_phases_s"], "new": summary["v3_phases_s"]}
+    return {"curve": curve, "n_heldout": n_heldout, "old": summary["old_phases_s"],
+            "new": summary["v3_phases_s"]}
 
 
 def training_curve(rp: ReviewParams) -> Figure:
     from ._train_figures import plot_training_curve
 
     run = simulated_training(rp.sim_seed, rp.epochs, rp.steps_per_epoch, rp.concurrency)
-    return plot_training_curve(run["curve"])
+    return plot_training_curve(run["curve"], n_heldout=run["n_heldout"])
 
 
 def training_phase_times(rp: ReviewParams) -> Figure:
@@ -166,13 +170,18 @@ FIGURES = {
 def build(out: str | Path, rp: ReviewParams | None = None,
           names: Sequence[str] | None = None, formats: Sequence[str] = ("png", "svg"),
           command: str = "make figures") -> list[Path]:
-    """Write each figure as PNG (1280×720 at 100 dpi) and SVG, then ``README.md``."""
+    """Write each figure as PNG (1280×720 at 100 dpi) and SVG, then ``README.md``; a figure
+    that fails `figure_problems` is refused (ValueError naming what is wrong)."""
     rp = rp or ReviewParams()
     out = Path(out)
     paths = []
     for name in names or FIGURES:
         fn, _ = FIGURES[name]
-        paths.append(save(fn(rp), name, out, dpi=SLIDE_DPI, formats=formats))
+        fig = fn(rp)
+        problems = figure_problems(fig)
+        if problems:  # the deck's checks: size, title, labels, colours, no overlaps
+            raise ValueError(f"{name}: " + "; ".join(problems))
+        paths.append(save(fig, name, out, dpi=SLIDE_DPI, formats=formats))
     lines = ["# Design-review figures", "",
              f"Regenerate all of them with `{command}` "
              "(= `python -m vtrm_gate.views.review --out figures`). PNG at 1280×720 (100 dpi) "
