@@ -82,14 +82,18 @@ def operating_characteristics(params: GateParams, p_win: float, discordance: flo
     PW, PL, PT = _powers(fw, n), _powers(fl, n), _powers(ft, n)
     MW, ML = _powers(gw, n), _powers(gl, n)
     dp = _oc_wlt if (infra_rate > 0 and ft != 1.0) else _oc_wl
-    exits, exp_units, exp_pairs = dp(params, n, infra_rate, pw, pl, pt, PW, PL, PT, MW, ML)
+    exits, exp_units, exp_pairs, _ = dp(params, n, infra_rate, pw, pl, pt, PW, PL, PT, MW, ML)
     return OperatingCharacteristics(
         exits[Action.ACCEPT], exits[Action.REJECT], exits[Action.FUTILE],
         exits[Action.PROVISIONAL], exits[Action.INERTIA], exp_units, exp_pairs,
         p_win, discordance, n, infra_rate)
 
 
-_OCParts = tuple[dict[Action, float], float, float]
+_OCParts = tuple[dict[Action, float], float, float, list[float]]
+"""Exit probabilities, E[units], E[pairs], and P(still undecided after k units), k = 0..n."""
+
+START = (1.0, 1.0, 0)
+"""(E+, E-, W - L) before the first unit; `oc_from_state` starts from a type's own."""
 
 
 def _settle(codes: np.ndarray, mass: np.ndarray, used_mass: np.ndarray, k: int,
@@ -119,8 +123,9 @@ def _extent(mass: np.ndarray) -> tuple[int, ...] | None:
 
 def _oc_wl(params: GateParams, n: int, infra_rate: float, pw: float, pl: float, pt: float,
            PW: np.ndarray, PL: np.ndarray, PT: np.ndarray, MW: np.ndarray,
-           ML: np.ndarray) -> _OCParts:
-    """State (W, L) after k units; ``used`` carries the first moment of n_used per state.
+           ML: np.ndarray, start: tuple[float, float, int] = START) -> _OCParts:
+    """State (W, L) after k units (counted from ``start``: its E+, E- and W - L);
+    ``used`` carries the first moment of n_used per state.
 
     Only the bounding box of the states still alive is computed on (stopped states hold no
     mass), which keeps W and L to the band the rule leaves open.
@@ -130,6 +135,8 @@ def _oc_wl(params: GateParams, n: int, infra_rate: float, pw: float, pl: float, 
     mass[0, 0] = 1.0
     exits = dict.fromkeys(ACTION_CODES[1:], 0.0)
     exp_units = exp_pairs = 0.0
+    alive = [1.0]
+    e0, m0, w0 = start
     stay = infra_rate + pt
     ext: tuple[int, ...] | None = (1, 1)
     for k in range(1, n + 1):
@@ -144,28 +151,31 @@ def _oc_wl(params: GateParams, n: int, infra_rate: float, pw: float, pl: float, 
         new_u[1:, :] += pw * moved[:-1, :]
         new_u[:, 1:] += pl * moved[:, :-1]
         W, L = np.arange(ew)[:, None], np.arange(el)[None, :]
-        ep = _product(PW[:ew, None], PL[None, :el])
+        ep = _product(np.float64(e0), PW[:ew, None], PL[None, :el])
         if PT[1] != 1.0:  # delta > 0, and then no INFRA: T = k - W - L
             ep = _product(ep, PT[np.clip(k - W - L, 0, n)])
-        em = _product(MW[:ew, None], ML[None, :el])
-        codes = _decide_codes(ep, em, W - L, n - k, params)
+        em = _product(np.float64(m0), MW[:ew, None], ML[None, :el])
+        codes = _decide_codes(ep, em, w0 + W - L, n - k, params)
         du, dpairs = _settle(codes, new_m, new_u, k, exits)
         mass[:ew, :el], used[:ew, :el] = new_m, new_u
         exp_units += du
         exp_pairs += dpairs
+        alive.append(float(new_m.sum()))
         ext = _extent(new_m)
-    return exits, exp_units, exp_pairs
+    return exits, exp_units, exp_pairs, alive
 
 
 def _oc_wlt(params: GateParams, n: int, infra_rate: float, pw: float, pl: float, pt: float,
             PW: np.ndarray, PL: np.ndarray, PT: np.ndarray, MW: np.ndarray,
-            ML: np.ndarray) -> _OCParts:
+            ML: np.ndarray, start: tuple[float, float, int] = START) -> _OCParts:
     """State (W, L, T), for delta > 0 with INFRA: a tie moves E+, an INFRA unit does not,
     so ties cannot be told from INFRA by k - W - L. Same bounding-box restriction."""
     mass = np.zeros((n + 1, n + 1, n + 1))
     mass[0, 0, 0] = 1.0
     exits = dict.fromkeys(ACTION_CODES[1:], 0.0)
     exp_units = exp_pairs = 0.0
+    alive = [1.0]
+    e0, m0, w0 = start
     ext: tuple[int, ...] | None = (1, 1, 1)
     for k in range(1, n + 1):
         if ext is None:
@@ -178,14 +188,16 @@ def _oc_wlt(params: GateParams, n: int, infra_rate: float, pw: float, pl: float,
         new[:, :, 1:] += pt * m[:, :, :-1]
         W, L = np.arange(ew)[:, None, None], np.arange(el)[None, :, None]
         T = np.arange(et)[None, None, :]
-        ep = _product(PW[:ew, None, None], PL[None, :el, None], PT[None, None, :et])
-        em = _product(MW[:ew, None, None], ML[None, :el, None])
-        codes = _decide_codes(ep, em, W - L, n - k, params)
+        ep = _product(np.float64(e0), PW[:ew, None, None], PL[None, :el, None],
+                      PT[None, None, :et])
+        em = _product(np.float64(m0), MW[:ew, None, None], ML[None, :el, None])
+        codes = _decide_codes(ep, em, w0 + W - L, n - k, params)
         du, dpairs = _settle(codes, new, new * (W + L + T), k, exits)
         mass[:ew, :el, :et] = new
         exp_units += du
         exp_pairs += dpairs
+        alive.append(float(new.sum()))
         ext = _extent(new)
-    return exits, exp_units, exp_pairs
+    return exits, exp_units, exp_pairs, alive
 
 

@@ -298,12 +298,15 @@ def _panel_grid(fig: Figure, n: int, title_lines: int, titled: bool) -> tuple[An
         ncols = 6 if n <= 24 else 8
     nrows = math.ceil(n / ncols)
     height = fig.get_figheight()
-    line = 1.3 * FONT_PT["small"] / 72  # one title line, inches
+    line = 1.25 * FONT_PT["small"] / 72  # one title line, inches
+    gap = title_lines * line + 0.1  # between rows: the next row's title
     fig.set_layout_engine(None)
-    top = 1 - ((0.5 if titled else 0.15) + title_lines * line) / height
-    fig.subplots_adjust(left=0.075, right=0.99, top=top, bottom=1.25 / height,
-                        hspace=(title_lines * line + 0.12) / (height / max(nrows, 1)) * 1.4,
-                        wspace=0.06)
+    top = 1 - ((0.45 if titled else 0.1) + gap) / height
+    bottom = 1.25 / height
+    span = (top - bottom) * height
+    panel = (span - (nrows - 1) * gap) / nrows  # each panel's height, inches
+    fig.subplots_adjust(left=0.07, right=0.975, top=top, bottom=bottom,
+                        hspace=gap / max(panel, 0.1), wspace=0.1)
     axes = np.atleast_1d(fig.subplots(nrows, ncols, sharex=True, sharey=True)).ravel()
     return axes, ncols
 

@@ -29,9 +29,11 @@ from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 
 from ..gate import (
+    Forecast,
     GateAborted,
     GateEvent,
     GateFinished,
+    GateForecast,
     GateHandle,
     GateResult,
     GateStarted,
@@ -104,6 +106,8 @@ class LiveSnapshot:
     aborted: str | None = None
     endpoints: tuple[EndpointStats, ...] = ()
     """Per-endpoint counters at the snapshot (when the view was given an endpoint pool)."""
+    forecast: Forecast | None = None
+    """While the gate runs: the ETA and each undecided type's exits from where it stands."""
 
     @property
     def finished(self) -> bool:
@@ -125,8 +129,13 @@ def render_figure(snap: LiveSnapshot, layout: str = "panels",
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     fig = new_figure(figsize or SLIDE, None if layout == "panels" else "constrained")
     title = decisions_claim(snap.series)
+    if snap.forecast is not None and snap.forecast.eta_s is not None:
+        title += f"; {snap.forecast.text()}"
     if layout == "panels":
-        draw_type_panels(fig, snap.series, snap.params, title=title, n_max=snap.params.n_max)
+        notes = ({t: f.label() for t, f in snap.forecast.types.items()}
+                 if snap.forecast is not None else None)
+        draw_type_panels(fig, snap.series, snap.params, title=title, n_max=snap.params.n_max,
+                         notes=notes)
     else:
         draw_overview(fig, snap.series, snap.params, title=title, n_max=snap.params.n_max)
     return fig
@@ -184,11 +193,26 @@ def endpoints_html(snap: LiveSnapshot) -> str:
     return _table_html(head, body)
 
 
+FORECAST_NOTE = ("forecast: the exact operating-characteristics recursion from each type's "
+                 "current state, assuming i.i.d. units at the discordance and win rate it "
+                 "showed so far, shrunk toward the prior (p_win 0.5, discordance 0.3); the "
+                 "ETA adds the observed call latencies and the slot count. A forecast, not a "
+                 "guarantee.")
+
+
+def _forecast_cell(snap: LiveSnapshot, task_type: str) -> str:
+    f = snap.forecast.types.get(task_type) if snap.forecast is not None else None
+    if f is None:
+        return ""
+    return f.label().removeprefix("forecast: ")
+
+
 def progress_html(snap: LiveSnapshot) -> str:
-    """Per type: a progress bar, consumed / ladder, in flight, W, L, E+, E−, decision."""
+    """Per type: a progress bar, consumed / ladder, in flight, W, L, E+, E−, the decision
+    or, while undecided, the forecast (likeliest exit from here, units expected still)."""
     head = [("type", False), ("progress", False), ("consumed / ladder", True),
             ("in flight", True), ("W", True), ("L", True), ("E+", True), ("E−", True),
-            ("decision", False)]
+            ("decision / forecast", False)]
     body = []
     for i, r in enumerate(snap.rows):
         share = r["consumed"] / r["n_ladder"] if r["n_ladder"] else 1.0
@@ -198,23 +222,35 @@ def progress_html(snap: LiveSnapshot) -> str:
         body.append([f"{_swatch(i)}{html.escape(r['task_type'])}", bar,
                      f"{r['consumed']} / {r['n_ladder']}", str(r["in_flight"]), str(r["W"]),
                      str(r["L"]), f"{r['e_plus']:.3g}", f"{r['e_minus']:.3g}",
-                     _decision(r["action"])])
-    return _table_html(head, body) + endpoints_html(snap)
+                     _decision(r["action"]) or _forecast_cell(snap, r["task_type"])])
+    note = (f"<div style='font-size:12px'>{html.escape(FORECAST_NOTE)}</div>"
+            if snap.forecast is not None else "")
+    return _table_html(head, body) + note + endpoints_html(snap)
 
 
-def decision_html(snap: LiveSnapshot) -> str:
-    """The final decision table (every row) with the status line."""
+def stopped_at(stop_rank: int | None, n_ladder: int) -> str:
+    """The 1-based place a type stopped, for display: "unit 28 of 40" (``stop_rank`` is
+    0-based in the data, the log and JSON); an empty ladder never started."""
+    return "empty ladder" if stop_rank is None else f"unit {stop_rank + 1} of {n_ladder}"
+
+
+N_USED_NOTE = "n_used: the paired units that counted (INFRA units are skipped, not counted)"
+
+
+def decision_html(snap: LiveSnapshot, status: bool = True) -> str:
+    """The final decision table (every row), with the status line unless ``status`` is
+    False (the live widget shows it above already)."""
     head = [("type", False), ("decision", False), ("W", True), ("L", True),
-            ("n_used", True), ("E+", True), ("E−", True), ("stopped at", True),
-            ("ladder", True)]
+            ("n_used", True), ("E+", True), ("E−", True), ("stopped at", True)]
     body = [[f"{_swatch(i)}{html.escape(r['task_type'])}", _decision(r["action"]),
              str(r["W"]), str(r["L"]), str(r["n_used"]), f"{r['e_plus']:.3g}",
-             f"{r['e_minus']:.3g}", str(r["n_consumed"]), str(r["n_ladder"])]
+             f"{r['e_minus']:.3g}", stopped_at(r["stop_rank"], r["n_ladder"])]
             for i, r in enumerate(snap.table().iter_rows(named=True))]
-    note = (f"<div style='color:#b00'>{html.escape(snap.aborted)}</div>"
+    note = (f"<div style='color:#D55E00'>{html.escape(snap.aborted)}</div>"
             if snap.aborted else "")
-    return (f"<b>{html.escape(snap.status)}</b>{note}{_table_html(head, body)}"
-            f"{endpoints_html(snap)}")
+    line = f"<b>{html.escape(snap.status)}</b>" if status else ""
+    return (f"{line}{note}{_table_html(head, body)}"
+            f"<div style='font-size:12px'>{N_USED_NOTE}</div>{endpoints_html(snap)}")
 
 
 class LiveGateView:
@@ -242,6 +278,8 @@ class LiveGateView:
         self.endpoints = endpoints
         """An `EndpointPool` (e.g. ``agent.endpoints``): its counters join every frame."""
         self.types: dict[str, _TypeProgress] = {}
+        self.forecaster = GateForecast()
+        """Each running type's exits from where it stands, and the step's ETA."""
         self.result: GateResult | None = None
         self.aborted: str | None = None
         self.concurrency: int | None = None
@@ -274,6 +312,7 @@ class LiveGateView:
 
     def update(self, ev: GateEvent) -> None:
         self.events_seen += 1
+        self.forecaster.update(ev)
         if self._t0 is None:
             self._t0 = self._clock()
         if isinstance(ev, GateStarted):
@@ -347,11 +386,14 @@ class LiveGateView:
         n_ladder = sum(r["n_ladder"] for r in rows)
         end = self._t_end if self._t_end is not None else self._clock()
         elapsed = end - self._t0 if self._t0 is not None else 0.0
+        forecast = self.forecaster.forecast() if state == "running" else None
+        eta = f" · {forecast.text()}" if forecast is not None and forecast.eta_s else ""
         status = (f"gate {state}: {decided}/{len(rows)} types decided · {consumed}/{n_ladder} "
-                  f"units consumed · {self.in_flight} calls in flight · {elapsed:.1f} s")
+                  f"units consumed · {self.in_flight} calls in flight · {elapsed:.1f} s{eta}")
         return LiveSnapshot(status, state, rows, series, self.params, outcomes, consumed,
                             n_ladder, self.aborted,
-                            self.endpoints.stats() if self.endpoints is not None else ())
+                            self.endpoints.stats() if self.endpoints is not None else (),
+                            forecast)
 
     def series(self) -> list[TrajectorySeries]:
         return list(self.snapshot().series)
@@ -483,7 +525,8 @@ class LiveGateView:
         wd["bar"].max = max(snap.n_ladder, 1)
         wd["bar"].value = snap.consumed
         wd["image"].value = png
-        wd["table"].value = (decision_html(snap) if snap.finished else progress_html(snap))
+        wd["table"].value = (decision_html(snap, status=False) if snap.finished
+                             else progress_html(snap))
         if snap.finished and not self._dirty and not self._watched:
             self._finalize()  # nobody awaits watch(): replace from the gate's own context
 
