@@ -14,10 +14,10 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from cycler import cycler
 from matplotlib import rc_context
 from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
+from matplotlib.rcsetup import cycler
 
 F = TypeVar("F", bound=Callable[..., Any])
 
