@@ -150,6 +150,31 @@ def prefix_vs_block(rp: ReviewParams) -> Figure:
     return plot_prefix_vs_block(compare_replays(step["outcome_sets"], rp.params))
 
 
+def headlines(rp: ReviewParams) -> dict[str, str]:
+    """The deck's headline numbers, as the figures print them: written into
+    figures/README.md by `build`, quoted by the README (a test keeps the three in step)."""
+    from ..stats import operating_characteristics as oc
+
+    step = simulated_step(rp.sim_seed, rp.concurrency, rp.params)
+    old, new = step["old"]["makespan_s"] / 3600, step["new"]["makespan_s"] / 3600
+    lb = step["new"]["lower_bound_s"] / 3600
+    calls = call_accounting(step["events"])
+    n = rp.params.n_max
+    train = simulated_training(rp.sim_seed, rp.epochs, rp.steps_per_epoch, rp.concurrency)
+    t_old, t_new = sum(train["old"].values()) / 3600, sum(train["new"].values()) / 3600
+    return {
+        "step_old_h": f"{old:.2f} h", "step_v3_h": f"{new:.2f} h",
+        "step_speedup": f"×{old / new:.1f}", "step_lower_bound": f"{new / lb:.2f}×",
+        "waste": f"{int(calls['past_stop_calls'].sum())} of {int(calls['started'].sum())}",
+        "units_saving": f"{step['units_saving']:.0%}",
+        "p_accept_0.8": f"{oc(rp.params, 0.8, 0.5, n).p_accept:.0%}",
+        "p_provisional_0.8": f"{oc(rp.params, 0.8, 0.5, n).p_provisional:.0%}",
+        "false_accept_h0": f"{oc(rp.params, 0.5, 0.5, n).p_accept:.2%}",
+        "training_old_h": f"{t_old:.1f} h", "training_v3_h": f"{t_new:.1f} h",
+        "training_speedup": f"×{t_old / t_new:.1f}",
+    }
+
+
 FIGURES = {
     "03_false_accept_h0": (false_accept, "False accept under H0: arrival order vs ladder "
                                          "prefix (Monte Carlo, n_rep per correlation)"),
@@ -189,6 +214,9 @@ def build(out: str | Path, rp: ReviewParams | None = None,
              "directory.", "", "Parameters:", ""]
     for k, v in asdict(rp).items():
         lines.append(f"- `{k}`: {v}")
+    lines += ["", "Headline numbers (`vtrm_gate.views.review.headlines`; the README quotes them, "
+              "a test keeps them in step):", ""]
+    lines += [f"- `{k}`: {v}" for k, v in headlines(rp).items()]
     lines += ["", "| file | what | builder |", "|---|---|---|"]
     for name in FIGURES:  # the directory's index: every figure, even with --only
         fn, what = FIGURES[name]
