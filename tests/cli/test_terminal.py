@@ -160,7 +160,10 @@ def test_the_demo_leaves_git_status_clean_and_says_when_it_reruns(tmp_path):
     subprocess.run([*git, "commit", "-qm", "init"], check=True)
     first = cli("demo", cwd=tmp_path)
     assert first.returncode == 0, first.stderr
-    assert (tmp_path / "workspace-demo" / "figures" / "demo_trajectories.png").exists()
+    from PIL import Image
+
+    png = tmp_path / "workspace-demo" / "figures" / "demo_trajectories.png"
+    assert Image.open(png).size == (1280, 720)  # was 1320x840
     status = subprocess.run([*git, "status", "--porcelain", "--untracked-files=all"],
                             capture_output=True, text=True, check=True).stdout
     assert status == ""  # was: figures/demo_trajectories.png and demo_summary.json

@@ -117,3 +117,18 @@ def test_the_palette_stays_distinguishable_under_colour_blindness(kind, group):
     worst = min(float(np.linalg.norm(_lab(a, m) - _lab(b, m)))
                 for a, b in itertools.combinations(colours, 2))
     assert worst >= 15.0  # CIELAB ΔE; the old exit colours were 8.5 apart under deuteranopia
+
+
+def _contrast_on_white(colour: str) -> float:
+    lin = [x / 12.92 if x <= 0.04045 else ((x + 0.055) / 1.055) ** 2.4 for x in to_rgb(colour)]
+    return 1.05 / (0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2] + 0.05)
+
+
+def test_colours_that_write_text_read_on_white():
+    """Type names are written in their type's colour (overview labels, table swatches): at
+    least 3:1 against the figure's white, WCAG's bar for large text. The pale tab20 colours
+    of the old demo figure were 1.8:1."""
+    from vtrm_gate.views._style import MUTED, TEXT, TYPE_COLOURS
+
+    for colour in (*TYPE_COLOURS, V3, BAD, MUTED, TEXT, BOUND):
+        assert _contrast_on_white(colour) >= 3.0, colour

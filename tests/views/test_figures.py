@@ -228,3 +228,11 @@ def test_overview_end_labels_stay_inside_their_axes_and_apart(n_types, end):
         heights = [b - a for a, b in spans]
         gaps = [b - a for a, b in itertools.pairwise(centres)]
         assert min(gaps) >= 0.6 * min(heights)  # readable: at most slightly touching
+
+
+def test_a_saved_figure_is_the_deck_size(tmp_path):
+    # Was 120 dpi: the demo's and the notebooks' PNGs came out 1536x864 (or 1320x840).
+    from PIL import Image
+
+    fig = plot_trajectories({"a": replay_prefix([WIN, WIN])})
+    assert Image.open(save(fig, "deck", tmp_path)).size == (1280, 720)

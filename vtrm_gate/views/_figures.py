@@ -777,10 +777,10 @@ def plot_operating_characteristics(oc: pl.DataFrame | None = None,
 # ---- saving ----------------------------------------------------------------------------
 
 
-def save(fig: Figure, name: str, directory: str | Path = "figures", dpi: int = 120,
+def save(fig: Figure, name: str, directory: str | Path = "figures", dpi: int = SLIDE_DPI,
          formats: Sequence[str] = ("png",)) -> Path:
-    """Write ``fig`` as ``<directory>/<name>.<fmt>`` per format (directory created); return
-    the first path (the PNG by default)."""
+    """Write ``fig`` as ``<directory>/<name>.<fmt>`` per format (directory created), at the
+    deck's `SLIDE_DPI` (a slide-sized figure is 1280×720); return the first path."""
     base = Path(directory) / name
     if base.suffix.lower() == ".png":
         base = base.with_suffix("")

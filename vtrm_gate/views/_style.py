@@ -41,10 +41,11 @@ EXIT_COLOURS: dict[str, str] = {"ACCEPT": "#009E73", "PROVISIONAL": "#E69F00",
                                 "INERTIA": "#BBBBBB", "FUTILE": "#882255", "REJECT": BAD}
 """One colour per exit (SPEC names), the same in the explorer, the deck and the live view."""
 
-TYPE_COLOURS: tuple[str, ...] = ("#332288", "#117733", "#CC6677", "#88CCEE", "#882255",
-                                 "#44AA99", "#999933", "#AA4499", "#DDAA33", "#0072B2",
-                                 "#D55E00", "#555555")
-"""Per-type colours (Tol muted + Okabe–Ito); past 12 types the line style changes."""
+TYPE_COLOURS: tuple[str, ...] = ("#332288", "#117733", "#CC6677", "#009988", "#882255",
+                                 "#997700", "#AA4499", "#0072B2", "#D55E00", "#555555",
+                                 "#EE3377", "#666633")
+"""Per-type colours (Tol muted and bright, Okabe–Ito), each at least 3:1 against white (the
+type names are written in them); past 12 types the line style changes."""
 
 SERIES: tuple[str, ...] = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00",
                            "#000000")
