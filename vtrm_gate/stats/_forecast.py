@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._oc import _oc_wl, _oc_wlt, _powers
-from ._params import Action, GateParams, bet_factors
+from ._oc import recursion
+from ._params import Action, GateParams
 from ._process import GateState
 
 
@@ -80,22 +80,10 @@ def oc_from_state(params: GateParams, state: GateState, n_remaining: int, p_win:
     """Exact P(each exit), E[units still consumed] and the survival curve of the default
     paired-betting rule from ``state`` with ``n_remaining`` units left (O(n³), like
     `operating_characteristics`, whose recursion it is)."""
-    for name, v in (("p_win", p_win), ("discordance", discordance), ("infra_rate", infra_rate)):
-        if not (isinstance(v, int | float) and 0.0 <= v <= 1.0):
-            raise ValueError(f"{name} must be a probability in [0, 1], got {v!r}")
-    if not isinstance(n_remaining, int) or n_remaining < 0:
-        raise ValueError(f"n_remaining must be an integer >= 0, got {n_remaining!r}")
     n = n_remaining
-    if n == 0:
-        return StateOC(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, (1.0,), p_win, discordance, infra_rate, 0)
-    q = 1.0 - infra_rate
-    pw, pl, pt = q * discordance * p_win, q * discordance * (1 - p_win), q * (1 - discordance)
-    (fw, gw), (fl, gl), (ft, _) = (bet_factors(params, 1), bet_factors(params, -1),
-                                   bet_factors(params, 0))
-    tables = (_powers(fw, n), _powers(fl, n), _powers(ft, n), _powers(gw, n), _powers(gl, n))
-    dp = _oc_wlt if (infra_rate > 0 and ft != 1.0) else _oc_wl
     start = (state.e_plus, state.e_minus, state.W - state.L)
-    exits, units, _, alive = dp(params, n, infra_rate, pw, pl, pt, *tables, start=start)
+    exits, units, _, alive = recursion(params, n, p_win, discordance, infra_rate, start,
+                                       n_name="n_remaining")
     survival = tuple(alive) + (0.0,) * (n + 1 - len(alive))
     return StateOC(exits[Action.ACCEPT], exits[Action.REJECT], exits[Action.FUTILE],
                    exits[Action.PROVISIONAL], exits[Action.INERTIA], units, survival,

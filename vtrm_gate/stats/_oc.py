@@ -66,23 +66,11 @@ def operating_characteristics(params: GateParams, p_win: float, discordance: flo
     T = k - W - L, or not at all when delta = 0, so the cost is O(n^3). Only delta > 0 with
     INFRA needs T itself: (W, L, T), O(n^4).
     """
-    for name, v in (("p_win", p_win), ("discordance", discordance), ("infra_rate", infra_rate)):
-        if not (isinstance(v, int | float) and 0.0 <= v <= 1.0):
-            raise ValueError(f"{name} must be a probability in [0, 1], got {v!r}")
-    if not isinstance(n_units, int) or n_units < 0:
-        raise ValueError(f"n_units must be an integer >= 0, got {n_units!r}")
     n = n_units
+    exits, exp_units, exp_pairs, _ = recursion(params, n, p_win, discordance, infra_rate,
+                                               n_name="n_units")
     if n == 0:
-        return OperatingCharacteristics(0, 0, 0, 0, 1.0, 0.0, 0.0, p_win, discordance, 0,
-                                        infra_rate)
-    q = 1.0 - infra_rate
-    pw, pl, pt = q * discordance * p_win, q * discordance * (1 - p_win), q * (1 - discordance)
-    (fw, gw), (fl, gl), (ft, _) = bet_factors(params, 1), bet_factors(params, -1), \
-        bet_factors(params, 0)
-    PW, PL, PT = _powers(fw, n), _powers(fl, n), _powers(ft, n)
-    MW, ML = _powers(gw, n), _powers(gl, n)
-    dp = _oc_wlt if (infra_rate > 0 and ft != 1.0) else _oc_wl
-    exits, exp_units, exp_pairs, _ = dp(params, n, infra_rate, pw, pl, pt, PW, PL, PT, MW, ML)
+        exits[Action.INERTIA] = 1.0  # an empty ladder ends INERTIA at once
     return OperatingCharacteristics(
         exits[Action.ACCEPT], exits[Action.REJECT], exits[Action.FUTILE],
         exits[Action.PROVISIONAL], exits[Action.INERTIA], exp_units, exp_pairs,
@@ -94,6 +82,27 @@ _OCParts = tuple[dict[Action, float], float, float, list[float]]
 
 START = (1.0, 1.0, 0)
 """(E+, E-, W - L) before the first unit; `oc_from_state` starts from a type's own."""
+
+
+def recursion(params: GateParams, n: int, p_win: float, discordance: float,
+              infra_rate: float, start: tuple[float, float, int] = START,
+              n_name: str = "n") -> _OCParts:
+    """The exact recursion over ``n`` i.i.d. units from ``start`` (inputs validated, each
+    named in its error); n = 0 gives no exits, nothing consumed."""
+    for name, v in (("p_win", p_win), ("discordance", discordance), ("infra_rate", infra_rate)):
+        if not (isinstance(v, int | float) and 0.0 <= v <= 1.0):
+            raise ValueError(f"{name} must be a probability in [0, 1], got {v!r}")
+    if not isinstance(n, int) or n < 0:
+        raise ValueError(f"{n_name} must be an integer >= 0, got {n!r}")
+    if n == 0:
+        return dict.fromkeys(ACTION_CODES[1:], 0.0), 0.0, 0.0, [1.0]
+    q = 1.0 - infra_rate
+    pw, pl, pt = q * discordance * p_win, q * discordance * (1 - p_win), q * (1 - discordance)
+    (fw, gw), (fl, gl), (ft, _) = (bet_factors(params, 1), bet_factors(params, -1),
+                                   bet_factors(params, 0))
+    tables = (_powers(fw, n), _powers(fl, n), _powers(ft, n), _powers(gw, n), _powers(gl, n))
+    dp = _oc_wlt if (infra_rate > 0 and ft != 1.0) else _oc_wl
+    return dp(params, n, infra_rate, pw, pl, pt, *tables, start=start)
 
 
 def _settle(codes: np.ndarray, mass: np.ndarray, used_mass: np.ndarray, k: int,
