@@ -3,7 +3,7 @@
 Per seed the simulated step runs on the virtual clock; its events are replayed into a
 `GateForecast` and the ETA read at each share of the makespan is compared with the time the
 step really took from there. The live view and the terminal show the ETA only because the
-median relative error at 50% is <= 25% (tests/gate/test_forecast.py keeps it so on 10 seeds).
+median relative error at 50% is <= 25% (tests/gate/test_eta.py keeps it so on 10 seeds).
 
 Run: ``python -m benchmarks.bench_forecast [--quick] [--seeds N]``.
 """

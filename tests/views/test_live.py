@@ -258,7 +258,7 @@ def test_while_running_the_view_forecasts_each_type_and_the_eta():
         view.update(ev)
     snap = view.snapshot()
     assert snap.forecast is not None and snap.forecast.eta_s > 0
-    assert "ETA ~" in snap.status and "(forecast)" in snap.status
+    assert "ETA ~" in snap.status_line and "(forecast)" in view.status()
     undecided = {r["task_type"] for r in snap.rows if r["action"] == "CONTINUE"}
     assert set(snap.forecast.types) == undecided
     for f in snap.forecast.types.values():
@@ -269,3 +269,21 @@ def test_while_running_the_view_forecasts_each_type_and_the_eta():
     for ev in events[len(events) // 2:]:
         view.update(ev)
     assert view.snapshot().forecast is None and "ETA" not in view.status()
+
+
+def test_taking_a_snapshot_computes_no_forecast_on_the_event_loop():
+    """The exact recursions (~10-25 ms per type state) run where the snapshot's forecast is
+    first read: the render thread, not the loop that takes the snapshot."""
+    from vtrm_gate.sim import run_virtual, sim_step
+
+    step = sim_step(2, wall_seconds=None)
+    events: list = []
+    run_virtual(run_gate(list(step.plans), step.world.infer, GateParams(), 32,
+                         subscribers=[events.append]))
+    view = LiveGateView()
+    for ev in events[: len(events) // 2]:
+        view.update(ev)
+    snap = view.snapshot()
+    assert snap.forecast_input is not None and not view.forecaster.memo._table
+    assert snap.forecast is not None and len(view.forecaster.memo._table) == len(
+        snap.forecast.types)

@@ -35,6 +35,7 @@ from ._events import TaskStarted as TaskStarted
 from ._events import TypeDecided as TypeDecided
 from ._events import report_progress as report_progress
 from ._forecast import Forecast as Forecast
+from ._forecast import ForecastInput as ForecastInput
 from ._forecast import GateForecast as GateForecast
 from ._forecast import TypeForecast as TypeForecast
 from ._forecast import duration as duration

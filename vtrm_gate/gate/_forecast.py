@@ -14,8 +14,9 @@ assumptions, not a guarantee; docs/performance.md gives its error against the si
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from ..stats import (
     Action,
@@ -92,11 +93,114 @@ class _Lane:
     base_hits: int = 0
     latency_sum: float = 0.0
     latency_n: int = 0
-    cached: tuple[tuple[int, ...], StateOC] | None = None
+
+
+class OCMemo:
+    """`oc_from_state` memoised on (W, L, n_used, n_consumed, E+, E-, units left): each
+    state is computed once, from whichever thread asks first (a lock guards the table)."""
+
+    def __init__(self, params: GateParams, prior: ForecastPrior, cap: int = 4096) -> None:
+        self.params, self.prior, self.cap = params, prior, cap
+        self._table: dict[tuple[float, ...], StateOC] = {}
+        self._lock = threading.Lock()
+
+    def get(self, state: GateState, n_remaining: int) -> StateOC:
+        key = (state.W, state.L, state.n_used, state.n_consumed, state.e_plus, state.e_minus,
+               n_remaining)
+        with self._lock:
+            hit = self._table.get(key)
+        if hit is None:
+            p_win, disc, infra = forecast_rates(state, self.prior)
+            hit = oc_from_state(self.params, state, n_remaining, p_win, disc, infra)
+            with self._lock:
+                if len(self._table) >= self.cap:  # a long session: start over, never grow
+                    self._table.clear()
+                self._table[key] = hit
+        return hit
+
+
+@dataclass(frozen=True)
+class ForecastInput:
+    """A frozen copy of what a `GateForecast` has seen (cheap to take on the event loop);
+    `forecast` does the exact recursions, so it may run in a worker thread."""
+
+    t: float
+    concurrency: int
+    lanes: tuple[tuple[str, _Lane], ...]
+    started: tuple[tuple[str, float], ...]  # (task_type, start time) of calls in flight
+    latencies: tuple[float, ...]
+    memo: OCMemo
+
+    def _latency(self, lane: _Lane) -> float | None:
+        if lane.latency_n >= MIN_LATENCIES:
+            return lane.latency_sum / lane.latency_n
+        n = sum(ln.latency_n for _, ln in self.lanes)
+        return sum(ln.latency_sum for _, ln in self.lanes) / n if n else None
+
+    def expected_max(self, m: int) -> float:
+        """E[the slowest of ``m`` calls] under the latencies seen so far (empirical order
+        statistic: Σ x_(i) ((i/n)^m - ((i-1)/n)^m))."""
+        return expected_max(self.latencies, m)
+
+    def forecast(self, now: float | None = None) -> Forecast:
+        """The forecast at ``now`` (default: the last event's time)."""
+        now = self.t if now is None else now
+        types: dict[str, TypeForecast] = {}
+        work = calls = 0.0
+        for name, lane in self.lanes:
+            if lane.decided:
+                continue
+            oc = self.memo.get(lane.state, max(lane.n_ladder - lane.state.n_consumed, 0))
+            lat = self._latency(lane)
+            n = _expected_calls(lane, oc)
+            types[name] = TypeForecast(name, oc, n, lat)
+            calls += n
+            work += n * (lat or 0.0)
+        lanes = dict(self.lanes)
+        flying = 0
+        for name, start in self.started:
+            lane = lanes.get(name)
+            lat = self._latency(lane) if lane is not None and not lane.decided else None
+            if lat is not None:
+                work += max(lat - (now - start), 0.1 * lat)  # its expected rest
+                flying += 1
+        if not self.latencies:
+            return Forecast(now, None, calls, types)
+        if not types:
+            return Forecast(now, 0.0, 0.0, types)
+        mean = sum(self.latencies) / len(self.latencies)
+        wave = min(self.concurrency, max(round(calls) + flying, 1))
+        eta = max(work - wave * mean, 0.0) / self.concurrency + self.expected_max(wave)
+        return Forecast(now, eta, calls, types)
+
+
+def expected_max(latencies: Sequence[float], m: int) -> float:
+    """E[max of ``m`` draws] from the empirical distribution of ``latencies``."""
+    xs = sorted(latencies)
+    n = len(xs)
+    if not n or m <= 0:
+        return 0.0
+    return sum(x * ((i / n) ** m - ((i - 1) / n) ** m) for i, x in enumerate(xs, 1))
+
+
+def _expected_calls(lane: _Lane, oc: StateOC) -> float:
+    """Σ over the units past the prefix: P(still needed) × arms not begun yet (a base arm
+    weighted by the share of this type's base arms the BaselineCache missed)."""
+    seen = lane.base_hits + lane.base_started
+    base_cost = 1.0 - lane.base_hits / seen if seen else 1.0
+    prefix = lane.state.n_consumed
+    total = 0.0
+    for k, p in enumerate(oc.survival[:-1]):
+        begun = lane.begun.get(prefix + k, 0)
+        total += p * (max(1 - begun, 0) * base_cost + (1 if begun < 2 else 0))
+    return total
 
 
 class GateForecast:
-    """Per-type exits from where each type stands, and the step's ETA, from gate events."""
+    """Per-type exits from where each type stands, and the step's ETA, from gate events.
+
+    ``update`` only records (cheap, never blocks); ``freeze()`` copies what it has seen and
+    ``forecast()`` = ``freeze().forecast()`` computes (the exact recursions, memoised)."""
 
     def __init__(self, prior: ForecastPrior | None = None) -> None:
         self.prior = prior or ForecastPrior()
@@ -104,6 +208,7 @@ class GateForecast:
         self.concurrency = 1
         self.lanes: dict[str, _Lane] = {}
         self.t = 0.0
+        self.memo = OCMemo(self.params, self.prior)
         self._started: dict[tuple[str, int, str], float] = {}  # in flight: start time
         self._latencies: list[float] = []
 
@@ -114,23 +219,14 @@ class GateForecast:
         self.t = max(self.t, ev.t)
         if isinstance(ev, GateStarted):
             self.params, self.concurrency = ev.params, max(ev.concurrency, 1)
+            self.memo = OCMemo(self.params, self.prior)
             self.lanes = {t: _Lane(n) for t, n in zip(ev.task_types, ev.ladder_sizes,
                                                       strict=True)}
         elif isinstance(ev, TaskStarted):
             self._begin(ev.task.task_type, ev.task.ladder_rank, str(ev.task.arm), hit=False)
             self._started[(ev.task.task_type, ev.task.ladder_rank, str(ev.task.arm))] = ev.t
         elif isinstance(ev, TaskFinished):
-            key = (ev.task.task_type, ev.task.ladder_rank, str(ev.task.arm))
-            if ev.status == "cache_hit":
-                self._begin(*key, hit=True)
-            start = self._started.pop(key, None)
-            lane = self.lanes.get(ev.task.task_type)
-            if start is not None and lane is not None and ev.status != "cancelled":
-                lane.latency_sum += ev.t - start
-                lane.latency_n += 1
-                self._latencies.append(ev.t - start)
-                if len(self._latencies) > 2 * KEEP_LATENCIES:
-                    del self._latencies[:KEEP_LATENCIES]
+            self._finished(ev)
         elif isinstance(ev, PrefixAdvanced) and ev.task_type in self.lanes:
             lane = self.lanes[ev.task_type]
             lane.state = GateState(ev.W, ev.L, ev.n_used, ev.ladder_rank + 1, ev.e_plus,
@@ -138,6 +234,19 @@ class GateForecast:
             lane.decided = ev.action is not Action.CONTINUE
         elif isinstance(ev, TypeDecided) and ev.task_type in self.lanes:
             self.lanes[ev.task_type].decided = True
+
+    def _finished(self, ev: TaskFinished) -> None:
+        key = (ev.task.task_type, ev.task.ladder_rank, str(ev.task.arm))
+        if ev.status == "cache_hit":
+            self._begin(*key, hit=True)
+        start = self._started.pop(key, None)
+        lane = self.lanes.get(ev.task.task_type)
+        if start is not None and lane is not None and ev.status != "cancelled":
+            lane.latency_sum += ev.t - start
+            lane.latency_n += 1
+            self._latencies.append(ev.t - start)
+            if len(self._latencies) > 2 * KEEP_LATENCIES:
+                del self._latencies[:KEEP_LATENCIES]
 
     def _begin(self, task_type: str, rank: int, arm: str, *, hit: bool) -> None:
         lane = self.lanes.get(task_type)
@@ -148,67 +257,18 @@ class GateForecast:
             lane.base_hits += hit
             lane.base_started += not hit
 
-    def _oc(self, lane: _Lane) -> StateOC:
-        s = lane.state
-        key = (s.W, s.L, s.n_used, s.n_consumed)
-        if lane.cached is None or lane.cached[0] != key:
-            p_win, disc, infra = forecast_rates(s, self.prior)
-            n_rem = max(lane.n_ladder - s.n_consumed, 0)
-            lane.cached = (key, oc_from_state(self.params, s, n_rem, p_win, disc, infra))
-        return lane.cached[1]
-
-    def _latency(self, lane: _Lane) -> float | None:
-        if lane.latency_n >= MIN_LATENCIES:
-            return lane.latency_sum / lane.latency_n
-        n = sum(ln.latency_n for ln in self.lanes.values())
-        return sum(ln.latency_sum for ln in self.lanes.values()) / n if n else None
-
-    def _expected_calls(self, lane: _Lane, oc: StateOC) -> float:
-        """Σ over the units past the prefix: P(still needed) × arms not begun yet (a base
-        arm weighted by the share of this type's base arms the BaselineCache missed)."""
-        seen = lane.base_hits + lane.base_started
-        base_cost = 1.0 - lane.base_hits / seen if seen else 1.0
-        prefix = lane.state.n_consumed
-        total = 0.0
-        for k, p in enumerate(oc.survival[:-1]):
-            begun = lane.begun.get(prefix + k, 0)
-            total += p * (max(1 - begun, 0) * base_cost + (1 if begun < 2 else 0))
-        return total
-
-    def expected_max(self, m: int) -> float:
-        """E[the slowest of ``m`` calls] under the latencies seen so far (empirical order
-        statistic: Σ x_(i) ((i/n)^m - ((i-1)/n)^m))."""
-        xs = sorted(self._latencies[-KEEP_LATENCIES:])
-        n = len(xs)
-        if not n or m <= 0:
-            return 0.0
-        return sum(x * ((i / n) ** m - ((i - 1) / n) ** m) for i, x in enumerate(xs, 1))
+    def freeze(self) -> ForecastInput:
+        """A frozen copy of what has been seen: take it on the event loop, forecast anywhere."""
+        lanes = tuple((name, replace(lane, begun=dict(lane.begun)))
+                      for name, lane in self.lanes.items())
+        return ForecastInput(self.t, self.concurrency, lanes,
+                             tuple((k[0], t) for k, t in self._started.items()),
+                             tuple(self._latencies[-KEEP_LATENCIES:]), self.memo)
 
     def forecast(self, now: float | None = None) -> Forecast:
         """The forecast at ``now`` (default: the last event's time)."""
-        now = self.t if now is None else now
-        types: dict[str, TypeForecast] = {}
-        work = calls = 0.0
-        for name, lane in self.lanes.items():
-            if lane.decided:
-                continue
-            oc, lat = self._oc(lane), self._latency(lane)
-            n = self._expected_calls(lane, oc)
-            types[name] = TypeForecast(name, oc, n, lat)
-            calls += n
-            work += n * (lat or 0.0)
-        flying = 0
-        for (name, _, _), start in self._started.items():
-            lane = self.lanes.get(name)
-            lat = self._latency(lane) if lane is not None and not lane.decided else None
-            if lat is not None:
-                work += max(lat - (now - start), 0.1 * lat)  # its expected rest
-                flying += 1
-        if not self._latencies:
-            return Forecast(now, None, calls, types)
-        if not types:
-            return Forecast(now, 0.0, 0.0, types)
-        mean = sum(self._latencies) / len(self._latencies)
-        wave = min(self.concurrency, max(round(calls) + flying, 1))
-        eta = max(work - wave * mean, 0.0) / self.concurrency + self.expected_max(wave)
-        return Forecast(now, eta, calls, types)
+        return self.freeze().forecast(now)
+
+    def expected_max(self, m: int) -> float:
+        """E[the slowest of ``m`` calls] under the latencies seen so far."""
+        return expected_max(self._latencies[-KEEP_LATENCIES:], m)

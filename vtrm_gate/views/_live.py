@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import html
 import io
 import time
@@ -30,6 +31,7 @@ from matplotlib.figure import Figure
 
 from ..gate import (
     Forecast,
+    ForecastInput,
     GateAborted,
     GateEvent,
     GateFinished,
@@ -106,8 +108,20 @@ class LiveSnapshot:
     aborted: str | None = None
     endpoints: tuple[EndpointStats, ...] = ()
     """Per-endpoint counters at the snapshot (when the view was given an endpoint pool)."""
-    forecast: Forecast | None = None
-    """While the gate runs: the ETA and each undecided type's exits from where it stands."""
+    forecast_input: ForecastInput | None = None
+    """While the gate runs: what the forecast is computed from (a frozen copy)."""
+
+    @functools.cached_property
+    def forecast(self) -> Forecast | None:
+        """The ETA and each undecided type's exits from where it stands (the exact
+        recursions: computed once per snapshot, in the render thread when there is one)."""
+        return None if self.forecast_input is None else self.forecast_input.forecast()
+
+    @property
+    def status_line(self) -> str:
+        """The status with the forecast ETA while the gate runs."""
+        f = self.forecast
+        return f"{self.status} · {f.text()}" if f is not None and f.eta_s else self.status
 
     @property
     def finished(self) -> bool:
@@ -386,20 +400,19 @@ class LiveGateView:
         n_ladder = sum(r["n_ladder"] for r in rows)
         end = self._t_end if self._t_end is not None else self._clock()
         elapsed = end - self._t0 if self._t0 is not None else 0.0
-        forecast = self.forecaster.forecast() if state == "running" else None
-        eta = f" · {forecast.text()}" if forecast is not None and forecast.eta_s else ""
         status = (f"gate {state}: {decided}/{len(rows)} types decided · {consumed}/{n_ladder} "
-                  f"units consumed · {self.in_flight} calls in flight · {elapsed:.1f} s{eta}")
+                  f"units consumed · {self.in_flight} calls in flight · {elapsed:.1f} s")
         return LiveSnapshot(status, state, rows, series, self.params, outcomes, consumed,
                             n_ladder, self.aborted,
                             self.endpoints.stats() if self.endpoints is not None else (),
-                            forecast)
+                            self.forecaster.freeze() if state == "running" else None)
 
     def series(self) -> list[TrajectorySeries]:
         return list(self.snapshot().series)
 
     def status(self) -> str:
-        return self.snapshot().status
+        """The status line (with the forecast ETA while the gate runs)."""
+        return self.snapshot().status_line
 
     # ---- on-demand rendering (works headless) ----------------------------------------
 
@@ -421,7 +434,7 @@ class LiveGateView:
     def _repr_html_(self) -> str:
         snap = self.snapshot()
         body = decision_html(snap) if snap.finished else progress_html(snap)
-        return f"<b>{html.escape(snap.status)}</b>{body}" if not snap.finished else body
+        return f"<b>{html.escape(snap.status_line)}</b>{body}" if not snap.finished else body
 
     # ---- live display -----------------------------------------------------------------
 
@@ -518,7 +531,7 @@ class LiveGateView:
         assert self._widgets is not None
         wd = self._widgets
         self._png = png
-        status = f"<b>{html.escape(snap.status)}</b>"
+        status = f"<b>{html.escape(snap.status_line)}</b>"
         if snap.aborted:
             status += f"<br><span style='color:#b00'>{html.escape(snap.aborted)}</span>"
         wd["status"].value = status
