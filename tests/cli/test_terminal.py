@@ -119,6 +119,8 @@ def test_a_narrow_table_abbreviates_names_and_wraps_the_reason():
 def test_columns_is_read_from_the_environment(monkeypatch):
     monkeypatch.setenv("COLUMNS", "72")
     assert terminal_width() == 72
+    monkeypatch.setenv("COLUMNS", "12")
+    assert terminal_width() == 40  # the least honoured
     monkeypatch.setenv("COLUMNS", "junk")
     assert terminal_width() == 100  # pytest's stdout is not a terminal
 

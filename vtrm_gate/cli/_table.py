@@ -17,10 +17,11 @@ MIN_WIDTH = 40
 
 
 def terminal_width(stream: object = None) -> int:
-    """``COLUMNS`` when set (a whole number >= 40), else the terminal's width, else 100."""
+    """``COLUMNS`` when set (a whole number; at least 40), else the terminal's width, else
+    100 (not a terminal)."""
     raw = os.environ.get("COLUMNS", "").strip()
-    if raw.isdigit() and int(raw) >= MIN_WIDTH:
-        return int(raw)
+    if raw.isdigit() and int(raw) > 0:
+        return max(int(raw), MIN_WIDTH)
     out = stream or sys.stdout
     if hasattr(out, "isatty") and out.isatty():
         return max(shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns, MIN_WIDTH)
