@@ -246,7 +246,9 @@ def test_the_status_line_is_shown_once_and_the_figure_title_states_the_decisions
             assert f"unit {o.stop_rank + 1} of {o.n_ladder}" in view._widgets["table"].value
 
 
-def test_while_running_the_view_forecasts_each_type_and_the_eta():
+def _half_way() -> tuple[LiveGateView, list]:
+    """A view fed the first half of the simulated step of seed 2 (virtual clock), and every
+    event of that step."""
     from vtrm_gate.sim import run_virtual, sim_step
 
     step = sim_step(2, wall_seconds=None)
@@ -256,6 +258,11 @@ def test_while_running_the_view_forecasts_each_type_and_the_eta():
     view = LiveGateView()
     for ev in events[: len(events) // 2]:
         view.update(ev)
+    return view, events
+
+
+def test_while_running_the_view_forecasts_each_type_and_the_eta():
+    view, events = _half_way()
     snap = view.snapshot()
     assert snap.forecast is not None and snap.forecast.eta_s > 0
     assert "ETA ~" in snap.status_line and "(forecast)" in view.status()
@@ -274,15 +281,7 @@ def test_while_running_the_view_forecasts_each_type_and_the_eta():
 def test_taking_a_snapshot_computes_no_forecast_on_the_event_loop():
     """The exact recursions (~10-25 ms per type state) run where the snapshot's forecast is
     first read: the render thread, not the loop that takes the snapshot."""
-    from vtrm_gate.sim import run_virtual, sim_step
-
-    step = sim_step(2, wall_seconds=None)
-    events: list = []
-    run_virtual(run_gate(list(step.plans), step.world.infer, GateParams(), 32,
-                         subscribers=[events.append]))
-    view = LiveGateView()
-    for ev in events[: len(events) // 2]:
-        view.update(ev)
+    view, _ = _half_way()
     snap = view.snapshot()
     assert snap.forecast_input is not None and not view.forecaster.memo._table
     assert snap.forecast is not None and len(view.forecaster.memo._table) == len(
