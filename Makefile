@@ -28,9 +28,9 @@ test: $(STAMP) lint
 figures: $(STAMP)
 	$(BIN)/python -m vtrm_gate.views.review --out figures
 
-# JupyterLab from the project's environment, on loopback.
+# JupyterLab from the project's environment, on loopback, saving widget state.
 lab: $(STAMP)
-	cd notebooks && ../$(BIN)/jupyter lab --ip=127.0.0.1 $(if $(filter 0,$(shell id -u)),--allow-root)
+	$(BIN)/vtrm-gate lab --notebooks notebooks
 
 # Keep outputs in git only for the NBVAL_CHECK_OUTPUT cells.
 strip: $(STAMP)

@@ -1,6 +1,6 @@
 """`make bench`: every benchmark, one after another, tables on stdout.
 
-``python -m benchmarks [--quick] [core makespan cache oc training throughput integrity]``
+``python -m benchmarks [--quick] [core makespan cache oc training throughput integrity forecast]``
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-ALL = ("core", "makespan", "cache", "oc", "training", "throughput", "integrity")
+ALL = ("core", "makespan", "cache", "oc", "training", "throughput", "integrity", "forecast")
 
 
 def main(argv: list[str]) -> int:

@@ -42,18 +42,90 @@ def _env_yml() -> tuple[set[str], set[str]]:
     return conda, pip
 
 
+def _project() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def _env_versions() -> dict[str, str]:
+    """Every dependency of environment.yml (conda and pip) with its version spec."""
+    conda, pip = _env_yml()
+    out = {}
+    for line in (ROOT / "environment.yml").read_text().splitlines():
+        item = line.strip().removeprefix("- ").strip()
+        name = _name(item)
+        if name in conda or name in {_name(p) for p in pip}:
+            out[name] = item[len(name):].strip()
+    return out
+
+
 def test_environment_yml_agrees_with_pyproject():
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    reqs = project["dependencies"] + project["optional-dependencies"]["dev"]
+    project = _project()
+    extras = project["optional-dependencies"]
+    reqs = project["dependencies"] + extras["dev"] + extras["lab"]
     conda, pip = _env_yml()
     pip_names = {_name(p) for p in pip if not p.startswith("-e")}
     assert "-e .[dev]" in pip
+    versions = _env_versions()
     for req in reqs:
         n = _name(req)
         assert CONDA_NAMES.get(n, n) in conda or n in pip_names, f"{n} missing from env.yml"
+        spec = req.strip()[len(n):].strip()
+        assert versions[CONDA_NAMES.get(n, n)] == spec, f"{n}: {spec} in pyproject.toml"
     declared = {CONDA_NAMES.get(_name(r), _name(r)) for r in reqs} | {"python", "pip"}
     extra = (conda | pip_names) - declared - {_name(r) for r in reqs}
     assert not extra, f"environment.yml lists packages pyproject.toml does not: {extra}"
+
+
+def test_the_lab_extra_is_jupyterlab_and_the_dev_set_contains_it():
+    extras = _project()["optional-dependencies"]
+    assert {_name(r) for r in extras["lab"]} == {"jupyterlab", "ipykernel"}
+    assert {_name(r) for r in extras["lab"]} <= {_name(r) for r in extras["dev"]}
+
+
+def _imports(path: Path) -> set[str]:
+    import ast
+
+    tree = ast.parse(path.read_text())
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+def test_every_package_the_library_imports_is_a_core_dependency():
+    """`pip install vtrm_gate` then `explore()` failed: ipywidgets was only in the dev
+    extra. Every third-party import of the library (its pytest plugin aside) must come from
+    a core dependency."""
+    import importlib.metadata as md
+    import sys
+
+    dists = md.packages_distributions()
+    core = {_name(r) for r in _project()["dependencies"]}
+    needed: dict[str, set[str]] = {}
+    for path in (ROOT / "vtrm_gate").rglob("*.py"):
+        if "testing" in path.relative_to(ROOT / "vtrm_gate").parts:
+            continue
+        for mod in _imports(path) - set(sys.stdlib_module_names) - {"vtrm_gate"}:
+            for dist in dists.get(mod, [mod]):
+                needed.setdefault(_name(dist), set()).add(str(path.relative_to(ROOT)))
+    missing = {d: sorted(p)[:3] for d, p in needed.items() if d not in core}
+    assert not missing, f"imported but not a core dependency: {missing}"
+    assert {"ipywidgets", "ipython"} <= core
+
+
+def test_a_missing_optional_dependency_names_its_extra(monkeypatch, capsys):
+    import importlib.util
+
+    from vtrm_gate.cli import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "jupyterlab" else real(name, *a))
+    assert main(["lab", "--notebooks", str(ROOT / "notebooks")]) == 2
+    assert "pip install 'vtrm_gate[lab]'" in capsys.readouterr().err
 
 
 def test_public_api_exports():

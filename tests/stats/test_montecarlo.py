@@ -101,6 +101,14 @@ def test_wilson_interval_brackets_the_estimate():
     assert lo[1] < 0.05 < hi[1] and hi[2] == pytest.approx(1.0)
 
 
+@pytest.mark.parametrize("n", [7, 100, 500, 20_000])
+def test_wilson_interval_contains_k_over_n_at_both_ends(n):
+    # At k = 0 the lower end came out 4e-19 > 0 (n = 500): an error bar drawn from it has a
+    # negative length, which matplotlib refuses (the explorer's Monte Carlo check crashed).
+    lo, hi = wilson_interval(np.array([0, n]), n)
+    assert lo[0] <= 0.0 <= hi[0] and lo[1] <= 1.0 <= hi[1]
+
+
 @pytest.mark.parametrize("kw,fragment", [
     ({"discordance": 1.5}, "discordance"),
     ({"p_win": -0.1}, "p_win"),

@@ -1,4 +1,4 @@
-"""A real browser on a real JupyterLab: what a person sees in notebooks 01 and 05.
+"""A real browser on a real JupyterLab: what a person sees in every notebook.
 
 Debian's ``chromium`` (installed with apt-get when missing and running as root; skipped with
 a message otherwise) driven by Playwright from PyPI with ``executable_path`` (never
@@ -16,7 +16,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -54,24 +53,42 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+NOTEBOOKS = sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))
+FIGURES = {"01_launch_gate_step.ipynb": 2, "02_prefix_vs_block_replay.ipynb": 1,
+           "03_design_review_figures.ipynb": 5, "04_redis_reuse.ipynb": 1,
+           "05_choose_parameters.ipynb": 1, "06_training_run.ipynb": 2}
+"""Figures each notebook shows (images in its outputs; 01: the live view's final PNG and
+the overview; 05: the explorer's)."""
+RUN_S = {"01_launch_gate_step.ipynb": 240, "06_training_run.ipynb": 300}
+
+
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    """JupyterLab on 127.0.0.1 with a token over a copy of notebooks 01 and 05."""
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, str]]:
+    """JupyterLab on 127.0.0.1 with a token over a copy of every notebook, launched as
+    ``vtrm-gate lab`` launches it (widget state saved with the notebook)."""
+    from vtrm_gate.cli._lab import lab_command, lab_settings_dir
+
     root = tmp_path_factory.mktemp("lab")
-    for name in ("01_launch_gate_step.ipynb", "05_choose_parameters.ipynb"):
-        shutil.copy(ROOT / "notebooks" / name, root / name)
+    for name in NOTEBOOKS:
+        text = (ROOT / "notebooks" / name).read_text()
+        if name.startswith("05"):  # the notebooks run in CI mode, the explorer still live
+            assert "interactive=not CI" in text
+            text = text.replace("interactive=not CI", "interactive=True")
+        (root / name).write_text(text)
     port, token = _free_port(), secrets.token_hex(16)
-    env = {**os.environ, "VTRM_CI": "0", "VTRM_STEP_SECONDS": str(STEP_SECONDS),
+    # CI mode (small Monte Carlo and training runs) keeps the whole test to a few minutes;
+    # notebook 01's step is slowed to STEP_SECONDS to watch its figure redraw
+    env = {**os.environ, "VTRM_CI": "1", "VTRM_STEP_SECONDS": str(STEP_SECONDS),
            "VTRM_FIGURES": str(root / "figures"), "JUPYTER_CONFIG_DIR": str(root / ".cfg"),
            "JUPYTER_RUNTIME_DIR": str(root / ".run")}
     env.pop("MPLBACKEND", None)
     log = (root / "lab.log").open("w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1",
-         f"--port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
-         "--ServerApp.port_retries=0", "--LabApp.news_url=", "--LabApp.check_for_updates_class="
-         "jupyterlab.NeverCheckForUpdate", *(["--allow-root"] if os.geteuid() == 0 else [])],
-        cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    cmd = [*lab_command(root, lab_settings_dir(root / ".settings"), port), "--no-browser",
+           f"--IdentityProvider.token={token}", "--ServerApp.port_retries=0",
+           "--LabApp.news_url=", "--LabApp.check_for_updates_class="
+           "jupyterlab.NeverCheckForUpdate"]
+    proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -84,7 +101,9 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
                     raise RuntimeError("JupyterLab did not start:\n"
                                        + (root / "lab.log").read_text()[-2000:]) from None
                 time.sleep(0.5)
-        yield f"{base}/lab/tree/{{name}}?token={token}", root
+        # one JupyterLab workspace per notebook, so a page shows that notebook alone
+        yield (f"{base}/lab/workspaces/{{ws}}/tree/{{name}}?token={token}", root,
+               f"{base}|{token}")
     finally:
         proc.send_signal(signal.SIGINT)  # jupyter_server shuts its kernels down on SIGINT
         try:
@@ -112,11 +131,15 @@ def _open(browser, url: str):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.goto(url)
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
-    # JupyterLab may ask which kernel to start: accept the notebook's own (python3)
-    with contextlib.suppress(Exception):
-        page.locator(".jp-Dialog .jp-mod-accept").click(timeout=8000)
+    _accept_kernel_dialog(page)
     page.get_by_text("| Idle").first.wait_for(timeout=90_000)
     return page
+
+
+def _accept_kernel_dialog(page) -> None:
+    """JupyterLab may ask which kernel to start: accept the notebook's own (python3)."""
+    with contextlib.suppress(Exception):
+        page.locator(".jp-Dialog .jp-mod-accept").click(timeout=3000)
 
 
 def _run_all(page) -> None:
@@ -135,10 +158,32 @@ def _wait_idle(page, timeout_s: float) -> None:
     raise AssertionError(f"cells still running after {timeout_s:.0f} s")
 
 
-def test_notebook_01_live_view_then_static_outputs_after_save_and_reload(lab, browser, tmp_path):
-    url, root = lab
-    page = _open(browser, url.format(name="01_launch_gate_step.ipynb"))
-    _run_all(page)
+def _shut_kernel(api: str, name: str) -> None:
+    """End the notebook's session and kernel through the server's REST API."""
+    base, token = api.split("|")
+    with urllib.request.urlopen(f"{base}/api/sessions?token={token}", timeout=10) as r:
+        sessions = json.loads(r.read())
+    for sess in sessions:
+        if sess["path"].endswith(name):
+            req = urllib.request.Request(f"{base}/api/sessions/{sess['id']}?token={token}",
+                                         method="DELETE")
+            urllib.request.urlopen(req, timeout=30).close()
+
+
+def _figures_and_errors(page) -> tuple[int, list[str]]:
+    """Images in the outputs, and what a person would call broken: a figure shown as text,
+    a widget that cannot be displayed, a traceback."""
+    images = page.locator(".jp-OutputArea-output img").count()
+    text = page.locator(".jp-Notebook").inner_text()
+    bad = [m for m in ("Error displaying widget", "Traceback (most recent call last)")
+           if m in text]
+    bad += [ln for ln in text.splitlines() if ln.strip().startswith(("<Figure size",
+                                                                    "<GateFigure"))]
+    return images, bad
+
+
+def _watch_live_frames(page, tmp_path) -> int:
+    """Notebook 01: the live figure redraws while the gate runs, then turns static."""
     live_img = page.locator(".vtrm-live img")
     try:
         live_img.first.wait_for(timeout=120_000)
@@ -160,40 +205,14 @@ def test_notebook_01_live_view_then_static_outputs_after_save_and_reload(lab, br
                 live_img.first.scroll_into_view_if_needed()
                 page.screenshot(path=str(tmp_path / "01_running.png"))
         page.wait_for_timeout(150)
-    _wait_idle(page, 240)
-    page.screenshot(path=str(tmp_path / "01_finished.png"), full_page=True)
-    print(f"live figure frames seen by the browser: {len(frames)}")
-    assert len(frames) >= 5, f"the live figure was redrawn only {len(frames)} times"
-    assert page.locator(".vtrm-live").count() == 0, "widgets left after the gate ended"
-    tables = page.locator("table.vtrm-table")
-    assert tables.count() >= 1
-    assert tables.first.locator("tbody tr").count() == 12
-    page.keyboard.press("Control+s")
-    page.wait_for_timeout(2000)
-    saved = json.loads((root / "01_launch_gate_step.ipynb").read_text())
-    kinds = [k for c in saved["cells"] for o in c.get("outputs", []) for k in o.get("data", {})]
-    assert "application/vnd.jupyter.widget-view+json" not in kinds, "a widget was saved"
-    assert "image/png" in kinds and "text/html" in kinds
-    page.reload()
-    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
-    page.wait_for_timeout(3000)
-    page.screenshot(path=str(tmp_path / "01_reloaded.png"), full_page=True)
-    text = page.locator(".jp-Notebook").inner_text()
-    assert "Error displaying widget" not in text
-    assert page.locator("table.vtrm-table").first.locator("tbody tr").count() == 12
-    assert page.locator(".jp-OutputArea-output img").count() >= 2  # live-view PNG + overview
-    page.close()
+    return len(frames)
 
 
-def test_explorer_figure_changes_when_a_slider_moves(lab, browser, tmp_path):
-    url, _ = lab
-    page = _open(browser, url.format(name="05_choose_parameters.ipynb"))
-    _run_all(page)
+def _explorer_redraws(page, tmp_path) -> None:
+    """Notebook 05: moving a slider changes the explorer's figure."""
     img = page.locator(".vtrm-explorer img").first
     img.wait_for(timeout=120_000)
-    _wait_idle(page, 120)
     before = img.get_attribute("src")
-    page.screenshot(path=str(tmp_path / "05_before.png"), full_page=True)
     handle = page.locator(".vtrm-explorer .noUi-handle").first
     handle.click()
     for _ in range(10):
@@ -203,4 +222,42 @@ def test_explorer_figure_changes_when_a_slider_moves(lab, browser, tmp_path):
         page.wait_for_timeout(200)
     page.screenshot(path=str(tmp_path / "05_after.png"), full_page=True)
     assert img.get_attribute("src") != before, "the explorer figure did not change"
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_every_notebook_runs_saves_and_reopens_with_its_figures(lab, browser, tmp_path, name):
+    """Run all, save, end the kernel, reload: every figure is an image before and after,
+    no widget error, no traceback; 01's live view redraws and turns static, 05's explorer
+    redraws when a slider moves and leaves its figure."""
+    url, root, api = lab
+    page = _open(browser, url.format(ws=name.split("_")[0], name=name) + "&reset")
+    _run_all(page)
+    frames = _watch_live_frames(page, tmp_path) if name.startswith("01") else None
+    _wait_idle(page, RUN_S.get(name, 180))
+    if name.startswith("05"):
+        _explorer_redraws(page, tmp_path)
+    page.screenshot(path=str(tmp_path / f"{name}_ran.png"), full_page=True)
+    images, bad = _figures_and_errors(page)
+    assert not bad, bad
+    assert images >= FIGURES[name], f"{images} figures shown, expected {FIGURES[name]}"
+    if frames is not None:
+        print(f"live figure frames seen by the browser: {frames}")
+        assert frames >= 5, f"the live figure was redrawn only {frames} times"
+        assert page.locator(".vtrm-live").count() == 0, "widgets left after the gate ended"
+        assert page.locator("table.vtrm-table").first.locator("tbody tr").count() == 12
+    page.keyboard.press("Control+s")
+    page.wait_for_timeout(2500)
+    saved = json.loads((root / name).read_text())
+    kinds = [k for c in saved["cells"] for o in c.get("outputs", []) for k in o.get("data", {})]
+    assert kinds.count("image/png") >= FIGURES[name] - name.startswith("05")
+    _shut_kernel(api, name)
+    page.reload()
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
+    _accept_kernel_dialog(page)
+    page.wait_for_timeout(3000)
+    page.screenshot(path=str(tmp_path / f"{name}_reloaded.png"), full_page=True)
+    images_after, bad_after = _figures_and_errors(page)
+    assert not bad_after, bad_after
+    assert images_after >= FIGURES[name], f"after reload: {images_after} figures"
     page.close()
+    _shut_kernel(api, name)  # the next notebook gets the machine to itself

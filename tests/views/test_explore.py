@@ -42,11 +42,30 @@ def test_moving_a_slider_redraws_a_different_figure():
     assert ex.point.params.e_confirm == 10.0
 
 
-def test_an_invalid_combination_is_named_and_keeps_the_last_figure():
+def test_lambda_is_clamped_to_its_valid_range_as_delta_moves():
+    # Was: δ 0.05 then λ 1.0 gave a red error and left the stale figure up.
     ex = Explorer(debounce=0)
-    ex.sliders["delta_min"].value = 0.3
     ex.sliders["lambda_dir"].value = 1.0
-    assert "lambda" in ex.error.lower() or "λ" in ex.error
+    ex.sliders["delta_min"].value = 0.05
+    assert ex.sliders["lambda_dir"].max == pytest.approx(1 / 1.05)
+    assert ex.point.params.lambda_dir == pytest.approx(1 / 1.05)
+    assert ex.error == "" and "moved from 1" in ex.note.value
+    ex.sliders["lambda_dir"].value = 1.0  # past the end: the slider stops at 1/(1+δ)
+    assert ex.point.params.lambda_dir == pytest.approx(1 / 1.05)
+    ex.sliders["delta_min"].value = 0.0
+    assert ex.sliders["lambda_dir"].max == 1.0
+
+
+def test_an_invalid_setting_greys_the_figure_and_monte_carlo_says_it_cannot_run():
+    ex = Explorer(debounce=0, mc_reps=500)
+    good = ex.image.value
+    ex.sliders["lambda_dir"].max = 2.0  # a setting the sliders cannot reach on their own
+    ex.sliders["lambda_dir"].value = 1.5
+    assert "lambda_dir" in ex.error and ex.image.value != good
+    assert ex.check() is False and "not run" in ex.message.value
+    assert ex.mc is None
+    ex.sliders["lambda_dir"].value = 0.5
+    assert ex.check() is True and ex.mc is not None and "500 runs" in ex.message.value
 
 
 def test_forty_units_need_e_confirm_10_to_accept_a_07_candidate_half_the_time():

@@ -96,7 +96,10 @@ def test_prefix_vs_block_has_two_bars_per_type(tmp_path):
 def test_token_savings_draws_three_curves(tmp_path):
     ax = plot_token_savings(units_curve(GateParams(), [0.5, 0.8], 300, seed=1),
                             tokens_per_unit=2000, step_saving=(0.1, 0.2, 2)).axes[0]
-    assert "tokens" in ax.get_title(loc="left") and "discordance 0.5" in ax.get_title(loc="left")
+    assert "tokens" in ax.get_title(loc="left") and "disc. 0.5" in ax.get_title(loc="left")
+    assert "than the old block rule" in ax.get_title(loc="left")
+    labels = [t.get_text() for t in ax.texts]
+    assert labels and all(t.endswith("vs old") for t in labels)  # against the line beside
     assert "saved only 10%" in ax.get_figure().get_supxlabel()
     assert len(_lines(ax, "units:")) == 3
     (flat,) = _lines(ax, "units:no_stop_units")
@@ -108,7 +111,7 @@ def test_makespan_takes_numbers_and_checks_lengths(tmp_path):
     ax = plot_makespan([18.0, 9.0], [2.0, 1.5], [1.2, 1.0], labels=["12 types", "6 types"],
                        unit="h").axes[0]
     assert len(ax.patches) == 6
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["12 types", "6 types"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["12 types", "6 types"]
     assert _is_png(save(ax.get_figure(), "mk", tmp_path))
     assert len(plot_makespan(18.0, 2.0, 1.2).axes[0].patches) == 3
     with pytest.raises(ValueError, match="same length"):
@@ -225,3 +228,11 @@ def test_overview_end_labels_stay_inside_their_axes_and_apart(n_types, end):
         heights = [b - a for a, b in spans]
         gaps = [b - a for a, b in itertools.pairwise(centres)]
         assert min(gaps) >= 0.6 * min(heights)  # readable: at most slightly touching
+
+
+def test_a_saved_figure_is_the_deck_size(tmp_path):
+    # Was 120 dpi: the demo's and the notebooks' PNGs came out 1536x864 (or 1320x840).
+    from PIL import Image
+
+    fig = plot_trajectories({"a": replay_prefix([WIN, WIN])})
+    assert Image.open(save(fig, "deck", tmp_path)).size == (1280, 720)

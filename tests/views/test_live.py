@@ -223,3 +223,66 @@ def test_status_table_and_figure_of_a_frame_come_from_one_snapshot():
         assert view._widgets["bar"].value == sum(tp.consumed for tp in view.types.values())
     rows = view._widgets["table"].value.count("<tr>") - 1
     assert rows == len(table.outcomes)  # every type listed, none hidden
+
+
+def test_the_status_line_is_shown_once_and_the_figure_title_states_the_decisions():
+    # Was: the status line in the widget, again atop the final table and as the figure's
+    # title (three times).
+    table = _table(8)
+    events: list = []
+    asyncio.run(run_gate(table.plans(), table, concurrency=4, subscribers=[events.append]))
+    view = LiveGateView(threaded=False)
+    _ = view.widget
+    for ev in events:
+        view(ev)
+    status = view.status()
+    shown = view._widgets["status"].value + view._widgets["table"].value
+    assert shown.count(status.split(" · ")[0]) == 1
+    title = view.figure()._suptitle.get_text()
+    assert title.startswith(f"All {len(table.outcomes)} types decided") and status not in title
+    assert "unit " in view._widgets["table"].value  # stopped at "unit k of n", 1-based
+    for o in view.result.outcomes.values():
+        if o.stop_rank is not None:
+            assert f"unit {o.stop_rank + 1} of {o.n_ladder}" in view._widgets["table"].value
+
+
+def _half_way() -> tuple[LiveGateView, list]:
+    """A view fed the first half of the simulated step of seed 2 (virtual clock), and every
+    event of that step."""
+    from vtrm_gate.sim import run_virtual, sim_step
+
+    step = sim_step(2, wall_seconds=None)
+    events: list = []
+    run_virtual(run_gate(list(step.plans), step.world.infer, GateParams(), 32,
+                         subscribers=[events.append]))
+    view = LiveGateView()
+    for ev in events[: len(events) // 2]:
+        view.update(ev)
+    return view, events
+
+
+def test_while_running_the_view_forecasts_each_type_and_the_eta():
+    view, events = _half_way()
+    snap = view.snapshot()
+    assert snap.forecast is not None and snap.forecast.eta_s > 0
+    assert "ETA ~" in snap.status_line and "(forecast)" in view.status()
+    undecided = {r["task_type"] for r in snap.rows if r["action"] == "CONTINUE"}
+    assert set(snap.forecast.types) == undecided
+    for f in snap.forecast.types.values():
+        assert sum(f.oc.probabilities().values()) == pytest.approx(1.0)
+    titles = " ".join(ax.get_title(loc="left") for ax in view.figure().axes)
+    assert titles.count("forecast: ") == len(undecided)
+    assert "A forecast, not a guarantee" in view.progress_html()
+    for ev in events[len(events) // 2:]:
+        view.update(ev)
+    assert view.snapshot().forecast is None and "ETA" not in view.status()
+
+
+def test_taking_a_snapshot_computes_no_forecast_on_the_event_loop():
+    """The exact recursions (~10-25 ms per type state) run where the snapshot's forecast is
+    first read: the render thread, not the loop that takes the snapshot."""
+    view, _ = _half_way()
+    snap = view.snapshot()
+    assert snap.forecast_input is not None and not view.forecaster.memo._table
+    assert snap.forecast is not None and len(view.forecaster.memo._table) == len(
+        snap.forecast.types)

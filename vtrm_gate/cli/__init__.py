@@ -5,7 +5,9 @@
 - `_train`: ``train``, ``settle``
 - `_cache`: ``cache renew | stats | stop``
 - `_options`: ``options`` (every resolved run option and where it came from)
-- `_args`, `_progress`: shared flags (one `RunOptions` per command), terminal progress
+- `_lab`: ``lab`` (JupyterLab on loopback over the notebooks, saving widget state)
+- `_args`, `_progress`, `_table`: shared flags (one `RunOptions` per command), terminal
+  progress, tables that fit the terminal
 """
 
 from __future__ import annotations

@@ -99,6 +99,44 @@ def _stop(args: argparse.Namespace) -> int:
     return 0
 
 
+SIMULATED_NOTE = (
+    "simulated runs use no Redis: the simulator answers in-process, and the 'base arm from "
+    "BaselineCache' count that step prints is the workspace's own SQLite cache, not Redis. "
+    "To see the Redis response cache at work, run notebooks/04_redis_reuse.ipynb (it puts "
+    "the simulator behind a real redis-server, crashes a step and re-runs it from Redis); "
+    "to inspect a Redis server, pass --url or set REDIS_URL.")
+
+
+def _simulated_without_redis(args: argparse.Namespace) -> bool:
+    """A simulated workspace and no Redis named anywhere (no --config, REDIS_URL or
+    embedded server): there is nothing to look at."""
+    from ..cache import environment
+
+    env = environment()
+    ws = _workspace_dir(args, env)
+    if getattr(args, "config", None) or env.get("REDIS_URL") or (ws / "redis").exists():
+        return False
+    try:
+        kind = json.loads((ws / "workspace.json").read_text()).get("kind")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return kind == "simulated"
+
+
+def _simulated_note(args: argparse.Namespace, cmd: str) -> int:
+    """Say plainly that a simulated workspace has no Redis, and where to see one (exit 0)."""
+    from ..cache import environment
+    from ._table import terminal_width, wrap
+
+    ws = str(_workspace_dir(args, environment()))
+    if args.json:
+        print(json.dumps({"workspace": ws, "kind": "simulated", "redis": None,
+                          "command": f"cache {cmd}", "note": SIMULATED_NOTE}))
+    else:
+        print(wrap(f"{ws}: {SIMULATED_NOTE}", terminal_width()))
+    return 0
+
+
 def _positive_int(name: str, value: str, high: int = 2**63 - 1) -> int:
     try:
         n = int(value)
@@ -177,6 +215,15 @@ async def _stats(url: str, args: argparse.Namespace, batch: int) -> Any:
         await client.aclose()
 
 
+def _error(args: argparse.Namespace, prog: str, text: str, code: int) -> int:
+    """One line on stderr, or under ``--json`` one JSON object on stdout; the exit code."""
+    if getattr(args, "json", False):
+        print(json.dumps({"error": text, "exit": code}), flush=True)
+    else:
+        print(f"{prog}: error: {text}", file=sys.stderr)
+    return code
+
+
 def _mib(n: int) -> str:
     return f"{n / 2**20:,.1f} MiB" if n >= 2**20 else f"{n / 1024:,.1f} KiB"
 
@@ -191,6 +238,8 @@ def run(args: argparse.Namespace) -> int:
         if cmd == "renew":
             ttl = _positive_int("--ttl", args.ttl, MAX_TTL)
         batch = _positive_int("--batch", args.batch)
+        if args.url is None and _simulated_without_redis(args):
+            return _simulated_note(args, cmd)
         url, _server = _resolve_url(args)
         from redis.exceptions import AuthenticationError, ResponseError
         from redis.exceptions import ConnectionError as RedisConnectionError
@@ -215,11 +264,9 @@ def run(args: argparse.Namespace) -> int:
             raise CliError(f"Redis at {mask_url(url)} refused: {scrub(str(exc), url)}",
                            code=1) from None
     except InputError as exc:  # CliError, and a bad --url or REDIS_URL (ConfigError)
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return _error(args, prog, str(exc), exc.exit_code)
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
+        return _error(args, prog, "interrupted", 130)
     if args.json:
         print(json.dumps({"url": mask_url(url), **out.as_dict()}, sort_keys=True))
         return 0

@@ -11,26 +11,43 @@ SIGTERM exit 130 after marking the step aborted. Exit codes follow the error fam
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+from typing import NoReturn
 
-from ..errors import InfraGuardError, StepRefusedError, exit_code
-from . import _cache, _init, _options, _step, _train
+from ..errors import CliError, InfraGuardError, StepRefusedError, exit_code
+from . import _cache, _init, _lab, _options, _step, _train
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="vtrm-gate",
-        description="Continuous concurrent e-process gate for skill evolution.")
+class _RaisingParser(argparse.ArgumentParser):
+    """argparse that raises `CliError` on a usage error instead of printing and exiting,
+    so that under ``--json`` `main` reports it as one JSON object like any other error."""
+
+    def error(self, message: str) -> NoReturn:
+        raise CliError(f"{self.prog}: {message}")
+
+
+def build_parser(*, raise_on_error: bool = False) -> argparse.ArgumentParser:
+    cls = _RaisingParser if raise_on_error else argparse.ArgumentParser
+    p = cls(prog="vtrm-gate",
+            description="Continuous concurrent e-process gate for skill evolution.")
     sub = p.add_subparsers(dest="command", required=True)
-    for group in (_init, _step, _train, _cache, _options):
+    for group in (_init, _step, _train, _cache, _options, _lab):
         group.register(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The CLI's one error boundary: an expected failure is exit 2 (3: INFRA) and one line."""
-    args = build_parser().parse_args(argv)
+    """The CLI's one error boundary: an expected failure is exit 2 (3: INFRA) and one line;
+    under ``--json`` that line is one JSON object ``{"error": ..., "exit": code}`` on
+    stdout (usage errors included)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    as_json = "--json" in argv
+    try:
+        args = build_parser(raise_on_error=as_json).parse_args(argv)
+    except CliError as exc:
+        return report_error(str(exc), exc.exit_code, as_json)
     _sigterm_as_sigint()
     try:
         return int(args.func(args) or 0)
@@ -38,15 +55,24 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.close()
         return 0
     except KeyboardInterrupt:
-        print("vtrm-gate: interrupted; run the same command again to resume (finished work "
-              "is kept)", file=sys.stderr)
-        return 130
+        return report_error("interrupted; run the same command again to resume (finished "
+                            "work is kept)", 130, as_json)
     except Exception as exc:  # map known user-facing errors to exit codes, re-raise bugs
         code = exit_code(exc)
         if code is None or os.environ.get("VTRM_DEBUG"):
             raise
-        print(f"vtrm-gate: error: {_one_line(exc)}", file=sys.stderr)
-        return code
+        return report_error(f"error: {_one_line(exc)}", code, as_json)
+
+
+def report_error(text: str, code: int, as_json: bool) -> int:
+    """Print an error the CLI's way and return its exit code: ``vtrm-gate: <text>`` on
+    stderr, or under ``--json`` one object ``{"error": <text>, "exit": <code>}`` on stdout."""
+    if as_json:
+        text = text.removeprefix("error: ").removeprefix("vtrm-gate: ")
+        print(json.dumps({"error": text, "exit": code}), flush=True)
+    else:
+        print(f"vtrm-gate: {text}", file=sys.stderr)
+    return code
 
 
 def _sigterm_as_sigint() -> None:

@@ -8,19 +8,29 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ._table import short_names, terminal_width
+
 
 class TerminalProgress:
-    """Per-type progress on stderr: a line when a type decides, a status line now and then.
+    """Per-type progress on stderr: a line when a type decides, a status line now and then
+    (calls in flight, the forecast ETA, each undecided type by a unique short name).
 
-    A subscriber of the gate's event bus: it never blocks the scheduler.
+    A subscriber of the gate's event bus: it never blocks the scheduler. Lines fit
+    ``width`` columns (default: the terminal's, 100 when not a terminal).
     """
 
-    def __init__(self, stream: Any = None, every_s: float = 2.0, quiet: bool = False):
+    def __init__(self, stream: Any = None, every_s: float = 2.0, quiet: bool = False,
+                 width: int | None = None):
+        from ..gate import GateForecast
+
         self.stream = stream or sys.stderr
         self.every_s, self.quiet = every_s, quiet
+        self.width = width or terminal_width(self.stream)
         self.ladder: dict[str, int] = {}
+        self.short: dict[str, str] = {}
         self.consumed: dict[str, int] = {}
         self.decided: dict[str, str] = {}
+        self.forecast = GateForecast()
         self.in_flight = 0
         self.retries = 0
         self.t0: float | None = None
@@ -44,9 +54,11 @@ class TerminalProgress:
 
         if self.quiet:
             return
+        self.forecast.update(ev)
         if isinstance(ev, GateStarted):
             self.t0 = ev.t
             self.ladder = dict(zip(ev.task_types, ev.ladder_sizes, strict=True))
+            self.short = short_names(ev.task_types, 20)
             self._print(f"[{self._clock(ev.t)}] gate started: {len(ev.task_types)} types, "
                         f"{sum(ev.ladder_sizes)} ladder units, {ev.concurrency} slots")
         elif isinstance(ev, TaskStarted):
@@ -58,13 +70,7 @@ class TerminalProgress:
         elif isinstance(ev, TaskProgress) and ev.status == "retrying":
             self.retries += 1
         elif isinstance(ev, TypeDecided):
-            o = ev.outcome
-            self.decided[ev.task_type] = str(o.action)
-            where = "empty ladder" if o.stop_rank is None else (
-                f"after {o.n_consumed}/{o.n_ladder} units")
-            self._print(f"[{self._clock(ev.t)}] {ev.task_type:<22} {o.action!s:<11} {where}"
-                        f"  W={o.W} L={o.L} E+={o.e_plus:.3g}  "
-                        f"({len(self.decided)}/{len(self.ladder)} decided)")
+            self._decided(ev)
         elif isinstance(ev, GateFinished | GateAborted):
             what = "finished" if isinstance(ev, GateFinished) else f"ABORTED: {ev.reason}"
             self._print(f"[{self._clock(ev.t)}] gate {what}")
@@ -72,11 +78,40 @@ class TerminalProgress:
         now = time.monotonic()
         if now - self._last >= self.every_s and self.ladder:
             self._last = now
-            busy = [f"{t.split()[0][:6]} {self.consumed.get(t, 0)}/{n}"
-                    for t, n in self.ladder.items() if t not in self.decided]
-            retrying = f" | {self.retries} retries" if self.retries else ""
-            self._print(f"[{self._clock(ev.t)}] in flight {self.in_flight:>2}{retrying} | "
-                        + ", ".join(busy[:6]) + (" ..." if len(busy) > 6 else ""))
+            self._status(ev.t)
+
+    def _decided(self, ev: Any) -> None:
+        """One line: where the type stopped (1-based, "unit k of n"), then as much of
+        W/L, n_used (when INFRA units were skipped), the decided count and E+ as fits."""
+        o = ev.outcome
+        self.decided[ev.task_type] = str(o.action)
+        name = ev.task_type if len(ev.task_type) <= 20 else self.short[ev.task_type]
+        where = "empty ladder" if o.stop_rank is None else (
+            f"stopped at unit {o.stop_rank + 1} of {o.n_ladder}")
+        infra = o.n_consumed - o.n_used
+        line = f"[{self._clock(ev.t)}] {name:<20} {o.action!s:<11} {where}"
+        for part in (f"W={o.W} L={o.L}",
+                     f"n_used {o.n_used}, {infra} INFRA" if infra else "",
+                     f"{len(self.decided)}/{len(self.ladder)} decided", f"E+={o.e_plus:.3g}"):
+            if part and len(line) + 2 + len(part) <= self.width:
+                line += "  " + part
+        self._print(line)
+
+    def _status(self, t: float) -> None:
+        fc = self.forecast.forecast()
+        eta = f" | {fc.text()}" if fc.eta_s is not None and fc.types else ""
+        retrying = f" | {self.retries} retries" if self.retries else ""
+        head = f"[{self._clock(t)}] in flight {self.in_flight:>2}{retrying}{eta} | "
+        busy = [f"{self.short.get(n, n)} {self.consumed.get(n, 0)}/{k}"
+                for n, k in self.ladder.items() if n not in self.decided]
+        shown: list[str] = []
+        for i, item in enumerate(busy):  # as many as fit, then how many more
+            more = f" +{len(busy) - i - 1} more" if i < len(busy) - 1 else ""
+            if len(head) + len(", ".join([*shown, item])) + len(more) > self.width:
+                break
+            shown.append(item)
+        rest = len(busy) - len(shown)
+        self._print(head + ", ".join(shown) + (f" +{rest} more" if rest else ""))
 
     def _print(self, line: str) -> None:
         print(line, file=self.stream, flush=True)

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 from ..errors import CliError
 from ._args import add_run_flags, emit, nonneg_int, positive_int, run_options
 from ._progress import TerminalProgress, agent_printer
+from ._table import Column, render, terminal_width, wrap
 
 
 def register(sub: Any) -> None:
@@ -27,7 +29,9 @@ def register(sub: Any) -> None:
     d = sub.add_parser("demo", help="init + one step of a 12-type simulated world")
     d.add_argument("--workspace", default="workspace-demo")
     d.add_argument("--seed", type=nonneg_int, default=2)  # notebooks 01-05: sim_step(2)
-    d.add_argument("--figures", default="figures")
+    d.add_argument("--figures", default=None,
+                   help="where the demo's figure and summary go (default: WORKSPACE/figures, "
+                        "git-ignored like the workspace)")
     d.add_argument("--force", action="store_true",
                    help="re-run even if the step's manifest changed")
     add_run_flags(d, backend=False)
@@ -82,21 +86,45 @@ def step_summary(res: Any) -> dict[str, Any]:
     }
 
 
-def decision_table(res: Any, clock: str = "simulated") -> str:
-    import polars as pl
+def _num(v: Any, fmt: str = "{}") -> str:
+    return "" if v is None else fmt.format(v)
 
-    df = res.frame().select("task_type", "status", "action", "W", "L", "n_used", "e_plus",
-                            "stop_rank", "n_ladder", "started", "tokens", "version", "applied")
-    with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=200, fmt_str_lengths=30,
-                   tbl_hide_dataframe_shape=True, float_precision=3):
-        text = str(df)
+
+def stopped_at(stop_rank: int | None, n_ladder: int) -> str:
+    """The 1-based "k of n" where a type decided, for display (``stop_rank`` stays 0-based
+    in the data, the log and JSON)."""
+    return "" if stop_rank is None else f"{stop_rank + 1} of {n_ladder}"
+
+
+def decision_table(res: Any, clock: str = "simulated", width: int | None = None) -> str:
+    """The step's per-type table, ``width`` columns wide (default: the terminal's), each
+    row's reason (what Phase D applied, or why a type was not gated) on a line under it."""
+    width = width or terminal_width()
+    rows = res.frame().to_dicts()
+    col = {k: tuple(r[k] for r in rows) for k in rows[0]} if rows else {}
+    cells = lambda k, fmt="{}": tuple(_num(v, fmt) for v in col.get(k, ()))  # noqa: E731
+    cols = [Column("type", cells("task_type")), Column("status", cells("status")),
+            Column("action", cells("action")), Column("W", cells("W"), True),
+            Column("L", cells("L"), True), Column("n_used", cells("n_used"), True),
+            Column("E+", cells("e_plus", "{:.3g}"), True, drop_rank=1),
+            Column("stopped at", tuple(stopped_at(r["stop_rank"], r["n_ladder"])
+                                       if r["stop_rank"] is not None else "" for r in rows),
+                   True),
+            Column("calls", cells("started"), True, drop_rank=3),
+            Column("tokens", cells("tokens", "{:,}"), True, drop_rank=4),
+            Column("ver", cells("version"), True, drop_rank=2)]
+    notes = {i: r["applied"] or r["note"] or "" for i, r in enumerate(rows)}
+    text = render(cols, width, notes)
+    text += "\n" + wrap("stopped at: the ladder unit (1-based) where the type decided; n_used: "
+                        "the paired units that counted (INFRA units skipped)", width)
     g = res.gate
     if g is not None:
-        text += (f"\nmakespan {g.wall_time_s / 3600:.2f} h ({clock}), peak in flight "
-                 f"{g.peak_in_flight}/{g.concurrency}, tokens {g.tokens:,}, started "
-                 f"{g.total('started')}, cache hits {g.total('cache_hits')}, discarded after "
-                 f"freeze {g.total('discarded_after_freeze')}, never started "
-                 f"{g.total('cancelled_before_start')}")
+        text += "\n" + wrap(
+            f"makespan {g.wall_time_s / 3600:.2f} h ({clock}), peak in flight "
+            f"{g.peak_in_flight}/{g.concurrency}, tokens {g.tokens:,}, started "
+            f"{g.total('started')}, base arm from BaselineCache {g.total('cache_hits')}, "
+            f"discarded after freeze {g.total('discarded_after_freeze')}, never started "
+            f"{g.total('cancelled_before_start')}", width)
     return text
 
 
@@ -122,24 +150,46 @@ def cache_lines(info: dict[str, Any]) -> str:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from ..sim import SimConfig, init_simulated
-
+    """init (when new) + step e1 s1 of a simulated world; figures and the summary go inside
+    the workspace (git-ignored), so the clone stays clean. A workspace that ran step e1 s1
+    before is re-run, and the output says so (its base arm comes from the BaselineCache)."""
     root = Path(args.workspace)
-    if not (root / "workspace.json").exists():
-        if root.exists() and any(root.iterdir()):
-            raise CliError(f"{root}: exists, is not empty and is not a workspace")
-        init_simulated(root, SimConfig(seed=args.seed)).close()
+    rerun = _demo_workspace(root, args.seed)
+    if rerun:
+        note = (f"re-run: {root} already ran step e1 s1 (seed {rerun}): base arm from "
+                f"BaselineCache, so this run is shorter; remove {root} (or pass --workspace "
+                f"NEW) for a fresh one")
+        if not args.json:
+            print(wrap(note, terminal_width(sys.stderr)), file=sys.stderr)
     args.backend = None
     res = run_step_command(root, 1, 1, args).result
-    figdir = Path(args.figures)
+    figdir = Path(args.figures) if args.figures else root / "figures"
     files = _demo_figures(res, figdir)
     summary = step_summary(res)
     summary["figures"] = [str(f) for f in files]
+    summary["rerun"] = bool(rerun)
     summary_path = figdir / "demo_summary.json"
     summary_path.write_text(json.dumps(summary, indent=2, default=str))
-    text = decision_table(res) + f"\nwrote {', '.join(map(str, files))} and {summary_path}"
+    text = decision_table(res) + "\n" + wrap(
+        ("re-run (base arm from BaselineCache); " if rerun else "")
+        + f"wrote {', '.join(map(str, files))} and {summary_path}", terminal_width())
     emit(args, summary, text)
     return 0
+
+
+def _demo_workspace(root: Path, seed: int) -> int | None:
+    """Create the demo's workspace if needed; the seed of its earlier run if it has one."""
+    from ..harness import Workspace
+    from ..sim import SimConfig, init_simulated
+
+    if not (root / "workspace.json").exists():
+        if root.exists() and any(root.iterdir()):
+            raise CliError(f"{root}: exists, is not empty and is not a workspace")
+        init_simulated(root, SimConfig(seed=seed)).close()
+        return None
+    with Workspace.open(root, readonly=True) as ws:
+        ran = ws.state.last_step is not None and tuple(ws.state.last_step) >= (1, 1)
+        return ws.config.seed if ran else None
 
 
 def _demo_figures(res: Any, figdir: Path) -> list[Path]:
@@ -152,17 +202,24 @@ def _demo_figures(res: Any, figdir: Path) -> list[Path]:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    import polars as pl
-
     from ..harness import replay_step
 
     df = replay_step(args.workspace, args.epoch, args.step, block=args.block)
-    brief = [c for c in ("task_type", "live_action", "prefix_action", "prefix_stop_rank",
-                         "prefix_units", "block_action", "block_stop_rank", "block_units",
-                         "block_unrun_needed", "agree") if c in df.columns]
-    with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=220, fmt_str_lengths=40,
-                   tbl_hide_dataframe_shape=True, float_precision=3):
-        text = str(df.select(brief)) + "\n(--json for every column)"
+    rows = df.to_dicts()
+    get = lambda k: tuple("" if r.get(k) is None else str(r[k]) for r in rows)  # noqa: E731
+    at = lambda k: tuple("" if r.get(k) is None else f"unit {r[k] + 1}" for r in rows)  # noqa: E731
+    cols = [Column("type", get("task_type")), Column("live_action", get("live_action")),
+            Column("prefix_action", get("prefix_action")),
+            Column("prefix stopped", at("prefix_stop_rank"), True),
+            Column("units", get("prefix_units"), True),
+            Column("block_action", get("block_action")),
+            Column("block stopped", at("block_stop_rank"), True, drop_rank=2),
+            Column("units", get("block_units"), True, drop_rank=1),
+            Column("unrun needed", get("block_unrun_needed"), True, drop_rank=3),
+            Column("agree", get("agree"), drop_rank=4)]
+    width = terminal_width()
+    text = render(cols, width) + "\n" + wrap("stopped: the ladder unit (1-based) where the "
+                                             "replay decided; --json for every column", width)
     emit(args, {"epoch": args.epoch, "step": args.step, "block": args.block,
                 "types": df.to_dicts()}, text)
     return 0

@@ -8,6 +8,7 @@
 - `_scheduler`: `run_gate` (slot pool, prefix consumption, freeze, INFRA guard)
 - `_result`: `GateResult`, `TypeCounters`
 - `_handle`: `launch` / `GateHandle` for a Jupyter kernel's loop
+- `_forecast`: `GateForecast`, each running type's exits from where it stands and the ETA
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ from ._events import TaskProgress as TaskProgress
 from ._events import TaskStarted as TaskStarted
 from ._events import TypeDecided as TypeDecided
 from ._events import report_progress as report_progress
+from ._forecast import Forecast as Forecast
+from ._forecast import ForecastInput as ForecastInput
+from ._forecast import GateForecast as GateForecast
+from ._forecast import TypeForecast as TypeForecast
+from ._forecast import duration as duration
 from ._handle import GateHandle as GateHandle
 from ._handle import launch as launch
 from ._handle import run_gate_sync as run_gate_sync

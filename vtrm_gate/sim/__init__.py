@@ -7,10 +7,13 @@ evolver, the virtual clock, simulated workspaces, and decision quality against g
 - `_step`: `sim_step(seed)`, the step the demo, the CLI and the notebooks share
 - `_workspace`: `init_simulated`, `simulated_backend`
 - `_quality`: ground truth, `quality_report`, the old gate's phase times, training curve
+- `_eta`: `eta_checks`, the live ETA forecast against the time a step really took
 """
 
 from __future__ import annotations
 
+from ._eta import EtaCheck as EtaCheck
+from ._eta import eta_checks as eta_checks
 from ._quality import CLASSES as CLASSES
 from ._quality import quality_report as quality_report
 from ._quality import record_ground_truth as record_ground_truth

@@ -9,6 +9,8 @@ storage or plotting. One private module per concern:
 - `_replay`: `replay_prefix`, `replay_blocks`, `replay_arrival` (one sequence)
 - `_batch`: the same replays vectorised over replicates (Monte Carlo)
 - `_oc`: `operating_characteristics` (exact, dynamic programming)
+- `_forecast`: the same recursion from a running type's state (`oc_from_state`), the rates
+  it assumes (`forecast_rates`)
 - `_probation`: the epoch-end probation rules and their exact operating characteristics
 - `_montecarlo`: seeded paired outcomes, correlated latencies, false-accept and units curves
 """
@@ -19,6 +21,10 @@ from ._batch import BatchOutcome as BatchOutcome
 from ._batch import replay_arrival_batch as replay_arrival_batch
 from ._batch import replay_blocks_batch as replay_blocks_batch
 from ._batch import replay_prefix_batch as replay_prefix_batch
+from ._forecast import ForecastPrior as ForecastPrior
+from ._forecast import StateOC as StateOC
+from ._forecast import forecast_rates as forecast_rates
+from ._forecast import oc_from_state as oc_from_state
 from ._montecarlo import FalseAcceptCurve as FalseAcceptCurve
 from ._montecarlo import PairedSample as PairedSample
 from ._montecarlo import UnitsCurve as UnitsCurve

@@ -50,13 +50,16 @@ def _positive_int(name: str, v: int) -> int:
 
 
 def wilson_interval(k: np.ndarray | int, n: int, z: float = Z95) -> tuple[np.ndarray, np.ndarray]:
-    """Wilson score interval for a binomial proportion ``k / n`` (vectorised over ``k``)."""
+    """Wilson score interval for a binomial proportion ``k / n`` (vectorised over ``k``).
+
+    It always contains ``k / n``: at k = 0 (or n) rounding would otherwise leave the lower
+    end a hair above 0 (the upper a hair below 1)."""
     k = np.asarray(k, dtype=float)
     p = k / n
     denom = 1.0 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return centre - half, centre + half
+    return np.minimum(centre - half, p), np.maximum(centre + half, p)
 
 
 @dataclass(frozen=True)

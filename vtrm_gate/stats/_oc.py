@@ -66,30 +66,43 @@ def operating_characteristics(params: GateParams, p_win: float, discordance: flo
     T = k - W - L, or not at all when delta = 0, so the cost is O(n^3). Only delta > 0 with
     INFRA needs T itself: (W, L, T), O(n^4).
     """
-    for name, v in (("p_win", p_win), ("discordance", discordance), ("infra_rate", infra_rate)):
-        if not (isinstance(v, int | float) and 0.0 <= v <= 1.0):
-            raise ValueError(f"{name} must be a probability in [0, 1], got {v!r}")
-    if not isinstance(n_units, int) or n_units < 0:
-        raise ValueError(f"n_units must be an integer >= 0, got {n_units!r}")
     n = n_units
+    exits, exp_units, exp_pairs, _ = recursion(params, n, p_win, discordance, infra_rate,
+                                               n_name="n_units")
     if n == 0:
-        return OperatingCharacteristics(0, 0, 0, 0, 1.0, 0.0, 0.0, p_win, discordance, 0,
-                                        infra_rate)
-    q = 1.0 - infra_rate
-    pw, pl, pt = q * discordance * p_win, q * discordance * (1 - p_win), q * (1 - discordance)
-    (fw, gw), (fl, gl), (ft, _) = bet_factors(params, 1), bet_factors(params, -1), \
-        bet_factors(params, 0)
-    PW, PL, PT = _powers(fw, n), _powers(fl, n), _powers(ft, n)
-    MW, ML = _powers(gw, n), _powers(gl, n)
-    dp = _oc_wlt if (infra_rate > 0 and ft != 1.0) else _oc_wl
-    exits, exp_units, exp_pairs = dp(params, n, infra_rate, pw, pl, pt, PW, PL, PT, MW, ML)
+        exits[Action.INERTIA] = 1.0  # an empty ladder ends INERTIA at once
     return OperatingCharacteristics(
         exits[Action.ACCEPT], exits[Action.REJECT], exits[Action.FUTILE],
         exits[Action.PROVISIONAL], exits[Action.INERTIA], exp_units, exp_pairs,
         p_win, discordance, n, infra_rate)
 
 
-_OCParts = tuple[dict[Action, float], float, float]
+_OCParts = tuple[dict[Action, float], float, float, list[float]]
+"""Exit probabilities, E[units], E[pairs], and P(still undecided after k units), k = 0..n."""
+
+START = (1.0, 1.0, 0)
+"""(E+, E-, W - L) before the first unit; `oc_from_state` starts from a type's own."""
+
+
+def recursion(params: GateParams, n: int, p_win: float, discordance: float,
+              infra_rate: float, start: tuple[float, float, int] = START,
+              n_name: str = "n") -> _OCParts:
+    """The exact recursion over ``n`` i.i.d. units from ``start`` (inputs validated, each
+    named in its error); n = 0 gives no exits, nothing consumed."""
+    for name, v in (("p_win", p_win), ("discordance", discordance), ("infra_rate", infra_rate)):
+        if not (isinstance(v, int | float) and 0.0 <= v <= 1.0):
+            raise ValueError(f"{name} must be a probability in [0, 1], got {v!r}")
+    if not isinstance(n, int) or n < 0:
+        raise ValueError(f"{n_name} must be an integer >= 0, got {n!r}")
+    if n == 0:
+        return dict.fromkeys(ACTION_CODES[1:], 0.0), 0.0, 0.0, [1.0]
+    q = 1.0 - infra_rate
+    pw, pl, pt = q * discordance * p_win, q * discordance * (1 - p_win), q * (1 - discordance)
+    (fw, gw), (fl, gl), (ft, _) = (bet_factors(params, 1), bet_factors(params, -1),
+                                   bet_factors(params, 0))
+    tables = (_powers(fw, n), _powers(fl, n), _powers(ft, n), _powers(gw, n), _powers(gl, n))
+    dp = _oc_wlt if (infra_rate > 0 and ft != 1.0) else _oc_wl
+    return dp(params, n, infra_rate, pw, pl, pt, *tables, start=start)
 
 
 def _settle(codes: np.ndarray, mass: np.ndarray, used_mass: np.ndarray, k: int,
@@ -119,8 +132,9 @@ def _extent(mass: np.ndarray) -> tuple[int, ...] | None:
 
 def _oc_wl(params: GateParams, n: int, infra_rate: float, pw: float, pl: float, pt: float,
            PW: np.ndarray, PL: np.ndarray, PT: np.ndarray, MW: np.ndarray,
-           ML: np.ndarray) -> _OCParts:
-    """State (W, L) after k units; ``used`` carries the first moment of n_used per state.
+           ML: np.ndarray, start: tuple[float, float, int] = START) -> _OCParts:
+    """State (W, L) after k units (counted from ``start``: its E+, E- and W - L);
+    ``used`` carries the first moment of n_used per state.
 
     Only the bounding box of the states still alive is computed on (stopped states hold no
     mass), which keeps W and L to the band the rule leaves open.
@@ -130,6 +144,8 @@ def _oc_wl(params: GateParams, n: int, infra_rate: float, pw: float, pl: float, 
     mass[0, 0] = 1.0
     exits = dict.fromkeys(ACTION_CODES[1:], 0.0)
     exp_units = exp_pairs = 0.0
+    alive = [1.0]
+    e0, m0, w0 = start
     stay = infra_rate + pt
     ext: tuple[int, ...] | None = (1, 1)
     for k in range(1, n + 1):
@@ -144,28 +160,31 @@ def _oc_wl(params: GateParams, n: int, infra_rate: float, pw: float, pl: float, 
         new_u[1:, :] += pw * moved[:-1, :]
         new_u[:, 1:] += pl * moved[:, :-1]
         W, L = np.arange(ew)[:, None], np.arange(el)[None, :]
-        ep = _product(PW[:ew, None], PL[None, :el])
+        ep = _product(np.float64(e0), PW[:ew, None], PL[None, :el])
         if PT[1] != 1.0:  # delta > 0, and then no INFRA: T = k - W - L
             ep = _product(ep, PT[np.clip(k - W - L, 0, n)])
-        em = _product(MW[:ew, None], ML[None, :el])
-        codes = _decide_codes(ep, em, W - L, n - k, params)
+        em = _product(np.float64(m0), MW[:ew, None], ML[None, :el])
+        codes = _decide_codes(ep, em, w0 + W - L, n - k, params)
         du, dpairs = _settle(codes, new_m, new_u, k, exits)
         mass[:ew, :el], used[:ew, :el] = new_m, new_u
         exp_units += du
         exp_pairs += dpairs
+        alive.append(float(new_m.sum()))
         ext = _extent(new_m)
-    return exits, exp_units, exp_pairs
+    return exits, exp_units, exp_pairs, alive
 
 
 def _oc_wlt(params: GateParams, n: int, infra_rate: float, pw: float, pl: float, pt: float,
             PW: np.ndarray, PL: np.ndarray, PT: np.ndarray, MW: np.ndarray,
-            ML: np.ndarray) -> _OCParts:
+            ML: np.ndarray, start: tuple[float, float, int] = START) -> _OCParts:
     """State (W, L, T), for delta > 0 with INFRA: a tie moves E+, an INFRA unit does not,
     so ties cannot be told from INFRA by k - W - L. Same bounding-box restriction."""
     mass = np.zeros((n + 1, n + 1, n + 1))
     mass[0, 0, 0] = 1.0
     exits = dict.fromkeys(ACTION_CODES[1:], 0.0)
     exp_units = exp_pairs = 0.0
+    alive = [1.0]
+    e0, m0, w0 = start
     ext: tuple[int, ...] | None = (1, 1, 1)
     for k in range(1, n + 1):
         if ext is None:
@@ -178,14 +197,16 @@ def _oc_wlt(params: GateParams, n: int, infra_rate: float, pw: float, pl: float,
         new[:, :, 1:] += pt * m[:, :, :-1]
         W, L = np.arange(ew)[:, None, None], np.arange(el)[None, :, None]
         T = np.arange(et)[None, None, :]
-        ep = _product(PW[:ew, None, None], PL[None, :el, None], PT[None, None, :et])
-        em = _product(MW[:ew, None, None], ML[None, :el, None])
-        codes = _decide_codes(ep, em, W - L, n - k, params)
+        ep = _product(np.float64(e0), PW[:ew, None, None], PL[None, :el, None],
+                      PT[None, None, :et])
+        em = _product(np.float64(m0), MW[:ew, None, None], ML[None, :el, None])
+        codes = _decide_codes(ep, em, w0 + W - L, n - k, params)
         du, dpairs = _settle(codes, new, new * (W + L + T), k, exits)
         mass[:ew, :el, :et] = new
         exp_units += du
         exp_pairs += dpairs
+        alive.append(float(new.sum()))
         ext = _extent(new)
-    return exits, exp_units, exp_pairs
+    return exits, exp_units, exp_pairs, alive
 
 

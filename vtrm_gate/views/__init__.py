@@ -3,7 +3,8 @@ polars frames, and the design-review deck (`vtrm_gate.views.review`, ``make figu
 
 - `_live`: `show_live` / `LiveGateView` (per-type E+/E- panels, progress, decisions)
 - `_live_train`: `TrainView`, one line per step, settlement and evaluation
-- `_figures`, `_train_figures`: the figures (self-displaying, 1280x720 for slides)
+- `_style`: the one visual language (palette, fonts, 1280x720) and `figure_problems`
+- `_figures`, `_train_figures`: the figures (`GateFigure`: self-displaying, 1280x720)
 - `_explore`: `explore()`, sliders over the gate's parameters with exact OC
 - `_frames`: polars frames of outcomes, trajectories, counters, events, OC grids
 """
@@ -17,10 +18,9 @@ from ._explore import explorer_figure as explorer_figure
 from ._explore import monte_carlo_check as monte_carlo_check
 from ._explore import point_oc as point_oc
 from ._explore import tradeoffs as tradeoffs
-from ._figures import SLIDE as SLIDE
-from ._figures import SLIDE_DPI as SLIDE_DPI
 from ._figures import GateFigure as GateFigure
 from ._figures import TrajectorySeries as TrajectorySeries
+from ._figures import decisions_claim as decisions_claim
 from ._figures import draw_overview as draw_overview
 from ._figures import draw_trajectories as draw_trajectories
 from ._figures import draw_type_panels as draw_type_panels
@@ -37,7 +37,6 @@ from ._figures import plot_trajectories as plot_trajectories
 from ._figures import plot_waste as plot_waste
 from ._figures import save as save
 from ._figures import trajectory_series as trajectory_series
-from ._figures import type_colour as type_colour
 from ._frames import call_accounting as call_accounting
 from ._frames import compare_replays as compare_replays
 from ._frames import counters_frame as counters_frame
@@ -53,5 +52,10 @@ from ._live import render_png as render_png
 from ._live import show_live as show_live
 from ._live import watch as watch
 from ._live_train import TrainView as TrainView
+from ._style import SLIDE as SLIDE
+from ._style import SLIDE_DPI as SLIDE_DPI
+from ._style import figure_problems as figure_problems
+from ._style import styled as styled
+from ._style import type_colour as type_colour
 from ._train_figures import plot_phase_times as plot_phase_times
 from ._train_figures import plot_training_curve as plot_training_curve

@@ -13,6 +13,7 @@ same function the design-review figures and the README quote.
 from __future__ import annotations
 
 import asyncio
+import html
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -32,11 +33,11 @@ from ..stats import (
     wilson_interval,
 )
 from ._figures import EXIT_MARKERS, GateFigure, new_figure
+from ._style import BOUND, MUTED, SLIDE, styled
+from ._style import EXIT_COLOURS as STYLE_EXIT_COLOURS
 
 EXITS = (Action.ACCEPT, Action.PROVISIONAL, Action.INERTIA, Action.FUTILE, Action.REJECT)
-EXIT_COLOURS = {Action.ACCEPT: "tab:green", Action.PROVISIONAL: "tab:olive",
-                Action.INERTIA: "tab:gray", Action.FUTILE: "tab:orange",
-                Action.REJECT: "tab:red"}
+EXIT_COLOURS = {a: STYLE_EXIT_COLOURS[str(a)] for a in EXITS}
 
 
 def point_oc(params: GateParams, p_win: float, discordance: float, n_units: int
@@ -78,53 +79,87 @@ def monte_carlo_check(point: Point, n_rep: int = 20_000, seed: int = 0
     return out
 
 
+def _exit_curves(ax: Any, point: Point, p_grid: Sequence[float]) -> None:
+    params, n = point.params, point.n_units
+    curves = [point_oc(params, float(p), point.discordance, n) for p in p_grid]
+    for a in EXITS:
+        ax.plot(p_grid, [_probs(c)[a] for c in curves], color=EXIT_COLOURS[a],
+                marker=EXIT_MARKERS[a], ms=5, lw=1.8, label=str(a), gid=f"curve:{a}")
+    ax.axvline(point.p_win, color=BOUND, lw=1.2, gid="p_win")
+    ax.axvline(0.5, color=MUTED, lw=0.8, ls=":")
+    ax.axhline(1 / params.e_confirm, color=BOUND, lw=0.8, ls="--",
+               label=f"1/e_confirm = {1 / params.e_confirm:.3g}")
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("candidate's P(win | discordant pair)")
+    ax.set_ylabel("exit probability (exact)")
+    ax.legend(loc="center left", fontsize="small", frameon=False)
+    ax.grid(True, alpha=0.4)
+    ax.set_title(f"every p_win: discordance {point.discordance:g}, {n} units", loc="left",
+                 fontsize="medium")
+
+
+def _point_bars(ax: Any, oc: OperatingCharacteristics,
+                mc: dict[Action, tuple[float, float, float]] | None, n_rep: int | None) -> None:
+    probs = _probs(oc)
+    xs = np.arange(len(EXITS))
+    bars = ax.bar(xs, [probs[a] for a in EXITS], color=[EXIT_COLOURS[a] for a in EXITS],
+                  gid="point")
+    tall = [probs[a] >= 0.9 for a in EXITS]  # labelled inside, so the axis can stop at 1
+    ax.bar_label(bars, labels=["" if t else f"{probs[a]:.1%}" for a, t in zip(EXITS, tall,
+                                                                              strict=True)],
+                 padding=2)
+    ax.bar_label(bars, labels=[f"{probs[a]:.1%}" if t else "" for a, t in zip(EXITS, tall,
+                                                                              strict=True)],
+                 padding=-22, color="#FFFFFF")
+    if mc is not None:
+        rate = np.array([mc[a][0] for a in EXITS])
+        err = np.array([[mc[a][0] - mc[a][1] for a in EXITS],
+                        [mc[a][2] - mc[a][0] for a in EXITS]])
+        ax.errorbar(xs + 0.3, rate, yerr=err, fmt="o", color=BOUND, capsize=4,
+                    label=f"Monte Carlo, {n_rep:,} runs (95% Wilson)" if n_rep
+                    else "Monte Carlo (95% Wilson)", gid="monte_carlo")
+        ax.legend(loc="upper right", fontsize="small", frameon=False)
+    ax.set_xticks(xs, [str(a) for a in EXITS], fontsize="small")
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("exit")
+    ax.set_ylabel("probability at the chosen point")
+    ax.set_title(f"at p_win {oc.p_win:g}: expected {oc.expected_units:.1f} units", loc="left",
+                 fontsize="medium")
+
+
+@styled
 def explorer_figure(point: Point, mc: dict[Action, tuple[float, float, float]] | None = None,
-                    p_grid: Sequence[float] = tuple(np.round(np.linspace(0.3, 1.0, 11), 3))
-                    ) -> GateFigure:
+                    p_grid: Sequence[float] = tuple(np.round(np.linspace(0.3, 1.0, 11), 3)),
+                    *, n_rep: int | None = None) -> GateFigure:
     """Left: exact P(exit) vs p_win with the chosen p_win marked; right: the chosen point's
-    exits (numbers on the bars, Monte Carlo check as error bars when given)."""
+    exits (numbers on the bars, the Monte Carlo check of ``n_rep`` runs as error bars)."""
     params, n = point.params, point.n_units
     oc = point_oc(params, point.p_win, point.discordance, n)
     h0 = point_oc(params, 0.5, point.discordance, n)
-    curves = [point_oc(params, float(p), point.discordance, n) for p in p_grid]
-    fig = new_figure((12.8, 5.4))
+    fig = new_figure(SLIDE)
     left, right = fig.subplots(1, 2, width_ratios=(1.4, 1))
-    for a in EXITS:
-        left.plot(p_grid, [_probs(c)[a] for c in curves], color=EXIT_COLOURS[a],
-                  marker=EXIT_MARKERS[a], ms=5, lw=1.8, label=str(a), gid=f"curve:{a}")
-    left.axvline(point.p_win, color="black", lw=1.2, gid="p_win")
-    left.axvline(0.5, color="0.5", lw=0.8, ls=":")
-    left.axhline(1 / params.e_confirm, color="black", lw=0.8, ls="--",
-                 label=f"1/e_confirm = {1 / params.e_confirm:.3g}")
-    left.set_ylim(0, 1)
-    left.set_xlabel("candidate's P(win | discordant pair)")
-    left.set_ylabel("exit probability (exact)")
-    left.legend(loc="center left", fontsize="small", frameon=False)
-    left.grid(True, alpha=0.3)
-    left.set_title(f"discordance {point.discordance:g}, {n} units", loc="left")
-    probs = _probs(oc)
-    xs = np.arange(len(EXITS))
-    bars = right.bar(xs, [probs[a] for a in EXITS],
-                     color=[EXIT_COLOURS[a] for a in EXITS], gid="point")
-    right.bar_label(bars, labels=[f"{probs[a]:.1%}" for a in EXITS], padding=2)
-    if mc is not None:
-        rate = np.array([mc[a][0] for a in EXITS])
-        err = np.array([[mc[a][0] - mc[a][1] for a in EXITS], [mc[a][2] - mc[a][0]
-                                                               for a in EXITS]])
-        right.errorbar(xs + 0.25, rate, yerr=err, fmt="o", color="black", capsize=4,
-                       label="Monte Carlo (95% Wilson)", gid="monte_carlo")
-        right.legend(loc="upper right", fontsize="small", frameon=False)
-    right.set_xticks(xs, [str(a) for a in EXITS], fontsize="small")
-    right.set_ylim(0, 1.1)
-    right.set_title(f"at p_win {point.p_win:g}: expected {oc.expected_units:.1f} units",
-                    loc="left")
+    _exit_curves(left, point, p_grid)
+    _point_bars(right, oc, mc, n_rep)
     fig.suptitle(f"ACCEPT {oc.p_accept:.1%} at p_win {point.p_win:g}; H0 false accept "
-                 f"{h0.p_accept:.2%} (bound 1/e_confirm = {1 / params.e_confirm:.1%}).  "
-                 f"e_confirm {params.e_confirm:g}, λ {params.lambda_dir:g}, δ "
-                 f"{params.delta_min:g}, w_net_min {params.w_net_min}, e_prov "
-                 f"{params.e_provisional:g}, w_prov {params.w_net_min_provisional}",
-                 x=0.01, ha="left", fontsize="medium")
+                 f"{h0.p_accept:.2%} (bound 1/e_confirm = {1 / params.e_confirm:.1%})",
+                 x=0.01, ha="left")
+    fig.supxlabel(f"e_confirm {params.e_confirm:g}, λ {params.lambda_dir:g}, δ "
+                  f"{params.delta_min:g}, w_net_min {params.w_net_min}, e_provisional "
+                  f"{params.e_provisional:g}, w_net_min_provisional "
+                  f"{params.w_net_min_provisional}, n_max {params.n_max}; exact dynamic "
+                  f"programming", fontsize="small", color=MUTED, gid="caption")
     return fig
+
+
+def stale_png(fig: GateFigure, reason: str) -> bytes:
+    """``fig`` greyed out under ``reason``: what the explorer shows when it cannot redraw."""
+    from matplotlib.patches import Rectangle
+
+    fig.add_artist(Rectangle((0, 0), 1, 1, transform=fig.transFigure, color="#FFFFFF",
+                             alpha=0.75, zorder=10, gid="stale"))
+    fig.text(0.5, 0.5, f"not redrawn: {reason}", ha="center", va="center", wrap=True,
+             fontsize="large", color=BOUND, zorder=11)
+    return fig._repr_png_()
 
 
 def tradeoffs(p_win: float = 0.7, n_units: int = 40, discordance: float = 0.5,
@@ -160,7 +195,8 @@ SLIDERS: tuple[tuple[str, str, float, float, float], ...] = (
 
 
 class Explorer:
-    """The widgets and their state; ``redraws`` counts figure renders."""
+    """The widgets and their state; ``redraws`` counts figure renders. λ's slider stops at
+    1/(1+δ) as δ moves (its value clamped), so every setting the sliders reach is valid."""
 
     def __init__(self, point: Point | None = None, *, debounce: float = 0.25,
                  mc_reps: int = 20_000):
@@ -173,30 +209,32 @@ class Explorer:
         self.error = ""
         self._timer: asyncio.TimerHandle | None = None
         self.mc: dict[Action, tuple[float, float, float]] | None = None
-        p = self.point.params
-        self.sliders: dict[str, Any] = {}
-        style = {"description_width": "120px"}
-        for name, label, lo, hi, step in SLIDERS:
-            cls = w.IntSlider if isinstance(step, int) else w.FloatSlider
-            self.sliders[name] = cls(value=getattr(p, name), min=lo, max=hi, step=step,
-                                     description=label, style=style, continuous_update=True)
-        self.sliders["p_win"] = w.FloatSlider(value=self.point.p_win, min=0.0, max=1.0,
-                                              step=0.01, description="assumed p_win",
-                                              style=style)
-        self.sliders["discordance"] = w.FloatSlider(value=self.point.discordance, min=0.05,
-                                                    max=1.0, step=0.05,
-                                                    description="assumed discordance",
-                                                    style=style)
+        self.sliders = _sliders(w, self.point)
         self.button = w.Button(description="Monte Carlo check", icon="random")
         self.message = w.HTML()
+        self.note = w.HTML()
         self.image = w.Image(format="png", layout=w.Layout(max_width="100%"))
+        # clamp λ before anything reads the sliders: observers run in the order added
+        self.sliders["delta_min"].observe(self._clamp_lambda, names="value")
         for s in self.sliders.values():
             s.observe(self._changed, names="value")
         self.button.on_click(lambda _: self.check())
         controls = w.VBox([*self.sliders.values(), self.button])
-        self.widget = w.VBox([w.HBox([controls, self.message]), self.image])
+        self.widget = w.VBox([w.HBox([controls, w.VBox([self.message, self.note])]),
+                              self.image])
         self.widget.add_class("vtrm-explorer")
+        self._clamp_lambda(None)
         self.redraw()
+
+    def _clamp_lambda(self, _: Any) -> None:
+        """λ's valid range is (0, 1/(1+δ)]: move the slider's end (and its value) with δ."""
+        lam = self.sliders["lambda_dir"]
+        top = 1.0 / (1.0 + float(self.sliders["delta_min"].value))
+        before = float(lam.value)
+        lam.max = top  # ipywidgets clamps the value to the new end
+        self.note.value = (f"<div style='padding:4px 8px'>λ ≤ 1/(1+δ) = {top:.3f}: moved "
+                           f"from {before:g} to {float(lam.value):.3f}</div>"
+                           if float(lam.value) < before else "")
 
     def _read(self) -> Point:
         v = {k: s.value for k, s in self.sliders.items()}
@@ -217,35 +255,64 @@ class Explorer:
         self._timer = loop.call_later(self.debounce, self.redraw)
 
     def redraw(self) -> None:
-        """Read the sliders, recompute exactly and replace the figure."""
+        """Read the sliders, recompute exactly and replace the figure; a setting that does
+        not validate greys the last figure out and says why."""
         self._timer = None
         try:
-            self.point = self._read()
-        except ValueError as exc:  # e.g. λ > 1/(1+δ): say which, keep the last figure
+            point = self._read()
+        except ValueError as exc:
             self.error = str(exc)
-            self.message.value = f"<span style='color:#b00'>{exc}</span>"
+            self.image.value = stale_png(explorer_figure(self.point), self.error)
+            self.message.value = f"<span style='color:#D55E00'>{html.escape(self.error)}</span>"
             return
-        self.error = ""
-        fig = explorer_figure(self.point, self.mc)
+        self.point, self.error = point, ""
+        fig = explorer_figure(point, self.mc, n_rep=self.mc_reps if self.mc else None)
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=80)
         self.image.value = buf.getvalue()
         self.redraws += 1
-        oc = point_oc(self.point.params, self.point.p_win, self.point.discordance,
-                     self.point.n_units)
+        oc = point_oc(point.params, point.p_win, point.discordance, point.n_units)
+        mc = (f"<br>Monte Carlo: {self.mc_reps:,} runs, ACCEPT "
+              f"{self.mc[Action.ACCEPT][0]:.1%}" if self.mc else "")
         self.message.value = (f"<div style='padding:8px;font-size:14px'>P(ACCEPT) "
                               f"<b>{oc.p_accept:.1%}</b><br>expected units "
-                              f"{oc.expected_units:.1f}<br>redraws {self.redraws}</div>")
+                              f"{oc.expected_units:.1f}{mc}<br>redraws {self.redraws}</div>")
 
     def _ipython_display_(self) -> None:
         from IPython.display import display
 
         display(self.widget)
 
-    def check(self) -> None:
-        """Run the Monte Carlo check of the current point and redraw with it."""
-        self.mc = monte_carlo_check(self.point, self.mc_reps)
+    def check(self) -> bool:
+        """Run the Monte Carlo check of the current setting and redraw with it; say so, and
+        return False, when the setting is invalid."""
+        try:
+            point = self._read()
+        except ValueError as exc:
+            self.message.value = (f"<span style='color:#D55E00'>Monte Carlo check not run: "
+                                  f"{html.escape(str(exc))}</span>")
+            return False
+        self.message.value = f"running the Monte Carlo check ({self.mc_reps:,} runs) ..."
+        self.point = point
+        self.mc = monte_carlo_check(point, self.mc_reps)
         self.redraw()
+        return True
+
+
+def _sliders(w: Any, point: Point) -> dict[str, Any]:
+    """One slider per parameter of `SLIDERS`, then the assumed p_win and discordance."""
+    p = point.params
+    style = {"description_width": "120px"}
+    out: dict[str, Any] = {}
+    for name, label, lo, hi, step in SLIDERS:
+        cls = w.IntSlider if isinstance(step, int) else w.FloatSlider
+        out[name] = cls(value=getattr(p, name), min=lo, max=hi, step=step, description=label,
+                        style=style, continuous_update=True)
+    out["p_win"] = w.FloatSlider(value=point.p_win, min=0.0, max=1.0, step=0.01,
+                                 description="assumed p_win", style=style)
+    out["discordance"] = w.FloatSlider(value=point.discordance, min=0.05, max=1.0, step=0.05,
+                                       description="assumed discordance", style=style)
+    return out
 
 
 def explore(point: Point | None = None, *, interactive: bool = True) -> Any:

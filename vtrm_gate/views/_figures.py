@@ -10,13 +10,12 @@ sized for a 1280×720 slide (`SLIDE`, saved at 100 dpi).
 
 from __future__ import annotations
 
-import functools
 import io
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -36,8 +35,25 @@ from ..stats import (
     operating_characteristics,
 )
 from ._frames import EFFECT, oc_grid
-
-F = TypeVar("F", bound=Callable[..., Any])
+from ._style import (
+    BAD,
+    BOUND,
+    DISPLAY_DPI,
+    FONT_PT,
+    FREE,
+    MIN_FONT_PT,
+    MUTED,
+    OLD,
+    SAVED,
+    SERIES,
+    SLIDE,
+    SLIDE_DPI,
+    V3,
+    ink_on,
+    styled,
+    type_colour,
+    type_style,
+)
 
 EXIT_MARKERS: dict[Action, str] = {
     Action.ACCEPT: "^",
@@ -48,29 +64,37 @@ EXIT_MARKERS: dict[Action, str] = {
 }
 """Decision marker shape per exit (the colour is the type's); CONTINUE has none."""
 
+_LABEL_BOX = {"facecolor": "#FFFFFF", "edgecolor": "none", "alpha": 0.85, "pad": 1.0}
+"""Behind a threshold's label, so lines crossing it do not hide it."""
+
 E_FLOOR = 1e-4
 """E± below this is drawn at the floor (log scale; lambda=1 can make E+ exactly 0)."""
 
-SLIDE = (12.8, 7.2)
-"""Design-review figure size in inches: 1280×720 px at `SLIDE_DPI`."""
-SLIDE_DPI = 100
-SLIDE_RC = {"font.size": 13, "axes.titlesize": 14, "axes.labelsize": 13,
-            "legend.fontsize": 12, "xtick.labelsize": 12, "ytick.labelsize": 12,
-            "figure.titlesize": 16}
-DISPLAY_DPI = 90
+slide = styled
+"""Draw with the deck's fonts and colours (kept as an alias of `styled`)."""
 
 
 class GateFigure(Figure):
-    """A Figure that renders itself as a PNG in a notebook, with no pyplot and no magic."""
+    """The one figure class the library returns: it renders itself as a PNG in a notebook
+    (``_repr_png_``), with no pyplot and no magic, at the deck's 1280×720."""
 
     def _repr_png_(self) -> bytes:
         buf = io.BytesIO()
-        self.savefig(buf, format="png", dpi=DISPLAY_DPI)
+        self.savefig(buf, format="png", dpi=DISPLAY_DPI, facecolor="#FFFFFF")
         return buf.getvalue()
 
+    def __repr__(self) -> str:
+        w, h = (round(v * SLIDE_DPI) for v in self.get_size_inches())
+        title = self._suptitle.get_text() if self._suptitle is not None else ""
+        if not title and self.axes:
+            title = self.axes[0].get_title(loc="left") or self.axes[0].get_title()
+        return f"<GateFigure {w}x{h}: {title[:80]}>"
 
-def new_figure(figsize: tuple[float, float], layout: str | None = "constrained") -> GateFigure:
-    """A `GateFigure` (never registered with pyplot), constrained layout by default."""
+
+def new_figure(figsize: tuple[float, float] = SLIDE,
+               layout: str | None = "constrained") -> GateFigure:
+    """A `GateFigure` (never registered with pyplot), 1280×720 and constrained layout by
+    default."""
     return GateFigure(figsize=figsize, layout=layout)
 
 
@@ -83,15 +107,6 @@ def _decades(ax: Axes, lo: float, hi: float) -> None:
     ax.yaxis.set_major_locator(FixedLocator([10.0 ** e for e in exps]))
     ax.yaxis.set_major_formatter(LogFormatterSciNotation())
     ax.yaxis.set_minor_locator(NullLocator())
-
-
-def slide(fn: F) -> F:
-    """Draw with the slide font sizes (readable at 1280×720)."""
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kw: Any) -> Any:
-        with rc_context(SLIDE_RC):
-            return fn(*args, **kw)
-    return wrapper  # type: ignore[return-value]
 
 
 def _axes(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axes]:
@@ -108,7 +123,8 @@ def _frame(data: pl.DataFrame | FalseAcceptCurve | UnitsCurve) -> pl.DataFrame:
 def _caption(fig: Figure, text: str, width: int = 150) -> None:
     import textwrap
 
-    fig.supxlabel(textwrap.fill(text, width), fontsize="small", color="0.25", ha="center")
+    fig.supxlabel(textwrap.fill(text, width), fontsize="small", color=MUTED, ha="center",
+                  gid="caption")
 
 
 # ---- e+ / e- trajectories ----------------------------------------------------------------
@@ -134,13 +150,6 @@ def trajectory_series(outcomes: Mapping[str, TypeOutcome]) -> list[TrajectorySer
                              tuple(p.e_plus for p in o.trajectory), o.action,
                              tuple(p.e_minus for p in o.trajectory), o.W, o.L, o.n_ladder)
             for t, o in sorted(outcomes.items())]
-
-
-def type_colour(i: int) -> tuple[float, float, float, float]:
-    """A distinct colour per type index (tab20: dark/light pairs, darks first)."""
-    from matplotlib import colormaps
-
-    return colormaps["tab20"]((2 * i) % 20 + (2 * i) // 20)
 
 
 def _path(s: TrajectorySeries, side: str) -> tuple[list[int], list[float]]:
@@ -175,7 +184,7 @@ def _spread(ys: Sequence[float], gap: float, lo: float = -math.inf,
 
 
 def _exit_legend() -> list[Line2D]:
-    return [Line2D([], [], marker=m, ls="", color="white", mec="black", mfc="0.6", ms=9,
+    return [Line2D([], [], marker=m, ls="", color="#FFFFFF", mec=BOUND, mfc="#FFFFFF", ms=9,
                    label=str(a)) for a, m in EXIT_MARKERS.items()]
 
 
@@ -201,7 +210,8 @@ def _label_size(ax: Axes, n: int) -> float:
 def draw_trajectories(ax: Axes, series: Sequence[TrajectorySeries], params: GateParams,
                       *, title: str | None = "E+ per type (ladder prefix)",
                       side: str = "plus", n_max: int | None = None,
-                      label_size: float | None = None) -> None:
+                      label_size: float | None = None, label_room: float | None = None
+                      ) -> None:
     """All types on one log axis: one line per type in its colour, labelled at its end,
     the thresholds, and at each decided type's stop a marker whose shape is the exit."""
     ax.set_yscale("log")
@@ -213,8 +223,8 @@ def draw_trajectories(ax: Axes, series: Sequence[TrajectorySeries], params: Gate
     seen: dict[tuple[int, float], int] = {}
     for i, s in enumerate(series):
         xs, ys = _path(s, side)
-        colour = type_colour(i % 20)
-        ax.plot(xs, ys, lw=1.6, color=colour, ls=("-", "--", ":")[i // 20 % 3],
+        colour = type_colour(i)
+        ax.plot(xs, ys, lw=1.8, color=colour, ls=type_style(i),
                 gid=f"trajectory:{s.task_type}", label=s.task_type)
         ends.append((xs[-1], ys[-1], i))
         if s.action in EXIT_MARKERS:
@@ -222,33 +232,35 @@ def draw_trajectories(ax: Axes, series: Sequence[TrajectorySeries], params: Gate
             dodge = seen.get(key, 0)  # two markers at one point: shift the later ones
             seen[key] = dodge + 1
             ax.scatter([xs[-1] + 0.45 * dodge], [ys[-1]], marker=EXIT_MARKERS[s.action],
-                       s=80, color=colour, edgecolor="black", linewidth=0.8, zorder=4,
+                       s=80, color=colour, edgecolor=BOUND, linewidth=0.8, zorder=4,
                        gid=f"decision:{s.action}")
     if side == "plus":
-        ax.axhline(params.e_confirm, color="black", lw=1.2, gid="e_confirm")
+        ax.axhline(params.e_confirm, color=BOUND, lw=1.2, gid="e_confirm")
         ax.text(0.3, params.e_confirm * 1.12, f"ACCEPT needs E+ ≥ e_confirm = "
-                f"{params.e_confirm:g} and W − L ≥ {params.w_net_min}", fontsize="small")
-        ax.axhline(params.e_provisional, color="black", lw=1.0, ls="--", gid="e_provisional")
+                f"{params.e_confirm:g} and W − L ≥ {params.w_net_min}", fontsize="small",
+                bbox=_LABEL_BOX)
+        ax.axhline(params.e_provisional, color=BOUND, lw=1.0, ls="--", gid="e_provisional")
         ax.text(0.3, params.e_provisional * 1.12, f"PROVISIONAL at exhaustion: E+ ≥ "
-                f"{params.e_provisional:g}", fontsize="small")
+                f"{params.e_provisional:g}", fontsize="small", bbox=_LABEL_BOX)
         ax.set_ylabel("E+ (accept side, log)")
     else:
-        ax.axhline(params.e_reject, color="black", lw=1.2, ls="-.", gid="e_reject")
+        ax.axhline(params.e_reject, color=BOUND, lw=1.2, ls="-.", gid="e_reject")
         ax.text(0.3, params.e_reject * 1.12, f"REJECT: E− ≥ e_reject = {params.e_reject:g}",
-                fontsize="small")
+                fontsize="small", bbox=_LABEL_BOX)
         ax.set_ylabel("E− (harm side, log)")
     # labels at the line ends, spread apart (in axes fraction) so they never overlap, and
     # kept inside the panel; a crowd too tall for it gets a smaller font instead
     size = label_size or _label_size(ax, len(ends))
-    gap = min(1.3 * size / _height_pt(ax), 1 / max(len(ends), 1))  # n gaps fit the panel
+    room = label_room or _height_pt(ax)  # the panel's height in points, once laid out
+    gap = min(1.3 * size / room, 1 / max(len(ends), 1))  # n gaps fit the panel
     span = math.log10(hi) - math.log10(lo)
     placed = _spread([(math.log10(y) - math.log10(lo)) / span for _, y, _ in ends], gap,
                      gap / 2, 1 - gap / 2)
     for (x, y, i), fy in zip(ends, placed, strict=True):
         ax.annotate(series[i].task_type, (x, y), xytext=(x_max + 1.2, fy),
                     textcoords=ax.get_xaxis_transform(), fontsize=size,
-                    color=type_colour(i % 20), va="center", annotation_clip=False,
-                    arrowprops={"arrowstyle": "-", "color": type_colour(i % 20), "lw": 0.6,
+                    color=type_colour(i), va="center", annotation_clip=False,
+                    arrowprops={"arrowstyle": "-", "color": type_colour(i), "lw": 0.6,
                                 "alpha": 0.6})
     ax.set_xlim(0, x_max + 0.5)
     ax.set_xlabel("units consumed (ladder order)")
@@ -262,9 +274,15 @@ def draw_overview(fig: Figure, series: Sequence[TrajectorySeries], params: GateP
     """The tangled overview: E+ of every type on top, E− below, exit shapes in the legend."""
     top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(1.7, 1.3))
     size = min(_label_size(top, len(series)), _label_size(bottom, len(series)))  # one size
-    draw_trajectories(top, series, params, title=title, n_max=n_max, label_size=size)
+    # each panel's height once title, legend and labels are laid out (about 70% of the
+    # figure's height shared 1.7 : 1.3)
+    rooms = [fig.get_figheight() * 72 * 0.7 * r / 3.0 for r in (1.7, 1.3)]
+    if len(series) * 1.3 * MIN_FONT_PT <= rooms[1]:
+        size = max(size, MIN_FONT_PT)
+    draw_trajectories(top, series, params, title=title, n_max=n_max, label_size=size,
+                      label_room=rooms[0])
     draw_trajectories(bottom, series, params, title=None, side="minus", n_max=n_max,
-                      label_size=size)
+                      label_size=size, label_room=rooms[1])
     top.set_xlabel("")
     fig.legend(handles=_exit_legend(), loc="outside lower center", fontsize="small", ncols=5,
                title="marker shape = exit, colour = type", title_fontsize="small",
@@ -272,92 +290,146 @@ def draw_overview(fig: Figure, series: Sequence[TrajectorySeries], params: GateP
     return [top, bottom]
 
 
-def draw_type_panels(fig: Figure, series: Sequence[TrajectorySeries], params: GateParams, *,
-                     title: str | None = None, n_max: int | None = None) -> list[Axes]:
-    """Small multiples: one panel per type with E+ (solid) and E− (dashed) in the type's
-    colour, e_confirm, e_reject and e_provisional, and the exit marker at the stop."""
-    n = max(len(series), 1)
+def _panel_grid(fig: Figure, n: int, title_lines: int, titled: bool) -> tuple[Any, int]:
+    """An ``nrows × ncols`` grid of log panels in fixed margins (constrained layout of a
+    dozen log panels is slow), with room for ``title_lines`` lines above each panel."""
     ncols = 4 if n > 6 else min(n, 3)
+    if n > 12:
+        ncols = 6 if n <= 24 else 8
     nrows = math.ceil(n / ncols)
-    fig.set_layout_engine(None)  # fixed margins: constrained layout of 12 log panels is slow
     height = fig.get_figheight()
-    fig.subplots_adjust(left=0.06, right=0.99, top=1 - (0.75 if title else 0.45) / height,
-                        bottom=0.85 / height, hspace=0.75 * nrows / max(height, 1),
-                        wspace=0.08)
+    line = 1.25 * FONT_PT["small"] / 72  # one title line, inches
+    gap = title_lines * line + 0.1  # between rows: the next row's title
+    fig.set_layout_engine(None)
+    top = 1 - ((0.45 if titled else 0.1) + gap) / height
+    bottom = 1.25 / height
+    span = (top - bottom) * height
+    panel = (span - (nrows - 1) * gap) / nrows  # each panel's height, inches
+    fig.subplots_adjust(left=0.07, right=0.975, top=top, bottom=bottom,
+                        hspace=gap / max(panel, 0.1), wspace=0.1)
     axes = np.atleast_1d(fig.subplots(nrows, ncols, sharex=True, sharey=True)).ravel()
+    return axes, ncols
+
+
+def _panel_title(s: TrajectorySeries, lines: int, note: str | None) -> str:
+    state = "running" if s.action is Action.CONTINUE else str(s.action)
+    done = len(s.steps)
+    where = f"unit {done} of {s.n_ladder}" if s.n_ladder else f"{done} units"
+    rows = [s.task_type, f"{state} · W {s.W} L {s.L} · {where}"]
+    if note:
+        rows.append(note)
+    return "\n".join(rows[:lines]) if lines > 1 else f"{s.task_type}: {state}"
+
+
+def _draw_panel(ax: Axes, s: TrajectorySeries, i: int, params: GateParams,
+                lo: float, hi: float) -> None:
+    """One type: E+ solid and E− dashed in its colour, the thresholds, the exit marker."""
+    colour = type_colour(i)
+    ax.set_yscale("log")
+    xp, yp = _path(s, "plus")
+    xm, ym = _path(s, "minus")
+    ax.plot(xp, yp, color=colour, lw=2.0, gid=f"e_plus:{s.task_type}")
+    ax.plot(xm, ym, color=colour, lw=1.4, ls="--", gid=f"e_minus:{s.task_type}")
+    ax.axhline(params.e_confirm, color=BOUND, lw=0.9, gid="e_confirm")
+    if params.e_confirm != params.e_reject:
+        ax.axhline(params.e_reject, color=BOUND, lw=0.9, ls="-.", gid="e_reject")
+    ax.axhline(params.e_provisional, color=MUTED, lw=0.8, ls=":", gid="e_provisional")
+    if s.action in EXIT_MARKERS:
+        x, y = (xm[-1], ym[-1]) if s.action is Action.REJECT else (xp[-1], yp[-1])
+        ax.scatter([x], [y], marker=EXIT_MARKERS[s.action], s=90, color=colour,
+                   edgecolor=BOUND, linewidth=0.8, zorder=4, gid=f"decision:{s.action}")
+    ax.grid(True, alpha=0.4)
+    ax.set_ylim(lo, hi)
+    _decades(ax, lo, hi)
+
+
+def _panels_legend(fig: Figure, params: GateParams) -> None:
+    same = params.e_confirm == params.e_reject
+    thr = (f"e_confirm = e_reject = {params.e_confirm:g}" if same else
+           f"e_confirm = {params.e_confirm:g}")
+    handles = [Line2D([], [], color=MUTED, lw=2.0, label="E+ (accept side)"),
+               Line2D([], [], color=MUTED, lw=1.4, ls="--", label="E− (harm side)"),
+               Line2D([], [], color=BOUND, lw=0.9, label=thr),
+               *([] if same else [Line2D([], [], color=BOUND, lw=0.9, ls="-.",
+                                         label=f"e_reject = {params.e_reject:g}")]),
+               Line2D([], [], color=MUTED, lw=0.8, ls=":",
+                      label=f"e_provisional = {params.e_provisional:g}"),
+               *_exit_legend()]
+    fig.legend(handles=handles, loc="lower center", ncols=math.ceil(len(handles) / 2),
+               fontsize="small", frameon=False, handlelength=1.6, columnspacing=1.2,
+               borderaxespad=0.1)
+
+
+def draw_type_panels(fig: Figure, series: Sequence[TrajectorySeries], params: GateParams, *,
+                     title: str | None = None, n_max: int | None = None,
+                     notes: Mapping[str, str] | None = None) -> list[Axes]:
+    """Small multiples: one panel per type with E+ (solid) and E− (dashed) in the type's
+    colour, e_confirm, e_reject and e_provisional, and the exit marker at the stop.
+    ``notes`` adds a line under a type's panel title (e.g. its forecast)."""
+    n = max(len(series), 1)
+    lines = 3 if notes and n <= 12 else 2 if n <= 16 else 1
+    axes, ncols = _panel_grid(fig, n, lines, bool(title))
     lo, hi = _ylim(series, params, ("plus", "minus"))
     x_max = max([n_max or 0, *(s.n_ladder for s in series), *(len(s.steps) for s in series), 1])
-    same = params.e_confirm == params.e_reject
     for i, (ax, s) in enumerate(zip(axes, series, strict=False)):
-        colour = type_colour(i % 20)
-        ax.set_yscale("log")
-        xp, yp = _path(s, "plus")
-        xm, ym = _path(s, "minus")
-        ax.plot(xp, yp, color=colour, lw=2.0, gid=f"e_plus:{s.task_type}")
-        ax.plot(xm, ym, color=colour, lw=1.4, ls="--", gid=f"e_minus:{s.task_type}")
-        ax.axhline(params.e_confirm, color="black", lw=0.9, gid="e_confirm")
-        if not same:
-            ax.axhline(params.e_reject, color="black", lw=0.9, ls="-.", gid="e_reject")
-        ax.axhline(params.e_provisional, color="0.45", lw=0.8, ls=":", gid="e_provisional")
-        if s.action in EXIT_MARKERS:
-            x, y = (xm[-1], ym[-1]) if s.action is Action.REJECT else (xp[-1], yp[-1])
-            ax.scatter([x], [y], marker=EXIT_MARKERS[s.action], s=90, color=colour,
-                       edgecolor="black", linewidth=0.8, zorder=4, gid=f"decision:{s.action}")
-        done = len(s.steps)
-        state = "running" if s.action is Action.CONTINUE else str(s.action)
-        ax.set_title(f"{s.task_type}\n{state}  W {s.W} L {s.L}  {done}/{s.n_ladder or '?'}",
-                     fontsize="small", loc="left")
-        ax.grid(True, alpha=0.25)
-        ax.set_ylim(lo, hi)
-        _decades(ax, lo, hi)
+        _draw_panel(ax, s, i, params, lo, hi)
+        ax.set_title(_panel_title(s, lines, (notes or {}).get(s.task_type)),
+                     fontsize="small", loc="left", linespacing=1.15)
         ax.set_xlim(0, x_max + 1.5)
     for ax in axes[len(series):]:
         ax.set_visible(False)
     for ax in axes[-ncols:]:
-        ax.set_xlabel("units consumed", fontsize="small")
-    thr = (f"e_confirm = e_reject = {params.e_confirm:g}" if same else
-           f"e_confirm = {params.e_confirm:g}")
-    handles = [Line2D([], [], color="0.3", lw=2.0, label="E+ (accept side)"),
-               Line2D([], [], color="0.3", lw=1.4, ls="--", label="E− (harm side)"),
-               Line2D([], [], color="black", lw=0.9, label=thr),
-               *([] if same else [Line2D([], [], color="black", lw=0.9, ls="-.",
-                                         label=f"e_reject = {params.e_reject:g}")]),
-               Line2D([], [], color="0.45", lw=0.8, ls=":",
-                      label=f"e_provisional = {params.e_provisional:g}"),
-               *_exit_legend()]
-    fig.legend(handles=handles, loc="lower center", ncols=5, fontsize="small",
-               frameon=False)
+        ax.set_xlabel("units consumed (ladder order)", fontsize="small")
+    for ax in axes[::ncols]:
+        ax.set_ylabel("E± (log)", fontsize="small")
+    _panels_legend(fig, params)
     if title:
         fig.suptitle(title, fontsize="medium", x=0.01, ha="left",
-                     y=1 - 0.12 / fig.get_figheight(), va="top")
+                     y=1 - 0.1 / fig.get_figheight(), va="top")
     return list(axes[:len(series)])
 
 
+def decisions_claim(series: Sequence[TrajectorySeries]) -> str:
+    """The title of a step's trajectories: how many types decided, after how many of the
+    ladder's units, and the count of each exit."""
+    counts = {a: sum(s.action is a for s in series) for a in EXIT_MARKERS}
+    decided = sum(counts.values())
+    used = sum(len(s.steps) for s in series)
+    total = sum(max(s.n_ladder, len(s.steps)) for s in series)
+    exits = ", ".join(f"{n} {a}" for a, n in counts.items() if n)
+    head = (f"All {len(series)} types decided" if decided == len(series) and series
+            else f"{decided} of {len(series)} types decided")
+    return f"{head} after {used} of {total} ladder units" + (f": {exits}" if exits else "")
+
+
+@styled
 def plot_trajectories(outcomes: Mapping[str, TypeOutcome], params: GateParams | None = None,
-                      ax: Axes | None = None, *, layout: str = "overview") -> Figure:
+                      ax: Axes | None = None, *, layout: str = "overview",
+                      title: str | None = None) -> Figure:
     """Per-type trajectories: ``layout="overview"`` (every type on one E+ axis and one E−
-    axis; with ``ax``, the E+ axis only) or ``"panels"`` (one small panel per type)."""
+    axis; with ``ax``, the E+ axis only) or ``"panels"`` (one small panel per type). The
+    title (default: `decisions_claim`) states what the step decided."""
     params = params or GateParams()
     series = trajectory_series(outcomes)
     if ax is not None:
         draw_trajectories(ax, series, params, n_max=params.n_max)
         return ax.get_figure()  # type: ignore[return-value]
+    title = title or decisions_claim(series)
     if layout == "panels":
-        fig = new_figure((12.8, 2.2 * math.ceil(max(len(series), 1) / 4) + 1.6), None)
-        draw_type_panels(fig, series, params, n_max=params.n_max)
+        fig = new_figure(SLIDE, None)
+        draw_type_panels(fig, series, params, title=title, n_max=params.n_max)
         return fig
     if layout != "overview":
         raise ValueError(f"layout must be 'overview' or 'panels', got {layout!r}")
-    fig = new_figure((11, 7))
-    draw_overview(fig, series, params, title="E+ and E− per type (ladder prefix)",
-                  n_max=params.n_max)
+    fig = new_figure(SLIDE)
+    draw_overview(fig, series, params, title=title, n_max=params.n_max)
     return fig
 
 
 # ---- prefix vs block -----------------------------------------------------------------
 
 
-@slide
+@styled
 def plot_prefix_vs_block(comparison: pl.DataFrame, ax: Axes | None = None) -> Figure:
     """Units consumed per type under the old block replay vs the prefix replay.
 
@@ -369,24 +441,25 @@ def plot_prefix_vs_block(comparison: pl.DataFrame, ax: Axes | None = None) -> Fi
     rows = comparison.sort("task_type", descending=True)
     y = np.arange(rows.height)
     h = 0.38
-    ax.barh(y + h / 2, rows["block_units"], h, color="tab:gray", label="block replay (old)",
+    ax.barh(y + h / 2, rows["block_units"], h, color=OLD, label="block replay (old)",
             gid="block")
-    ax.barh(y - h / 2, rows["prefix_units"], h, color="tab:blue", label="prefix replay (v3)",
+    ax.barh(y - h / 2, rows["prefix_units"], h, color=V3, label="prefix replay (v3)",
             gid="prefix")
     ax.set_yticks(y, rows["task_type"].to_list())
     same_effect = (rows["same_effect"] if "same_effect" in rows.columns
                    else rows["agree"]).to_list()
     for yi, r, eff in zip(y, rows.iter_rows(named=True), same_effect, strict=True):
         if r["agree"]:
-            text, colour = f"{r['prefix_action']} (same)", "black"
+            text, colour = f"{r['prefix_action']} (same)", BOUND
         elif eff:
             text, colour = (f"{r['block_action']} → {r['prefix_action']}  (same effect: "
-                            f"{EFFECT[Action(r['prefix_action'])]})"), "0.35"
+                            f"{EFFECT[Action(r['prefix_action'])]})"), MUTED
         else:
-            text, colour = f"{r['block_action']} → {r['prefix_action']}  (differs)", "tab:red"
+            text, colour = f"{r['block_action']} → {r['prefix_action']}  (differs)", BAD
         ax.text(max(r["block_units"], r["prefix_units"]) + 0.5, yi, text, va="center",
                 fontsize="small", color=colour)
     ax.set_xlabel("ladder units consumed (2 inference calls each); label: block → prefix")
+    ax.set_ylabel("question type")
     total_b, total_p = int(rows["block_units"].sum()), int(rows["prefix_units"].sum())
     saved = 1 - total_p / total_b if total_b else 0.0
     n_eff = int(sum(bool(e) for e in same_effect))
@@ -394,8 +467,8 @@ def plot_prefix_vs_block(comparison: pl.DataFrame, ax: Axes | None = None) -> Fi
                  f" same label {int(rows['agree'].sum())}/{rows.height}, same effect on the "
                  f"skill {n_eff}/{rows.height}", loc="left")
     ax.set_xlim(0, max(int(rows["n_ladder"].max() or 1), 1) * 1.75)
-    ax.legend(loc="upper right", ncols=2, frameon=False, bbox_to_anchor=(1.0, 1.0))
-    ax.set_ylim(-0.7, rows.height + 0.4)
+    ax.legend(loc="upper right", ncols=2, frameon=False)
+    ax.set_ylim(-0.7, rows.height + 0.5)  # a free row on top for the legend
     return fig
 
 
@@ -408,7 +481,7 @@ def false_accept_frame(params: GateParams, correlations: Sequence[float], n_rep:
     return pl.DataFrame(false_accept_curve(params, correlations, n_rep, seed, **kw).columns())
 
 
-@slide
+@styled
 def plot_false_accept(curve: pl.DataFrame | FalseAcceptCurve, ax: Axes | None = None) -> Figure:
     """False-accept rate under H0 vs latency/correctness correlation: arrival order (not
     used) vs ladder prefix, with 95% Wilson intervals, the exact rate and 1/e_confirm."""
@@ -419,10 +492,10 @@ def plot_false_accept(curve: pl.DataFrame | FalseAcceptCurve, ax: Axes | None = 
     arr = df.filter(pl.col("order") == "arrival")
     exact = float(df["exact_prefix"][0]) if "exact_prefix" in df.columns else None
     prefix_rate = float(pre["false_accept"][0]) if pre.height else float("nan")
-    styles = {"arrival": ("tab:red", "arrival order (not used): consumes results as they "
-                                     "complete"),
-              "prefix": ("tab:blue", f"ladder prefix (v3): {prefix_rate:.2%} at every "
-                                     "correlation (it never looks at latency)")}
+    n_rep, n = int(df["n_rep"][0]), int(df["n_units"][0])
+    styles = {"arrival": (BAD, "arrival order (not used): consumes results as they complete"),
+              "prefix": (V3, f"ladder prefix (v3): {prefix_rate:.2%} at every correlation "
+                             f"({round(prefix_rate * n_rep):,} of {n_rep:,} runs)")}
     for order, part in (("arrival", arr), ("prefix", pre)):
         if part.is_empty():
             continue
@@ -434,15 +507,14 @@ def plot_false_accept(curve: pl.DataFrame | FalseAcceptCurve, ax: Axes | None = 
                         color=colour, alpha=0.3, lw=0, gid=f"band:{order}")
         ax.errorbar(x, yv, yerr=err, fmt="o-", color=colour, capsize=5, lw=2, label=label,
                     gid=f"rate:{order}")
-    ax.axhline(bound, color="black", ls="--", gid="bound",
+    ax.axhline(bound, color=BOUND, ls="--", gid="bound",
                label=f"Ville's bound 1/e_confirm = {bound:.3g}")
     if exact is not None:
-        ax.axhline(exact, color="tab:blue", ls=":", lw=1.5, gid="exact_prefix",
+        ax.axhline(exact, color=V3, ls=":", lw=1.5, gid="exact_prefix",
                    label=f"prefix, exact (dynamic programming): {exact:.2%}")
     ax.set_xlabel("correlation of the candidate's log-latency with being wrong")
-    ax.set_ylabel("P(ACCEPT) under H0 (false accept)")
+    ax.set_ylabel("P(ACCEPT) under H0 (share of runs)")
     ax.set_ylim(0, min(1.0, max(float(df["ci_high"].max()), bound) * 1.15))
-    n_rep, n = int(df["n_rep"][0]), int(df["n_units"][0])
     worst = float(arr["false_accept"].max()) if arr.height else float("nan")
     over = arr.filter(pl.col("ci_low") > bound)
     first = (f"above the bound from correlation {float(over['correlation'].min()):g}"
@@ -455,7 +527,7 @@ def plot_false_accept(curve: pl.DataFrame | FalseAcceptCurve, ax: Axes | None = 
                   f"(seed {df['seed'][0]}); shaded bars: 95% Wilson intervals, at most "
                   f"±{half:.1%}. The prefix line is flat: the same outcomes are replayed at "
                   f"every correlation and the prefix order ignores latencies.")
-    ax.grid(True, alpha=0.3)
+    ax.grid(True, alpha=0.4)
     ax.legend(loc="upper left", frameon=False)
     return fig
 
@@ -463,12 +535,13 @@ def plot_false_accept(curve: pl.DataFrame | FalseAcceptCurve, ax: Axes | None = 
 # ---- tokens, makespan, waste ----------------------------------------------------------
 
 
-@slide
+@styled
 def plot_token_savings(curve: pl.DataFrame | UnitsCurve, *, tokens_per_unit: float | None = None,
                        step_saving: tuple[float, float, int] | None = None,
                        ax: Axes | None = None) -> Figure:
     """Mean units per type vs the candidate's true p_win: no early stop, old block rule,
-    v3 prefix rule (``units_curve``). With ``tokens_per_unit``, y is tokens.
+    v3 prefix rule (``units_curve``). With ``tokens_per_unit``, y is tokens. Each v3 point
+    is labelled with its saving against the old block rule drawn beside it.
 
     ``step_saving = (saving, discordance, seed)`` of a simulated step is reconciled with the
     Monte Carlo in the caption.
@@ -478,37 +551,41 @@ def plot_token_savings(curve: pl.DataFrame | UnitsCurve, *, tokens_per_unit: flo
     k = tokens_per_unit or 1.0
     what = "tokens" if tokens_per_unit else "units"
     x = df["p_win"].to_numpy()
-    series = (("no_stop_units", "no early stop", "black", "--"),
-              ("block_units", "block replay (old)", "tab:gray", "-"),
-              ("prefix_units", "prefix (v3)", "tab:blue", "-"))
+    series = (("no_stop_units", "no early stop (every ladder unit)", BOUND, "--"),
+              ("block_units", "old block rule (decides every 8 units)", OLD, "-"),
+              ("prefix_units", "v3 prefix rule (decides after every unit)", V3, "-"))
     for col, label, colour, ls in series:
         if col in df.columns:
             ax.plot(x, df[col].to_numpy() * k, marker="o", ls=ls, color=colour, label=label,
                     lw=2, gid=f"units:{col}")
     no_stop = df["no_stop_units"].to_numpy() * k
     prefix = df["prefix_units"].to_numpy() * k
-    savings = 1 - prefix / no_stop
-    for xi, b, sv in zip(x, prefix, savings, strict=True):
-        ax.annotate(f"−{sv:.0%}", (xi, b), textcoords="offset points", xytext=(0, -20),
-                    ha="center", color="tab:blue", fontweight="bold")
+    block = df["block_units"].to_numpy() * k if "block_units" in df.columns else no_stop
+    vs_old, vs_none = 1 - prefix / block, 1 - prefix / no_stop
+    for xi, b, sv in zip(x, prefix, vs_old, strict=True):
+        ax.annotate(f"−{sv:.0%} vs old", (xi, b), textcoords="offset points", xytext=(0, -22),
+                    ha="center", color=V3, fontweight="bold")
     ax.set_ylim(0, float(no_stop.max()) * 1.12)
+    pad = 0.1 * (float(x.max() - x.min()) or 1.0)  # room for the end points' labels
+    ax.set_xlim(float(x.min()) - pad, float(x.max()) + pad)
     ax.set_xlabel("candidate's P(win | discordant pair)")
-    ax.set_ylabel(f"{what} consumed per type" + ("" if tokens_per_unit else
-                                                 " (2 inference calls each)"))
+    ax.set_ylabel(f"mean {what} consumed per type" + ("" if tokens_per_unit else
+                                                      " (2 inference calls each)"))
     disc = float(df["discordance"][0]) if "discordance" in df.columns else float("nan")
     n_units = int(df["n_units"][0]) if "n_units" in df.columns else int(no_stop.max() / k)
-    ax.set_title(f"Stopping early saves {savings.min():.0%}–{savings.max():.0%} of {what} "
-                 f"at discordance {disc:g} ({n_units}-unit ladders)", loc="left")
+    ax.set_title(f"The prefix rule: {vs_old.min():.0%}–{vs_old.max():.0%} fewer {what} than "
+                 f"the old block rule, {vs_none.min():.0%}–{vs_none.max():.0%} fewer than no "
+                 f"early stop (disc. {disc:g}, {n_units} units)", loc="left")
     n_rep = int(df["n_rep"][0]) if "n_rep" in df.columns else None
     cap = (f"Monte Carlo, i.i.d. pairs, {n_rep:,} replicates per point. " if n_rep else "")
     if step_saving is not None:
         sv, d, seed = step_saving
-        cap += (f"The simulated 12-type step (seed {seed}) saved only {sv:.0%}: its arms share "
-                f"per-unit difficulty, so only {d:.0%} of pairs are discordant and most "
-                f"types run their ladder to the end.")
+        cap += (f"The simulated 12-type step (seed {seed}) saved only {sv:.0%} against no "
+                f"early stop: its arms share per-unit difficulty, so only {d:.0%} of pairs "
+                f"are discordant and most types run their ladder to the end.")
     if cap:
         _caption(fig, cap)
-    ax.grid(True, alpha=0.3)
+    ax.grid(True, alpha=0.4)
     ax.legend(loc="lower left", frameon=False)
     return fig
 
@@ -517,11 +594,12 @@ def _seq(x: float | Sequence[float]) -> list[float]:
     return [float(x)] if isinstance(x, int | float) else [float(v) for v in x]
 
 
-@slide
+@styled
 def plot_makespan(old: float | Sequence[float], new: float | Sequence[float],
                   lower_bound: float | Sequence[float], *, labels: Sequence[str] | None = None,
                   unit: str = "h", ax: Axes | None = None) -> Figure:
-    """Makespan of a gate step: old serial gate vs v3 continuous gate vs the lower bound.
+    """Makespan of a gate step: old serial gate vs v3 continuous gate vs the lower bound,
+    one horizontal bar each per scenario (the first scenario's numbers in the title).
 
     Numbers in (one value per scenario, or scalars), so any benchmark can feed it.
     """
@@ -534,85 +612,102 @@ def plot_makespan(old: float | Sequence[float], new: float | Sequence[float],
     if len(labels) != len(o):
         raise ValueError(f"labels has {len(labels)} entries, expected {len(o)}")
     fig, ax = _axes(ax, SLIDE)
-    x = np.arange(len(o))
-    w = 0.27
-    for off, vals, label, colour in ((-w, o, "old: serial types, blocks, arms", "tab:gray"),
-                                     (0.0, n, "v3: continuous, 32 shared slots", "tab:blue"),
-                                     (w, lb, "lower bound: needed inference / 32",
-                                      "tab:green")):
-        bars = ax.bar(x + off, vals, w, label=label, color=colour, gid=f"makespan:{label}")
-        ax.bar_label(bars, fmt=f"%.2f {unit}", padding=3)
-    for xi, a, b in zip(x, o, n, strict=True):
-        if b > 0:
-            ax.text(xi, max(a, b) * 1.1, f"×{a / b:.1f} faster", ha="center",
-                    fontweight="bold")
-    ax.set_xticks(x, labels)
-    ax.set_ylabel(f"makespan ({unit})")
-    ax.set_ylim(0, max(o + n + lb) * 1.25)
+    rows = (("old: serial types, blocks, arms", o, {"color": OLD}),
+            ("v3: continuous, one shared slot pool", n, {"color": V3}),
+            ("lower bound: needed inference / slots", lb,
+             {"color": "#FFFFFF", "edgecolor": BOUND, "hatch": "//", "linewidth": 1.5}))
+    single = len(o) == 1  # one bar per schedule, named on the y axis; else grouped bars
+    h = 0.7 if single else 0.8 / len(rows)
+    centres = np.arange(len(o))[::-1].astype(float)
+    for j, (label, vals, style) in enumerate(rows):
+        ys = np.array([len(rows) - 1 - j]) if single else centres + (1 - j) * h
+        bars = ax.barh(ys, vals, h * 0.9, label=label, gid=f"makespan:{label}", **style)
+        texts = [f"{v:.2f} {unit}" + (f"  (×{a / v:.1f} faster than old)" if j == 1 and v > 0
+                                      else "") for v, a in zip(vals, o, strict=True)]
+        ax.bar_label(bars, labels=texts, padding=6)
+    if single:
+        ax.set_yticks(range(len(rows))[::-1], [r[0].replace(": ", ":\n") for r in rows])
+        ax.set_ylabel(f"schedule ({labels[0]})")
+    else:
+        ax.set_yticks(centres, labels)
+        ax.set_ylabel("scenario")
+        ax.legend(loc="upper right", frameon=False)
+        ax.set_ylim(-0.6, len(o) - 0.4 + 0.6)
+    ax.set_xlabel(f"makespan of the gate step ({unit})")
+    ax.set_xlim(0, max(o + n + lb) * 1.3)
     ratio = n[0] / lb[0] if lb[0] else float("nan")
     ax.set_title(f"The continuous gate: {o[0]:.2f} {unit} → {n[0]:.2f} {unit} "
                  f"(×{o[0] / n[0]:.1f} faster), {ratio:.2f}× its lower bound", loc="left")
-    ax.legend(loc="upper right", frameon=False)
     return fig
 
 
 WASTE_PARTS: tuple[tuple[str, str, str], ...] = (
-    ("needed_calls", "started up to the stop (needed)", "tab:blue"),
-    ("past_stop_calls", "started past the stop (wasted)", "tab:red"),
-    ("cache_hits", "base arm from BaselineCache (free)", "tab:green"),
-    ("never_started", "never started (saved)", "0.85"),
+    ("needed_calls", "started up to the stop (needed)", V3),
+    ("past_stop_calls", "started past the stop (wasted)", BAD),
+    ("cache_hits", "base arm from BaselineCache (free)", FREE),
+    ("never_started", "never started (saved)", SAVED),
 )
 
 
-@slide
+@styled
 def plot_waste(calls: pl.DataFrame, ax: Axes | None = None) -> Figure:
     """Where each type's 2 × ladder calls went (`call_accounting`):
-    every call started past the type's stop rank counts as waste, finished or not."""
+    every call started past the type's stop rank counts as waste, finished or not. Parts
+    with no calls at all are left out of the bars and the legend."""
     fig, ax = _axes(ax, SLIDE)
     df = calls.sort("task_type", descending=True)
     y = np.arange(df.height)
     left = np.zeros(df.height)
     for col, label, colour in WASTE_PARTS:
         vals = df[col].fill_null(0).to_numpy().astype(float)
-        bars = ax.barh(y, vals, left=left, color=colour, label=label, gid=f"waste:{col}")
+        if not vals.any():
+            continue
+        total = int(vals.sum())
+        bars = ax.barh(y, vals, left=left, color=colour, label=f"{label}: {total:,}",
+                       gid=f"waste:{col}")
         if col == "past_stop_calls":
             ax.bar_label(bars, labels=[str(int(v)) if v else "" for v in vals],
-                         label_type="center", color="white", fontweight="bold")
+                         label_type="center", color="#FFFFFF", fontweight="bold")
         left += vals
     ax.set_yticks(y, df["task_type"].to_list())
+    ax.set_ylabel("question type")
     ax.set_xlabel("inference calls (2 per ladder unit: base and candidate arm)")
     started = int(df["started"].sum())
     wasted = int(df["past_stop_calls"].sum())
     share = f"{wasted / started:.1%}" if started else "n/a"
     ax.set_title(f"Waste: {wasted} of {started} started calls ({share}) were past their "
                  f"type's stop rank", loc="left")
-    fig.legend(loc="outside upper center", ncols=4, frameon=False, fontsize="small")
-    _caption(fig, "Past the stop: started while the type was still undecided, for a unit "
-                  "beyond the rank where it stopped; counted whether it finished before the "
-                  "freeze or after.")
+    fig.legend(loc="outside lower center", ncols=4, frameon=False, fontsize="small",
+               title="past the stop: started while the type was undecided, for a unit beyond "
+                     "the rank where it stopped (finished before the freeze or not)",
+               title_fontsize="small")
     return fig
 
 
-@slide
+@styled
 def plot_call_breakdown(bars: Mapping[str, Mapping[str, float]], *, title: str,
-                        xlabel: str = "inference calls", ax: Axes | None = None) -> Figure:
-    """Horizontal stacked bars, each part labelled with its count: ``{bar: {part: n}}``."""
-    fig, ax = _axes(ax, (12.8, 1.1 * len(bars) + 2.2))
+                        xlabel: str = "inference calls", ylabel: str = "run",
+                        colours: Mapping[str, str] | None = None,
+                        ax: Axes | None = None) -> Figure:
+    """Horizontal stacked bars, each part labelled with its count: ``{bar: {part: n}}``
+    (part colours from ``colours``, else the deck's series colours in order)."""
+    fig, ax = _axes(ax, SLIDE)
     parts = list(dict.fromkeys(p for b in bars.values() for p in b))
-    colours = dict(zip(parts, ("tab:gray", "tab:red", "tab:orange", "tab:blue", "tab:green",
-                               "tab:purple", "tab:olive"), strict=False))
+    colour = {p: c for p, c in zip(parts, SERIES * (len(parts) // len(SERIES) + 1),
+                                   strict=False)} | dict(colours or {})
     names = list(bars)[::-1]
     y = np.arange(len(names))
     left = np.zeros(len(names))
     for part in parts:
         vals = np.array([float(bars[b].get(part, 0)) for b in names])
-        rects = ax.barh(y, vals, left=left, color=colours.get(part, "0.5"), label=part,
+        rects = ax.barh(y, vals, left=left, color=colour[part], label=part, height=0.6,
                         gid=f"part:{part}")
         ax.bar_label(rects, labels=[f"{int(v):,}" if v else "" for v in vals],
-                     label_type="center", color="white", fontweight="bold")
+                     label_type="center", color=ink_on(colour[part]), fontweight="bold")
         left += vals
     ax.set_yticks(y, names)
     ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.set_title(title, loc="left")
     fig.legend(loc="outside lower center", ncols=min(len(parts), 3), frameon=False)
     return fig
@@ -625,7 +720,7 @@ OC_EXITS: tuple[tuple[str, str], ...] = (
     ("p_futile", "FUTILE"), ("p_reject", "REJECT"))
 
 
-@slide
+@styled
 def plot_operating_characteristics(oc: pl.DataFrame | None = None,
                                    params: GateParams | None = None, *,
                                    p_wins: Sequence[float] | None = None,
@@ -644,30 +739,30 @@ def plot_operating_characteristics(oc: pl.DataFrame | None = None,
         oc = oc_grid(params, grid, discordances, n_units or params.n_max)
     fig = new_figure(SLIDE)
     axes = fig.subplots(2, 3, sharex=True).ravel()
+    for ax in axes[1:5]:
+        ax.sharey(axes[0])  # the five probabilities on one scale; expected units on its own
     discs = sorted(set(oc["discordance"].to_list()))
-    from matplotlib import colormaps
-
-    cmap = colormaps["viridis"]
-    colour = {d: cmap(0.15 + 0.7 * i / max(len(discs) - 1, 1)) for i, d in enumerate(discs)}
+    colour = {d: SERIES[i % len(SERIES)] for i, d in enumerate(discs)}
     panels = [*OC_EXITS, ("expected_units", "expected units consumed")]
+    n0 = sorted(set(oc["n_units"].to_list()))[-1]
     for ax, (col, name) in zip(axes, panels, strict=True):
         for d in discs:
             part = oc.filter(pl.col("discordance") == d).sort("p_win")
             ax.plot(part["p_win"].to_numpy(), part[col].to_numpy(), color=colour[d], lw=2,
                     marker=".", label=f"discordance {d:g}", gid=f"oc:{col}:{d:g}")
         ax.set_title(name if col == "expected_units" else f"P({name})", loc="left")
-        ax.grid(True, alpha=0.3)
-        if col != "expected_units":
-            ax.set_ylim(0, 1)
-        ax.axvline(0.5, color="0.5", lw=0.8, ls=":")
-    axes[0].axhline(1 / params.e_confirm, color="black", lw=1, ls="--", gid="bound",
+        ax.grid(True, alpha=0.4)
+        ax.axvline(0.5, color=MUTED, lw=0.8, ls=":")
+    axes[0].set_ylim(0, 1)
+    for i in (0, 3):
+        axes[i].set_ylabel("probability (exact)")
+    axes[5].set_ylabel(f"units (of {n0})")
+    axes[0].axhline(1 / params.e_confirm, color=BOUND, lw=1, ls="--", gid="bound",
                     label=f"1/e_confirm = {1 / params.e_confirm:.3g}")
     axes[0].legend(loc="upper left", frameon=False, fontsize="small")
     for ax in axes[3:]:
-        ax.set_xlabel("candidate's P(win | discordant pair)")
-    n = sorted(set(oc["n_units"].to_list()))
+        ax.set_xlabel("candidate's P(win | discordant)")
     p_win, disc = claim
-    n0 = n[-1]
     good = operating_characteristics(params, p_win, disc, n0)
     null = operating_characteristics(params, 0.5, disc, n0)
     fig.suptitle(f"{n0} units: a {p_win:g}-win candidate (disc. {disc:g}) is accepted "
@@ -682,10 +777,10 @@ def plot_operating_characteristics(oc: pl.DataFrame | None = None,
 # ---- saving ----------------------------------------------------------------------------
 
 
-def save(fig: Figure, name: str, directory: str | Path = "figures", dpi: int = 120,
+def save(fig: Figure, name: str, directory: str | Path = "figures", dpi: int = SLIDE_DPI,
          formats: Sequence[str] = ("png",)) -> Path:
-    """Write ``fig`` as ``<directory>/<name>.<fmt>`` per format (directory created); return
-    the first path (the PNG by default)."""
+    """Write ``fig`` as ``<directory>/<name>.<fmt>`` per format (directory created), at the
+    deck's `SLIDE_DPI` (a slide-sized figure is 1280×720); return the first path."""
     base = Path(directory) / name
     if base.suffix.lower() == ".png":
         base = base.with_suffix("")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import html
 import io
 import time
@@ -29,9 +30,12 @@ from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 
 from ..gate import (
+    Forecast,
+    ForecastInput,
     GateAborted,
     GateEvent,
     GateFinished,
+    GateForecast,
     GateHandle,
     GateResult,
     GateStarted,
@@ -46,14 +50,14 @@ from ..gate import (
 from ..llm import EndpointPool, EndpointStats
 from ..stats import Action, GateParams, TypeOutcome
 from ._figures import (
-    DISPLAY_DPI,
     TrajectorySeries,
+    decisions_claim,
     draw_overview,
     draw_type_panels,
     new_figure,
-    type_colour,
 )
 from ._frames import outcomes_frame
+from ._style import DISPLAY_DPI, SLIDE, styled, type_colour
 
 PROGRESS_SCHEMA: dict[str, pl.DataType] = {
     "task_type": pl.String(), "consumed": pl.Int64(), "n_ladder": pl.Int64(),
@@ -104,6 +108,20 @@ class LiveSnapshot:
     aborted: str | None = None
     endpoints: tuple[EndpointStats, ...] = ()
     """Per-endpoint counters at the snapshot (when the view was given an endpoint pool)."""
+    forecast_input: ForecastInput | None = None
+    """While the gate runs: what the forecast is computed from (a frozen copy)."""
+
+    @functools.cached_property
+    def forecast(self) -> Forecast | None:
+        """The ETA and each undecided type's exits from where it stands (the exact
+        recursions: computed once per snapshot, in the render thread when there is one)."""
+        return None if self.forecast_input is None else self.forecast_input.forecast()
+
+    @property
+    def status_line(self) -> str:
+        """The status with the forecast ETA while the gate runs."""
+        f = self.forecast
+        return f"{self.status} · {f.text()}" if f is not None and f.eta_s else self.status
 
     @property
     def finished(self) -> bool:
@@ -116,17 +134,24 @@ class LiveSnapshot:
         return outcomes_frame(self.outcomes)
 
 
+@styled
 def render_figure(snap: LiveSnapshot, layout: str = "panels",
                   figsize: tuple[float, float] | None = None) -> Figure:
-    """The snapshot's trajectories as a new figure (small multiples or the overview)."""
+    """The snapshot's trajectories as a new 1280×720 figure (small multiples or the
+    overview), titled with what the gate has decided so far."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-    n = max(len(snap.series), 1)
-    if figsize is None:
-        figsize = (12.0, 2.1 * -(-n // 4) + 1.6) if layout == "panels" else (11.0, 6.5)
-    fig = new_figure(figsize, None if layout == "panels" else "constrained")
-    draw = draw_type_panels if layout == "panels" else draw_overview
-    draw(fig, snap.series, snap.params, title=snap.status, n_max=snap.params.n_max)
+    fig = new_figure(figsize or SLIDE, None if layout == "panels" else "constrained")
+    title = decisions_claim(snap.series)
+    if snap.forecast is not None and snap.forecast.eta_s is not None:
+        title += f"; {snap.forecast.text()}"
+    if layout == "panels":
+        notes = ({t: f.label() for t, f in snap.forecast.types.items()}
+                 if snap.forecast is not None else None)
+        draw_type_panels(fig, snap.series, snap.params, title=title, n_max=snap.params.n_max,
+                         notes=notes)
+    else:
+        draw_overview(fig, snap.series, snap.params, title=title, n_max=snap.params.n_max)
     return fig
 
 
@@ -156,7 +181,7 @@ def _table_html(head: Sequence[tuple[str, bool]], body: Sequence[Sequence[str]])
 
 def _swatch(i: int) -> str:
     return (f"<span style='display:inline-block;width:10px;height:10px;margin-right:6px;"
-            f"background:{to_hex(type_colour(i % 20))}'></span>")
+            f"background:{to_hex(type_colour(i))}'></span>")
 
 
 def _decision(action: str) -> str:
@@ -182,37 +207,64 @@ def endpoints_html(snap: LiveSnapshot) -> str:
     return _table_html(head, body)
 
 
+FORECAST_NOTE = ("forecast: the exact operating-characteristics recursion from each type's "
+                 "current state, assuming i.i.d. units at the discordance and win rate it "
+                 "showed so far, shrunk toward the prior (p_win 0.5, discordance 0.3); the "
+                 "ETA adds the observed call latencies and the slot count. A forecast, not a "
+                 "guarantee.")
+
+
+def _forecast_cell(snap: LiveSnapshot, task_type: str) -> str:
+    f = snap.forecast.types.get(task_type) if snap.forecast is not None else None
+    if f is None:
+        return ""
+    return f.label().removeprefix("forecast: ")
+
+
 def progress_html(snap: LiveSnapshot) -> str:
-    """Per type: a progress bar, consumed / ladder, in flight, W, L, E+, E−, decision."""
+    """Per type: a progress bar, consumed / ladder, in flight, W, L, E+, E−, the decision
+    or, while undecided, the forecast (likeliest exit from here, units expected still)."""
     head = [("type", False), ("progress", False), ("consumed / ladder", True),
             ("in flight", True), ("W", True), ("L", True), ("E+", True), ("E−", True),
-            ("decision", False)]
+            ("decision / forecast", False)]
     body = []
     for i, r in enumerate(snap.rows):
         share = r["consumed"] / r["n_ladder"] if r["n_ladder"] else 1.0
         bar = (f"<div style='width:110px;height:9px;background:#e6e6e6'><div style='width:"
-               f"{100 * share:.0f}%;height:9px;background:{to_hex(type_colour(i % 20))}'>"
+               f"{100 * share:.0f}%;height:9px;background:{to_hex(type_colour(i))}'>"
                f"</div></div>")
         body.append([f"{_swatch(i)}{html.escape(r['task_type'])}", bar,
                      f"{r['consumed']} / {r['n_ladder']}", str(r["in_flight"]), str(r["W"]),
                      str(r["L"]), f"{r['e_plus']:.3g}", f"{r['e_minus']:.3g}",
-                     _decision(r["action"])])
-    return _table_html(head, body) + endpoints_html(snap)
+                     _decision(r["action"]) or _forecast_cell(snap, r["task_type"])])
+    note = (f"<div style='font-size:12px'>{html.escape(FORECAST_NOTE)}</div>"
+            if snap.forecast is not None else "")
+    return _table_html(head, body) + note + endpoints_html(snap)
 
 
-def decision_html(snap: LiveSnapshot) -> str:
-    """The final decision table (every row) with the status line."""
+def stopped_at(stop_rank: int | None, n_ladder: int) -> str:
+    """The 1-based place a type stopped, for display: "unit 28 of 40" (``stop_rank`` is
+    0-based in the data, the log and JSON); an empty ladder never started."""
+    return "empty ladder" if stop_rank is None else f"unit {stop_rank + 1} of {n_ladder}"
+
+
+N_USED_NOTE = "n_used: the paired units that counted (INFRA units are skipped, not counted)"
+
+
+def decision_html(snap: LiveSnapshot, status: bool = True) -> str:
+    """The final decision table (every row), with the status line unless ``status`` is
+    False (the live widget shows it above already)."""
     head = [("type", False), ("decision", False), ("W", True), ("L", True),
-            ("n_used", True), ("E+", True), ("E−", True), ("stopped at", True),
-            ("ladder", True)]
+            ("n_used", True), ("E+", True), ("E−", True), ("stopped at", True)]
     body = [[f"{_swatch(i)}{html.escape(r['task_type'])}", _decision(r["action"]),
              str(r["W"]), str(r["L"]), str(r["n_used"]), f"{r['e_plus']:.3g}",
-             f"{r['e_minus']:.3g}", str(r["n_consumed"]), str(r["n_ladder"])]
+             f"{r['e_minus']:.3g}", stopped_at(r["stop_rank"], r["n_ladder"])]
             for i, r in enumerate(snap.table().iter_rows(named=True))]
-    note = (f"<div style='color:#b00'>{html.escape(snap.aborted)}</div>"
+    note = (f"<div style='color:#D55E00'>{html.escape(snap.aborted)}</div>"
             if snap.aborted else "")
-    return (f"<b>{html.escape(snap.status)}</b>{note}{_table_html(head, body)}"
-            f"{endpoints_html(snap)}")
+    line = f"<b>{html.escape(snap.status)}</b>" if status else ""
+    return (f"{line}{note}{_table_html(head, body)}"
+            f"<div style='font-size:12px'>{N_USED_NOTE}</div>{endpoints_html(snap)}")
 
 
 class LiveGateView:
@@ -240,6 +292,8 @@ class LiveGateView:
         self.endpoints = endpoints
         """An `EndpointPool` (e.g. ``agent.endpoints``): its counters join every frame."""
         self.types: dict[str, _TypeProgress] = {}
+        self.forecaster = GateForecast()
+        """Each running type's exits from where it stands, and the step's ETA."""
         self.result: GateResult | None = None
         self.aborted: str | None = None
         self.concurrency: int | None = None
@@ -272,6 +326,7 @@ class LiveGateView:
 
     def update(self, ev: GateEvent) -> None:
         self.events_seen += 1
+        self.forecaster.update(ev)
         if self._t0 is None:
             self._t0 = self._clock()
         if isinstance(ev, GateStarted):
@@ -349,13 +404,15 @@ class LiveGateView:
                   f"units consumed · {self.in_flight} calls in flight · {elapsed:.1f} s")
         return LiveSnapshot(status, state, rows, series, self.params, outcomes, consumed,
                             n_ladder, self.aborted,
-                            self.endpoints.stats() if self.endpoints is not None else ())
+                            self.endpoints.stats() if self.endpoints is not None else (),
+                            self.forecaster.freeze() if state == "running" else None)
 
     def series(self) -> list[TrajectorySeries]:
         return list(self.snapshot().series)
 
     def status(self) -> str:
-        return self.snapshot().status
+        """The status line (with the forecast ETA while the gate runs)."""
+        return self.snapshot().status_line
 
     # ---- on-demand rendering (works headless) ----------------------------------------
 
@@ -377,7 +434,7 @@ class LiveGateView:
     def _repr_html_(self) -> str:
         snap = self.snapshot()
         body = decision_html(snap) if snap.finished else progress_html(snap)
-        return f"<b>{html.escape(snap.status)}</b>{body}" if not snap.finished else body
+        return f"<b>{html.escape(snap.status_line)}</b>{body}" if not snap.finished else body
 
     # ---- live display -----------------------------------------------------------------
 
@@ -474,14 +531,15 @@ class LiveGateView:
         assert self._widgets is not None
         wd = self._widgets
         self._png = png
-        status = f"<b>{html.escape(snap.status)}</b>"
+        status = f"<b>{html.escape(snap.status_line)}</b>"
         if snap.aborted:
             status += f"<br><span style='color:#b00'>{html.escape(snap.aborted)}</span>"
         wd["status"].value = status
         wd["bar"].max = max(snap.n_ladder, 1)
         wd["bar"].value = snap.consumed
         wd["image"].value = png
-        wd["table"].value = (decision_html(snap) if snap.finished else progress_html(snap))
+        wd["table"].value = (decision_html(snap, status=False) if snap.finished
+                             else progress_html(snap))
         if snap.finished and not self._dirty and not self._watched:
             self._finalize()  # nobody awaits watch(): replace from the gate's own context
 

@@ -1,6 +1,7 @@
 """Figures of a training run: the training curve per type and the time per phase.
 
-Object API only (like the other figures): each ``plot_*`` returns a Figure; save it with
+Object API only (like the other figures): each ``plot_*`` returns a self-displaying
+`GateFigure` in the deck's style (1280×720, claim as title, labelled axes); save it with
 `vtrm_gate.views.save`.
 """
 
@@ -8,43 +9,80 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import numpy as np
 import polars as pl
-from matplotlib.figure import Figure
+from matplotlib.axes import Axes
+from matplotlib.lines import Line2D
 
-MARKS = {"accepted": ("^", "tab:green"), "provisional": ("D", "tab:olive"),
-         "rolled_back": ("v", "tab:red")}
+from ._figures import GateFigure, new_figure
+from ._style import BAD, EXIT_COLOURS, MUTED, OLD, SLIDE, V3, styled
+
+MARKS = {"accepted": ("^", EXIT_COLOURS["ACCEPT"], 0.27),
+         "provisional": ("D", EXIT_COLOURS["PROVISIONAL"], 0.16),
+         "rolled_back": ("v", BAD, 0.05)}
+"""Per decision kind: marker, colour and its own row (y) near the panel's floor, so an
+application and its rollback in one epoch never cover each other."""
 
 
-def plot_training_curve(curve: pl.DataFrame, cols: int = 4) -> Figure:
+def _decision_rows(ax: Axes, d: pl.DataFrame) -> None:
+    """The epoch's decisions as markers in fixed rows, with the count when more than one."""
+    for name, (m, c, y) in MARKS.items():
+        hit = d.filter(pl.col(name) > 0)
+        if not hit.height:
+            continue
+        xs = hit["epoch"].to_numpy()
+        ax.scatter(xs, np.full(len(xs), y), marker=m, color=c, s=46, zorder=3,
+                   edgecolor="#222222", linewidth=0.5, gid=f"decision:{name}")
+        for x, k in zip(xs, hit[name].to_list(), strict=True):
+            if k > 1:
+                ax.annotate(f"×{k}", (x, y), xytext=(6, 0), textcoords="offset points",
+                            va="center", fontsize="small", color=c)
+
+
+def _curve_panel(ax: Axes, t: str, d: pl.DataFrame, n: int | None) -> None:
+    ax.plot(d["epoch"], d["true"], "-", color=V3, lw=2, label="true (simulator)")
+    ax.plot(d["epoch"], d["measured"], "--", color=MUTED, lw=1.6, marker="o", ms=3,
+            label="measured on the held-out split")
+    _decision_rows(ax, d)
+    ax.set_title(t if n is None else f"{t} (n={n} held out)", fontsize="small", loc="left")
+    ax.set_ylim(0, 1.02)
+    ax.grid(True, alpha=0.4)
+
+
+def _legend(fig: GateFigure) -> None:
+    handles = [Line2D([], [], color=V3, lw=2, label="true accuracy (simulator)"),
+               Line2D([], [], color=MUTED, lw=1.6, ls="--", marker="o", ms=3,
+                      label="measured on the held-out split"),
+               *(Line2D([], [], ls="", marker=m, color=c, mec="#222222", mew=0.5, ms=7,
+                        label=name.replace("_", " ")) for name, (m, c, _) in MARKS.items())]
+    fig.legend(handles=handles, loc="outside lower center", ncols=5, fontsize="small")
+
+
+@styled
+def plot_training_curve(curve: pl.DataFrame, cols: int = 4, *,
+                        n_heldout: Mapping[str, int] | None = None) -> GateFigure:
     """One panel per type: true (line) and measured held-out (dashed) accuracy per epoch,
-    with markers for the epoch's accepts, provisional applications and rollbacks."""
+    with each epoch's accepts, provisional applications and rollbacks in their own rows.
+    ``n_heldout`` (units per type, e.g. from `vtrm_gate.harness.read_heldout`) goes in each
+    panel's title: the count its measured rate comes from."""
     types = curve["task_type"].unique(maintain_order=True).to_list()
     rows = max(1, -(-len(types) // cols))
-    fig = Figure(figsize=(12.8, 7.2), layout="constrained")  # a slide at 100 dpi
-    axes = fig.subplots(rows, min(cols, len(types)), squeeze=False, sharex=True)
+    fig = new_figure(SLIDE)
+    axes = fig.subplots(rows, min(cols, len(types)), squeeze=False, sharex=True, sharey=True)
     for ax, t in zip(axes.flat, types, strict=False):
-        d = curve.filter(pl.col("task_type") == t).sort("epoch")
-        ax.plot(d["epoch"], d["true"], "-", color="tab:blue", label="true")
-        ax.plot(d["epoch"], d["measured"], "--", color="tab:gray", label="measured (held out)")
-        # Markers side by side within the epoch so an application and its rollback in the
-        # same epoch never hide each other.
-        for k, (name, (m, c)) in enumerate(MARKS.items()):
-            hit = d.filter(pl.col(name) > 0)
-            if hit.height:
-                ax.scatter(hit["epoch"] + (k - 1) * 0.12, hit["true"], marker=m, color=c,
-                           zorder=3, label=name.replace("_", " "))
-        ax.set_title(t, fontsize=10)
-        ax.set_ylim(0, 1)
-        ax.set_xticks(sorted(set(d["epoch"].to_list())))
-        ax.tick_params(labelsize=8)
+        _curve_panel(ax, t, curve.filter(pl.col("task_type") == t).sort("epoch"),
+                     (n_heldout or {}).get(t))
+        epochs = sorted(set(curve["epoch"].to_list()))
+        ax.set_xticks(epochs)
+        ax.set_xlim(epochs[0] - 0.25, epochs[-1] + 0.45)  # room for the last epoch's "×k"
     for ax in list(axes.flat)[len(types):]:
         ax.set_visible(False)
-    seen: dict[str, object] = {}  # one legend entry per label, over every panel
-    for ax in axes.flat:
-        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
-            seen.setdefault(lab, h)
-    fig.legend(list(seen.values()), list(seen), loc="outside lower center", ncols=5,
-               fontsize=8)
+    ncols = axes.shape[1]
+    for i, ax in enumerate(axes.flat):  # the lowest visible panel of each column
+        if i < len(types) and i + ncols >= len(types):
+            ax.set_xlabel("epoch (0 = initial skills)", fontsize="small")
+    fig.supylabel("accuracy", fontsize="small")
+    _legend(fig)
     first, last = curve["epoch"].min(), curve["epoch"].max()
     t0 = curve.filter(pl.col("epoch") == first)["true"].mean()
     t1 = curve.filter(pl.col("epoch") == last)["true"].mean()
@@ -52,25 +90,29 @@ def plot_training_curve(curve: pl.DataFrame, cols: int = 4) -> Figure:
         curve.filter(pl.col("epoch") == first), on="task_type", suffix="_0").filter(
         pl.col("true") > pl.col("true_0") + 0.01).height
     fig.suptitle(f"Training run: mean true accuracy {t0:.1%} → {t1:.1%} over {last} epochs; "
-                 f"{up} of {len(types)} types improved (epoch 0 = initial skills; dashed = "
-                 f"measured on the held-out split)", fontsize=11)
+                 f"{up} of {len(types)} types improved", x=0.01, ha="left")
     return fig
 
 
-def plot_phase_times(old: Mapping[str, float], new: Mapping[str, float]) -> Figure:
-    """Side-by-side bars: simulated hours per phase, old serial vs v3."""
-    fig = Figure(figsize=(12.8, 7.2), layout="constrained")  # a slide at 100 dpi
+@styled
+def plot_phase_times(old: Mapping[str, float], new: Mapping[str, float]) -> GateFigure:
+    """Side-by-side bars: simulated hours per phase, old serial (grey) vs v3 (blue)."""
+    fig = new_figure(SLIDE)
     ax = fig.subplots()
     phases = list(new)
-    x = range(len(phases))
-    for dx, times, label in ((-0.2, old, "old serial"), (0.2, new, "v3")):
-        bars = ax.bar([i + dx for i in x], [times[p] / 3600 for p in phases], 0.4, label=label)
-        ax.bar_label(bars, fmt="%.1f h", fontsize=9)
-    ax.set_xticks(list(x), phases)
-    ax.set_ylabel("simulated hours")
+    x = np.arange(len(phases))
+    for dx, times, label, colour in ((-0.2, old, "old serial gate and phases", OLD),
+                                     (0.2, new, "v3: one shared slot pool", V3)):
+        bars = ax.bar(x + dx, [times[p] / 3600 for p in phases], 0.4, label=label,
+                      color=colour, gid=f"phase:{label}")
+        ax.bar_label(bars, fmt="%.1f h", padding=2)
+    ax.set_xticks(x, phases)
+    ax.set_xlabel("phase of the training run (summed over every step and epoch)")
+    ax.set_ylabel("simulated hours (virtual clock)")
     tot_o, tot_n = sum(old.values()) / 3600, sum(new.values()) / 3600
-    ax.set_title(f"Training run time per phase: old {tot_o:.1f} h vs v3 {tot_n:.1f} h "
-                 f"({tot_o / tot_n:.1f}x)" if tot_n else "Training run time per phase",
-                 fontsize=12)
-    ax.legend()
+    ax.set_title(f"The training run takes {tot_n:.1f} h with v3 vs {tot_o:.1f} h with the old "
+                 f"serial gate (×{tot_o / tot_n:.1f})" if tot_n else
+                 "Training run time per phase", loc="left")
+    ax.legend(loc="upper right")
+    ax.set_ylim(0, max([*old.values(), *new.values(), 1.0]) / 3600 * 1.12)
     return fig

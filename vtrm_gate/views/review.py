@@ -31,6 +31,7 @@ from ._figures import (
     save,
 )
 from ._frames import call_accounting, compare_replays, oc_grid
+from ._style import figure_problems
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ def makespan(rp: ReviewParams) -> Figure:
     n = len(step["step"].plans)
     return plot_makespan(old["makespan_s"] / 3600, new["makespan_s"] / 3600,
                          new["lower_bound_s"] / 3600,
-                         labels=[f"{n} types, seed {rp.sim_seed} (virtual clock)"])
+                         labels=[f"simulated {n}-type step, seed {rp.sim_seed}, virtual clock"])
 
 
 def waste(rp: ReviewParams) -> Figure:
@@ -111,6 +112,7 @@ def simulated_training(sim_seed: int, epochs: int, steps_per_epoch: int,
     import tempfile
 
     from ..backends import run_simulated_training
+    from ..harness import read_heldout
     from ..options import RunOptions
     from ..sim import SimConfig, SimWorld, training_curve
 
@@ -122,16 +124,18 @@ def simulated_training(sim_seed: int, epochs: int, steps_per_epoch: int,
                                                 probation_rule="e_continue")
         try:
             curve = training_curve(ws, SimWorld(sim))
+            n_heldout = {t: len(u) for t, u in read_heldout(ws).items()}
         finally:
             ws.close()
-    return {"curve": curve, "old": summary["old_phases_s"], "new": summary["v3_phases_s"]}
+    return {"curve": curve, "n_heldout": n_heldout, "old": summary["old_phases_s"],
+            "new": summary["v3_phases_s"]}
 
 
 def training_curve(rp: ReviewParams) -> Figure:
     from ._train_figures import plot_training_curve
 
     run = simulated_training(rp.sim_seed, rp.epochs, rp.steps_per_epoch, rp.concurrency)
-    return plot_training_curve(run["curve"])
+    return plot_training_curve(run["curve"], n_heldout=run["n_heldout"])
 
 
 def training_phase_times(rp: ReviewParams) -> Figure:
@@ -144,6 +148,31 @@ def training_phase_times(rp: ReviewParams) -> Figure:
 def prefix_vs_block(rp: ReviewParams) -> Figure:
     step = simulated_step(rp.sim_seed, rp.concurrency, rp.params)
     return plot_prefix_vs_block(compare_replays(step["outcome_sets"], rp.params))
+
+
+def headlines(rp: ReviewParams) -> dict[str, str]:
+    """The deck's headline numbers, as the figures print them: written into
+    figures/README.md by `build`, quoted by the README (a test keeps the three in step)."""
+    from ..stats import operating_characteristics as oc
+
+    step = simulated_step(rp.sim_seed, rp.concurrency, rp.params)
+    old, new = step["old"]["makespan_s"] / 3600, step["new"]["makespan_s"] / 3600
+    lb = step["new"]["lower_bound_s"] / 3600
+    calls = call_accounting(step["events"])
+    n = rp.params.n_max
+    train = simulated_training(rp.sim_seed, rp.epochs, rp.steps_per_epoch, rp.concurrency)
+    t_old, t_new = sum(train["old"].values()) / 3600, sum(train["new"].values()) / 3600
+    return {
+        "step_old_h": f"{old:.2f} h", "step_v3_h": f"{new:.2f} h",
+        "step_speedup": f"×{old / new:.1f}", "step_lower_bound": f"{new / lb:.2f}×",
+        "waste": f"{int(calls['past_stop_calls'].sum())} of {int(calls['started'].sum())}",
+        "units_saving": f"{step['units_saving']:.0%}",
+        "p_accept_0.8": f"{oc(rp.params, 0.8, 0.5, n).p_accept:.0%}",
+        "p_provisional_0.8": f"{oc(rp.params, 0.8, 0.5, n).p_provisional:.0%}",
+        "false_accept_h0": f"{oc(rp.params, 0.5, 0.5, n).p_accept:.2%}",
+        "training_old_h": f"{t_old:.1f} h", "training_v3_h": f"{t_new:.1f} h",
+        "training_speedup": f"×{t_old / t_new:.1f}",
+    }
 
 
 FIGURES = {
@@ -166,13 +195,18 @@ FIGURES = {
 def build(out: str | Path, rp: ReviewParams | None = None,
           names: Sequence[str] | None = None, formats: Sequence[str] = ("png", "svg"),
           command: str = "make figures") -> list[Path]:
-    """Write each figure as PNG (1280×720 at 100 dpi) and SVG, then ``README.md``."""
+    """Write each figure as PNG (1280×720 at 100 dpi) and SVG, then ``README.md``; a figure
+    that fails `figure_problems` is refused (ValueError naming what is wrong)."""
     rp = rp or ReviewParams()
     out = Path(out)
     paths = []
     for name in names or FIGURES:
         fn, _ = FIGURES[name]
-        paths.append(save(fn(rp), name, out, dpi=SLIDE_DPI, formats=formats))
+        fig = fn(rp)
+        problems = figure_problems(fig)
+        if problems:  # the deck's checks: size, title, labels, colours, no overlaps
+            raise ValueError(f"{name}: " + "; ".join(problems))
+        paths.append(save(fig, name, out, dpi=SLIDE_DPI, formats=formats))
     lines = ["# Design-review figures", "",
              f"Regenerate all of them with `{command}` "
              "(= `python -m vtrm_gate.views.review --out figures`). PNG at 1280×720 (100 dpi) "
@@ -180,6 +214,9 @@ def build(out: str | Path, rp: ReviewParams | None = None,
              "directory.", "", "Parameters:", ""]
     for k, v in asdict(rp).items():
         lines.append(f"- `{k}`: {v}")
+    lines += ["", "Headline numbers (`vtrm_gate.views.review.headlines`; the README quotes them, "
+              "a test keeps them in step):", ""]
+    lines += [f"- `{k}`: {v}" for k, v in headlines(rp).items()]
     lines += ["", "| file | what | builder |", "|---|---|---|"]
     for name in FIGURES:  # the directory's index: every figure, even with --only
         fn, what = FIGURES[name]

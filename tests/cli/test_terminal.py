@@ -1,0 +1,176 @@
+"""What the terminal shows: tables that fit COLUMNS without losing a row's reason, one
+1-based counting convention for display (0-based ranks in the data), unique short type
+names, --json errors as one JSON object, the demo leaving the clone clean."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vtrm_gate.cli._table import Column, render, short_names, terminal_width
+
+ROOT = Path(__file__).resolve().parents[2]
+TYPES = ["Action Reasoning", "Action Recognition", "Attribute Perception", "Counting Problem",
+         "Information Synopsis", "OCR Problems", "Object Reasoning", "Object Recognition",
+         "Spatial Perception", "Spatial Reasoning", "Temporal Perception", "Temporal Reasoning"]
+
+
+def cli(*args: str, cwd: Path | None = None, columns: int | None = None):
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    if columns is not None:
+        env["COLUMNS"] = str(columns)
+    return subprocess.run([sys.executable, "-m", "vtrm_gate", *args], capture_output=True,
+                          text=True, cwd=cwd or ROOT, timeout=240, env=env)
+
+
+@pytest.fixture(scope="module")
+def two_steps(tmp_path_factory):
+    """A simulated workspace after steps e1 s1 and e1 s2 (s2 has skipped and cooling types,
+    whose reason is in ``note``), with the text output of s2 at three widths and its JSON."""
+    ws = tmp_path_factory.mktemp("term") / "ws"
+    assert cli("init", str(ws), "--seed", "2").returncode == 0
+    first = cli("step", "--workspace", str(ws), "--epoch", "1", "--step", "1", columns=100)
+    assert first.returncode == 0, first.stderr
+    data = cli("step", "--workspace", str(ws), "--epoch", "1", "--step", "2", "--json")
+    assert data.returncode == 0, data.stderr
+    texts = {w: cli("step", "--workspace", str(ws), "--epoch", "1", "--step", "2", "--force",
+                    columns=w) for w in (60, 100, 160)}
+    return ws, first, json.loads(data.stdout), texts
+
+
+@pytest.mark.parametrize("width", [60, 100, 160])
+def test_the_step_table_fits_columns_and_keeps_every_reason(two_steps, width):
+    # Was 167-190 columns whatever COLUMNS said, with `applied` cut ("rolled ba…") and
+    # `note` (why a type was skipped or cooling down) dropped.
+    _, _, data, texts = two_steps
+    out = texts[width]
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert max(map(len, lines)) <= width
+    flat = " ".join(" ".join(ln.split()) for ln in lines)
+    reasons = [t["applied"] or t["note"] for t in data["types"]]
+    assert any(t["note"] for t in data["types"]) and any(t["applied"] for t in data["types"])
+    for reason in reasons:
+        assert " ".join(reason.split()) in flat.replace("→ ", ""), reason
+
+
+def test_default_width_is_100_when_not_a_terminal(two_steps):
+    ws, _, _, _ = two_steps
+    out = cli("replay", "--workspace", str(ws), "--epoch", "1", "--step", "1")
+    assert out.returncode == 0 and max(map(len, out.stdout.splitlines())) <= 100
+
+
+def test_display_counts_from_one_and_the_data_from_zero(two_steps):
+    """The event line, the table and the JSON agree: "stopped at unit k of n" is
+    stop_rank + 1; n_used is told apart from it when INFRA units were skipped."""
+    ws, first, _, _ = two_steps
+    data = json.loads(cli("replay", "--workspace", str(ws), "--epoch", "1", "--step", "1",
+                          "--json").stdout)
+    events = {ln.split("] ", 1)[1][:20].strip(): ln for ln in first.stderr.splitlines()
+              if "stopped at unit" in ln}
+    for row in data["types"]:
+        if row["live_stop_rank"] is None:
+            continue
+        k, n = row["live_stop_rank"] + 1, row["n_ladder"]
+        line = events[row["task_type"]]
+        assert f"stopped at unit {k} of {n}" in line
+        assert f"{k} of {n}" in first.stdout  # the table's "stopped at" column
+    infra = [ln for ln in first.stderr.splitlines() if "INFRA" in ln]
+    assert infra, "seed 2 has types with skipped INFRA units"
+    for ln in infra:
+        k = int(ln.split("stopped at unit ")[1].split()[0])
+        used, skipped = (int(x.split()[0]) for x in ln.split("n_used ")[1].split(", "))
+        assert used + skipped == k
+
+
+def test_short_type_names_are_unique_and_readable():
+    short = short_names(TYPES, 8)
+    assert len(set(short.values())) == len(TYPES)
+    assert short["Action Reasoning"] == "Act Rea" and short["Action Recognition"] == "Act Rec"
+    assert len(set(short_names(["type-1", "type-2", "type-10"]).values())) == 3
+
+
+def test_the_progress_line_names_types_unambiguously(two_steps):
+    _, first, _, _ = two_steps
+    status = [ln for ln in first.stderr.splitlines() if "in flight" in ln]
+    assert status and all(len(ln) <= 100 for ln in first.stderr.splitlines())
+    for ln in status:
+        names = [item.rsplit(" ", 1)[0] for item in ln.split(" | ")[-1].split(" +")[0]
+                 .split(", ")]
+        assert len(names) == len(set(names)), ln  # was "Action 0/40, Action 0/40"
+
+
+def test_a_narrow_table_abbreviates_names_and_wraps_the_reason():
+    cols = [Column("type", tuple(TYPES)), Column("status", ("gated",) * 12),
+            Column("tokens", ("1,000,000",) * 12, True, drop_rank=1)]
+    text = render(cols, 24, {0: "probation: v1 -> v2 (rolled back to v1 if it fails at the "
+                                "end of epoch 1)"})
+    assert max(map(len, text.splitlines())) <= 24
+    assert "tokens" not in text and "Act Rea" in text
+    assert "the end of epoch 1)" in " ".join(text.split())
+
+
+def test_columns_is_read_from_the_environment(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "72")
+    assert terminal_width() == 72
+    monkeypatch.setenv("COLUMNS", "12")
+    assert terminal_width() == 40  # the least honoured
+    monkeypatch.setenv("COLUMNS", "junk")
+    assert terminal_width() == 100  # pytest's stdout is not a terminal
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["step", "--workspace", "/nonexistent/ws", "--epoch", "1", "--step", "1", "--json"],
+     "no such workspace"),
+    (["step", "--workspace", ".", "--epoch", "x", "--step", "1", "--json"], "--epoch"),
+    (["train", "--workspace", "/nonexistent/ws", "--epochs", "1", "--steps-per-epoch", "1",
+      "--json"], "no such workspace"),
+    (["cache", "stats", "--url", "redis://127.0.0.1:1", "--json"], "cannot reach Redis"),
+    (["init", "/nonexistent/dir/ws", "--seed", "-1", "--json"], "--seed"),
+])
+def test_json_errors_are_one_json_object(args, fragment):
+    out = cli(*args)
+    assert out.returncode == 2
+    err = json.loads(out.stdout)  # the whole of stdout is one object
+    assert set(err) == {"error", "exit"} and err["exit"] == 2 and fragment in err["error"]
+    assert "Traceback" not in out.stderr
+
+
+def test_cache_stats_on_a_simulated_workspace_says_it_uses_no_redis(two_steps):
+    ws, _, _, _ = two_steps
+    out = cli("cache", "stats", "--workspace", str(ws))
+    assert out.returncode == 0, out.stderr  # was exit 2: "no embedded cache"
+    text = " ".join(out.stdout.split())
+    assert "simulated runs use no Redis" in text and "04_redis_reuse" in text
+    data = json.loads(cli("cache", "stats", "--workspace", str(ws), "--json").stdout)
+    assert data["kind"] == "simulated" and data["redis"] is None
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_the_demo_leaves_git_status_clean_and_says_when_it_reruns(tmp_path):
+    """As `make demo` in a fresh clone: the repository's .gitignore, the default paths."""
+    shutil.copy(ROOT / ".gitignore", tmp_path / ".gitignore")
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", ".gitignore"], check=True)
+    subprocess.run([*git, "commit", "-qm", "init"], check=True)
+    first = cli("demo", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    from PIL import Image
+
+    png = tmp_path / "workspace-demo" / "figures" / "demo_trajectories.png"
+    assert Image.open(png).size == (1280, 720)  # was 1320x840
+    status = subprocess.run([*git, "status", "--porcelain", "--untracked-files=all"],
+                            capture_output=True, text=True, check=True).stdout
+    assert status == ""  # was: figures/demo_trajectories.png and demo_summary.json
+    assert "re-run" not in first.stderr + first.stdout
+    second = cli("demo", cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    assert "re-run: workspace-demo already ran step e1 s1" in " ".join(second.stderr.split())
+    assert "base arm from BaselineCache" in second.stdout

@@ -1,0 +1,116 @@
+"""Plain-text tables that fit the terminal: ``COLUMNS`` wide (100 when not a terminal),
+dropping the least needed columns first, then shortening type names to unique
+abbreviations, and never losing a row's reason (``applied`` / ``note``): it goes on its own
+wrapped line under the row. Light at import (stdlib only)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import textwrap
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+DEFAULT_WIDTH = 100
+MIN_WIDTH = 40
+
+
+def terminal_width(stream: object = None) -> int:
+    """``COLUMNS`` when set (a whole number; at least 40), else the terminal's width, else
+    100 (not a terminal)."""
+    raw = os.environ.get("COLUMNS", "").strip()
+    if raw.isdigit() and int(raw) > 0:
+        return max(int(raw), MIN_WIDTH)
+    out = stream or sys.stdout
+    if hasattr(out, "isatty") and out.isatty():
+        return max(shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns, MIN_WIDTH)
+    return DEFAULT_WIDTH
+
+
+def short_names(names: Iterable[str], max_len: int | None = None) -> dict[str, str]:
+    """Unique abbreviations: each word cut to its first k letters, for the smallest k (>= 3)
+    that keeps every name distinct (and, when possible, within ``max_len``)."""
+    names = list(dict.fromkeys(names))
+    longest = max((len(w) for n in names for w in n.split()), default=1)
+    best: dict[str, str] | None = None
+    for k in range(3, longest + 1):
+        short = {n: " ".join(w[:k] for w in n.split()) or n for n in names}
+        if len(set(short.values())) < len(names):
+            continue
+        best = best or short
+        if max_len is None or max(map(len, short.values()), default=0) <= max_len:
+            return short
+    if best is not None:
+        return best
+    return {n: f"{n[: max(1, (max_len or 8) - 3)]}#{i}" for i, n in enumerate(names, 1)}
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column: header, cells, right-aligned or not, and its rank when space is short
+    (0 = always kept; higher ranks are dropped first)."""
+
+    header: str
+    cells: tuple[str, ...]
+    right: bool = False
+    drop_rank: int = 0
+
+    @property
+    def width(self) -> int:
+        return max([len(self.header), *(len(c) for c in self.cells)])
+
+
+def _fits(cols: Sequence[Column], width: int, gap: int) -> bool:
+    return sum(c.width for c in cols) + gap * (len(cols) - 1) <= width
+
+
+def _shrink_names(first: Column, cols: list[Column], width: int, gap: int) -> Column:
+    """The name column with unique abbreviations short enough for the rest to fit."""
+    rest = sum(c.width for c in cols[1:]) + gap * (len(cols) - 1)
+    room = max(width - rest, 6)
+    short = short_names(first.cells, room)
+    return Column(first.header[:room], tuple(short[c] for c in first.cells), first.right,
+                  first.drop_rank)
+
+
+def fit_columns(cols: Sequence[Column], width: int, gap: int = 2) -> list[Column]:
+    """Drop the highest ``drop_rank`` columns until the table fits ``width``, then shorten
+    the first (name) column to unique abbreviations."""
+    kept = list(cols)
+    while not _fits(kept, width, gap) and any(c.drop_rank for c in kept):
+        worst = max(kept, key=lambda c: c.drop_rank)
+        kept.remove(worst)
+    if not _fits(kept, width, gap) and kept:
+        kept[0] = _shrink_names(kept[0], kept, width, gap)
+    return kept
+
+
+def render(cols: Sequence[Column], width: int, notes: Mapping[int, str] | None = None,
+           gap: int = 2) -> str:
+    """The table (header, rule, rows), each row followed by its note wrapped to ``width``."""
+    fitted = fit_columns(cols, width, gap)
+    if not _fits(fitted, width, gap) and gap > 1:  # very narrow: one space between columns
+        gap = 1
+        fitted = fit_columns(cols, width, gap)
+    cols = fitted
+    sep = " " * gap
+
+    def line(cells: Sequence[str]) -> str:
+        return sep.join(c.rjust(col.width) if col.right else c.ljust(col.width)
+                        for c, col in zip(cells, cols, strict=True)).rstrip()
+
+    out = [line([c.header for c in cols]), line(["-" * c.width for c in cols])]
+    n = len(cols[0].cells) if cols else 0
+    for i in range(n):
+        out.append(line([c.cells[i] for c in cols]))
+        if notes and notes.get(i):
+            out += textwrap.wrap(notes[i], width, initial_indent="    → ",
+                                 subsequent_indent="      ")
+    return "\n".join(out)
+
+
+def wrap(text: str, width: int, indent: str = "  ") -> str:
+    """``text`` wrapped to ``width``, continuation lines indented."""
+    return "\n".join(textwrap.fill(p, width, subsequent_indent=indent)
+                     for p in text.split("\n"))
