@@ -75,13 +75,22 @@ _CREDENTIAL_FIELD = re.compile(
 _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{6,}")
 
 
+SHORT_SECRET = 8
+"""A secret shorter than this (``x``, ``local``: keys of local servers) is scrubbed only as a
+whole token: as a substring it would mangle ordinary words ("ma***imum")."""
+
+
 def scrub_credentials(text: str, secrets: Iterable[str | None] = ()) -> str:
     """``text`` with every ``secrets`` value (raw or percent-encoded), every credential
     header's value (Authorization, api-key, x-api-key) and every Bearer/Basic token replaced
-    by ``***``: apply to any error text before it is logged, stored or raised."""
+    by ``***``: apply to any error text before it is logged, stored or raised. A secret
+    shorter than `SHORT_SECRET` characters is replaced where it stands alone as a token."""
     literals = {x for s in secrets if s for x in (s, quote(s, safe=""))}
     for lit in sorted(literals, key=len, reverse=True):
-        text = text.replace(lit, "***")
+        if len(lit) >= SHORT_SECRET:
+            text = text.replace(lit, "***")
+        else:
+            text = re.sub(rf"(?<![\w.~+/=-]){re.escape(lit)}(?![\w~+/=-]|\.\w)", "***", text)
     text = _CREDENTIAL_FIELD.sub(
         lambda m: f"{m[1]}{m[2]}{m[3] + ' ' if m[3] else ''}***", text)
     return _BEARER.sub(lambda m: f"{m[1]} ***", text)
