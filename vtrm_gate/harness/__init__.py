@@ -32,6 +32,7 @@ from ._evaluate import EvalResult as EvalResult
 from ._evaluate import evaluate_epoch as evaluate_epoch
 from ._evaluate import evaluation_frame as evaluation_frame
 from ._evaluate import read_heldout as read_heldout
+from ._evaluate import split_heldout as split_heldout
 from ._files import atomic_write as atomic_write
 from ._files import read_json as read_json
 from ._files import read_text as read_text
