@@ -5,7 +5,8 @@
     VtrmError                               base of them all; ``exit_code`` for the CLI
     ├── InputError (ValueError)             bad input, nothing written: exit 2
     │   ├── ConfigError                     a config key or value (file, environment, flag)
-    │   │   └── BackendError                a bring-your-own backend factory is unusable
+    │   │   ├── BackendError                a bring-your-own backend factory is unusable
+    │   │   └── RedisAccessError            Redis answered and refused (password, ACL, db)
     │   ├── WorkspaceError                  a workspace file is missing or malformed
     │   │   └── WorkspaceLockedError        another process holds the writer lock
     │   ├── StepRefusedError                the step may not run as asked (``changes``)
@@ -56,6 +57,11 @@ class ConfigError(InputError):
 
 class BackendError(ConfigError):
     """A backend factory cannot be used; the message names the factory and the fault."""
+
+
+class RedisAccessError(ConfigError):
+    """Redis answered but refused the response cache (a wrong password, an ACL without the
+    rights it needs, a database number out of range): a setting to fix, not an outage."""
 
 
 class WorkspaceError(InputError):
