@@ -20,6 +20,7 @@
     │   ├── InfraGuardError                 the INFRA guard aborted the gate (``partial``)
     │   ├── StepUnmeasuredError             nothing in the step could be measured
     │   ├── LLMInfraError                   a chat call failed for good
+    │   │   └── ContextOverflowError        the conversation does not fit the context
     │   ├── EvolveError                     the evolver could not propose a candidate
     │   └── MediaChangedError               a frame's bytes changed since its reference
     └── CasesUnavailable                    a type's rollout could not be measured (a signal
@@ -151,6 +152,11 @@ class StepUnmeasuredError(InfraError):
 
 class LLMInfraError(InfraError):
     """A chat call failed for good (retries exhausted, or a non-retryable status)."""
+
+
+class ContextOverflowError(LLMInfraError):
+    """The server refused the conversation as longer than the model's context: the agent
+    grades that arm's answer wrong (its own conversation caused it) instead of INFRA."""
 
 
 class EvolveError(InfraError):
