@@ -44,6 +44,7 @@ from ._lock import workspace_lock as workspace_lock
 from ._log import TABLES as TABLES
 from ._log import GateSink as GateSink
 from ._log import HarnessLog as HarnessLog
+from ._manifest import check_agent_unchanged as check_agent_unchanged
 from ._replay import replay_step as replay_step
 from ._results import StepResult as StepResult
 from ._results import TypeStep as TypeStep

@@ -461,13 +461,17 @@ class LLMAgent:
                 delay = exc.retry_after if exc.retry_after is not None else \
                     self.retry.backoff(attempt, self._rng)
                 elapsed = time.monotonic() - t0
-                if attempt >= self.retry.max_attempts or \
-                        elapsed + delay > self.retry.max_total_s:
+                # another attempt needs time: not one squeezed into the deadline's last tenth
+                late = elapsed + delay > self.retry.max_total_s * 0.9
+                if attempt >= self.retry.max_attempts or late:
                     why = (f"gave up after {attempt} attempt(s) in {elapsed:.1f}s: {err}")
                     if attempt < self.retry.max_attempts and exc.retry_after is not None:
                         why += (f" (the server's Retry-After {exc.retry_after:g}s would pass "
                                 f"the call's deadline of {self.retry.max_total_s:g}s, "
                                 f"retry.max_total_s)")
+                    elif attempt < self.retry.max_attempts:
+                        why += (f" (the call's deadline of {self.retry.max_total_s:g}s leaves "
+                                f"no time for another attempt, retry.max_total_s)")
                     self._emit(AgentEvent("give_up", run_id, unit_id, step, attempt,
                                           exc.status, 0.0, err))
                     raise LLMInfraError(why) from None

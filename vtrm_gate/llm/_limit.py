@@ -99,7 +99,9 @@ class GradientLimit:
             self._since_alone, self.probing = 0, False
         else:
             self._since_alone += 1
-            if self._since_alone >= p.probe_every * max(1, self.limit) and self.estimate >= 2:
+            # at its cap the limit cannot grow: nothing a probe would tell is of use
+            if self._since_alone >= p.probe_every * max(1, self.limit) \
+                    and 2 <= self.estimate < self.max_limit:
                 self.probing = True
         base = self.no_load(kind)
         assert base is not None
