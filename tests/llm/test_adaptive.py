@@ -159,3 +159,33 @@ def test_429s_cut_the_limit_and_it_grows_back() -> None:
         res, agent = gate_over(server, adaptive=True, units=40)
     [st] = agent.pool.stats()
     assert st.limit_cuts >= 1 and res.outcomes["OCR"].n_used == 40
+
+
+def test_rollout_and_evolver_calls_wait_for_room_before_their_deadline_starts(
+        tmp_path: Any, redis_target: Any) -> None:
+    from tests.llm.test_backends import evolve_reply, write_units
+    from vtrm_gate.cache import ResponseCache
+    from vtrm_gate.llm import init_llm, llm_backend, rollout_cases
+    from vtrm_gate.options import RunOptions
+
+    with SingleSlotChatServer(service_s=0.03, evolve_reply=evolve_reply) as server:
+        ws = init_llm(tmp_path / "ws", write_units(tmp_path / "u.jsonl"),
+                      base_url=server.url, model="m", seed=1)
+        # 32 rollout units (64 calls, ~2 s on one slot) against a 1 s deadline per call:
+        # waiting for the endpoint must not eat a call's deadline
+        backend = llm_backend(ws, RunOptions(deadline=1.0), env={},
+                              cache=ResponseCache(redis_target.url, prefix=redis_target.prefix))
+
+        async def go() -> Any:
+            try:
+                cases = await rollout_cases(backend, ws, 1, 1)
+                evolved = await asyncio.gather(*(
+                    backend.evolver.evolve(t, ws.skill_text(t), [], 1, 1)
+                    for t in ("Action Reasoning", "Counting Problem")))
+                return cases, evolved
+            finally:
+                await backend.aclose()
+
+        cases, evolved = asyncio.run(go())
+    assert all(isinstance(c, list) for c in cases.values())  # no rollout_error
+    assert len(evolved) == 2 and server.peak_waiting <= 4

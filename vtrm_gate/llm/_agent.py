@@ -13,13 +13,14 @@ answer the model gave, even an unusable one, is cached, so a re-run replays the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import json
 import logging
 import os
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -279,6 +280,27 @@ class LLMAgent:
         self.media = media
         self._http: ShardedClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._outside: tuple[asyncio.AbstractEventLoop, asyncio.Condition, list[int]] | None \
+            = None
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        """Room for a call made outside the gate (the rollout's units, the evolver): it
+        waits here, before its deadline starts, until fewer such calls are in flight than
+        the endpoints' current limit (the gate admits its own calls through `admission`)."""
+        loop = asyncio.get_running_loop()
+        if self._outside is None or self._outside[0] is not loop:
+            self._outside = (loop, asyncio.Condition(), [0])
+        _, cond, n = self._outside
+        async with cond:
+            await cond.wait_for(lambda: n[0] < self.pool.limit())
+            n[0] += 1
+        try:
+            yield
+        finally:
+            async with cond:
+                n[0] -= 1
+                cond.notify_all()
 
     @property
     def admission(self) -> EndpointPool | None:

@@ -94,7 +94,7 @@ class Rollout:
         batch = self.batch(task_type, epoch, step)
 
         async def one(rank: int, unit: str) -> Any:
-            async with slots:
+            async with slots, self.agent.slot():  # the endpoints' adaptive limit, too
                 return await self.agent.infer(UnitTask(task_type, unit, "base", rank, run_id,
                                                        skill, content_hash(skill)))
 

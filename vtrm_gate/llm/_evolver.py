@@ -131,8 +131,9 @@ class LLMEvolver:
             return why
 
         async def call() -> dict[str, Any]:
-            return await self.agent.chat(body, run_id=run_id, unit_id=task_type,
-                                         step="evolve")
+            async with self.agent.slot():  # every type evolves at once: wait for room here
+                return await self.agent.chat(body, run_id=run_id, unit_id=task_type,
+                                             step="evolve")
 
         try:
             if self.agent.cache is None:
