@@ -189,3 +189,23 @@ def test_rollout_and_evolver_calls_wait_for_room_before_their_deadline_starts(
         cases, evolved = asyncio.run(go())
     assert all(isinstance(c, list) for c in cases.values())  # no rollout_error
     assert len(evolved) == 2 and server.peak_waiting <= 4
+
+
+def test_attempt_timeouts_follow_the_observed_latency_and_the_reply_budget() -> None:
+    import httpx
+
+    from vtrm_gate.llm import Endpoint, EndpointPool, Exchange
+
+    url = "http://127.0.0.1:9/v1"
+    pool = EndpointPool([Endpoint(url, 4)])
+    assert pool.attempt_timeout(url, "think", 60.0, 2048) == 60.0  # nothing seen: the floor
+    state = pool._states[0]
+    for _ in range(10):  # think replies of 32 tokens in 2 s: 1 s per prefill-equivalent
+        state.in_flight += 1
+        pool._settle(state, Exchange(httpx.Response(200), url, 2.0, "ok", 32), "think", 1, 0.0)
+        state.in_flight -= 1
+    assert pool.attempt_timeout(url, "think", 1.0) == pytest.approx(6.0)  # 3 x p95
+    assert pool.attempt_timeout(url, "think", 60.0) == 60.0  # never below the floor
+    # an evolver reply of up to 2048 tokens: 2 x 1 s x (1 + 2048 / 32)
+    assert pool.attempt_timeout(url, "evolve", 60.0, 2048) == pytest.approx(130.0)
+    assert pool.attempt_timeout(url, "evolve", 60.0) == 60.0

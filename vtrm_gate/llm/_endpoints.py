@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EndpointsError
-from ._limit import GradientLimit, LimitParams
+from ._limit import PREFILL_TOKENS, GradientLimit, LimitParams
 
 DEFAULT_CAP = 32
 MIN_SAMPLES_FOR_TIMEOUT = 10
@@ -171,6 +171,7 @@ class _State:
     times_down: int = 0
     latencies: deque[float] = field(default_factory=lambda: deque(maxlen=100_000))
     by_kind: dict[str, deque[float]] = field(default_factory=dict)
+    per_token: deque[float] = field(default_factory=lambda: deque(maxlen=200))
 
     @property
     def cap(self) -> int:
@@ -294,16 +295,26 @@ class EndpointPool:
             s.probing = False  # a probe that ended without a verdict: the next one may go
         self._wake()
 
-    def attempt_timeout(self, url: str, kind: str, floor: float) -> float:
+    def attempt_timeout(self, url: str, kind: str, floor: float,
+                        max_tokens: int | None = None) -> float:
         """An attempt's timeout on ``url`` for a request of ``kind``: ``floor``, or more when
-        the endpoint is slower than that (`TIMEOUT_MULTIPLE` x its recent p95 latency of the
-        kind, once `MIN_SAMPLES_FOR_TIMEOUT` answers are in), so a slow server is waited for
-        instead of being asked again and again."""
+        the endpoint is slower than that, once `MIN_SAMPLES_FOR_TIMEOUT` answers are in:
+        `TIMEOUT_MULTIPLE` x its recent p95 latency of the kind, and for a reply of up to
+        ``max_tokens`` tokens 2 x its p95 latency per token (prefill counted as
+        `PREFILL_TOKENS`) x that budget. So a slow server is waited for instead of being
+        asked again and again, and a long reply (the evolver's) is given its time."""
         s = next((st for st in self._states if st.endpoint.url == url), None)
-        seen = sorted(s.by_kind.get(kind, ())) if s is not None else []
-        if len(seen) < MIN_SAMPLES_FOR_TIMEOUT:
+        if s is None:
             return floor
-        return max(floor, TIMEOUT_MULTIPLE * (_percentile(seen, 0.95) or 0.0))
+        out = floor
+        seen = sorted(s.by_kind.get(kind, ()))
+        if len(seen) >= MIN_SAMPLES_FOR_TIMEOUT:
+            out = max(out, TIMEOUT_MULTIPLE * (_percentile(seen, 0.95) or 0.0))
+        per_token = sorted(s.per_token)
+        if max_tokens and len(per_token) >= MIN_SAMPLES_FOR_TIMEOUT:
+            p95 = _percentile(per_token, 0.95) or 0.0
+            out = max(out, 2.0 * p95 * (1.0 + max_tokens / PREFILL_TOKENS))
+        return out
 
     def _settle(self, s: _State, ex: Exchange, kind: str, sent_in_flight: int,
                 sent_at: float) -> None:
@@ -317,6 +328,7 @@ class EndpointPool:
             s.limiter.on_overload(sent_at)
         elif ex.outcome == "ok" and status < 400:
             s.by_kind.setdefault(kind, deque(maxlen=200)).append(ex.latency_s)
+            s.per_token.append(ex.latency_s / (1.0 + ex.tokens / PREFILL_TOKENS))
             if s.limiter is not None:
                 before = s.limiter.limit
                 s.limiter.on_answer(kind, ex.latency_s, ex.tokens, sent_in_flight,
@@ -344,7 +356,9 @@ class EndpointPool:
         probe = not s.up  # a call on a down endpoint is its probe
         sent_in_flight, t0 = s.in_flight, self._clock()
         if timeout is not None:
-            t = self.attempt_timeout(s.endpoint.url, kind, timeout)
+            budget = (kwargs.get("json") or {}).get("max_tokens")
+            t = self.attempt_timeout(s.endpoint.url, kind, timeout,
+                                     budget if isinstance(budget, int) else None)
             if deadline is not None:  # end just before the call's deadline cancels it
                 t = max(0.001, min(t, (deadline - t0) * 0.95 - 0.02))
             kwargs["timeout"] = httpx.Timeout(t)
