@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import json
 import random
 from typing import Any
 
@@ -209,3 +210,38 @@ def test_attempt_timeouts_follow_the_observed_latency_and_the_reply_budget() -> 
     # an evolver reply of up to 2048 tokens: 2 x 1 s x (1 + 2048 / 32)
     assert pool.attempt_timeout(url, "evolve", 60.0, 2048) == pytest.approx(130.0)
     assert pool.attempt_timeout(url, "evolve", 60.0) == 60.0
+
+
+def test_a_default_step_on_a_slow_single_slot_server_completes_and_its_rerun_asks_nothing(
+        tmp_path: Any, redis_target: Any) -> None:
+    """The issue's storm, scaled down: 32 slots queue ~32 x 0.15 s = 4.8 s at a one-slot
+    server, past a 3 s attempt timeout; the adaptive limit keeps the queue short."""
+    from tests.llm.test_backends import cli, evolve_reply, write_units
+    from vtrm_gate._ids import canonical_json
+
+    with SingleSlotChatServer(service_s=0.15, evolve_reply=evolve_reply) as server:
+        units = write_units(tmp_path / "units.jsonl")
+        assert cli("init", "ws", "--llm", "--units", str(units), "--base-url", server.url,
+                   "--model", "m", cwd=tmp_path).returncode == 0
+        env = {"REDIS_URL": redis_target.url, "VTRM_CACHE_PREFIX": redis_target.prefix}
+        step = ("step", "--workspace", "ws", "--epoch", "1", "--step", "1", "--timeout", "3",
+                "--json")
+        first = cli(*step, cwd=tmp_path, env=env)
+        assert first.returncode == 0, first.stderr[-1500:]
+        n = len(server.requests)
+        again = cli(*step, cwd=tmp_path, env=env)
+        assert again.returncode == 0, again.stderr[-1500:]
+    out = json.loads(first.stdout)
+    [ep] = out["llm_cache"]["endpoints"]
+    assert ep["transport_failures"] == 0 and ep["errors"] == 0  # no timeout, no retry
+    assert server.peak_waiting <= 4 and out["peak_in_flight"] <= 5
+    assert {t["task_type"]: t["action"] for t in out["types"]}["Action Reasoning"] == "ACCEPT"
+    done = {canonical_json(b) for b in server.requests[:n]}
+    assert not done & {canonical_json(b) for b in server.requests[n:]}
+    assert decisions(json.loads(again.stdout)) == decisions(out)
+
+
+def decisions(out: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
+    """What a step decided per type (its counters of calls differ on a re-run)."""
+    return {t["task_type"]: (t["status"], t["action"], t["W"], t["L"], t["n_used"],
+                             t["stop_rank"], t["version"]) for t in out["types"]}

@@ -33,7 +33,8 @@ TABLE: list[tuple[str, str | None]] = [
     ("The correct answer is A. Paris (C) is indeed the capital of France, and Cairo (B) is "
      "not a valid option for this question.", "A"),
     ("Looking at option A, it shows a cat; option B shows a dog. The answer is B.", "B"),
-    ("Option B", "B"), ("Option (C) is correct.", "C"),
+    ("Option B", "B"), ("Option (C) is correct.", "C"), ("A is the correct answer.", "A"),
+    ("**D) is correct**", "D"), ("(b) is the right one", "B"),
     # JSON and tool-call arguments
     ('{"answer": "B"}', "B"), ('{"letter": "D"}', "D"), ('```json\n{"answer": "(a)"}\n```', "A"),
     ('{"choice": "C", "reason": "a bird flies"}', "C"),

@@ -30,6 +30,8 @@ _STATEMENTS = (
     re.compile(r"(?i)\bI\s+think\s+(?:it\s+is|it's|the\s+answer\s+is)\s+" + _L),
     re.compile(r"(?i)\b(?:option|choice)\s+" + _L + r"\s*\**\s*(?:is\s+(?:correct|right|"
                r"the\s+(?:answer|correct\s+one|best)))"),
+    re.compile(r"(?i)(?:^|[\s>])" + _L + r"[\*\)\]]*\s+is\s+(?:the\s+)?(?:correct|right|"
+               r"best)\b"),
 )
 _MENTIONS = (re.compile(r"(?i)\b(?:option|choice)\s*:?\s*" + _L),)
 _JOINED = re.compile(r"\s*[\*\)\]]*\s*(?:,|/|&|\band\b|\bor\b)\s*(?:option\s+)?[\*\(\[]*"

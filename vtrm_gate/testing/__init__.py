@@ -10,6 +10,9 @@ from .chat import chat_server as chat_server
 from .cluster import ClusterTarget as ClusterTarget
 from .cluster import redis_cluster as redis_cluster
 from .cluster import redis_cluster_session as redis_cluster_session
+from .llama import LlamaServer as LlamaServer
+from .llama import RecordingProxy as RecordingProxy
+from .llama import llama_server as llama_server
 from .outcomes import OutcomeTable as OutcomeTable
 from .outcomes import outcome_table as outcome_table
 from .redis import RedisTarget, fresh_redis_server, redis_server, redis_target, redis_url  # noqa: F401
