@@ -77,22 +77,22 @@ class SlowChatServer(ChatServer):
         self.thread.start()
 
 
-class SingleSlotChatServer(SlowChatServer):
-    """Serves one request at a time, each taking ``service_s`` (plus ``per_word_s`` per word
-    of the reply), the rest queued in arrival order: a llama.cpp server with one slot.
-    ``peak_waiting`` is the longest its queue grew."""
+class SlottedChatServer(SlowChatServer):
+    """Serves ``slots`` requests at a time, each taking ``service_s`` (plus ``per_word_s``
+    per word of the reply), the rest queued in arrival order: a model server with that many
+    slots. ``peak_waiting`` is the longest its queue grew."""
 
-    def __init__(self, service_s: float = 0.05, per_word_s: float = 0.0,
+    def __init__(self, service_s: float = 0.05, per_word_s: float = 0.0, slots: int = 1,
                  **kwargs: Any) -> None:
         super().__init__(0.0, **kwargs)
-        self.service_s, self.per_word_s = service_s, per_word_s
-        self._slot = threading.Lock()
+        self.service_s, self.per_word_s, self.slots = service_s, per_word_s, slots
+        self._slot = threading.Semaphore(slots)
         self.inside = self.peak_waiting = 0
 
     def handle(self, h: BaseHTTPRequestHandler) -> None:
         with self._gauge:
-            self.inside += 1  # being served or waiting for the slot
-            self.peak_waiting = max(self.peak_waiting, self.inside - 1)
+            self.inside += 1  # being served or waiting for a slot
+            self.peak_waiting = max(self.peak_waiting, self.inside - self.slots)
         try:
             with self._slot:
                 time.sleep(self.service_s)
@@ -106,3 +106,11 @@ class SingleSlotChatServer(SlowChatServer):
         if self.per_word_s:
             time.sleep(self.per_word_s * len(text.split()))
         return super().completion(body, text, finish)
+
+
+class SingleSlotChatServer(SlottedChatServer):
+    """One request at a time, the others queued: llama.cpp's server (see `SlottedChatServer`)."""
+
+    def __init__(self, service_s: float = 0.05, per_word_s: float = 0.0,
+                 **kwargs: Any) -> None:
+        super().__init__(service_s, per_word_s, slots=1, **kwargs)
