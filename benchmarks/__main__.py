@@ -1,6 +1,6 @@
 """`make bench`: every benchmark, one after another, tables on stdout.
 
-``python -m benchmarks [--quick] [core makespan cache oc training throughput integrity forecast]``
+``python -m benchmarks [--quick] [NAME ...]``: NAME one of `ALL` (default: all of them)
 """
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ from __future__ import annotations
 import importlib
 import sys
 
-ALL = ("core", "makespan", "cache", "oc", "training", "throughput", "integrity", "forecast")
+ALL = ("core", "makespan", "cache", "oc", "training", "throughput", "integrity", "forecast",
+       "adaptive")
 
 
 def main(argv: list[str]) -> int:

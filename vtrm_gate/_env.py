@@ -77,13 +77,24 @@ _CREDENTIAL_FIELD = re.compile(
 _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{6,}")
 
 
+SHORT_SECRET = 8
+"""The one length rule for secrets: a secret the caller names (the API key) shorter than this
+(``x``, ``local``: keys of local servers) is scrubbed only as a whole token, since as a
+substring it would mangle ordinary words ("ma***imum"); an environment value that merely has
+a credential-like name (`secret_values`) is not scrubbed at all below it."""
+
+
 def scrub_credentials(text: str, secrets: Iterable[str | None] = ()) -> str:
     """``text`` with every ``secrets`` value (raw or percent-encoded), every credential
     header's value (Authorization, api-key, x-api-key) and every Bearer/Basic token replaced
-    by ``***``: apply to any error text before it is logged, stored or raised."""
+    by ``***``: apply to any error text before it is logged, stored or raised. A secret
+    shorter than `SHORT_SECRET` characters is replaced where it stands alone as a token."""
     literals = {x for s in secrets if s for x in (s, quote(s, safe=""))}
     for lit in sorted(literals, key=len, reverse=True):
-        text = text.replace(lit, "***")
+        if len(lit) >= SHORT_SECRET:
+            text = text.replace(lit, "***")
+        else:
+            text = re.sub(rf"(?<![\w.~+/=-]){re.escape(lit)}(?![\w~+/=-]|\.\w)", "***", text)
     text = _CREDENTIAL_FIELD.sub(
         lambda m: f"{m[1]}{m[2]}{m[3] + ' ' if m[3] else ''}***", text)
     return _BEARER.sub(lambda m: f"{m[1]} ***", text)
@@ -96,9 +107,6 @@ _CREDENTIAL_SEGMENTS = frozenset({
     "authorization", "bearer", "credential", "credentials", "cookie"})
 _NOT_A_CREDENTIAL = frozenset({"pwd", "oldpwd"})  # the shell's working directories
 _PATH_SUFFIXES = ("_sock", "_path", "_file", "_dir", "_home")
-SECRET_MIN_LENGTH = 8
-"""Environment values shorter than this are not scrubbed from texts (a 3-letter value would
-blank out every word that contains it); the planted secrets of the hostile tests are >= 8."""
 
 
 def credential_name(name: object) -> bool:
@@ -129,7 +137,7 @@ def credential_keys(obj: object, path: str = "") -> list[str]:
 def secret_values(env: Mapping[str, str]) -> list[str]:
     """The values of ``env`` that are secrets, longest first: every variable whose name
     looks like a credential (`credential_name`; not a socket, path or directory) and the
-    password of every URL in it, each at least `SECRET_MIN_LENGTH` characters."""
+    password of every URL in it, each at least `SHORT_SECRET` characters."""
     found: set[str] = set()
     for k, v in env.items():
         if not isinstance(v, str) or not v:
@@ -138,7 +146,7 @@ def secret_values(env: Mapping[str, str]) -> list[str]:
             found.add(v)
         if "://" in v:
             found.update(_url_secrets(v))
-    return sorted((s for s in found if len(s) >= SECRET_MIN_LENGTH), key=len, reverse=True)
+    return sorted((s for s in found if len(s) >= SHORT_SECRET), key=len, reverse=True)
 
 
 def check_redis_url(url: str) -> str:

@@ -5,8 +5,9 @@
     VtrmError                               base of them all; ``exit_code`` for the CLI
     ├── InputError (ValueError)             bad input, nothing written: exit 2
     │   ├── ConfigError                     a config key or value (file, environment, flag)
-    │   │   └── BackendError                a bring-your-own backend factory is unusable
-    │   │       └── InvalidResultError      ``infer`` returned an invalid result (TypeError)
+    │   │   ├── BackendError                a bring-your-own backend factory is unusable
+    │   │   │   └── InvalidResultError      ``infer`` returned an invalid result (TypeError)
+    │   │   └── RedisAccessError            Redis answered and refused (password, ACL, db)
     │   ├── WorkspaceError                  a workspace file is missing or malformed
     │   │   └── WorkspaceLockedError        another process holds the writer lock
     │   ├── StepRefusedError                the step may not run as asked (``changes``)
@@ -20,6 +21,7 @@
     │   ├── InfraGuardError                 the INFRA guard aborted the gate (``partial``)
     │   ├── StepUnmeasuredError             nothing in the step could be measured
     │   ├── LLMInfraError                   a chat call failed for good
+    │   │   ├── ContextOverflowError        the conversation does not fit the context
     │   │   └── MediaError                  a frame cannot be sent (missing, outside the
     │   │       │                           units directory, over a cap, not an image)
     │   │       └── MediaChangedError       a frame's bytes changed since its reference
@@ -68,6 +70,11 @@ class InvalidResultError(BackendError, TypeError):
     ``tokens`` not a non-negative integer...): a programming error of the backend, so it
     fails the gate at once (it is a TypeError) and never hides as INFRA; the message names
     unit, arm, field and value."""
+
+
+class RedisAccessError(ConfigError):
+    """Redis answered but refused the response cache (a wrong password, an ACL without the
+    rights it needs, a database number out of range): a setting to fix, not an outage."""
 
 
 class WorkspaceError(InputError):
@@ -157,6 +164,11 @@ class StepUnmeasuredError(InfraError):
 
 class LLMInfraError(InfraError):
     """A chat call failed for good (retries exhausted, or a non-retryable status)."""
+
+
+class ContextOverflowError(LLMInfraError):
+    """The server refused the conversation as longer than the model's context: the agent
+    grades that arm's answer wrong (its own conversation caused it) instead of INFRA."""
 
 
 class EvolveError(InfraError):

@@ -11,8 +11,11 @@ here is refused). Unknown keys are refused naming the valid ones; the removed ke
 ``gate_block`` is refused saying why.
 
 Decision fields (``gate``, ``guard``) go into a step manifest's diffed inputs; execution
-fields (concurrency, dispatch, cancel policy, clock, cache) are recorded beside them and never
-block a re-run (`RunOptions.decision_inputs`, `RunOptions.execution`).
+fields (concurrency, dispatch, cancel policy, clock, cache, an LLM call's adaptive
+concurrency, timeout, deadline and retries) are recorded beside them and never block a
+re-run (`RunOptions.decision_inputs`, `RunOptions.execution`). The LLM steps' ``max_tokens``
+change answers: the llm backend puts them into the agent config, which keys the caches and
+is part of the manifest's inputs.
 """
 
 from __future__ import annotations
@@ -51,9 +54,20 @@ ENV_KEYS = {
     "VTRM_CACHE_SHARE": "cache_share",
     "VTRM_DISPATCH": "dispatch",
     "VTRM_CANCEL_AFTER_FREEZE": "cancel_after_freeze",
+    "VTRM_ADAPTIVE": "adaptive",
+    "VTRM_TIMEOUT": "timeout",
+    "VTRM_DEADLINE": "deadline",
+    "VTRM_MAX_RETRIES": "max_retries",
+    "VTRM_MAX_TOKENS_THINK": "max_tokens_think",
+    "VTRM_MAX_TOKENS_ANSWER": "max_tokens_answer",
+    "VTRM_MAX_TOKENS_EVOLVE": "max_tokens_evolve",
 }
+MAX_TOKENS_FIELDS = {"max_tokens_think": 512, "max_tokens_answer": 64,
+                     "max_tokens_evolve": 2048}
+"""Each agent step's reply budget and its default (0: none sent, the server's default)."""
 CACHE_TABLE = {"share": "cache_share"}  # keys of the ``[cache]`` table
-EXECUTION_FIELDS = ("concurrency", "dispatch", "cancel_after_freeze", "time_scale")
+EXECUTION_FIELDS = ("concurrency", "dispatch", "cancel_after_freeze", "time_scale",
+                    "adaptive", "timeout", "deadline", "max_retries")
 FLAG_ONLY = ("time_scale", "backend")
 """Keys set by a command-line flag (or the Python API) only, never by a file."""
 """Recorded in a step's manifest beside its inputs; they never change a decision."""
@@ -112,6 +126,23 @@ class RunOptions:
     backend: str | None = None
     """Your own agent, a factory ``package.module:function`` (default: the workspace's
     ``agent.backend``; see `vtrm_gate.llm.AgentBackend`)."""
+    adaptive: bool = True
+    """LLM endpoints: each one's concurrency adapts to its latency (start low, grow while
+    latency holds, back off on timeouts / 429 / 503), within ``concurrency``."""
+    timeout: float = 60.0
+    """LLM calls: each attempt's timeout in seconds (longer when the endpoint is observed
+    slower; always ending before ``deadline``)."""
+    deadline: float = 180.0
+    """LLM calls: each call's deadline in seconds, every attempt and wait included."""
+    max_retries: int = 5
+    """LLM calls: retries after the first attempt (429, 5xx, timeouts, dropped bodies)."""
+    max_tokens_think: int | Unset = UNSET
+    """The think step's reply budget (`UNSET`: the workspace's ``agent.max_tokens``, else
+    512; 0: none sent). It changes answers, so it keys the caches (the agent config)."""
+    max_tokens_answer: int | Unset = UNSET
+    """The answer step's reply budget (`UNSET`: ``agent.max_tokens``, else 64; 0: none)."""
+    max_tokens_evolve: int | Unset = UNSET
+    """The evolver's reply budget (`UNSET`: 2048; 0: none sent)."""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     """Where each resolved value came from: ``flag --x``, ``env X``, ``file P``, ``default``."""
 
@@ -133,12 +164,44 @@ class RunOptions:
                                or not math.isfinite(ts) or ts < 0):
             raise ConfigError(f"time_scale must be a finite number >= 0, got {ts!r}")
         self._check_cache()
+        self._check_agent()
         if self.backend is not None and (not isinstance(self.backend, str)
                                          or self.backend.count(":") != 1):
             raise ConfigError(f"backend {self.backend!r}: expected 'package.module:function'")
         if self.probation_rule is not UNSET and self.probation_rule not in PROBATION_RULES:
             raise ConfigError(f"probation_rule must be one of {', '.join(PROBATION_RULES)}, "
                               f"got {self.probation_rule!r}")
+
+    def _check_agent(self) -> None:
+        if not isinstance(self.adaptive, bool):
+            raise ConfigError(f"adaptive must be on/off (true/false), got {self.adaptive!r}")
+        for name in ("timeout", "deadline"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) \
+                    or v <= 0:
+                raise ConfigError(f"{name} must be a number of seconds > 0, got {v!r}")
+        if not _whole(self.max_retries) or not 0 <= self.max_retries <= 100:
+            raise ConfigError(f"max_retries must be an integer from 0 to 100, "
+                              f"got {self.max_retries!r}")
+        for name in MAX_TOKENS_FIELDS:
+            v = getattr(self, name)
+            if v is not UNSET and (not _whole(v) or not 0 <= v <= 1_000_000):
+                raise ConfigError(f"{name} must be an integer from 0 (none sent) to "
+                                  f"1000000, got {v!r}")
+
+    def max_tokens(self, agent: Mapping[str, Any] | None = None) -> dict[str, int]:
+        """Each agent step's ``max_tokens`` (``think``, ``answer``, ``evolve``): the value
+        given, else the workspace agent's ``max_tokens`` (think and answer), else the
+        default; 0 means none is sent."""
+        legacy = (agent or {}).get("max_tokens")
+        out = {}
+        for name, default in MAX_TOKENS_FIELDS.items():
+            step = name.removeprefix("max_tokens_")
+            v = getattr(self, name)
+            if v is UNSET:
+                v = legacy if _whole(legacy) and step != "evolve" else default
+            out[step] = int(v)  # type: ignore[arg-type]
+        return out
 
     def _check_cache(self) -> None:
         if not _whole(self.redis_cache_ttl) or not 1 <= self.redis_cache_ttl <= MAX_TTL:
@@ -196,7 +259,9 @@ class RunOptions:
     def execution(self) -> dict[str, Any]:
         """The fields that never change a decision (recorded beside a manifest's inputs)."""
         return {"concurrency": self.slots, "dispatch": self.dispatch,
-                "cancel_after_freeze": self.cancel_after_freeze}
+                "cancel_after_freeze": self.cancel_after_freeze, "adaptive": self.adaptive,
+                "timeout": self.timeout, "deadline": self.deadline,
+                "max_retries": self.max_retries}
 
     def as_dict(self) -> dict[str, Any]:
         """Plain values (password masked) for manifests, reports and ``--json``."""
@@ -276,6 +341,15 @@ def _coerce_int(name: str, v: Any) -> int:
         raise ConfigError(f"{name} must be an integer, got {v!r}") from None
 
 
+def _coerce_float(name: str, v: Any) -> float:
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        return float(v)
+    try:
+        return float(str(v).strip())
+    except ValueError:
+        raise ConfigError(f"{name} must be a number of seconds, got {v!r}") from None
+
+
 def _read_file(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
@@ -327,10 +401,12 @@ def _named(source: str | None, exc: Exception) -> ConfigError:
 def _field(key: str, value: Any, source: str | None) -> Any:
     """One top-level value, coerced (strings from the environment) and validated alone."""
     try:
-        if key in ("concurrency", "redis_cache_ttl"):
+        if key in ("concurrency", "redis_cache_ttl", "max_retries", *MAX_TOKENS_FIELDS):
             value = _coerce_int(key, value)
-        elif key in ("cache_enabled", "cancel_after_freeze"):
+        elif key in ("cache_enabled", "cancel_after_freeze", "adaptive"):
             value = _coerce_bool(key, value)
+        elif key in ("timeout", "deadline"):
+            value = _coerce_float(key, value)
         RunOptions(**{key: value})
     except ConfigError as exc:
         raise _named(source, exc) from None

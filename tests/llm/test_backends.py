@@ -214,7 +214,7 @@ def test_default_cache_is_the_embedded_redis_inside_the_workspace(tmp_path: Path
     backend = llm_backend(ws, env={})
     assert isinstance(backend, LLMBackend)
     assert backend.cache.url is None and backend.cache.workspace == ws.root  # not started yet
-    assert backend.cache_stats == backend.cache.stats and backend.infer == backend.agent.infer
+    assert backend.cache_stats == backend.cache.stats and backend.infer is backend.agent
     with pytest.raises(WorkspaceError, match="not an llm workspace"):
         llm_backend(init_simulated(tmp_path / "sim"))
 

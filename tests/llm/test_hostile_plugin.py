@@ -106,7 +106,10 @@ def step(ws: Path, mode: str, monkeypatch: pytest.MonkeyPatch,
     code = cli.main(["step", "--workspace", str(ws), "--epoch", "1", "--step", "1",
                      "--concurrency", "4", "--json"])
     out = capsys.readouterr()
-    return code, out.out, out.err.strip().splitlines()
+    errors = out.err.strip().splitlines()  # under --json the error is a JSON line on stdout
+    if code:
+        errors.append(json.loads(out.out.strip().splitlines()[-1])["error"])
+    return code, out.out, errors
 
 
 def leaks(root: Path, *texts: str) -> list[str]:

@@ -565,6 +565,23 @@ def test_scrub_credentials_removes_header_values_and_the_key(text: str) -> None:
     assert SECRET not in out and SECRET[::-1] not in out and "***" in out
 
 
+@pytest.mark.parametrize("key", ["x", "sk", "local", "1234567"])
+def test_a_short_key_is_scrubbed_as_a_whole_token_only(key: str) -> None:
+    text = (f"This model's maximum context length is 2048 tokens; sk-x1 local-model 1234567890. "
+            f"Authorization: Bearer {key}; the key was {key}.")
+    out = scrub_credentials(text, [key])
+    assert "maximum context length" in out and "sk-x1 local-model 1234567890" in out
+    assert out.endswith("Authorization: Bearer ***; the key was ***.")
+
+
+def test_a_short_key_leaves_the_error_text_readable(chat_server: ChatServer) -> None:
+    chat_server.inject(Fault(status=401, message="invalid key x: expected the maximum "
+                                                 "prefix 'sk-' (check the proxy)"))
+    [res] = infer(agent(chat_server, api_key="x", think=False), task())
+    assert res.infra and "expected the maximum prefix 'sk-'" in (res.error or "")
+    assert "invalid key ***:" in (res.error or "")  # the key itself, a whole token, is hidden
+
+
 def test_a_trickled_body_hits_the_call_deadline_and_the_connection_is_closed(
         chat_server: ChatServer) -> None:
     # 1 byte/s: every read gets a byte within the 5 s read timeout, only the deadline ends it

@@ -49,9 +49,10 @@ def test_gate_block_is_refused_saying_why(tmp_path):
 def test_unknown_keys_are_refused_naming_the_valid_ones(tmp_path):
     f = tmp_path / "gate.toml"
     f.write_text("concurency = 8\n")
-    with pytest.raises(ConfigError, match=r"'concurency'.*valid keys: cache, cache_enabled, "
-                                          r"cache_prefix, cache_share, cancel_after_freeze, "
-                                          r"concurrency, dispatch"):
+    with pytest.raises(ConfigError, match=r"'concurency'.*valid keys: adaptive, cache, "
+                                          r"cache_enabled, cache_prefix, cache_share, "
+                                          r"cancel_after_freeze, concurrency, deadline, "
+                                          r"dispatch"):
         resolve_options(config=f, env={}, dotenv=None)
     f.write_text("[gate]\ne_confrim = 3\n")
     with pytest.raises(ConfigError, match=r"gate\.e_confrim.*e_confirm"):

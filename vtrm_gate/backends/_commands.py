@@ -21,6 +21,7 @@ from ..harness import (
     TrainEvent,
     TrainResult,
     Workspace,
+    check_agent_unchanged,
     run_step,
     settle_probation,
     train,
@@ -77,6 +78,7 @@ async def step_workspace(workspace: Workspace | str | Path, epoch: int, step: in
         async with open_backend(ws, options, on_agent_event=on_agent_event) as be:
             with workspace_lock(ws.root, command or f"step e{epoch} s{step}"):
                 ws.reload_state()
+                check_agent_unchanged(ws, epoch, step, force)  # before the rollout's calls
                 res = await run_step(ws, epoch, step, infer=be.infer, evolver=be.evolver,
                                      cases=await be.step_cases(epoch, step),
                                      cache_stats=be.cache_stats, options=be.options,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._env import api_key, environment
-from ..cache import ResponseCache
+from ..cache import ResponseCache, check_redis_access
 from ..errors import EndpointUnreachableError, WorkspaceError
 from ..gate import Infer
 from ..harness import CaseSource, Evolver, Workspace
@@ -129,6 +129,7 @@ async def _llm(ws: Workspace, options: RunOptions, env: Mapping[str, str],
             down.append(str(exc))
     if len(down) == len(endpoints):
         raise EndpointUnreachableError("; ".join(down))
+    await _check_cache(options)
     if len(endpoints) > 1:  # the sum of the caps, unless asked for fewer
         requested = None if options.concurrency is UNSET else options.slots
         options = options.replace("endpoint caps", concurrency=gate_concurrency(requested,
@@ -149,8 +150,18 @@ async def _llm(ws: Workspace, options: RunOptions, env: Mapping[str, str],
                    cache_stats=lb.cache_stats, report=report), lb.aclose
 
 
+async def _check_cache(options: RunOptions) -> None:
+    """Refuse (exit 2) a Redis that answers but refuses the cache, before any call; one that
+    cannot be reached fails open (the cache warns once and calls go uncached)."""
+    if options.redis_url is None or not options.cache_enabled:
+        return
+    await check_redis_access(options.redis_url, options.cache_prefix,
+                             where=options.sources.get("redis_url", "redis_url"))
+
+
 async def _factory(ws: Workspace, spec: str, options: RunOptions, env: Mapping[str, str]
                    ) -> tuple[Backend, Callable[[], Awaitable[None]]]:
+    await _check_cache(options)
     cache = ResponseCache.from_options(options, workspace=ws.root,
                                        workspace_id=ws.workspace_id)
     try:

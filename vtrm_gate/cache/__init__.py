@@ -24,6 +24,7 @@ from .._env import scrub as scrub
 from .._env import scrub_credentials as scrub_credentials
 from ._cluster import by_slot as by_slot
 from ._cluster import is_cluster_url as is_cluster_url
+from ._connect import check_redis_access as check_redis_access
 from ._connect import connect as connect
 from ._embedded import EmbeddedRedis as EmbeddedRedis
 from ._embedded import RedisServer as RedisServer

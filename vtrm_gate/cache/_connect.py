@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import uuid
+
 import redis.asyncio as aredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import AuthenticationError, RedisError, ResponseError
 
 from .._env import (
     check_redis_url,
+    mask_url,
+    scrub,
 )
+from ..errors import RedisAccessError
 from . import _cluster as cluster
 
 # ---- connection -----------------------------------------------------------------------
@@ -35,3 +41,51 @@ def connect(url: str, *, socket_timeout: float = 0.5, retries: int = 1) -> aredi
 
 
 
+
+
+def _refusal(exc: BaseException) -> BaseException | None:
+    """The server's own refusal inside ``exc`` (redis-py wraps an AUTH or SELECT failure
+    during the handshake in a ConnectionError), or None for a socket-level failure."""
+    seen: BaseException | None = exc
+    for _ in range(5):
+        if seen is None:
+            return None
+        if isinstance(seen, AuthenticationError | ResponseError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+_HINTS = (("password", "check the password (and user) in the URL"),
+          ("authenticat", "the server needs a password: put it in the URL"),
+          ("permission", "the ACL user needs GET and SET on the cache's keys"),
+          ("db index", "the database number in the URL is out of range"))
+
+
+async def check_redis_access(url: str, prefix: str, *, socket_timeout: float = 2.0,
+                             where: str = "REDIS_URL") -> str | None:
+    """Before a run: can the response cache at ``url`` read and write its keys?
+
+    Raises `RedisAccessError` (password masked, the fix named) when Redis answers and
+    refuses: a wrong or missing password, an ACL user without GET/SET, a database number
+    out of range. Returns None when it works, or the reason when Redis cannot be reached
+    at all (the cache then fails open: calls go uncached with a warning). It writes one
+    probe key under ``prefix`` that expires within a minute.
+    """
+    client = connect(url, socket_timeout=socket_timeout)
+    key = f"{prefix}:access-check:{uuid.uuid4().hex}"
+    try:
+        await client.set(key, b"1", ex=60)
+        await client.get(key)
+    except (RedisError, OSError, TimeoutError) as exc:
+        refused = _refusal(exc)
+        text = scrub(f"{type(exc).__name__}: {exc}", url)
+        if refused is None:
+            return text
+        reason = scrub(str(refused), url)
+        hint = next((h for k, h in _HINTS if k in reason.lower()), "check the URL")
+        raise RedisAccessError(f"Redis at {mask_url(url)} ({where}) refused the response "
+                               f"cache: {reason}; {hint}") from None
+    finally:
+        await client.aclose()
+    return None

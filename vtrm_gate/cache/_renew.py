@@ -10,6 +10,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 import redis.asyncio as aredis
+from redis.exceptions import NoPermissionError
 
 from . import _cluster as cluster
 from ._keys import DEFAULT_PREFIX
@@ -105,12 +106,15 @@ async def renew_ttl(client: aredis.Redis, ttl: int, pattern: str = f"{DEFAULT_PR
     ``batch`` as the COUNT hint, then one round trip per batch: a Lua script (``lua``,
     default), a TTL pipeline then an EXPIRE pipeline (``pipeline``), or ``EXPIRE key ttl
     GT`` pipelined (``gt``, Redis >= 7). ``naive`` is the seed note's per-key loop, kept
-    for the benchmark. Never KEYS. A key SCAN returns twice (rehashing) is counted twice.
+    for the benchmark. ``auto`` is ``lua``, or ``pipeline`` for a user whose ACL forbids
+    scripts (and for a dry run, which reads TTLs only). Never KEYS. A key SCAN returns
+    twice (rehashing) is counted twice.
     """
     if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl <= 0:
         raise ValueError(f"ttl must be an integer number of seconds > 0, got {ttl!r}")
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ValueError(f"batch must be an integer >= 1, got {batch!r}")
+    auto = method == "auto"
     method = await _resolve_method(client, method, dry_run)
     t0 = time.perf_counter()
     scanned = extended = 0
@@ -124,7 +128,14 @@ async def renew_ttl(client: aredis.Redis, ttl: int, pattern: str = f"{DEFAULT_PR
         script = client.register_script(_RENEW_LUA) if method == "lua" else None
         async for keys in _scan_batches(client, pattern, batch):
             scanned += len(keys)
-            extended += await _renew_batch(client, script, method, keys, ttl, dry_run)
+            try:
+                extended += await _renew_batch(client, script, method, keys, ttl, dry_run)
+            except NoPermissionError:
+                if not (auto and script is not None):
+                    raise
+                # an ACL user without scripting rights: the pipelines do the same work
+                method, script = "pipeline", None
+                extended += await _renew_batch(client, script, method, keys, ttl, dry_run)
             if progress is not None:
                 progress(RenewProgress(scanned, extended, time.perf_counter() - t0))
     return RenewReport(scanned, extended, scanned - extended, ttl, pattern, dry_run, method,

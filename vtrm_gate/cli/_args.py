@@ -12,7 +12,9 @@ from typing import Any
 from ..errors import CliError
 
 INT_MAX = 2**63 - 1  # SQLite's INTEGER: epochs, steps and seeds are stored as one
-RUN_FLAGS = ("concurrency", "dispatch", "cancel_after_freeze", "time_scale", "backend")
+RUN_FLAGS = ("concurrency", "dispatch", "cancel_after_freeze", "time_scale", "backend",
+             "adaptive", "timeout", "deadline", "max_retries", "max_tokens_think",
+             "max_tokens_answer", "max_tokens_evolve")
 """Flags that set a `RunOptions` key of the same name (flag > environment > file)."""
 
 
@@ -50,10 +52,31 @@ def float_in(low: float, high: float, upper_open: bool) -> Callable[[str], float
     return parse
 
 
+def int_in(low: int, high: int) -> Callable[[str], int]:
+    """An argparse ``type`` accepting integers from ``low`` to ``high``."""
+
+    def parse(text: str) -> int:
+        v = int_at_least(low)(text)
+        if v > high:
+            raise argparse.ArgumentTypeError(f"expected an integer from {low} to {high}, "
+                                             f"got {text}")
+        return v
+
+    return parse
+
+
 positive_int = int_at_least(1)
 nonneg_int = int_at_least(0)
 nonneg_float = float_in(0.0, math.inf, upper_open=True)
 rate = float_in(0.0, 1.0, upper_open=True)
+
+
+def positive_float(text: str) -> float:
+    """An argparse ``type`` accepting finite numbers > 0."""
+    v = nonneg_float(text)
+    if v == 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text}")
+    return v
 
 
 def positive(name: str, text: str) -> int:
@@ -80,12 +103,32 @@ def add_run_flags(sp: argparse.ArgumentParser, *, backend: bool = True) -> None:
     sp.add_argument("--cancel-after-freeze", action=argparse.BooleanOptionalAction,
                     default=None, help="cancel a frozen type's in-flight calls "
                                        "(default: config, off)")
+    add_agent_flags(sp)
     if backend:
         sp.add_argument("--backend", help="your own agent: a factory 'package.module:function' "
                                           "returning a vtrm_gate.llm.AgentBackend (default: "
                                           "the workspace's agent.backend, else its kind's "
                                           "agent)")
     sp.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def add_agent_flags(sp: argparse.ArgumentParser) -> None:
+    """The flags of an LLM workspace's calls: concurrency policy, timeouts, retries, budgets."""
+    g = sp.add_argument_group("LLM calls (llm workspaces; default: config, env, then below)")
+    g.add_argument("--adaptive", action=argparse.BooleanOptionalAction, default=None,
+                   help="adapt each endpoint's concurrency to its latency, within "
+                        "--concurrency (default on)")
+    g.add_argument("--timeout", type=positive_float, default=None,
+                   help="each attempt's timeout in seconds, longer for an endpoint observed "
+                        "slower (default 60)")
+    g.add_argument("--deadline", type=positive_float, default=None,
+                   help="each call's deadline in seconds, retries included (default 180)")
+    g.add_argument("--max-retries", type=int_in(0, 100), default=None,
+                   help="retries after the first attempt (default 5)")
+    for step, default in (("think", 512), ("answer", 64), ("evolve", 2048)):
+        g.add_argument(f"--max-tokens-{step}", type=int_in(0, 1_000_000), default=None,
+                       help=f"the {step} step's reply budget; 0: none sent (default "
+                            f"{default}; it keys the caches)")
 
 
 def run_options(args: argparse.Namespace, **extra: Any) -> Any:

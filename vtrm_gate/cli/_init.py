@@ -12,6 +12,7 @@ from ._args import emit, nonneg_int, positive_int, rate
 
 LLM_ONLY = ("units", "base_url", "model", "skills", "seed_record", "backend", "endpoints",
             "max_frames", "max_side")
+SIMULATED_ONLY = ("infra_rate",)
 
 
 def register(sub: Any) -> None:
@@ -19,11 +20,12 @@ def register(sub: Any) -> None:
     i = sub.add_parser("init", help="create a simulated (or, with --llm, an LLM) workspace")
     i.add_argument("workspace", help="new directory for the workspace")
     i.add_argument("--seed", type=nonneg_int, default=0)
-    i.add_argument("--infra-rate", type=rate, default=0.003,
-                   help="simulated INFRA failure rate")
-    i.add_argument("--heldout-fraction", type=rate, default=0.2,
-                   help="simulated: share of each type's units held out for the epoch-end "
-                        "evaluation (never gated)")
+    i.add_argument("--infra-rate", type=rate, default=None,
+                   help="simulated workspaces only: the simulator's INFRA failure rate "
+                        "(default 0.003)")
+    i.add_argument("--heldout-fraction", type=rate, default=None,
+                   help="share of each type's units held out for the epoch-end evaluation "
+                        "(never gated; default 0.2, 0 with --llm)")
     i.add_argument("--probation-rule", default="e_continue",
                    choices=("w_net", "e_continue", "e_harm"),
                    help="how epoch-end probation decides (default e_continue: the "
@@ -66,9 +68,10 @@ def cmd_init(args: argparse.Namespace) -> int:
         raise CliError(f"{', '.join(given)} need --llm (an LLM workspace)")
     from ..sim import SimConfig, init_simulated
 
-    sim = SimConfig(seed=args.seed, infra_rate=args.infra_rate)
-    ws = init_simulated(root, sim, heldout_fraction=args.heldout_fraction,
-                        probation_rule=args.probation_rule)
+    sim = SimConfig(seed=args.seed, infra_rate=0.003 if args.infra_rate is None
+                    else args.infra_rate)
+    ws = init_simulated(root, sim, heldout_fraction=0.2 if args.heldout_fraction is None
+                        else args.heldout_fraction, probation_rule=args.probation_rule)
     ws.close()
     out = {"workspace": str(root), "types": len(sim.resolved_pool_sizes()), "seed": args.seed}
     emit(args, out, f"created simulated workspace {root} ({out['types']} types, "
@@ -79,6 +82,9 @@ def cmd_init(args: argparse.Namespace) -> int:
 def _init_llm(root: Path, args: argparse.Namespace) -> int:
     from ..llm import init_llm, load_factory
 
+    given = [f"--{n.replace('_', '-')}" for n in SIMULATED_ONLY if getattr(args, n) is not None]
+    if given:
+        raise CliError(f"{', '.join(given)} applies to simulated workspaces only, not --llm")
     needed = ("units",) if args.backend else (
         ("units", "model") if args.endpoints else ("units", "base_url", "model"))
     missing = [f"--{n.replace('_', '-')}" for n in needed if not getattr(args, n)]
@@ -90,7 +96,9 @@ def _init_llm(root: Path, args: argparse.Namespace) -> int:
              if v is not None}
     ws = init_llm(root, args.units, base_url=args.base_url, model=args.model, seed=args.seed,
                   skills_dir=args.skills, seed_record=args.seed_record, backend=args.backend,
-                  endpoints_file=args.endpoints, media=media)
+                  endpoints_file=args.endpoints, media=media,
+                  probation_rule=args.probation_rule,
+                  heldout_fraction=args.heldout_fraction or 0.0)
     agent = {"backend": args.backend} if args.backend else {"model": args.model}
     if args.backend and args.model:
         agent["model"] = args.model

@@ -97,6 +97,16 @@ def cmd_settle(args: argparse.Namespace) -> int:
     return 0
 
 
+def _time_unit(kind: str, total_s: float) -> tuple[str, float]:
+    """Simulated runs in simulated hours; a wall-clock run in hours, minutes or seconds,
+    whichever shows its total (a two-minute run is not "0.03 h")."""
+    if kind == "simulated":
+        return "simulated hours", 3600.0
+    if total_s >= 3600:
+        return "wall hours", 3600.0
+    return ("wall minutes", 60.0) if total_s >= 60 else ("wall seconds", 1.0)
+
+
 def summary_text(summary: Any, kind: str = "simulated") -> str:
     lines = []
     v3 = summary["v3_phases_s"]
@@ -104,18 +114,18 @@ def summary_text(summary: Any, kind: str = "simulated") -> str:
         lines.append(f"({summary['done_before']} steps/settlements/evaluations were done by "
                      f"an earlier run; times below cover this run only)")
     old = summary.get("old_phases_s")
-    hours = "simulated hours" if kind == "simulated" else "wall hours"
-    lines.append(f"time per phase ({hours})   " + ("old serial      v3" if old else "v3"))
-    for k, v in v3.items():
-        lines.append(f"  {k:<12}" + (f"{old[k] / 3600:>20.2f}" if old else "")
-                     + f"{v / 3600:>10.2f}")
     total = summary["v3_total_s"]
+    unit, per = _time_unit(kind, total)
+    lines.append(f"time per phase ({unit})   " + ("old serial      v3" if old else "v3"))
+    for k, v in v3.items():
+        lines.append(f"  {k:<12}" + (f"{old[k] / per:>20.2f}" if old else "")
+                     + f"{v / per:>10.2f}")
     if old:
         speed = summary["old_total_s"] / total if total else float("nan")
-        lines.append(f"  {'total':<12}{summary['old_total_s'] / 3600:>20.2f}"
-                     f"{total / 3600:>10.2f}   ({speed:.1f}x)")
+        lines.append(f"  {'total':<12}{summary['old_total_s'] / per:>20.2f}"
+                     f"{total / per:>10.2f}   ({speed:.1f}x)")
     else:
-        lines.append(f"  {'total':<12}{total / 3600:>10.2f}")
+        lines.append(f"  {'total':<12}{total / per:>10.2f}")
     q = summary.get("quality")
     if q:
         a, k, r = q["applied"], q["provisional_kept"], q["provisional_rolled_back"]

@@ -47,6 +47,7 @@ from ._ladder import build_ladder as build_ladder
 from ._ladder import check_unit_ids as check_unit_ids
 from ._ladder import ladder_units as ladder_units
 from ._ladder import shuffle_key as shuffle_key
+from ._plan import Admission as Admission
 from ._plan import BaselineStore as BaselineStore
 from ._plan import GuardParams as GuardParams
 from ._plan import Infer as Infer

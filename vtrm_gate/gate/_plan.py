@@ -176,6 +176,16 @@ class GuardParams:
 
 
 
+class Admission(Protocol):
+    """An adaptive limit on the calls in flight (an LLM endpoint pool's), consulted before
+    every dispatch: the gate starts a call only while fewer than ``min(concurrency,
+    limit())`` are in flight, so an unstarted call waits in the gate, where a freeze can
+    still drop it. ``run_gate(admission=...)``, or the ``infer`` callable's ``admission``
+    attribute."""
+
+    def limit(self) -> int: ...
+
+
 class BaselineStore(Protocol):
     """Base-arm cache: looked up before a slot is taken; written after a fresh non-INFRA run."""
 

@@ -40,6 +40,7 @@ from ._events import (
     _name,
 )
 from ._plan import (
+    Admission,
     BaselineStore,
     GuardParams,
     Infer,
@@ -122,8 +123,10 @@ class _Gate:
                  sink: ResultSink | None = None, subscribers: Iterable[Subscriber] = (),
                  rule: DecisionRule | None = None, guard: GuardParams,
                  dispatch: DispatchPolicy, cancel_after_freeze: bool = False,
-                 subscriber_timeout_s: float = 1.0):
+                 subscriber_timeout_s: float = 1.0, admission: Admission | None = None):
         self.infer, self.params, self.concurrency = infer, params, concurrency
+        self.admission = admission if admission is not None else getattr(
+            infer, "admission", None)
         self.dispatch, self.cancel_after_freeze = dispatch, cancel_after_freeze
         # in-flight calls cancelled because their type froze (cancel_after_freeze)
         self.freeze_cancelled: set[asyncio.Future[None]] = set()
@@ -189,7 +192,7 @@ class _Gate:
             while True:
                 # Everything that has arrived is consumed before a free slot is refilled.
                 await self._drain()
-                while not exhausted and self.n_in_flight < self.concurrency:
+                while not exhausted and self.n_in_flight < self._room():
                     job = next(jobs, None)
                     if job is None:
                         exhausted = True
@@ -214,6 +217,13 @@ class _Gate:
         self.bus.publish(GateFinished(self.now(), result))
         await _to_the_end(self.bus.close())
         return result
+
+    def _room(self) -> int:
+        """Calls that may be in flight now: the slot count, or less while the admission
+        (an adaptive limit) says so (at least 1, so the gate always makes progress)."""
+        if self.admission is None:
+            return self.concurrency
+        return max(1, min(self.concurrency, int(self.admission.limit())))
 
     async def abort_unstarted(self, reason: str) -> GateResult:
         """Cancelled before it ran: nothing started; announce the start and the abort."""
@@ -423,7 +433,8 @@ async def run_gate(plans: Sequence[TypePlan], infer: Infer, params: GateParams |
                    rule: DecisionRule | None = None, guard: GuardParams | None = None,
                    dispatch: DispatchName | DispatchPolicy = "round_robin",
                    cancel_after_freeze: bool = False,
-                   subscriber_timeout_s: float = 1.0) -> GateResult:
+                   subscriber_timeout_s: float = 1.0,
+                   admission: Admission | None = None) -> GateResult:
     """Run the continuous concurrent gate over ``plans`` and return every type's outcome.
 
     Decisions equal `replay_prefix` on the same outcomes whatever the completion order and
@@ -435,11 +446,13 @@ async def run_gate(plans: Sequence[TypePlan], infer: Infer, params: GateParams |
     two types with one slug) and `RuntimeError` if two types share one target skill file;
     a TypeError, AttributeError or NameError raised by ``infer`` fails the gate at once.
     Subscribers get at most ``subscriber_timeout_s`` after the gate ends to catch up.
+    ``admission`` (default: ``infer.admission`` if it has one) may hold fewer than
+    ``concurrency`` calls in flight (`Admission`: an LLM agent's adaptive limit).
     """
     gate = _new_gate(plans, infer, params, concurrency, baseline=baseline, sink=sink,
                      subscribers=subscribers, rule=rule, guard=guard, dispatch=dispatch,
                      cancel_after_freeze=cancel_after_freeze,
-                     subscriber_timeout_s=subscriber_timeout_s)
+                     subscriber_timeout_s=subscriber_timeout_s, admission=admission)
     return await gate.run()
 
 

@@ -32,6 +32,7 @@ from ._evaluate import EvalResult as EvalResult
 from ._evaluate import evaluate_epoch as evaluate_epoch
 from ._evaluate import evaluation_frame as evaluation_frame
 from ._evaluate import read_heldout as read_heldout
+from ._evaluate import split_heldout as split_heldout
 from ._files import atomic_write as atomic_write
 from ._files import read_json as read_json
 from ._files import read_text as read_text
@@ -43,6 +44,7 @@ from ._lock import workspace_lock as workspace_lock
 from ._log import TABLES as TABLES
 from ._log import GateSink as GateSink
 from ._log import HarnessLog as HarnessLog
+from ._manifest import check_agent_unchanged as check_agent_unchanged
 from ._manifest import read_manifest as read_manifest
 from ._manifest import recorded_manifests as recorded_manifests
 from ._replay import replay_step as replay_step

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,6 +19,7 @@ from ..gate import (
     TypePlan,
     UnitResult,
     UnitTask,
+    shuffle_key,
 )
 from ..options import RunOptions
 from ..stats import MeasureAll
@@ -35,6 +36,16 @@ HELDOUT_FILE = "heldout.json"
 
 
 # ---- held-out split ---------------------------------------------------------------------
+
+
+def split_heldout(units: Sequence[str], seed: int, fraction: float) -> list[str]:
+    """A seeded ``fraction`` of ``units`` (rounded down), in their order: a type's held-out
+    split (the same for a simulated and an llm workspace of one seed)."""
+    if not (isinstance(fraction, int | float) and 0 <= fraction < 1):
+        raise ValueError(f"heldout_fraction must be in [0, 1), got {fraction!r}")
+    k = int(fraction * len(units))
+    chosen = set(sorted(units, key=lambda u: shuffle_key(f"{seed}:heldout", u))[:k])
+    return [u for u in units if u in chosen]
 
 
 def read_heldout(ws: Workspace) -> dict[str, list[str]]:

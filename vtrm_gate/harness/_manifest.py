@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .._ids import (
+    canonical_json,
     content_hash,
 )
 from ..errors import (
@@ -125,6 +126,28 @@ def recorded_manifests(ws: Workspace) -> list[dict[str, Any]]:
         if m:
             found.append((int(m[1]), int(m[2])))
     return [read_manifest(ws, e, s) for e, s in sorted(found)]  # type: ignore[misc]
+
+
+def refusal(ws: Workspace, epoch: int, step: int, changes: list[str]) -> StepRefusedError:
+    """The refusal of a re-run whose inputs differ from the step's manifest."""
+    return StepRefusedError(
+        f"step e{epoch} s{step} was run before with a different manifest "
+        f"({ws.manifest_path(epoch, step).relative_to(ws.root)}); refusing to re-run it "
+        f"because:\n  - " + "\n  - ".join(changes)
+        + "\npass force=True to re-run it anyway (its log rows are replaced)", changes)
+
+
+def check_agent_unchanged(ws: Workspace, epoch: int, step: int, force: bool = False) -> None:
+    """Refuse, before any call, a re-run of a recorded step whose agent config changed (a
+    new model, budget or agent version: the step's calls would all be new); the full
+    comparison of inputs still happens in `run_step`."""
+    prior = None if force else read_manifest(ws, epoch, step)
+    if prior is None:
+        return
+    changes = diff_inputs(prior["inputs"].get("agent"),
+                          json.loads(canonical_json(dict(ws.config.agent))), "agent")
+    if changes:
+        raise refusal(ws, epoch, step, changes)
 
 
 def recorded_candidates(ws: Workspace, manifest: Mapping[str, Any]

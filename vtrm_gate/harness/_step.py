@@ -40,7 +40,7 @@ from ._apply import apply_decisions
 from ._files import atomic_write, join_notes, write_json
 from ._gating import abort_reason, partial_of, report_aborted, run_workspace_gate
 from ._log import GateSink
-from ._manifest import diff_inputs, read_manifest, recorded_candidates
+from ._manifest import diff_inputs, read_manifest, recorded_candidates, refusal
 from ._results import StepResult, TypeStep
 from ._state import TrainingState
 from ._workspace import DEFAULT_STRATEGY, Workspace, media_note
@@ -215,11 +215,7 @@ def _check_manifest(ws: Workspace, si: StepInputs, force: bool
         return None
     changes = diff_inputs(prior["inputs"], si.manifest_inputs)
     if changes:
-        raise StepRefusedError(
-            f"step e{si.epoch} s{si.step} was run before with a different manifest "
-            f"({ws.manifest_path(si.epoch, si.step).relative_to(ws.root)}); refusing to "
-            f"re-run it because:\n  - " + "\n  - ".join(changes)
-            + "\npass force=True to re-run it anyway (its log rows are replaced)", changes)
+        raise refusal(ws, si.epoch, si.step, changes)
     return recorded_candidates(ws, prior)
 
 

@@ -1,7 +1,9 @@
 """Real agents (SPEC §6): the OpenAI-compatible chat agent and evolver, several endpoints,
 video frames, LLM workspaces, and your own agent (bring-your-own backends).
 
-- `_agent`: `LLMAgent` (retries, deadlines, the response cache), `parse_choice`, `MCQ`
+- `_agent`: `LLMAgent` (retries, deadlines, the response cache), `MCQ`
+- `_replies`: `parse_choice`, a reply's text, an error body's message, a context overflow
+- `_limit`: `GradientLimit`, the adaptive concurrency of one endpoint
 - `_evolver`: `LLMEvolver` (candidate skill texts through the same endpoint and cache)
 - `_endpoints`: `EndpointPool` (per-endpoint caps, least-loaded routing, down and back)
 - `_media`: frames as content parts, resolved to ``data:`` URIs on the way out
@@ -13,14 +15,16 @@ video frames, LLM workspaces, and your own agent (bring-your-own backends).
 from __future__ import annotations
 
 from ..errors import BackendError as BackendError
+from ..errors import ContextOverflowError as ContextOverflowError
 from ..errors import EndpointsError as EndpointsError
 from ..errors import EndpointUnreachableError as EndpointUnreachableError
 from ..errors import EvolveError as EvolveError
 from ..errors import LLMInfraError as LLMInfraError
 from ..errors import MediaChangedError as MediaChangedError
+from ._agent import AGENT_VERSION as AGENT_VERSION
 from ._agent import ANSWER_PROMPT as ANSWER_PROMPT
 from ._agent import DEFAULT_BASE_URL as DEFAULT_BASE_URL
-from ._agent import LETTERS as LETTERS
+from ._agent import DEFAULT_MAX_TOKENS as DEFAULT_MAX_TOKENS
 from ._agent import MCQ as MCQ
 from ._agent import SYSTEM_PREAMBLE as SYSTEM_PREAMBLE
 from ._agent import THINK_PROMPT as THINK_PROMPT
@@ -28,7 +32,6 @@ from ._agent import AgentEvent as AgentEvent
 from ._agent import LLMAgent as LLMAgent
 from ._agent import RetryPolicy as RetryPolicy
 from ._agent import parse_body as parse_body
-from ._agent import parse_choice as parse_choice
 from ._agent import parse_retry_after as parse_retry_after
 from ._backend import ROLLOUT_UNITS as ROLLOUT_UNITS
 from ._backend import LLMBackend as LLMBackend
@@ -41,6 +44,7 @@ from ._endpoints import DEFAULT_CAP as DEFAULT_CAP
 from ._endpoints import Endpoint as Endpoint
 from ._endpoints import EndpointPool as EndpointPool
 from ._endpoints import EndpointStats as EndpointStats
+from ._endpoints import Exchange as Exchange
 from ._endpoints import ShardedClient as ShardedClient
 from ._endpoints import agent_endpoints as agent_endpoints
 from ._endpoints import check_endpoints_setting as check_endpoints_setting
@@ -53,6 +57,8 @@ from ._evolver import EVOLVE_TASK as EVOLVE_TASK
 from ._evolver import ErrorCase as ErrorCase
 from ._evolver import LLMEvolver as LLMEvolver
 from ._evolver import strip_fences as strip_fences
+from ._limit import GradientLimit as GradientLimit
+from ._limit import LimitParams as LimitParams
 from ._media import MediaResolver as MediaResolver
 from ._media import data_uri as data_uri
 from ._plugin import AgentBackend as AgentBackend
@@ -64,6 +70,8 @@ from ._plugin import load_factory as load_factory
 from ._plugin import make_backend as make_backend
 from ._plugin import open_factory_backend as open_factory_backend
 from ._plugin import with_identity as with_identity
+from ._replies import LETTERS as LETTERS
+from ._replies import parse_choice as parse_choice
 from ._workspace import check_llm_agent as check_llm_agent
 from ._workspace import default_llm_skill as default_llm_skill
 from ._workspace import init_llm as init_llm

@@ -13,14 +13,14 @@ answer the model gave, even an unusable one, is cached, so a re-run replays the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import json
 import logging
 import os
 import random
-import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -30,15 +30,25 @@ from .._env import api_key as _api_key
 from .._env import environment, mask_url, scrub_credentials
 from ..cache import KeyParts, ResponseCache, protocol_failure, validate_response
 from ..cache._keys import PROTOCOL_FAILURES, Validator
-from ..errors import LLMInfraError, MediaError
+from ..errors import ContextOverflowError, LLMInfraError, MediaError
 from ..gate import UnitResult, UnitTask, report_progress
 from ..harness import Media
-from ._endpoints import EndpointPool, ShardedClient
+from ._endpoints import Endpoint, EndpointPool, Exchange, ShardedClient
 from ._media import MediaResolver
+from ._replies import (
+    CONTENT_PARTS_HINT,
+    LETTERS,
+    error_detail,
+    finish_reason,
+    has_content_parts,
+    is_context_overflow,
+    overflow_reply,
+    parse_choice,
+    reply_text,
+)
 
 log = logging.getLogger("vtrm_gate.llm")
 
-LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
 SYSTEM_PREAMBLE = ("You answer multiple-choice questions about a video. Follow the skill "
@@ -49,6 +59,19 @@ ANSWER_PROMPT = "Answer with the letter of the correct option only."
 
 DEFAULT_MAX_RESPONSE_BYTES = 8 << 20
 """A chat completion is kilobytes; a body past this cap is abandoned (INFRA)."""
+ERROR_BODY_BYTES = 64 << 10
+"""An error body is read up to this size for its message."""
+SINGLE_ENDPOINT_CAP = 1 << 16
+"""One ``base_url``'s cap when none is given: the gate's slot pool is the limit."""
+DEFAULT_MAX_TOKENS = {"think": 512, "answer": 64}
+"""Each step's reply budget: the think step is bounded so the answer step fits a small
+context (llama.cpp's default is 2048 tokens); the answer needs a letter."""
+
+AGENT_VERSION = 2
+"""Bumped on every change to the prompts, the grading, the parsing of replies or the shape
+of a request: it joins the agent config that keys the BaselineCache, so a base arm graded
+the old way is never paired with a candidate graded the new way. 2: parse_choice reads real
+phrasings, per-step max_tokens, context overflow graded wrong (1: before)."""
 
 
 def _reject_constant(name: str) -> Any:
@@ -88,22 +111,6 @@ class MCQ:
         lines = [self.question.strip(), ""]
         lines += [f"{LETTERS[i]}. {o}" for i, o in enumerate(self.options)]
         return "\n".join(lines)
-
-
-def parse_choice(text: str | None, n_options: int) -> str | None:
-    """The option letter a reply chose ("B", "(B)", "B. ...", "Answer: B"), or None."""
-    if not text:
-        return None
-    valid = LETTERS[:n_options]
-    found = re.findall(r"answer\s*(?:is)?\s*[:：]?\s*\(?\**([A-Z])\**\)?(?![A-Za-z])", text,
-                       flags=re.IGNORECASE)
-    found = [f.upper() for f in found]
-    if found and found[-1] in valid:
-        return found[-1]
-    m = re.match(r"^\s*\**\(?([A-Z])\)?\**\s*(?:[.):]|$)", text.strip(), flags=re.IGNORECASE)
-    if m and m.group(1).upper() in valid:
-        return m.group(1).upper()
-    return None
 
 
 @dataclass(frozen=True)
@@ -182,15 +189,29 @@ def _content(resp: Mapping[str, Any]) -> str:
         return ""
 
 
-def _tokens(resp: Mapping[str, Any]) -> int:
+def _tokens(resp: Mapping[str, Any], key: str = "total_tokens") -> int:
     usage = resp.get("usage") or {}
     try:
-        total = usage.get("total_tokens")
-        if total is None:
+        total = usage.get(key)
+        if total is None and key == "total_tokens":
             total = int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
-        return int(total)
+        return int(total or 0)
     except (TypeError, ValueError, AttributeError, OverflowError):
         return 0
+
+
+def _max_tokens(value: int | Mapping[str, int] | None) -> dict[str, int]:
+    """Per-step ``max_tokens`` (0 or absent: none sent, the server's default)."""
+    if value is None:
+        return {}
+    if isinstance(value, Mapping):
+        out = dict(value)
+    else:
+        out = {"think": value, "answer": value}
+    for k, v in out.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"LLMAgent.max_tokens[{k!r}] must be an integer >= 0, got {v!r}")
+    return {k: v for k, v in out.items() if v}
 
 
 class LLMAgent:
@@ -198,28 +219,39 @@ class LLMAgent:
 
     The API key defaults to ``OPENAI_API_KEY`` (or ``VTRM_API_KEY``) and is never shown:
     every error text is scrubbed of it (and of any credential header value).
-    ``retry.max_total_s`` is each call's deadline, ``max_response_bytes`` its size cap.
+    ``retry.max_total_s`` is each call's deadline, ``max_response_bytes`` its size cap;
+    ``timeout`` is each attempt's timeout, longer when the endpoint is observed slower
+    (`EndpointPool.attempt_timeout`), always ending before the call's deadline.
 
     ``think=True``: two steps (reason, then answer with a letter), each a cached call whose
-    messages extend the previous step's; ``think=False``: one answering call.
+    messages extend the previous step's; ``think=False``: one answering call. ``max_tokens``
+    bounds each step's reply (``{"think": 512, "answer": 64}`` by default: a rambling think
+    step stays short enough for the answer step to fit the context).
+
+    ``adaptive``: the endpoint's concurrency adapts to its latency (`GradientLimit`); the
+    gate reads the current limit from ``infer.admission`` before each dispatch, so calls
+    wait in the gate (where a freeze drops them), not here. ``max_concurrency`` caps one
+    ``base_url`` (several endpoints: their own caps).
     """
 
     def __init__(self, units: Mapping[str, MCQ], *, base_url: str, model: str,
                  api_key: str | None = None, cache: ResponseCache | None = None,
                  timeout: float = 60.0, retry: RetryPolicy | None = None, think: bool = True,
-                 temperature: float = 0.0, max_tokens: int | None = None,
+                 temperature: float = 0.0,
+                 max_tokens: int | Mapping[str, int] | None = DEFAULT_MAX_TOKENS,
                  params: Mapping[str, Any] | None = None,
                  on_event: Callable[[AgentEvent], Any] | None = None,
                  rng: random.Random | None = None,
                  transport: httpx.AsyncBaseTransport | None = None,
                  max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
                  endpoints: EndpointPool | None = None,
-                 media: MediaResolver | None = None) -> None:
+                 media: MediaResolver | None = None, adaptive: bool = False,
+                 max_concurrency: int | None = None) -> None:
         if endpoints is not None:  # several endpoints: the key holds the pool's identity
             base_url = base_url or endpoints.identity
         if not base_url or not model:
             raise ValueError("LLMAgent needs a base_url and a model")
-        if timeout <= 0:
+        if not timeout > 0:
             raise ValueError(f"LLMAgent.timeout must be > 0 seconds, got {timeout}")
         if isinstance(max_response_bytes, bool) or not isinstance(max_response_bytes, int) \
                 or max_response_bytes < 1:
@@ -235,17 +267,46 @@ class LLMAgent:
         self.cache, self.timeout = cache, timeout
         self.retry = retry or RetryPolicy()
         self.think = think
-        self.params: dict[str, Any] = {"temperature": temperature}
-        if max_tokens is not None:
-            self.params["max_tokens"] = max_tokens
-        self.params.update(params or {})
+        self.max_tokens = _max_tokens(max_tokens)
+        self.params: dict[str, Any] = {"temperature": temperature, **(params or {})}
         self.on_event = on_event
         self._rng = rng or random.Random()
         self._transport = transport
         self.endpoints = endpoints
+        self.pool = endpoints or EndpointPool(
+            [Endpoint(self.base_url, max_concurrency or SINGLE_ENDPOINT_CAP)],
+            adaptive=adaptive, max_limit=max_concurrency)
+        """Where calls go: ``endpoints``, or a pool of the one ``base_url``."""
         self.media = media
         self._http: ShardedClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._outside: tuple[asyncio.AbstractEventLoop, asyncio.Condition, list[int]] | None \
+            = None
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        """Room for a call made outside the gate (the rollout's units, the evolver): it
+        waits here, before its deadline starts, until fewer such calls are in flight than
+        the endpoints' current limit (the gate admits its own calls through `admission`)."""
+        loop = asyncio.get_running_loop()
+        if self._outside is None or self._outside[0] is not loop:
+            self._outside = (loop, asyncio.Condition(), [0])
+        _, cond, n = self._outside
+        async with cond:
+            await cond.wait_for(lambda: n[0] < self.pool.limit())
+            n[0] += 1
+        try:
+            yield
+        finally:
+            async with cond:
+                n[0] -= 1
+                cond.notify_all()
+
+    @property
+    def admission(self) -> EndpointPool | None:
+        """What the gate consults before each dispatch (`vtrm_gate.gate.Admission`): the
+        pool, when its limits adapt; None when they are fixed caps."""
+        return self.pool if self.pool.adaptive else None
 
     @classmethod
     def from_env(cls, units: Mapping[str, MCQ], env: Mapping[str, str] | None = None,
@@ -280,7 +341,7 @@ class LLMAgent:
 
             # Shards of 16 connections, as many as the gate's slot pool needs (it is the only
             # concurrency limit): one big httpcore pool costs O(connections) per call.
-            self._http = ShardedClient(shard)
+            self._http = ShardedClient(shard).warm()
             self._loop = loop
         return self._http
 
@@ -301,9 +362,9 @@ class LLMAgent:
         except Exception:  # an observer must not break inference
             log.exception("LLMAgent on_event callback failed")
 
-    async def _read_capped(self, r: httpx.Response) -> bytes:
+    async def _read_capped(self, r: httpx.Response, cap: int | None = None) -> bytes:
         """The body, streamed; `LLMInfraError` as soon as it passes ``max_response_bytes``."""
-        cap = self.max_response_bytes
+        cap = cap or self.max_response_bytes
         declared = r.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > cap:
             raise LLMInfraError(f"HTTP {r.status_code} response larger than "
@@ -317,32 +378,56 @@ class LLMAgent:
             chunks.append(chunk)
         return b"".join(chunks)
 
-    async def _post_once(self, body: Mapping[str, Any]) -> dict[str, Any]:
+    async def _error_text(self, r: httpx.Response, body: Mapping[str, Any]) -> str:
+        """``HTTP <status>: <what the server said>`` (bounded), plus a hint when the server
+        refused a request carrying content parts."""
+        try:
+            detail = error_detail(await self._read_capped(r, ERROR_BODY_BYTES))
+        except (LLMInfraError, httpx.HTTPError):
+            detail = ""
+        text = f"HTTP {r.status_code}" + (f": {detail}" if detail else "")
+        if has_content_parts(body) and r.status_code not in (401, 403, 404, 429):
+            text += f" ({CONTENT_PARTS_HINT})"
+        return text
+
+    async def _post_once(self, body: Mapping[str, Any], kind: str,
+                         deadline: float) -> dict[str, Any]:
         if self.media is not None:  # frame references -> data: URIs, on the wire only
             body = self.media.resolve(body)
         self.http_requests += 1
-        stream = (self._client().stream("POST", "chat/completions", json=body)
-                  if self.endpoints is None else
-                  self.endpoints.stream(self._client(), "POST", "chat/completions", json=body))
-        try:  # leaving the stream early closes the connection: nothing more is read
-            async with stream as r:
-                if r.status_code in self.retry.retry_statuses:
-                    raise _Retryable(f"HTTP {r.status_code}", r.status_code,
-                                     parse_retry_after(r.headers.get("retry-after")))
-                if r.is_redirect:  # not transient, and never followed (the key would go too)
-                    raise LLMInfraError(
-                        f"HTTP {r.status_code} redirect to "
-                        f"{mask_url(r.headers['location'])} not "
-                        f"followed; set the endpoint's base_url to the final address")
-                data = await self._read_capped(r)
+        used: dict[str, Any] = {}
+        try:  # leaving the exchange early closes the connection: nothing more is read
+            async with self.pool.exchange(self._client(), "POST", "chat/completions",
+                                          json=body, kind=kind, timeout=self.timeout,
+                                          deadline=deadline, info=used) as ex:
+                return await self._read_reply(ex, body)
         except httpx.TimeoutException as exc:
-            raise _Retryable(f"timeout after {self.timeout:g}s ({type(exc).__name__})") \
-                from None
+            raise _Retryable(f"timeout after {used.get('timeout_s', self.timeout):.3g}s "
+                             f"({type(exc).__name__})") from None
         except httpx.TransportError as exc:
             raise _Retryable(f"{type(exc).__name__}: {exc}") from None
+
+    async def _read_reply(self, ex: Exchange, body: Mapping[str, Any]) -> dict[str, Any]:
+        """The chat completion in ``ex``'s response; `_Retryable` / `LLMInfraError` (with
+        the server's own words) otherwise, ``ex.outcome`` set for the endpoint's counters."""
+        r = ex.response
+        if r.status_code in self.retry.retry_statuses:
+            text = await self._error_text(r, body)
+            if r.status_code == 500 and has_content_parts(body) and "list" in text:
+                raise LLMInfraError(text)  # a content-parts refusal never passes by itself
+            raise _Retryable(text, r.status_code,
+                             parse_retry_after(r.headers.get("retry-after")))
+        if r.is_redirect:  # not transient, and never followed (the key would go too)
+            raise LLMInfraError(
+                f"HTTP {r.status_code} redirect to {mask_url(r.headers['location'])} not "
+                f"followed; set the endpoint's base_url to the final address")
         if r.status_code >= 400:
-            text = data[:200].decode("utf-8", errors="replace")
-            raise LLMInfraError(f"HTTP {r.status_code} (not retryable): {text}")
+            text = await self._error_text(r, body)
+            if is_context_overflow(r.status_code, text):
+                raise ContextOverflowError(text)
+            raise LLMInfraError(text.replace(f"HTTP {r.status_code}",
+                                             f"HTTP {r.status_code} (not retryable)", 1))
+        data = await self._read_capped(r)
         ctype = r.headers.get("content-type", "").split(";")[0].strip().lower()
         if ctype and "json" not in ctype:  # a portal's or proxy's page: not transient
             text = " ".join(data[:200].decode("utf-8", errors="replace").split())
@@ -351,9 +436,15 @@ class LLMAgent:
         try:
             doc = parse_body(data)
         except ValueError as exc:  # e.g. cut short by a reset: the next attempt may answer
+            ex.outcome = "malformed"
             raise _Retryable(f"HTTP {r.status_code} with a malformed JSON body: {exc}") \
                 from None
-        return doc if isinstance(doc, dict) else {"unexpected": doc}
+        doc = doc if isinstance(doc, dict) else {"unexpected": doc}
+        if protocol_failure(doc) is not None:
+            ex.outcome = "malformed"  # a 200 that is no chat completion: the endpoint's fault
+        else:
+            ex.outcome, ex.tokens = "ok", _tokens(doc, "completion_tokens")
+        return doc
 
     def scrub(self, text: str) -> str:
         """``text`` without the API key or any credential header value (see
@@ -363,11 +454,13 @@ class LLMAgent:
     async def chat(self, body: Mapping[str, Any], *, run_id: str = "", unit_id: str = "",
                    step: str = "answer") -> dict[str, Any]:
         """One chat call with retries; raises `LLMInfraError` when they run out or the
-        deadline (``retry.max_total_s``, attempts and waits together) passes."""
+        deadline (``retry.max_total_s``, attempts and waits together) passes, and
+        `ContextOverflowError` when the server says the conversation does not fit."""
         attempts = [0]
+        deadline = time.monotonic() + self.retry.max_total_s
         try:
             async with asyncio.timeout(self.retry.max_total_s):
-                return await self._attempts(body, run_id, unit_id, step, attempts)
+                return await self._attempts(body, run_id, unit_id, step, attempts, deadline)
         except TimeoutError:
             err = (f"deadline of {self.retry.max_total_s:g}s exceeded during attempt "
                    f"{attempts[0]} (retry.max_total_s)")
@@ -376,7 +469,7 @@ class LLMAgent:
             raise LLMInfraError(err) from None
 
     async def _attempts(self, body: Mapping[str, Any], run_id: str, unit_id: str, step: str,
-                        attempts: list[int]) -> dict[str, Any]:
+                        attempts: list[int], deadline: float) -> dict[str, Any]:
         t0 = time.monotonic()
         attempt = 0
         while True:
@@ -384,19 +477,23 @@ class LLMAgent:
             attempts[0] = attempt
             self._emit(AgentEvent("request", run_id, unit_id, step, attempt))
             try:
-                return await self._post_once(body)
+                return await self._post_once(body, step, deadline)
             except _Retryable as exc:
                 err = self.scrub(str(exc))
                 delay = exc.retry_after if exc.retry_after is not None else \
                     self.retry.backoff(attempt, self._rng)
                 elapsed = time.monotonic() - t0
-                if attempt >= self.retry.max_attempts or \
-                        elapsed + delay > self.retry.max_total_s:
+                # another attempt needs time: not one squeezed into the deadline's last tenth
+                late = elapsed + delay > self.retry.max_total_s * 0.9
+                if attempt >= self.retry.max_attempts or late:
                     why = (f"gave up after {attempt} attempt(s) in {elapsed:.1f}s: {err}")
                     if attempt < self.retry.max_attempts and exc.retry_after is not None:
                         why += (f" (the server's Retry-After {exc.retry_after:g}s would pass "
                                 f"the call's deadline of {self.retry.max_total_s:g}s, "
                                 f"retry.max_total_s)")
+                    elif attempt < self.retry.max_attempts:
+                        why += (f" (the call's deadline of {self.retry.max_total_s:g}s leaves "
+                                f"no time for another attempt, retry.max_total_s)")
                     self._emit(AgentEvent("give_up", run_id, unit_id, step, attempt,
                                           exc.status, 0.0, err))
                     raise LLMInfraError(why) from None
@@ -411,20 +508,32 @@ class LLMAgent:
 
     # -- the agent --------------------------------------------------------------------
 
-    def messages(self, task: UnitTask, mcq: MCQ) -> list[dict[str, str]]:
-        """The first step's conversation: the skill as system instructions, then the unit."""
+    def messages(self, task: UnitTask, mcq: MCQ) -> list[dict[str, Any]]:
+        """The first step's conversation: the skill as system instructions, then the unit
+        (a plain string unless the unit shows media)."""
         last = THINK_PROMPT if self.think else ANSWER_PROMPT
         text = f"{mcq.prompt()}\n\n{last}"
         content = text if self.media is None else self.media.user_content(text, mcq.media)
         return [{"role": "system", "content": SYSTEM_PREAMBLE + task.skill},
                 {"role": "user", "content": content}]
 
-    async def _step(self, task: UnitTask, step: str, messages: list[dict[str, str]],
-                    validate: Validator) -> tuple[dict[str, Any], str]:
+    def body(self, step: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        """The request of one step: model, messages, sampling, the step's ``max_tokens``."""
         body = {"model": self.model, "messages": messages, **self.params}
+        if step in self.max_tokens:
+            body["max_tokens"] = self.max_tokens[step]
+        return body
+
+    async def _step(self, task: UnitTask, step: str, messages: list[dict[str, Any]],
+                    validate: Validator) -> tuple[dict[str, Any], str]:
+        body = self.body(step, messages)
 
         async def call() -> dict[str, Any]:
-            return await self.chat(body, run_id=task.run_id, unit_id=task.unit_id, step=step)
+            try:
+                return await self.chat(body, run_id=task.run_id, unit_id=task.unit_id,
+                                       step=step)
+            except ContextOverflowError as exc:  # the arm's own conversation: its answer
+                return overflow_reply(self.model, str(exc))
 
         if self.cache is None:
             return await call(), "uncached"
@@ -460,16 +569,13 @@ class LLMAgent:
                 return self._result(task, t0, steps, tokens, infra=True,
                                     error=f"{step} step: {where}{exc}")
             used = _tokens(resp)
-            fresh = source in ("miss", "bypass", "uncached")
-            tokens += used if fresh else 0
-            steps.append({"step": step, "source": source, "content": _content(resp),
-                          "tokens": used})
-            why = validate_response(resp)
+            tokens += used if source in ("miss", "bypass", "uncached") else 0
+            steps.append({"step": step, "source": source, "content": reply_text(resp),
+                          "finish_reason": finish_reason(resp), "tokens": used})
+            why = _unusable(resp, step, n)
             if why in PROTOCOL_FAILURES:
                 return self._result(task, t0, steps, tokens, infra=True,
                                     error=f"{step} step: {why}")
-            if why is None and step == "answer" and parse_choice(_content(resp), n) is None:
-                why = "unparseable answer"
             if why is not None:
                 error = f"{step} step: {why}"  # the model answered, unusably: a wrong answer
                 break
@@ -486,11 +592,22 @@ class LLMAgent:
         cached = bool(steps) and not infra and all(
             s["source"] in ("hit", "coalesced") for s in steps)
         trace = {"run_id": task.run_id, "unit_id": task.unit_id, "model": self.model,
-                 "steps": steps}
+                 "agent_version": AGENT_VERSION, "steps": steps}
         return UnitResult(correct=correct, infra=infra, cached=cached, prediction=prediction,
                           latency_s=time.perf_counter() - t0, tokens=tokens,
                           trace=trace, error=error)
 
 
-
-
+def _unusable(resp: Mapping[str, Any], step: str, n_options: int) -> str | None:
+    """Why a step's reply cannot be used (a protocol failure: INFRA; anything else: the
+    model's unusable answer, graded wrong), or None."""
+    if finish_reason(resp) == "context_length":
+        return f"context overflow, the conversation does not fit ({resp.get('vtrm_refused')})"
+    why = validate_response(resp)
+    if why == "empty message content" and reply_text(resp):
+        why = None  # a tool call carries the answer
+    if why is None and step == "answer" and parse_choice(reply_text(resp), n_options) is None:
+        why = "unparseable answer"
+        if finish_reason(resp) == "length":
+            why += " (cut at max_tokens: finish_reason length)"
+    return why

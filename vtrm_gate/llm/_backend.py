@@ -14,6 +14,7 @@ so re-running a step replays rollout, evolution and gate calls from Redis:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +29,7 @@ from ..errors import CasesUnavailable, EndpointUnreachableError, WorkspaceError
 from ..gate import GuardParams, Infer, UnitTask, shuffle_key
 from ..harness import MediaOptions, Workspace, step_input_state
 from ..options import RunOptions, resolve_options
-from ._agent import MCQ, AgentEvent, LLMAgent, RetryPolicy
+from ._agent import AGENT_VERSION, MCQ, AgentEvent, LLMAgent, RetryPolicy
 from ._endpoints import EndpointPool, EndpointStats, agent_endpoints
 from ._evolver import ErrorCase, LLMEvolver
 from ._media import MediaResolver
@@ -104,7 +105,7 @@ class Rollout:
         batch = self.batch(task_type, epoch, step)
 
         async def one(rank: int, unit: str) -> Any:
-            async with slots:
+            async with slots, self.agent.slot():  # the endpoints' adaptive limit, too
                 return await self.agent.infer(UnitTask(task_type, unit, "base", rank, run_id,
                                                        skill, content_hash(skill)))
 
@@ -144,8 +145,9 @@ class LLMBackend:
 
     @property
     def infer(self) -> Infer:
-        """The gate's ``infer``: the agent answering a unit with the arm's skill."""
-        return self.agent.infer
+        """The gate's ``infer``: the agent answering a unit with the arm's skill (callable;
+        its ``admission`` is the adaptive limit the gate consults before each dispatch)."""
+        return self.agent
 
     @property
     def cases(self) -> Callable[[str, int, int, str], list[str]]:
@@ -154,8 +156,8 @@ class LLMBackend:
 
     @property
     def endpoint_stats(self) -> tuple[EndpointStats, ...]:
-        """Per-endpoint counters (empty with a single ``base_url``)."""
-        return () if self.agent.endpoints is None else self.agent.endpoints.stats()
+        """Per-endpoint counters (the one ``base_url``'s too)."""
+        return self.agent.pool.stats()
 
     @property
     def cache_stats(self) -> Callable[[str], CacheStats]:
@@ -177,7 +179,7 @@ def llm_backend(workspace: Workspace, options: RunOptions | None = None, *,
                 cache: ResponseCache | None = None, api_key: str | None = None,
                 env: Mapping[str, str] | None = None,
                 on_event: Callable[[AgentEvent], Any] | None = None,
-                retry: RetryPolicy | None = None, timeout: float = 60.0,
+                retry: RetryPolicy | None = None, timeout: float | None = None,
                 rollout_units: int = ROLLOUT_UNITS, evolver_model: str | None = None,
                 evolver_temperature: float = 0.7,
                 endpoints: EndpointPool | None = None) -> LLMBackend:
@@ -192,6 +194,12 @@ def llm_backend(workspace: Workspace, options: RunOptions | None = None, *,
     ``.env`` + the process environment); it is sent as a header and stored nowhere. Several
     endpoints (``base_url`` a list, or ``endpoints_file``) go through one `EndpointPool`
     (``endpoints`` overrides it, e.g. with other failure settings).
+
+    The calls follow ``options``: adaptive concurrency within ``options.slots``, ``timeout``,
+    ``deadline`` and ``max_retries`` (``retry`` / ``timeout`` override them), each step's
+    ``max_tokens``. The steps' budgets and `AGENT_VERSION` join the workspace's agent config
+    (in memory): they key the BaselineCache and the step manifest, so a base arm measured
+    or graded another way is never reused.
     """
     if workspace.config.kind != "llm":
         raise WorkspaceError(f"workspace.json: {workspace.root} is not an llm workspace "
@@ -206,29 +214,46 @@ def llm_backend(workspace: Workspace, options: RunOptions | None = None, *,
     if api_key is None:
         api_key = _api_key(e)
     a = dict(workspace.config.agent)
-    if endpoints is None and (isinstance(a.get("base_url"), list) or a.get("endpoints_file")):
-        endpoints = EndpointPool(agent_endpoints(a, workspace.root))
-    media = None
-    if any(u.media is not None for u in workspace.units.values()):
-        media = MediaResolver(MediaOptions.from_agent(a, workspace.root))
-    agent = LLMAgent(workspace_units(workspace), base_url=None if endpoints else a["base_url"],
-                     model=a["model"], endpoints=endpoints, media=media,
-                     api_key=api_key, cache=cache, timeout=timeout, retry=retry,
-                     think=bool(a.get("think", True)),
-                     temperature=float(a.get("temperature", 0.0)),
-                     max_tokens=a.get("max_tokens"), params=a.get("params"),
-                     on_event=on_event)
+    budgets = options.max_tokens(a)
+    agent = _agent(workspace, options, budgets, endpoints, api_key=api_key, cache=cache,
+                   retry=retry, timeout=timeout, on_event=on_event)
     rollout = Rollout(agent, workspace.pool, agent.units, workspace.config.seed,
                       rollout_units, options.slots,
-                      fault=workspace.media_fault if media is not None else None)
+                      fault=workspace.media_fault if agent.media is not None else None)
 
     async def error_cases(task_type: str, skill: str, epoch: int,
                           step: int) -> tuple[ErrorCase, ...]:
         return await rollout.errors(task_type, skill, epoch, step)
 
     evolver = LLMEvolver(agent, error_cases, model=evolver_model,
-                         temperature=evolver_temperature)
+                         temperature=evolver_temperature,
+                         max_tokens=budgets["evolve"] or None)
+    workspace.config = dataclasses.replace(workspace.config, agent={
+        **a, "agent_version": AGENT_VERSION, "max_tokens": budgets})
     return LLMBackend(agent, evolver, rollout, cache)
+
+
+def _agent(workspace: Workspace, options: RunOptions, budgets: Mapping[str, int],
+           endpoints: EndpointPool | None, **kw: Any) -> LLMAgent:
+    """The workspace's `LLMAgent` with the run's call settings (``kw``: key, cache, on_event
+    and the ``retry`` / ``timeout`` overrides)."""
+    a = workspace.config.agent
+    if endpoints is None and (isinstance(a.get("base_url"), list) or a.get("endpoints_file")):
+        endpoints = EndpointPool(agent_endpoints(a, workspace.root), adaptive=options.adaptive,
+                                 max_limit=options.slots)
+    media = None
+    if any(u.media is not None for u in workspace.units.values()):
+        media = MediaResolver(MediaOptions.from_agent(a, workspace.root))
+    kw["retry"] = kw["retry"] or RetryPolicy(max_attempts=options.max_retries + 1,
+                                             max_total_s=options.deadline)
+    kw["timeout"] = kw["timeout"] or options.timeout
+    return LLMAgent(workspace_units(workspace), base_url=None if endpoints else a["base_url"],
+                    model=a["model"], endpoints=endpoints, media=media,
+                    think=bool(a.get("think", True)),
+                    temperature=float(a.get("temperature", 0.0)),
+                    max_tokens={k: budgets[k] for k in ("think", "answer")},
+                    params=a.get("params"), adaptive=options.adaptive,
+                    max_concurrency=options.slots, **kw)
 
 
 async def rollout_cases(backend: LLMBackend, workspace: Workspace, epoch: int, step: int,

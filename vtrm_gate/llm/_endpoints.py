@@ -1,13 +1,18 @@
-"""Several inference endpoints behind one agent: per-endpoint concurrency caps, least-loaded
-routing among the healthy ones, down after consecutive transport failures, probed back.
+"""Several inference endpoints behind one agent: per-endpoint concurrency limits (fixed caps,
+or adaptive: `GradientLimit`), least-loaded routing among the healthy ones, down after
+consecutive failures, probed back.
 
-`EndpointPool.post(client, path, json=...)` sends one request to the endpoint with the
-lowest load (in flight / cap) that is up and has a free slot, waiting when every slot is
-taken; a connection error or timeout counts against that endpoint, and ``fail_after`` of
-them in a row mark it down until a probe (one real call, after ``probe_after_s``) gets an
-answer. HTTP statuses, even 5xx, prove the server is there: they count as errors but never
-mark it down. The gate's concurrency is the sum of the caps unless set lower
-(`gate_concurrency`). Counters per endpoint: calls, errors, latency p50/p95 (`stats`).
+`EndpointPool.exchange(client, method, path, json=...)` sends one request to the endpoint
+with the lowest load (in flight / limit) that is up and below its limit, waiting when every
+endpoint is at its limit; a connection error, a timeout or a 200 whose body is not a chat
+completion counts against that endpoint, and ``fail_after`` of them in a row mark it down
+until a probe (one real call, after ``probe_after_s``) gets an answer. HTTP statuses, even
+5xx, prove the server is there: they count as errors but never mark it down; a timeout, a
+429 or a 503 also halves an adaptive limit. `EndpointPool.limit` is what the gate may have
+in flight right now (the sum of the up endpoints' limits): the gate consults it before each
+dispatch (`vtrm_gate.gate.Admission`), so an unstarted call waits in the gate, where a
+freeze can still drop it, never inside the agent. Counters per endpoint: calls, errors,
+latency p50/p95, the current limit (`stats`).
 """
 
 from __future__ import annotations
@@ -25,8 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EndpointsError
+from ._limit import PREFILL_TOKENS, GradientLimit, LimitParams
 
 DEFAULT_CAP = 32
+MIN_SAMPLES_FOR_TIMEOUT = 10
+TIMEOUT_MULTIPLE = 3.0
+"""An attempt may take this multiple of the endpoint's recent p95 latency (of its kind)."""
 
 
 @dataclass(frozen=True)
@@ -125,14 +134,32 @@ class EndpointStats:
     in_flight: int
     latency_p50_s: float | None
     latency_p95_s: float | None
+    limit: int | None = None
+    """The current adaptive limit (None: a fixed cap, ``max_concurrency``)."""
+    limit_cuts: int = 0
+    """Times a timeout, 429 or 503 cut the adaptive limit."""
 
     def as_dict(self) -> dict[str, Any]:
         return dict(vars(self))
 
 
 @dataclass
+class Exchange:
+    """One request through the pool; the caller reports how its body read (``outcome``):
+    ``ok`` with the reply's completion ``tokens``, or ``malformed`` (a body that is no chat
+    completion: counted against the endpoint like a dropped connection)."""
+
+    response: Any
+    url: str
+    latency_s: float
+    outcome: str = "unread"
+    tokens: int = 0
+
+
+@dataclass
 class _State:
     endpoint: Endpoint
+    limiter: GradientLimit | None = None
     in_flight: int = 0
     up: bool = True
     consecutive_failures: int = 0
@@ -143,25 +170,43 @@ class _State:
     transport_failures: int = 0
     times_down: int = 0
     latencies: deque[float] = field(default_factory=lambda: deque(maxlen=100_000))
+    by_kind: dict[str, deque[float]] = field(default_factory=dict)
+    per_token: deque[float] = field(default_factory=lambda: deque(maxlen=200))
+
+    @property
+    def cap(self) -> int:
+        """The calls it may have in flight now: its adaptive limit, or its fixed cap."""
+        return self.endpoint.max_concurrency if self.limiter is None else self.limiter.limit
 
     @property
     def load(self) -> float:
-        return self.in_flight / self.endpoint.max_concurrency
+        return self.in_flight / self.cap
 
 
 class EndpointPool:
-    """Route calls over several endpoints (see the module docstring)."""
+    """Route calls over several endpoints (see the module docstring).
+
+    ``adaptive``: each endpoint's limit adapts to its latency (`GradientLimit`, never above
+    its ``max_concurrency`` nor ``max_limit``); otherwise the caps are fixed.
+    """
 
     def __init__(self, endpoints: Sequence[Endpoint] | Any, *, fail_after: int = 3,
-                 probe_after_s: float = 1.0,
+                 probe_after_s: float = 1.0, adaptive: bool = False,
+                 max_limit: int | None = None, limit_params: LimitParams | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         eps = parse_endpoints(endpoints) if not all(
             isinstance(e, Endpoint) for e in endpoints) else tuple(endpoints)
         if fail_after < 1 or probe_after_s < 0:
             raise ValueError("EndpointPool: fail_after must be >= 1 and probe_after_s >= 0")
+        if max_limit is not None and max_limit < 1:
+            raise ValueError(f"EndpointPool.max_limit must be >= 1, got {max_limit}")
         self.endpoints: tuple[Endpoint, ...] = eps
         self.fail_after, self.probe_after_s, self._clock = fail_after, probe_after_s, clock
-        self._states = [_State(e) for e in eps]
+        self.adaptive = adaptive
+        params = limit_params or LimitParams()
+        self._states = [_State(e, GradientLimit(min(e.max_concurrency, max_limit or
+                                                    e.max_concurrency), params, clock)
+                               if adaptive else None) for e in eps]
         self._waiters: deque[asyncio.Future[None]] = deque()
 
     def __repr__(self) -> str:
@@ -170,6 +215,11 @@ class EndpointPool:
     @property
     def capacity(self) -> int:
         return sum(e.max_concurrency for e in self.endpoints)
+
+    def limit(self) -> int:
+        """The calls the pool serves at once right now: the up endpoints' limits summed (at
+        least 1, so a probe of a down endpoint can go). What the gate admits (`Admission`)."""
+        return max(1, sum(s.cap for s in self._states if s.up))
 
     @property
     def identity(self) -> str:
@@ -188,8 +238,7 @@ class EndpointPool:
                 return s
         best = None
         for s in self._states:
-            if s.up and s.in_flight < s.endpoint.max_concurrency and (
-                    best is None or s.load < best.load):
+            if s.up and s.in_flight < s.cap and (best is None or s.load < best.load):
                 best = s
         return best
 
@@ -246,32 +295,105 @@ class EndpointPool:
             s.probing = False  # a probe that ended without a verdict: the next one may go
         self._wake()
 
+    def attempt_timeout(self, url: str, kind: str, floor: float,
+                        max_tokens: int | None = None) -> float:
+        """An attempt's timeout on ``url`` for a request of ``kind``: ``floor``, or more when
+        the endpoint is slower than that, once `MIN_SAMPLES_FOR_TIMEOUT` answers are in:
+        `TIMEOUT_MULTIPLE` x its recent p95 latency of the kind, and for a reply of up to
+        ``max_tokens`` tokens 2 x its p95 latency per token (prefill counted as
+        `PREFILL_TOKENS`) x that budget. So a slow server is waited for instead of being
+        asked again and again, and a long reply (the evolver's) is given its time."""
+        s = next((st for st in self._states if st.endpoint.url == url), None)
+        if s is None:
+            return floor
+        out = floor
+        seen = sorted(s.by_kind.get(kind, ()))
+        if len(seen) >= MIN_SAMPLES_FOR_TIMEOUT:
+            out = max(out, TIMEOUT_MULTIPLE * (_percentile(seen, 0.95) or 0.0))
+        per_token = sorted(s.per_token)
+        if max_tokens and len(per_token) >= MIN_SAMPLES_FOR_TIMEOUT:
+            p95 = _percentile(per_token, 0.95) or 0.0
+            out = max(out, 2.0 * p95 * (1.0 + max_tokens / PREFILL_TOKENS))
+        return out
+
+    def _settle(self, s: _State, ex: Exchange, kind: str, sent_in_flight: int,
+                sent_at: float) -> None:
+        """Account one answered request once its body was read (or abandoned)."""
+        status = ex.response.status_code
+        if ex.outcome == "malformed":
+            self._failed(s)
+            return
+        self._answered(s, error=status >= 500 or status == 429, latency=ex.latency_s)
+        if s.limiter is not None and status in (429, 503):
+            s.limiter.on_overload(sent_at)
+        elif ex.outcome == "ok" and status < 400:
+            s.by_kind.setdefault(kind, deque(maxlen=200)).append(ex.latency_s)
+            s.per_token.append(ex.latency_s / (1.0 + ex.tokens / PREFILL_TOKENS))
+            if s.limiter is not None:
+                before = s.limiter.limit
+                s.limiter.on_answer(kind, ex.latency_s, ex.tokens, sent_in_flight,
+                                    s.in_flight - 1)
+                if s.limiter.limit > before:
+                    self._wake(len(self._waiters))
+
     @contextlib.asynccontextmanager
-    async def stream(self, client: Any, method: str, path: str,
-                     **kwargs: Any) -> AsyncIterator[Any]:
+    async def exchange(self, client: Any, method: str, path: str, *, kind: str = "call",
+                       timeout: float | None = None, deadline: float | None = None,
+                       info: dict[str, Any] | None = None,
+                       **kwargs: Any) -> AsyncIterator[Exchange]:
         """``client.stream(method, <endpoint>/<path>, **kwargs)`` on the chosen endpoint (an
-        httpx client or `ShardedClient`). A transport error before the response headers
-        counts against the endpoint and is re-raised for the caller's retries; once the
-        headers are in, the endpoint answered (latency = time to headers)."""
+        httpx client or `ShardedClient`), yielding an `Exchange` for the caller to report
+        on. A transport error (a timeout included) counts against the endpoint and is
+        re-raised for the caller's retries; latency is the time to the response headers.
+
+        ``timeout`` is the attempt's floor (`attempt_timeout` may give more), cut to end
+        before ``deadline`` (the call's, on this pool's clock), so an attempt that runs out
+        the call's time is the endpoint's timeout, counted against it. ``info`` receives the
+        ``url`` and the ``timeout_s`` used."""
         import httpx
 
         s = await self._acquire()
         probe = not s.up  # a call on a down endpoint is its probe
-        t0 = self._clock()
-        answered = False
+        sent_in_flight, t0 = s.in_flight, self._clock()
+        if timeout is not None:
+            budget = (kwargs.get("json") or {}).get("max_tokens")
+            t = self.attempt_timeout(s.endpoint.url, kind, timeout,
+                                     budget if isinstance(budget, int) else None)
+            if deadline is not None:  # end just before the call's deadline cancels it
+                t = max(0.001, min(t, (deadline - t0) * 0.95 - 0.02))
+            kwargs["timeout"] = httpx.Timeout(t)
+            if info is not None:
+                info["timeout_s"] = t
+        if info is not None:
+            info["url"] = s.endpoint.url
+        ex: Exchange | None = None
         try:
             async with client.stream(method, f"{s.endpoint.url}/{path.lstrip('/')}",
                                      **kwargs) as r:
-                answered = True
-                self._answered(s, error=r.status_code >= 500 or r.status_code == 429,
-                               latency=self._clock() - t0)
-                yield r
-        except httpx.TransportError:
-            if not answered:
+                ex = Exchange(r, s.endpoint.url, self._clock() - t0)
+                try:
+                    yield ex
+                except httpx.TransportError:  # the body stopped: the endpoint failed us
+                    ex.outcome = "malformed"
+                    raise
+                finally:
+                    self._settle(s, ex, kind, sent_in_flight, t0)
+        except httpx.TransportError as exc:
+            if ex is None:
                 self._failed(s)
+                if s.limiter is not None and isinstance(exc, httpx.TimeoutException):
+                    s.limiter.on_overload(t0)
             raise
         finally:
             self._done(s, probe)
+
+    @contextlib.asynccontextmanager
+    async def stream(self, client: Any, method: str, path: str,
+                     **kwargs: Any) -> AsyncIterator[Any]:
+        """`exchange` for a caller that only wants the response (its body read = ok)."""
+        async with self.exchange(client, method, path, **kwargs) as ex:
+            yield ex.response
+            ex.outcome = "ok"
 
     async def post(self, client: Any, path: str, **kwargs: Any) -> Any:
         """``client.post`` through `stream` (the body read in full)."""
@@ -288,7 +410,9 @@ class EndpointPool:
             out.append(EndpointStats(s.endpoint.url, s.endpoint.max_concurrency, s.up,
                                      s.calls, s.errors, s.transport_failures, s.times_down,
                                      s.in_flight, _percentile(lat, 0.50),
-                                     _percentile(lat, 0.95)))
+                                     _percentile(lat, 0.95),
+                                     None if s.limiter is None else s.limiter.limit,
+                                     0 if s.limiter is None else s.limiter.decreases))
         return tuple(out)
 
 
@@ -298,9 +422,10 @@ def endpoint_lines(stats: Sequence[EndpointStats]) -> str:
     for s in stats:
         p50 = "-" if s.latency_p50_s is None else f"{s.latency_p50_s * 1000:.0f} ms"
         p95 = "-" if s.latency_p95_s is None else f"{s.latency_p95_s * 1000:.0f} ms"
+        limit = "" if s.limit is None else f" (adaptive: now {s.limit}, cut {s.limit_cuts}x)"
         lines.append(f"  {s.url:<40} {'up' if s.up else 'DOWN':<4} cap {s.max_concurrency:>3}"
-                     f"  calls {s.calls:>6}  errors {s.errors:>4}  down {s.times_down}x"
-                     f"  p50 {p50}  p95 {p95}")
+                     f"{limit}  calls {s.calls:>6}  errors {s.errors:>4}  down "
+                     f"{s.times_down}x  p50 {p50}  p95 {p95}")
     return "\n".join(lines)
 
 
@@ -348,6 +473,13 @@ class ShardedClient:
     @property
     def shards(self) -> int:
         return len(self._shards)
+
+    def warm(self) -> ShardedClient:
+        """Make the first shard now: building a client (its TLS context) takes a blocking
+        ~0.1 s that would otherwise land inside the first call's timeout."""
+        if not self._shards:
+            self._shards.append(_Shard(self._factory(self.per_shard)))
+        return self
 
     def _pick(self) -> _Shard:
         n = len(self._shards)

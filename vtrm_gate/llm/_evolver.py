@@ -11,6 +11,7 @@ from .._ids import evolve_run_id
 from ..cache import KeyParts, protocol_failure, validate_response
 from ..errors import EvolveError, LLMInfraError, RepeatedCandidate
 from ._agent import MCQ, LLMAgent, _content
+from ._replies import finish_reason
 
 # ---- the evolver ----------------------------------------------------------------------
 
@@ -135,13 +136,18 @@ class LLMEvolver:
         id (and ``retry``, for a fresh sample), checked and unfenced."""
         def usable(resp: Any) -> str | None:
             why = validate_response(resp)
+            if why is None and finish_reason(resp) == "length":  # never a cut-off skill file
+                why = (f"truncated (finish_reason length at max_tokens="
+                       f"{self.params.get('max_tokens', 'the server default')}; raise "
+                       f"max_tokens_evolve)")
             if why is None and not strip_fences(_content(resp)):
                 why = "empty skill text"
             return why
 
         async def call() -> dict[str, Any]:
-            return await self.agent.chat(body, run_id=run_id, unit_id=task_type,
-                                         step="evolve")
+            async with self.agent.slot():  # every type evolves at once: wait for room here
+                return await self.agent.chat(body, run_id=run_id, unit_id=task_type,
+                                             step="evolve")
 
         try:
             if self.agent.cache is None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from .._ids import slugify
 from ..errors import EndpointsError, MediaError, WorkspaceError
 from ..harness import (
     DEFAULT_STRATEGY,
+    HELDOUT_FILE,
     UNITS_FILE,
     MediaOptions,
     UnitRecord,
@@ -22,6 +24,7 @@ from ..harness import (
     read_json,
     read_text,
     read_units,
+    split_heldout,
     units_pool,
 )
 from ..harness._workspace import _check_no_secret
@@ -92,7 +95,8 @@ def init_llm(path: str | Path, units_file: str | Path, *,
              skills_dir: str | Path | None = None,
              seed_record: str | Path | Mapping[str, Any] | None = None,
              temperature: float = 0.0, max_tokens: int | None = None, think: bool = True,
-             media: Mapping[str, Any] | None = None, **config: Any) -> Workspace:
+             media: Mapping[str, Any] | None = None, heldout_fraction: float = 0.0,
+             **config: Any) -> Workspace:
     """A workspace whose units are answered by an OpenAI-compatible chat model.
 
     ``units_file`` (JSON lines: unit_id, task_type, question, options, answer) is copied
@@ -104,7 +108,9 @@ def init_llm(path: str | Path, units_file: str | Path, *,
     ``base_url`` may be a list of endpoints (or comma-separated URLs), or
     ``endpoints_file`` a file of them (read at step time: `EndpointPool`).
     Units may carry ``media`` (frames, a video URL: `vtrm_gate.harness.Media`); local frames
-    must exist under the units file's directory. ``media`` sets ``max_frames`` /
+    must exist under the units file's directory. ``heldout_fraction`` holds a seeded share of
+    each type's units out of the pool (``heldout.json``: never gated, the epoch-end
+    evaluation's split, as for a simulated workspace). ``media`` sets ``max_frames`` /
     ``max_side`` / ``detail``. ``backend="package.module:function"`` names your own
     agent's factory instead of the endpoint (`vtrm_gate.llm.AgentBackend`). ``config`` sets other
     `WorkspaceConfig` fields (cooldown_steps, ...). Everything is validated before the
@@ -121,10 +127,20 @@ def init_llm(path: str | Path, units_file: str | Path, *,
         cfg = WorkspaceConfig(kind="llm", agent=agent, seed=seed, **config)
     except ValueError as exc:
         raise WorkspaceError(f"init_llm: {exc}") from None
+    try:
+        heldout = {t: split_heldout(us, seed, heldout_fraction) for t, us in pool.items()}
+    except ValueError as exc:
+        raise WorkspaceError(f"init_llm: {exc}") from None
     skills, strategy = _initial_skills(pool, skills_dir)
-    return Workspace.create(path, pool=pool, skills=skills, config=cfg,
-                            seed_record=_seed_record(seed_record, units, src),
-                            files={UNITS_FILE: src.read_text(encoding="utf-8")}, **strategy)
+    files = {UNITS_FILE: src.read_text(encoding="utf-8")}
+    if heldout_fraction:
+        files[HELDOUT_FILE] = json.dumps(heldout, indent=2) + "\n"
+    seeds = _seed_record(seed_record, units, src)
+    return Workspace.create(
+        path, pool={t: [u for u in us if u not in set(heldout[t])] for t, us in pool.items()},
+        skills=skills, config=cfg, files=files, **strategy,
+        seed_record={t: {u: v for u, v in r.items() if u not in set(heldout[t])}
+                     for t, r in seeds.items()})
 
 
 def _agent_config(base_url: str | Sequence[Any] | None, endpoints_file: str | Path | None,

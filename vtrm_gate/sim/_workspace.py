@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import WorkspaceError
-from ..gate import Infer, UnitTask, shuffle_key
+from ..gate import Infer, UnitTask
 from ..harness import (
     HELDOUT_FILE,
     CaseSource,
@@ -21,6 +21,7 @@ from ..harness import (
     Workspace,
     WorkspaceConfig,
     read_heldout,
+    split_heldout,
     step_input_state,
 )
 from ._world import SimConfig, SimEvolver, SimWorld
@@ -46,8 +47,6 @@ def init_simulated(path: str | Path, sim_config: SimConfig | None = None, *,
     probes) and serves the epoch-end evaluation. ``config`` sets other `WorkspaceConfig`
     fields (cooldown_steps, seed, probation_rule, ...).
     """
-    if not (isinstance(heldout_fraction, int | float) and 0 <= heldout_fraction < 1):
-        raise ValueError(f"heldout_fraction must be in [0, 1), got {heldout_fraction!r}")
     sim_config = sim_config or SimConfig()
     world = SimWorld(sim_config)
     sim = sim_json(sim_config)
@@ -68,11 +67,7 @@ def init_simulated(path: str | Path, sim_config: SimConfig | None = None, *,
 
 def heldout_split(world: SimWorld, task_type: str, fraction: float) -> list[str]:
     """A seeded ``fraction`` of the type's units (rounded down), in pool order."""
-    units = world.pool(task_type)
-    k = int(fraction * len(units))
-    chosen = set(sorted(units, key=lambda u: shuffle_key(f"{world.config.seed}:heldout",
-                                                         u))[:k])
-    return [u for u in units if u in chosen]
+    return split_heldout(world.pool(task_type), world.config.seed, fraction)
 
 
 @dataclass(frozen=True)

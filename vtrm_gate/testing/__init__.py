@@ -10,8 +10,14 @@ from .chat import chat_server as chat_server
 from .cluster import ClusterTarget as ClusterTarget
 from .cluster import redis_cluster as redis_cluster
 from .cluster import redis_cluster_session as redis_cluster_session
+from .llama import LlamaServer as LlamaServer
+from .llama import RecordingProxy as RecordingProxy
+from .llama import llama_server as llama_server
 from .outcomes import OutcomeTable as OutcomeTable
 from .outcomes import outcome_table as outcome_table
 from .redis import RedisTarget, fresh_redis_server, redis_server, redis_target, redis_url  # noqa: F401
+from .redis import redis7_executable as redis7_executable
+from .redis import redis7_server as redis7_server
+from .redis import redis7_target as redis7_target
 from .sim import SMALL_POOLS as SMALL_POOLS
 from .sim import sim_world as sim_world

@@ -44,6 +44,7 @@ class Fault:
     chunked_bytes: int = 0  # send a 200 with a chunked body of this many bytes
     gzip: bool = False  # answer normally, gzip-encoded (Content-Encoding: gzip)
     content_type: str = "application/json"  # of a 200 with ``body`` (text/html: a portal)
+    message: str = "injected"  # the error message of a ``status`` reply
 
 
 class ChatServer:
@@ -172,7 +173,7 @@ class ChatServer:
                 time.sleep(fault.sleep)
             if fault.status is not None:
                 headers = {"Retry-After": fault.retry_after} if fault.retry_after else {}
-                error: dict[str, Any] = {"message": "injected"}
+                error: dict[str, Any] = {"message": fault.message}
                 if fault.echo_auth:  # as some gateways do: the credential in the error text
                     auth, key = h.headers.get("authorization"), h.headers.get("api-key")
                     error = {"message": f"invalid credentials: Authorization: {auth}; "

