@@ -29,7 +29,7 @@ from typing import Any, Final
 
 from ._env import DEFAULT_TTL, check_redis_url, mask_url, read_dotenv
 from .errors import ConfigError
-from .gate import GuardParams
+from .gate import PAST_STOP_POLICIES, GuardParams
 from .stats import PROBATION_RULES, GateParams
 
 DEFAULT_CONCURRENCY = 32
@@ -51,9 +51,10 @@ ENV_KEYS = {
     "VTRM_CACHE_SHARE": "cache_share",
     "VTRM_DISPATCH": "dispatch",
     "VTRM_CANCEL_AFTER_FREEZE": "cancel_after_freeze",
+    "VTRM_PAST_STOP": "past_stop",
 }
 CACHE_TABLE = {"share": "cache_share"}  # keys of the ``[cache]`` table
-EXECUTION_FIELDS = ("concurrency", "dispatch", "cancel_after_freeze", "time_scale")
+EXECUTION_FIELDS = ("concurrency", "dispatch", "cancel_after_freeze", "past_stop", "time_scale")
 FLAG_ONLY = ("time_scale", "backend")
 """Keys set by a command-line flag (or the Python API) only, never by a file."""
 """Recorded in a step's manifest beside its inputs; they never change a decision."""
@@ -98,6 +99,9 @@ class RunOptions:
     """Which type the gate feeds next (`vtrm_gate.gate`); decisions do not depend on it."""
     cancel_after_freeze: bool = False
     """Cancel a frozen type's in-flight calls instead of letting them finish."""
+    past_stop: str = "cancel"
+    """Once every type has decided: ``cancel`` the calls still in flight (none can change a
+    decision) or ``wait`` for them (stored, never counted) before the gate returns."""
     time_scale: float | None = None
     """Simulated workspaces: real seconds per simulated second (None: the virtual clock)."""
     redis_url: str | None = field(default=None, repr=False)
@@ -124,6 +128,9 @@ class RunOptions:
         if self.dispatch not in DISPATCH_NAMES:
             raise ConfigError(f"dispatch must be one of {', '.join(DISPATCH_NAMES)}, "
                               f"got {self.dispatch!r}")
+        if self.past_stop not in PAST_STOP_POLICIES:
+            raise ConfigError(f"past_stop must be one of {', '.join(PAST_STOP_POLICIES)}, "
+                              f"got {self.past_stop!r}")
         for name in ("cancel_after_freeze", "cache_enabled"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be on/off (true/false), "
@@ -196,7 +203,7 @@ class RunOptions:
     def execution(self) -> dict[str, Any]:
         """The fields that never change a decision (recorded beside a manifest's inputs)."""
         return {"concurrency": self.slots, "dispatch": self.dispatch,
-                "cancel_after_freeze": self.cancel_after_freeze}
+                "cancel_after_freeze": self.cancel_after_freeze, "past_stop": self.past_stop}
 
     def as_dict(self) -> dict[str, Any]:
         """Plain values (password masked) for manifests, reports and ``--json``."""

@@ -12,7 +12,8 @@ from typing import Any
 from ..errors import CliError
 
 INT_MAX = 2**63 - 1  # SQLite's INTEGER: epochs, steps and seeds are stored as one
-RUN_FLAGS = ("concurrency", "dispatch", "cancel_after_freeze", "time_scale", "backend")
+RUN_FLAGS = ("concurrency", "dispatch", "cancel_after_freeze", "past_stop", "time_scale",
+             "backend")
 """Flags that set a `RunOptions` key of the same name (flag > environment > file)."""
 
 
@@ -80,6 +81,9 @@ def add_run_flags(sp: argparse.ArgumentParser, *, backend: bool = True) -> None:
     sp.add_argument("--cancel-after-freeze", action=argparse.BooleanOptionalAction,
                     default=None, help="cancel a frozen type's in-flight calls "
                                        "(default: config, off)")
+    sp.add_argument("--past-stop", choices=("cancel", "wait"), default=None,
+                    help="once every type has decided: cancel the calls still in flight or "
+                         "wait for them (default: config, cancel)")
     if backend:
         sp.add_argument("--backend", help="your own agent: a factory 'package.module:function' "
                                           "returning a vtrm_gate.llm.AgentBackend (default: "

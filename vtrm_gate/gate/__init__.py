@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 from ._dispatch import DispatchName as DispatchName
+from ._dispatch import DispatchOrder as DispatchOrder
 from ._dispatch import DispatchPolicy as DispatchPolicy
 from ._dispatch import Lane as Lane
 from ._dispatch import NeedAware as NeedAware
@@ -50,4 +51,6 @@ from ._plan import UnitResult as UnitResult
 from ._plan import UnitTask as UnitTask
 from ._result import GateResult as GateResult
 from ._result import TypeCounters as TypeCounters
+from ._scheduler import PAST_STOP_POLICIES as PAST_STOP_POLICIES
+from ._scheduler import PastStop as PastStop
 from ._scheduler import run_gate as run_gate

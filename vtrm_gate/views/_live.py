@@ -268,7 +268,10 @@ class LiveGateView:
         self.update(event)
 
     def _type(self, name: str) -> _TypeProgress:
-        return self.types.setdefault(name, _TypeProgress())
+        tp = self.types.get(name)  # not setdefault: a new _TypeProgress per event is slow
+        if tp is None:
+            tp = self.types[name] = _TypeProgress()
+        return tp
 
     def update(self, ev: GateEvent) -> None:
         self.events_seen += 1
