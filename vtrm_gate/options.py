@@ -33,7 +33,7 @@ from .gate import PAST_STOP_POLICIES, GuardParams
 from .stats import PROBATION_RULES, GateParams
 
 DEFAULT_CONCURRENCY = 32
-DISPATCH_NAMES = ("round_robin", "need_aware")  # `vtrm_gate.gate.resolve_dispatch`
+DISPATCH_NAMES = ("round_robin", "need_aware", "expected_need")  # `gate.resolve_dispatch`
 
 REMOVED_KEYS = {
     "gate_block": "gate_block was removed in v3: the gate decides after every unit along the "
@@ -97,8 +97,10 @@ class RunOptions:
     guard: GuardParams = field(default_factory=GuardParams)
     dispatch: str = "round_robin"
     """Which type the gate feeds next (`vtrm_gate.gate`); decisions do not depend on it."""
-    cancel_after_freeze: bool = False
-    """Cancel a frozen type's in-flight calls instead of letting them finish."""
+    cancel_after_freeze: bool = True
+    """Cancel a frozen type's in-flight calls whose answers serve nothing more (every
+    candidate call; base-arm calls unless the baseline survives and fills the BaselineCache)
+    instead of letting them finish."""
     past_stop: str = "cancel"
     """Once every type has decided: ``cancel`` the calls still in flight (none can change a
     decision) or ``wait`` for them (stored, never counted) before the gate returns."""

@@ -4,6 +4,7 @@ decisions unchanged by the order, and cancel_after_freeze (on the gate and the L
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 from dataclasses import dataclass, field
 
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 
 from vtrm_gate import (
     Action,
+    ExpectedNeed,
     GateParams,
     GuardParams,
     InfraGuardError,
@@ -101,7 +103,8 @@ def test_default_dispatch_is_round_robin():
 
 
 def test_unknown_dispatch_name_is_refused():
-    with pytest.raises(ValueError, match="dispatch must be 'round_robin', 'need_aware'"):
+    with pytest.raises(ValueError, match="dispatch must be 'round_robin', 'need_aware', "
+                                         "'expected_need'"):
         resolve_dispatch("fastest")
     with pytest.raises(TypeError, match="priority"):
         resolve_dispatch(object())  # type: ignore[arg-type]
@@ -218,16 +221,16 @@ def test_need_aware_prefers_the_type_least_likely_to_stop():
 outcome = st.sampled_from([WIN, LOSS, TIE, (False, False), None])
 
 
-EVERY_POLICY = [(d, c, p) for d in ("round_robin", "need_aware") for c in (False, True)
-                for p in ("cancel", "wait")]
+EVERY_POLICY = [(d, c, p) for d in ("round_robin", "need_aware", "expected_need")
+                for c in (False, True) for p in ("cancel", "wait")]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(st.sampled_from("ABCDE"), st.lists(outcome, max_size=30), min_size=1),
        st.integers(1, 12), st.integers(0, 2**32 - 1), st.sampled_from([GateParams(), QUICK]))
 def test_decisions_are_identical_under_every_policy_for_any_latencies(outcomes, concurrency,
                                                                       seed, params):
-    """Dispatch order x cancel_after_freeze x past_stop: eight ways to run one gate, one
+    """Dispatch order x cancel_after_freeze x past_stop: twelve ways to run one gate, one
     set of decisions (replay_prefix's), and every cancelled call really stopped."""
     rng = random.Random(seed)
     lat: dict[tuple[str, str, str], float] = {}
@@ -260,9 +263,10 @@ def _fast_stop_table():
                         else 1000.0)
 
 
-def test_cancel_after_freeze_is_off_by_default_and_calls_finish():
+def test_without_cancel_after_freeze_a_frozen_types_calls_finish():
     table = _fast_stop_table()
-    res = run(run_gate(table.plans(), table, QUICK, concurrency=24, past_stop="wait"))
+    res = run(run_gate(table.plans(), table, QUICK, concurrency=24, past_stop="wait",
+                       cancel_after_freeze=False))
     c = res.counters["A"]
     assert res.outcomes["A"].action is Action.ACCEPT
     assert c.cancelled_in_flight == 0
@@ -274,8 +278,8 @@ def test_cancel_after_freeze_cancels_a_frozen_types_in_flight_calls():
     table = _fast_stop_table()
     finished = []
     res = run(run_gate(table.plans(), table, QUICK, concurrency=24, cancel_after_freeze=True,
-                       subscribers=[lambda ev: isinstance(ev, TaskFinished)
-                                    and finished.append(ev.status)]))
+                       past_stop="wait", subscribers=[lambda ev: isinstance(ev, TaskFinished)
+                                                      and finished.append(ev.status)]))
     c = res.counters["A"]
     assert res.outcomes["A"].same_decision(replay_prefix([WIN] * 12, QUICK))
     assert c.cancelled_in_flight > 0
@@ -285,6 +289,47 @@ def test_cancel_after_freeze_cancels_a_frozen_types_in_flight_calls():
     assert table.in_flight == 0  # every cancelled call really stopped
     assert res.wall_time_s < 1000.0  # virtual clock: nobody waited for the 1000 s calls
     assert res.peak_in_flight <= 24
+
+
+class Store:
+    """A BaselineStore in memory (what the harness's BaselineCache does, minus SQLite)."""
+
+    def __init__(self):
+        self.entries, self.ranks = {}, set()
+
+    async def get(self, task):
+        return self.entries.get((task.task_type, task.unit_id))
+
+    async def put(self, task, result):
+        self.entries[(task.task_type, task.unit_id)] = result
+        self.ranks.add((task.task_type, task.ladder_rank))
+
+
+@pytest.mark.parametrize("seq, kept", [([LOSS] * 12, True), ([WIN] * 12, False)],
+                         ids=["rejected: the baseline survives", "accepted"])
+def test_cancel_after_freeze_keeps_only_calls_whose_answer_still_serves(seq, kept):
+    """A frozen type's candidate calls are worth nothing; its base-arm calls fill the
+    BaselineCache for the next step when the baseline survives (REJECT), not after ACCEPT."""
+    table = OutcomeTable({"A": seq, "B": [TIE] * 40},
+                         latency=lambda t, r: 1.0 if t.task_type == "B" or t.ladder_rank < 4
+                         else 50.0)
+    store = Store()
+    res = run(run_gate(table.plans(), table, QUICK, concurrency=24, cancel_after_freeze=True,
+                       past_stop="wait", baseline=store))
+    assert res.outcomes["A"].same_decision(replay_prefix(seq, QUICK))
+    assert res.outcomes["A"].stop_rank == 3
+    speculative = {(t.ladder_rank, t.arm) for t in table.calls
+                   if t.task_type == "A" and t.ladder_rank >= 4}
+    assert speculative  # in flight when A froze
+    c = res.counters["A"]
+    stored = {rank for t, rank in store.ranks if t == "A" and rank >= 4}
+    bases = {r for r, arm in speculative if arm == "base"}
+    if kept:
+        assert c.cancelled_in_flight == len(speculative) - len(bases)  # the candidate's
+        assert stored == bases  # every kept base answer reached the store
+    else:
+        assert c.cancelled_in_flight == len(speculative) and stored == set()
+    assert table.in_flight == 0
 
 
 def test_the_gate_returns_at_its_last_decision_cancelling_calls_past_every_stop():
@@ -306,7 +351,8 @@ def test_the_gate_returns_at_its_last_decision_cancelling_calls_past_every_stop(
 
     table = _fast_stop_table()
     sink = Sink()
-    res = run(run_gate(table.plans(), table, QUICK, concurrency=24, sink=sink))
+    res = run(run_gate(table.plans(), table, QUICK, concurrency=24, sink=sink,
+                       cancel_after_freeze=False))  # only past_stop cancels here
     a = res.counters["A"]
     assert res.outcomes["A"].same_decision(replay_prefix([WIN] * 12, QUICK))
     assert res.outcomes["B"].same_decision(replay_prefix([TIE] * 12, QUICK))
@@ -318,7 +364,8 @@ def test_the_gate_returns_at_its_last_decision_cancelling_calls_past_every_stop(
     assert len(sink.results) == res.total("completed")
     assert not [r for r in sink.results if r[0] == "A" and r[1] >= 4]
     table = _fast_stop_table()
-    waited = run(run_gate(table.plans(), table, QUICK, concurrency=24, past_stop="wait"))
+    waited = run(run_gate(table.plans(), table, QUICK, concurrency=24, past_stop="wait",
+                          cancel_after_freeze=False))
     assert waited.wall_time_s >= 1000.0 and waited.total("cancelled_in_flight") == 0
     with pytest.raises(ValueError, match="past_stop must be one of cancel, wait"):
         run(run_gate(table.plans(), table, QUICK, past_stop="later"))
@@ -586,3 +633,24 @@ def test_a_gate_starts_units_in_the_order_the_scan_gave(dispatch, monkeypatch):
 
     monkeypatch.setattr(_scheduler, "dispatch_order", _ScanOrder)
     assert starts() == heap and len(heap) > 100
+
+
+def test_expected_need_scores_the_expected_units_left_and_is_found_by_name():
+    params = GateParams()
+    policy = ExpectedNeed(p_win=0.8, discordance=0.5)
+    assert resolve_dispatch("expected_need") is resolve_dispatch("expected_need")
+    assert isinstance(resolve_dispatch("expected_need"), ExpectedNeed)
+    fresh = FakeLane(40)
+    # from the start, the units a type is expected to consume are the OC's expected units
+    oc = operating_characteristics(params, 0.8, 0.5, 40)
+    assert policy.priority(fresh, 0)[0] == pytest.approx(oc.expected_units, rel=1e-12)
+    # each unit further out is expected to be needed less: P(reaching it) leaves the sum
+    p = [policy.priority(fresh, r)[0] for r in range(6)]
+    assert all(a - b == pytest.approx(policy.p_needed(fresh.test.rule, params,
+                                                      fresh.test.state, 40, r), rel=1e-9)
+               for r, (a, b) in enumerate(itertools.pairwise(p)))
+    short = FakeLane(9)  # a small type cannot reach ACCEPT: fewer units expected
+    assert policy.priority(short, 0) < policy.priority(fresh, 0)
+    assert policy.max_wait(50) == 400
+    with pytest.raises(ValueError, match=r"ExpectedNeed\.horizon must be an integer >= 1"):
+        ExpectedNeed(horizon=0)

@@ -131,7 +131,8 @@ def test_in_flight_results_never_change_frozen_stats():
     seq = [WIN] * 8 + [LOSS] * 8
     table = OutcomeTable({"A": seq}, latency=lambda t, r: 1.0 if t.ladder_rank < 8 else 5.0)
     sink = ListSink()
-    res = run(run_gate(table.plans(), table, concurrency=32, sink=sink, past_stop="wait"))
+    res = run(run_gate(table.plans(), table, concurrency=32, sink=sink, past_stop="wait",
+                       cancel_after_freeze=False))
     out = res.outcomes["A"]
     assert out.same_decision(replay_prefix(seq))
     assert (out.action, out.W, out.L) == (Action.ACCEPT, 8, 0)
@@ -481,7 +482,8 @@ def test_result_counters_add_up():
     seq = [WIN] * 12 + [None] + [TIE] * 27
     table = OutcomeTable({"A": seq, "B": [LOSS, TIE] * 10},
                          latency=lambda t, r: 1.0 + t.ladder_rank % 3)
-    res = run(run_gate(table.plans(), table, concurrency=5, past_stop="wait"))
+    res = run(run_gate(table.plans(), table, concurrency=5, past_stop="wait",
+                       cancel_after_freeze=False))
     for _t, c in res.counters.items():
         assert c.started + c.cache_hits + c.cancelled_before_start == 2 * c.units
         assert c.completed == c.started
@@ -753,7 +755,7 @@ def test_guard_counts_infra_units_not_calls():
     table = OutcomeTable({"A": seq}, infra_arm="both",
                          latency=lambda t, r: 1.0 + 2 * t.ladder_rank + (t.arm == "cand"))
     res = run(run_gate(table.plans(), table, PATIENT, guard=GuardParams(max_ratio=0.2),
-                       past_stop="wait"))
+                       past_stop="wait", cancel_after_freeze=False))
     c = res.counters["A"]
     assert (c.infra_units, c.infra_calls, c.completed) == (3, 6, 20)
 
@@ -772,7 +774,7 @@ def test_no_arm_starts_after_its_type_froze_even_mid_unit():
     table = OutcomeTable({"A": [WIN] * 12}, latency=lambda t, r: 1.0)
     rec = Recorder()
     res = run(run_gate(table.plans(), table, concurrency=4, baseline=SlowBaseline(),
-                       subscribers=[rec], past_stop="wait"))
+                       subscribers=[rec], past_stop="wait", cancel_after_freeze=False))
     assert res.outcomes["A"].stop_rank == 7
     decided_at = next(i for i, e in enumerate(rec.events) if isinstance(e, TypeDecided))
     assert not [e for e in rec.events[decided_at:] if isinstance(e, TaskStarted)]

@@ -25,7 +25,7 @@ def cli(*args: str):
 
 def test_config_defaults_and_keys():
     cfg = RunOptions()
-    assert (cfg.dispatch, cfg.cancel_after_freeze, cfg.past_stop) == ("round_robin", False,
+    assert (cfg.dispatch, cfg.cancel_after_freeze, cfg.past_stop) == ("round_robin", True,
                                                                        "cancel")
     cfg = options_from_mapping({"dispatch": "need_aware", "cancel_after_freeze": "on"})
     assert (cfg.dispatch, cfg.cancel_after_freeze) == ("need_aware", True)
@@ -82,7 +82,7 @@ def test_step_flags_and_config_file_reach_the_gate(tmp_path):
     assert r.returncode == 0, r.stderr
     mans = {json.loads(p.read_text())["step"]: json.loads(p.read_text())
             for p in (ws / "manifests").glob("*.json")}
-    assert mans[2]["dispatch"] == "round_robin" and mans[2]["cancel_after_freeze"] is False
+    assert mans[2]["dispatch"] == "round_robin" and mans[2]["cancel_after_freeze"] is True
     assert mans[2]["past_stop"] == "cancel"
 
 

@@ -76,11 +76,12 @@ def add_run_flags(sp: argparse.ArgumentParser, *, backend: bool = True) -> None:
     sp.add_argument("--config", help="config file (TOML or JSON); env and .env apply too")
     sp.add_argument("--time-scale", type=nonneg_float, default=None,
                     help="real seconds per simulated second (default: virtual clock)")
-    sp.add_argument("--dispatch", choices=("round_robin", "need_aware"), default=None,
+    sp.add_argument("--dispatch", choices=("round_robin", "need_aware", "expected_need"),
+                    default=None,
                     help="which type the gate feeds next (default: config, round_robin)")
     sp.add_argument("--cancel-after-freeze", action=argparse.BooleanOptionalAction,
-                    default=None, help="cancel a frozen type's in-flight calls "
-                                       "(default: config, off)")
+                    default=None, help="cancel a frozen type's in-flight calls whose answers "
+                                       "serve nothing more (default: config, on)")
     sp.add_argument("--past-stop", choices=("cancel", "wait"), default=None,
                     help="once every type has decided: cancel the calls still in flight or "
                          "wait for them (default: config, cancel)")

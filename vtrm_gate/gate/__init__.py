@@ -15,6 +15,7 @@ from __future__ import annotations
 from ._dispatch import DispatchName as DispatchName
 from ._dispatch import DispatchOrder as DispatchOrder
 from ._dispatch import DispatchPolicy as DispatchPolicy
+from ._dispatch import ExpectedNeed as ExpectedNeed
 from ._dispatch import Lane as Lane
 from ._dispatch import NeedAware as NeedAware
 from ._dispatch import Priority as Priority

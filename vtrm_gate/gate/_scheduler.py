@@ -22,6 +22,7 @@ from ..stats import (
     GateParams,
     GateState,
     SequentialTest,
+    TypeOutcome,
     check_ladder_length,
 )
 from ._dispatch import (
@@ -123,7 +124,7 @@ class _Gate:
                  concurrency: int, *, baseline: BaselineStore | None = None,
                  sink: ResultSink | None = None, subscribers: Iterable[Subscriber] = (),
                  rule: DecisionRule | None = None, guard: GuardParams,
-                 dispatch: DispatchPolicy, cancel_after_freeze: bool = False,
+                 dispatch: DispatchPolicy, cancel_after_freeze: bool = True,
                  past_stop: PastStop = "cancel", subscriber_timeout_s: float = 1.0):
         self.infer, self.params, self.concurrency = infer, params, concurrency
         self.dispatch, self.cancel_after_freeze = dispatch, cancel_after_freeze
@@ -346,16 +347,24 @@ class _Gate:
     async def _decided(self, run: _TypeRun) -> None:
         run.results.clear()  # never counted now
         self.n_decided += 1
+        outcome = run.test.outcome()
         every = self.n_decided == len(self.runs) and self.past_stop == "cancel"
         if every or self.cancel_after_freeze:
-            # past every stop (or past this type's): no result in flight can change a decision
+            # no result in flight can change a decision now (past every stop, or this type's)
             for fut, task in list(self.in_flight.items()):
-                if (every or task.task_type == run.plan.task_type) and fut.cancel():
+                if (every or (task.task_type == run.plan.task_type
+                              and not self._worth_keeping(task, outcome))) and fut.cancel():
                     self.freeze_cancelled.add(fut)
-        outcome = run.test.outcome()
         if self.sink is not None:
             await self.sink.on_decided(run.plan.task_type, outcome)
         self.bus.publish(TypeDecided(self.now(), run.plan.task_type, outcome))
+
+    def _worth_keeping(self, task: UnitTask, outcome: TypeOutcome) -> bool:
+        """A frozen type's call whose answer still serves: a base-arm call whose baseline
+        survives the decision (not ACCEPT) fills the BaselineCache for the next step. A
+        candidate's answer never does (only fresh base-arm runs may fill it, SPEC §2)."""
+        return (task.arm == "base" and self.baseline is not None
+                and outcome.action is not Action.ACCEPT)
 
     async def _abort(self, reason: str) -> None:
         """Cancel in-flight calls, persist what already finished, close the bus."""
@@ -445,17 +454,19 @@ async def run_gate(plans: Sequence[TypePlan], infer: Infer, params: GateParams |
                    sink: ResultSink | None = None, subscribers: Iterable[Subscriber] = (),
                    rule: DecisionRule | None = None, guard: GuardParams | None = None,
                    dispatch: DispatchName | DispatchPolicy = "round_robin",
-                   cancel_after_freeze: bool = False, past_stop: PastStop = "cancel",
+                   cancel_after_freeze: bool = True, past_stop: PastStop = "cancel",
                    subscriber_timeout_s: float = 1.0) -> GateResult:
     """Run the continuous concurrent gate over ``plans`` and return every type's outcome.
 
     Decisions equal `replay_prefix` on the same outcomes whatever the completion order and
     whichever ``dispatch`` policy picks the next type (`RoundRobin`, `NeedAware`). With
-    ``cancel_after_freeze`` a frozen type's in-flight calls are cancelled (counted as
-    ``cancelled_in_flight``) instead of finishing. Once every type has decided, the calls
-    still in flight are past every stop: ``past_stop="cancel"`` (the default) cancels them
-    the same way, so the gate returns when its last type decides; ``"wait"`` lets them
-    finish (stored, never counted) before it returns.
+    ``cancel_after_freeze`` a frozen type's in-flight calls whose answers serve nothing more
+    are cancelled (counted as ``cancelled_in_flight``) instead of finishing: every candidate
+    call, and the base-arm calls unless a ``baseline`` store is given and the baseline
+    survives (not ACCEPT): those finish and fill it for the next step. Once every type has
+    decided, the calls still in flight are past every stop: ``past_stop="cancel"`` (the
+    default) cancels them all the same way, so the gate returns when its last type decides;
+    ``"wait"`` lets them finish (stored, never counted) before it returns.
     Raises `InfraGuardError` (with ``.partial``) if a type's INFRA ratio trips the guard;
     before any inference, `ValueError` for bad input (ladders longer than ``params.n_max``,
     two types with one slug) and `RuntimeError` if two types share one target skill file;

@@ -20,6 +20,7 @@ import concurrent.futures
 import html
 import io
 import time
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,12 +71,13 @@ LAYOUTS = ("panels", "overview")
 
 @dataclass
 class _TypeProgress:
-    """Mutable per-type state owned by one view (not shared)."""
+    """Mutable per-type state owned by one view (not shared). The trajectory is kept whole,
+    in typed arrays (8 bytes a value, not a boxed number per point)."""
 
     n_ladder: int = 0
-    steps: list[int] = field(default_factory=list)
-    e_plus: list[float] = field(default_factory=list)
-    e_minus: list[float] = field(default_factory=list)
+    steps: array[int] = field(default_factory=lambda: array("l"))
+    e_plus: array[float] = field(default_factory=lambda: array("d"))
+    e_minus: array[float] = field(default_factory=lambda: array("d"))
     W: int = 0
     L: int = 0
     in_flight: int = 0
