@@ -287,7 +287,7 @@ class NeedAware:
         the counts (W, L, n_used, n_consumed), which fix the state under the default rule."""
         if ahead <= 0:
             return 1.0
-        return self._survival(rule, params, self._table(rule, params), state, n_ladder, ahead)
+        return self._sweep(rule, params, self._table(rule, params), state, n_ladder, ahead, 0)
 
     def _table(self, rule: DecisionRule, params: GateParams) -> dict[tuple[int, ...], float]:
         """The memo of one (rule, params) pair, found by identity (hashing them is slow)."""
@@ -301,22 +301,26 @@ class NeedAware:
             entry[2].clear()
         return entry[2]
 
-    def _survival(self, rule: DecisionRule, params: GateParams,
-                  table: dict[tuple[int, ...], float], state: GateState, n_ladder: int,
-                  ahead: int) -> float:
-        if ahead == 0:
-            return 1.0
-        key = (n_ladder, state.W, state.L, state.n_used, state.n_consumed, ahead)
+    def _sweep(self, rule: DecisionRule, params: GateParams,
+               table: dict[tuple[int, ...], float], state: GateState, n_ladder: int, m: int,
+               count: int) -> float:
+        """f(state, m) = count + sum over the next unit's outcomes that do not decide of
+        p * f(next, m - 1), with f(., 0) = 1 - count: survival (count 0) or the expected units
+        consumed (count 1), memoised on the counts, which fix the state under the default
+        rule."""
+        if m <= 0:
+            return 1.0 - count
+        key = (count, n_ladder, state.W, state.L, state.n_used, state.n_consumed, m)
         hit = table.get(key)
         if hit is not None:
             return hit
-        total = 0.0
+        total = float(count)
         for pair, p in self.outcomes():
             if p <= 0.0:
                 continue
             nxt = rule.update(state, pair, params)
             if rule.decide(nxt, n_ladder - nxt.n_consumed, params) is Action.CONTINUE:
-                total += p * self._survival(rule, params, table, nxt, n_ladder, ahead - 1)
+                total += p * self._sweep(rule, params, table, nxt, n_ladder, m - 1, count)
         table[key] = total
         return total
 
@@ -363,21 +367,7 @@ class ExpectedNeed(NeedAware):
                   table: dict[tuple[int, ...], float], state: GateState, n_ladder: int,
                   m: int) -> float:
         """E[units consumed among the next m] = sum over a < m of P(no decision in a)."""
-        if m <= 0:
-            return 0.0
-        key = (-1, n_ladder, state.W, state.L, state.n_used, state.n_consumed, m)
-        hit = table.get(key)
-        if hit is not None:
-            return hit
-        total = 1.0  # the next unit is consumed: the type has not decided yet
-        for pair, p in self.outcomes():
-            if p <= 0.0:
-                continue
-            nxt = rule.update(state, pair, params)
-            if rule.decide(nxt, n_ladder - nxt.n_consumed, params) is Action.CONTINUE:
-                total += p * self._expected(rule, params, table, nxt, n_ladder, m - 1)
-        table[key] = total
-        return total
+        return self._sweep(rule, params, table, state, n_ladder, m, 1)
 
 
 _NEED_AWARE = NeedAware()  # shared, so its memo carries over from one gate to the next
