@@ -805,3 +805,36 @@ def test_a_task_cancelled_from_outside_before_it_ran_still_ends_events():
     seen, res = run(main())
     assert [type(e) for e in seen] == [GateAborted]
     assert res.aborted == "cancelled" and table.calls == []
+
+
+def test_a_handle_keeps_its_newest_events_whole_and_every_trajectory_before_them():
+    """history_limit bounds what a handle holds; the older part keeps the start, every
+    decision and every type's whole trajectory, equal to a full record but base/cand."""
+    table = OutcomeTable({"A": [TIE] * 40, "B": [WIN, TIE] * 20, "C": [LOSS] * 40},
+                         latency=lambda t, r: 1.0 + t.ladder_rank % 3)
+    full: list = []
+
+    async def main():
+        handle = launch(table.plans(), table, concurrency=4, history_limit=20,
+                        subscribers=[full.append], past_stop="wait")
+        await handle
+        return handle
+
+    handle = run(main())
+    assert len(full) > 200 and len(handle._recent) == 20
+    hist = handle.history
+    assert hist[-20:] == full[-20:]
+    older = hist[:-20]
+
+    def key(e):
+        return (e.task_type, e.ladder_rank, e.W, e.L, e.n_used, e.e_plus, e.e_minus, e.action)
+
+    full_old = [e for e in full[:-20] if isinstance(e, PrefixAdvanced | TypeDecided
+                                                     | GateStarted)]
+    assert [type(e) for e in older] == [type(e) for e in full_old]
+    assert [key(e) for e in older if isinstance(e, PrefixAdvanced)] == \
+        [key(e) for e in full_old if isinstance(e, PrefixAdvanced)]
+    assert all(e.base is None and e.cand is None for e in older
+               if isinstance(e, PrefixAdvanced))
+    assert [e for e in older if isinstance(e, TypeDecided)] == \
+        [e for e in full_old if isinstance(e, TypeDecided)]
