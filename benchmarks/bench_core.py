@@ -1,4 +1,5 @@
-"""Core benchmarks: scheduler overhead vs a bare Semaphore + gather, and batch replay rate.
+"""Core benchmarks: scheduler overhead vs a bare Semaphore + gather at 12 to 1,000 types, the
+live view's and a launch handle's overhead and memory, and batch replay rate.
 
 Ratios are measured side by side in one process; times are medians over repeats.
 Run: ``python -m benchmarks.bench_core`` (or ``make bench``).
@@ -7,7 +8,12 @@ Run: ``python -m benchmarks.bench_core`` (or ``make bench``).
 from __future__ import annotations
 
 import asyncio
+import gc
+import statistics
 import sys
+import time
+import tracemalloc
+from typing import Any
 
 import numpy as np
 
@@ -63,23 +69,97 @@ def _bare(n_calls: int, concurrency: int, count_tasks: bool = False) -> dict:
     return {"calls": len(out), "peak_tasks": peak_tasks}
 
 
+def _interleaved(fns: dict[str, Any], repeats: int) -> dict[str, tuple[float, float]]:
+    """Median (wall s, CPU s) of each function, run in turn repeat after repeat, so a load
+    change on a shared machine hits every variant alike. CPU time (this process only) is
+    the steadier of the two when other jobs share the cores."""
+    times: dict[str, list[tuple[float, float]]] = {k: [] for k in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            w, c = time.perf_counter(), time.process_time()
+            fn()
+            times[name].append((time.perf_counter() - w, time.process_time() - c))
+    return {k: (statistics.median(t[0] for t in v), statistics.median(t[1] for t in v))
+            for k, v in times.items()}
+
+
+TYPE_COUNTS = (12, 100, 400, 1000)
+
+
 def scheduler_overhead(quick: bool = False) -> list[dict]:
-    n_types, units, conc = 12, (200 if quick else 1000), 32
-    calls = 2 * n_types * units
+    """run_gate vs a bare Semaphore + gather at 12 to 1,000 types, 24,000 no-op calls each
+    (fewer units per type as the types grow), 32 slots, the default dispatch."""
+    calls, conc = (4800 if quick else 24_000), 32
     repeats = 3 if quick else 5
-    plans = _plans(n_types, units)
-    t_gate, g = median_time(lambda: _gate(plans, conc), repeats)
-    t_bare, b = median_time(lambda: _bare(calls, conc), repeats)
-    assert g["calls"] == b["calls"] == calls
-    g = _gate(plans, conc, count_tasks=True)  # untimed: all_tasks() is O(live tasks)
+    fns: dict[str, Any] = {"bare": lambda: _bare(calls, conc)}
+    for k in TYPE_COUNTS:
+        plans = _plans(k, calls // (2 * k))
+        fns[f"{k} types"] = lambda plans=plans: _gate(plans, conc)
+    med = _interleaved(fns, repeats)
+    rows = []
+    for name, (wall, cpu) in med.items():
+        n = calls if name == "bare" else 2 * int(name.split()[0]) * (calls // (2 * int(
+            name.split()[0])))
+        rows.append({"what": "bare Semaphore+gather" if name == "bare" else
+                     f"run_gate, {name} x {n // (2 * int(name.split()[0]))} units",
+                     "calls": n, "median_s": wall, "cpu_s": cpu, "calls_per_s": n / wall,
+                     "ratio (wall)": wall / med["bare"][0] * calls / n,
+                     "ratio (cpu)": cpu / med["bare"][1] * calls / n})
+    g = _gate(_plans(12, calls // 24), conc, count_tasks=True)  # untimed: all_tasks() is O(n)
     b = _bare(calls, conc, count_tasks=True)
-    return [
-        {"what": "bare Semaphore+gather", "calls": calls, "median_s": t_bare,
-         "calls_per_s": calls / t_bare, "peak_live_tasks": b["peak_tasks"], "ratio": 1.0},
-        {"what": "run_gate (prefix stats, events)", "calls": calls, "median_s": t_gate,
-         "calls_per_s": calls / t_gate, "peak_live_tasks": g["peak_tasks"],
-         "ratio": t_gate / t_bare},
-    ]
+    rows[0]["peak_live_tasks"], rows[1]["peak_live_tasks"] = b["peak_tasks"], g["peak_tasks"]
+    return rows
+
+
+def listeners_overhead(quick: bool = False) -> list[dict]:
+    """The live view (headless) and a `launch` handle on the same gate, 12 types, 32 slots:
+    time next to run_gate alone, and memory retained per call at 20,000 and 200,000 calls."""
+    units = 200 if quick else 1000
+    repeats = 3 if quick else 5
+    plans = _plans(12, units)
+    med = _interleaved({"run_gate": lambda: _listened(plans, None),
+                        "run_gate + LiveGateView": lambda: _listened(plans, "view"),
+                        "launch + await handle": lambda: _listened(plans, "handle")}, repeats)
+    rows = [{"what": k, "calls": 24 * units, "median_s": w, "cpu_s": c,
+             "ratio (wall)": w / med["run_gate"][0], "ratio (cpu)": c / med["run_gate"][1]}
+            for k, (w, c) in med.items()]
+    sizes = (834, 2_000) if quick else (834, 8_334)  # ~20,000 and ~200,000 calls
+    for what in ("run_gate", "run_gate + LiveGateView", "launch + await handle"):
+        kind = {"run_gate": None, "run_gate + LiveGateView": "view",
+                "launch + await handle": "handle"}[what]
+        for per_type in sizes:
+            row = next(r for r in rows if r["what"] == what)
+            row[f"B/call kept @{24 * per_type:,}"] = _retained(_plans(12, per_type), kind)
+    return rows
+
+
+def _listened(plans: list[TypePlan], kind: str | None) -> Any:
+    from vtrm_gate import launch
+    from vtrm_gate.views import LiveGateView
+
+    async def main() -> Any:
+        if kind == "handle":
+            handle = launch(plans, _noop, NEVER_STOP, 32)
+            await handle
+            return handle
+        view = LiveGateView() if kind == "view" else None
+        res = await run_gate(plans, _noop, NEVER_STOP, 32, subscribers=[view] if view else [])
+        return res, view
+
+    return asyncio.run(main())
+
+
+def _retained(plans: list[TypePlan], kind: str | None) -> float:
+    """Bytes per call still allocated once the gate is over, what it returns kept alive."""
+    gc.collect()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    kept = _listened(plans, kind)
+    gc.collect()
+    now = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    del kept
+    return (now - base) / (2 * sum(len(p.units) for p in plans))
 
 
 def batch_replay(quick: bool = False) -> list[dict]:
@@ -96,10 +176,15 @@ def main(quick: bool = False) -> list[dict]:
     print(f"machine: {machine()}")
     rows = scheduler_overhead(quick)
     print_table("Scheduler overhead vs bare asyncio.Semaphore + gather (no-op calls, "
-                "concurrency 32, median)", rows)
+                "concurrency 32, default dispatch, medians of interleaved repeats; ratio per "
+                "call)", rows)
+    listen = listeners_overhead(quick)
+    print_table("Listeners: live view and launch handle next to run_gate alone (12 types, 32 "
+                "slots); B/call kept = tracemalloc bytes still allocated after the gate, per "
+                "call", listen)
     rep = batch_replay(quick)
     print_table("Vectorised replay (numpy), median of 3", rep)
-    return rows + rep
+    return rows + listen + rep
 
 
 if __name__ == "__main__":

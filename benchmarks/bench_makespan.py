@@ -246,7 +246,7 @@ WORLDS: dict[str, World] = {
 }
 # The guard is not what is measured here; it never trips (INFRA units are still excluded).
 NO_GUARD = GuardParams(min_calls=10**9)
-MEDIAN_TARGET, WORST_TARGET = 1.02, 1.05
+MEDIAN_TARGET, WORST_TARGET = 1.02, 1.10  # issue 17 (issue 10 asked 1.05)
 
 
 @dataclass(frozen=True)
@@ -268,13 +268,19 @@ class Clairvoyant:
         return (float(left),) if self.longest_first else ()
 
 
-POLICIES: dict[str, tuple[str, bool]] = {
-    # name -> (dispatch, cancel_after_freeze)
-    "round_robin": ("round_robin", False),
-    "round_robin+cancel": ("round_robin", True),
-    "need_aware": ("need_aware", False),
-    "need_aware+cancel": ("need_aware", True),
+POLICIES: dict[str, tuple[str, bool, str]] = {
+    # name -> (dispatch, cancel_after_freeze, past_stop)
+    "round_robin+wait": ("round_robin", False, "wait"),
+    "round_robin": ("round_robin", False, "cancel"),
+    "round_robin+cancel": ("round_robin", True, "cancel"),
+    "need_aware+wait": ("need_aware", False, "wait"),
+    "need_aware": ("need_aware", False, "cancel"),
+    "need_aware+cancel": ("need_aware", True, "cancel"),
+    "expected_need": ("expected_need", False, "cancel"),
+    "expected_need+cancel": ("expected_need", True, "cancel"),
 }
+DEFAULT_POLICY = "round_robin+cancel"
+"""`RunOptions`' defaults: round-robin, cancel_after_freeze on, past_stop cancel."""
 
 
 def _tail(sigma: float, task: UnitTask, seed: int) -> float:
@@ -313,7 +319,8 @@ def world_calls(world: World, seed: int, params: GateParams
 
 def schedule(plans: Sequence[TypePlan], calls: Mapping[tuple[str, int, str], UnitResult],
              needed: Mapping[str, int], params: GateParams, slots: int,
-             dispatch: str | DispatchPolicy, cancel: bool) -> dict[str, Any]:
+             dispatch: str | DispatchPolicy, cancel: bool,
+             past_stop: str = "cancel") -> dict[str, Any]:
     """One gate run on the virtual clock: makespan, busy slot time, calls past the stop, the
     longest wait of a type with units left (in units dispatched to others)."""
     busy = [0.0]
@@ -334,7 +341,8 @@ def schedule(plans: Sequence[TypePlan], calls: Mapping[tuple[str, int, str], Uni
         return res
 
     gate = _run_fast_virtual(run_gate(plans, infer, params, slots, guard=NO_GUARD,
-                                      dispatch=dispatch, cancel_after_freeze=cancel))
+                                      dispatch=dispatch, cancel_after_freeze=cancel,
+                                      past_stop=past_stop))
     past = sum(t.ladder_rank >= needed[t.task_type] for t in started)
     last: dict[str, int] = {}
     max_wait = 0
@@ -362,7 +370,7 @@ def _pct(xs: Sequence[float], q: float) -> float:
 
 
 def compare_policies(world: World, seeds: Sequence[int], params: GateParams | None = None,
-                     policies: Mapping[str, tuple[str, bool]] = POLICIES
+                     policies: Mapping[str, tuple[str, bool, str]] = POLICIES
                      ) -> dict[str, list[dict[str, Any]]]:
     """Per policy (and the clairvoyant reference), one row per seed of ``world``."""
     params = params or GateParams()
@@ -375,8 +383,9 @@ def compare_policies(world: World, seeds: Sequence[int], params: GateParams | No
         ref = schedule(plans, calls, needed, params, world.slots, Clairvoyant(needed), False)
         runs = {"clairvoyant": ref, "clairvoyant_rr": schedule(
             plans, calls, needed, params, world.slots, Clairvoyant(needed, False), False)}
-        for name, (dispatch, cancel) in policies.items():
-            runs[name] = schedule(plans, calls, needed, params, world.slots, dispatch, cancel)
+        for name, (dispatch, cancel, past_stop) in policies.items():
+            runs[name] = schedule(plans, calls, needed, params, world.slots, dispatch, cancel,
+                                  past_stop)
         for name, r in runs.items():
             decisions = {t: o.action for t, o in r["outcomes"].items()}
             same = decisions == {t: o.action for t, o in ref["outcomes"].items()}
@@ -399,7 +408,7 @@ def summarise(rows: Mapping[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
         vc = [r["vs_clairvoyant"] for r in rs]
         vr = [r["vs_clairvoyant_rr"] for r in rs]
         out.append({
-            "policy": name, "seeds": len(rs),
+            "policy": f"{name} (default)" if name == DEFAULT_POLICY else name, "seeds": len(rs),
             "bound med": statistics.median(vb), "bound p90": _pct(vb, 0.9),
             "bound worst": max(vb),
             "clair med": statistics.median(vc), "clair p90": _pct(vc, 0.9),
@@ -410,7 +419,7 @@ def summarise(rows: Mapping[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
             "wasted busy": statistics.mean(r["wasted_share"] for r in rs),
             "max wait": max(r["max_wait"] for r in rs),
             "same decisions": all(r["same_decisions"] for r in rs),
-            "meets 2%/5%": (statistics.median(vc) <= MEDIAN_TARGET
+            "meets 2%/10%": (statistics.median(vc) <= MEDIAN_TARGET
                             and max(vc) <= WORST_TARGET)})
     return out
 

@@ -36,26 +36,70 @@ GUARD = GuardParams(min_calls=40)
 RULES = ("w_net", "e_continue", "e_harm")
 
 
-def run_seed(seed: int, rule: str = "w_net") -> dict[str, Any]:
+# Execution policies of the calls a decision no longer needs (issue 17): the old default
+# (wait for every call), and not waiting once every type has decided, with and without
+# cancelling a frozen type's worthless calls at its freeze.
+EXECUTION = {
+    "wait (before issue 17)": {"past_stop": "wait", "cancel_after_freeze": False},
+    "past_stop=cancel": {"past_stop": "cancel", "cancel_after_freeze": False},
+    "past_stop=cancel + cancel_after_freeze": {"past_stop": "cancel",
+                                               "cancel_after_freeze": True},
+}
+
+
+def run_seed(seed: int, rule: str = "w_net", **execution: Any) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as d:
         t = time.perf_counter()
         ws, _, summary = run_simulated_training(
-            Path(d) / "ws", SimConfig(seed=seed), EPOCHS, STEPS, RunOptions(guard=GUARD),
-            probation_rule=rule)
+            Path(d) / "ws", SimConfig(seed=seed), EPOCHS, STEPS,
+            RunOptions(guard=GUARD, **execution), probation_rule=rule)
         wall = time.perf_counter() - t
         units = ws.log.query("SELECT COALESCE(SUM(n_consumed), 0) FROM step_report WHERE "
                              "step = 0 AND status = 'probation'")[0][0]
+        calls = ws.log.query("SELECT COALESCE(SUM(started), 0), COALESCE(SUM(cache_hits), 0), "
+                             "COALESCE(SUM(cancelled_in_flight), 0) FROM step_report WHERE "
+                             "step > 0")[0]
+        actions = ws.log.query("SELECT epoch, step, task_type, action FROM step_report "
+                               "WHERE step > 0 ORDER BY epoch, step, task_type")
         ws.close()
     q = summary["quality"]
     return {"seed": seed, "rule": rule, "wall_s": wall, "summary": summary, "q": q,
-            "probe_units": units}
+            "probe_units": units, "gate_calls": calls[0], "baseline_hits": calls[1],
+            "cancelled": calls[2], "actions": actions}
+
+
+def execution_study(n: int) -> None:
+    """The whole training run under each execution policy, same seeds: total and gate time
+    (work moved or dropped is not hidden: it shows as calls and BaselineCache hits)."""
+    by_policy = {name: [run_seed(s, **kw) for s in range(n)] for name, kw in EXECUTION.items()}
+    ref = by_policy["wait (before issue 17)"]
+    rows = []
+    for name, rs in by_policy.items():
+        rows.append({
+            "policy": name,
+            "total_h_median": _h(statistics.median(r["summary"]["v3_total_s"] for r in rs)),
+            "gate_h_median": _h(statistics.median(r["summary"]["v3_phases_s"]["gate"]
+                                                  for r in rs)),
+            "total_vs_wait": statistics.median(
+                r["summary"]["v3_total_s"] / w["summary"]["v3_total_s"]
+                for r, w in zip(rs, ref, strict=True)),
+            "gate_calls": sum(r["gate_calls"] for r in rs),
+            "baseline_hits": sum(r["baseline_hits"] for r in rs),
+            "cancelled_in_flight": sum(r["cancelled"] for r in rs),
+            "same_actions_as_wait": sum(r["actions"] == w["actions"]
+                                        for r, w in zip(rs, ref, strict=True)),
+            "acc_gate_median": statistics.median(r["q"]["mean_accuracy"]["gate"] for r in rs)})
+    print_table(f"execution policies, whole training run ({n} seeds x {EPOCHS}x{STEPS} steps; "
+                f"gate_calls / baseline_hits / cancelled summed over seeds; same_actions: "
+                f"seeds whose every step decision equals the wait run's)", rows)
 
 
 def _h(s: float) -> float:
     return s / 3600
 
 
-def main(quick: bool = False, seeds: int | None = None, probation: bool = True) -> None:
+def main(quick: bool = False, seeds: int | None = None, probation: bool = True,
+         execution: bool = True) -> None:
     n = seeds or (3 if quick else 10)
     print(f"machine: {machine()}")
     print(f"{n} seeds, {EPOCHS} epochs x {STEPS} steps, 12 types, virtual clock, "
@@ -111,6 +155,8 @@ def main(quick: bool = False, seeds: int | None = None, probation: bool = True) 
 
     if probation:
         probation_study(runs, n)
+    if execution:
+        execution_study(n)
 
 
 def _truth(run: dict[str, Any]) -> list[tuple[int, int, str, str]]:
@@ -161,6 +207,15 @@ if __name__ == "__main__":
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--seeds", type=int, default=None)
     ap.add_argument("--no-probation", action="store_true")
+    ap.add_argument("--no-execution", action="store_true",
+                    help="skip the execution-policy study (past_stop, cancel_after_freeze)")
+    ap.add_argument("--only-execution", action="store_true",
+                    help="only the execution-policy study")
     a = ap.parse_args()
-    main(quick=a.quick, seeds=a.seeds, probation=not a.no_probation)
+    if a.only_execution:
+        print(f"machine: {machine()}")
+        execution_study(a.seeds or (3 if a.quick else 10))
+    else:
+        main(quick=a.quick, seeds=a.seeds, probation=not a.no_probation,
+             execution=not a.no_execution)
     sys.exit(0)

@@ -21,7 +21,7 @@ __all__ = [  # noqa: RUF022 - grouped by audience, alphabetical within a group
     "replay_arrival", "replay_arrival_batch", "replay_blocks", "replay_blocks_batch",
     "replay_prefix", "replay_prefix_batch",
     # the gate (vtrm_gate.gate)
-    "BaselineStore", "DispatchPolicy", "EventStream", "GateAborted", "GateEvent",
+    "BaselineStore", "DispatchPolicy", "EventStream", "ExpectedNeed", "GateAborted", "GateEvent",
     "GateFinished", "GateHandle", "GateResult", "GateStarted", "GuardParams", "LadderEntry",
     "NeedAware", "PrefixAdvanced", "ResultSink", "RoundRobin", "TaskFinished", "TaskProgress",
     "TaskStarted", "TypeCounters", "TypeDecided", "TypePlan", "UnitResult", "UnitTask",

@@ -32,11 +32,11 @@ from typing import Any, Final
 
 from ._env import DEFAULT_TTL, MAX_TTL, check_redis_url, mask_url, read_dotenv
 from .errors import ConfigError
-from .gate import GuardParams
+from .gate import PAST_STOP_POLICIES, GuardParams
 from .stats import PROBATION_RULES, GateParams
 
 DEFAULT_CONCURRENCY = 32
-DISPATCH_NAMES = ("round_robin", "need_aware")  # `vtrm_gate.gate.resolve_dispatch`
+DISPATCH_NAMES = ("round_robin", "need_aware", "expected_need")  # `gate.resolve_dispatch`
 
 REMOVED_KEYS = {
     "gate_block": "gate_block was removed in v3: the gate decides after every unit along the "
@@ -61,12 +61,13 @@ ENV_KEYS = {
     "VTRM_MAX_TOKENS_THINK": "max_tokens_think",
     "VTRM_MAX_TOKENS_ANSWER": "max_tokens_answer",
     "VTRM_MAX_TOKENS_EVOLVE": "max_tokens_evolve",
+    "VTRM_PAST_STOP": "past_stop",
 }
 MAX_TOKENS_FIELDS = {"max_tokens_think": 512, "max_tokens_answer": 64,
                      "max_tokens_evolve": 2048}
 """Each agent step's reply budget and its default (0: none sent, the server's default)."""
 CACHE_TABLE = {"share": "cache_share"}  # keys of the ``[cache]`` table
-EXECUTION_FIELDS = ("concurrency", "dispatch", "cancel_after_freeze", "time_scale",
+EXECUTION_FIELDS = ("concurrency", "dispatch", "cancel_after_freeze", "past_stop", "time_scale",
                     "adaptive", "timeout", "deadline", "max_retries")
 FLAG_ONLY = ("time_scale", "backend")
 """Keys set by a command-line flag (or the Python API) only, never by a file."""
@@ -110,8 +111,13 @@ class RunOptions:
     guard: GuardParams = field(default_factory=GuardParams)
     dispatch: str = "round_robin"
     """Which type the gate feeds next (`vtrm_gate.gate`); decisions do not depend on it."""
-    cancel_after_freeze: bool = False
-    """Cancel a frozen type's in-flight calls instead of letting them finish."""
+    cancel_after_freeze: bool = True
+    """Cancel a frozen type's in-flight calls whose answers serve nothing more (every
+    candidate call; base-arm calls unless the baseline survives and fills the BaselineCache)
+    instead of letting them finish."""
+    past_stop: str = "cancel"
+    """Once every type has decided: ``cancel`` the calls still in flight (none can change a
+    decision) or ``wait`` for them (stored, never counted) before the gate returns."""
     time_scale: float | None = None
     """Simulated workspaces: real seconds per simulated second (None: the virtual clock)."""
     redis_url: str | None = field(default=None, repr=False)
@@ -155,6 +161,9 @@ class RunOptions:
         if self.dispatch not in DISPATCH_NAMES:
             raise ConfigError(f"dispatch must be one of {', '.join(DISPATCH_NAMES)}, "
                               f"got {self.dispatch!r}")
+        if self.past_stop not in PAST_STOP_POLICIES:
+            raise ConfigError(f"past_stop must be one of {', '.join(PAST_STOP_POLICIES)}, "
+                              f"got {self.past_stop!r}")
         for name in ("cancel_after_freeze", "cache_enabled"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be on/off (true/false), "
@@ -259,8 +268,8 @@ class RunOptions:
     def execution(self) -> dict[str, Any]:
         """The fields that never change a decision (recorded beside a manifest's inputs)."""
         return {"concurrency": self.slots, "dispatch": self.dispatch,
-                "cancel_after_freeze": self.cancel_after_freeze, "adaptive": self.adaptive,
-                "timeout": self.timeout, "deadline": self.deadline,
+                "cancel_after_freeze": self.cancel_after_freeze, "past_stop": self.past_stop,
+                "adaptive": self.adaptive, "timeout": self.timeout, "deadline": self.deadline,
                 "max_retries": self.max_retries}
 
     def as_dict(self) -> dict[str, Any]:

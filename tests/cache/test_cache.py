@@ -465,6 +465,37 @@ def test_explain_against_a_stored_entry(redis_target: RedisTarget) -> None:
     assert "salt" in asyncio.run(go())
 
 
+def test_many_calls_in_flight_share_a_few_redis_connections(fresh_redis_server, monkeypatch):
+    """512 concurrent misses (issue 17): every call served and written once over at most
+    OPS_IN_FLIGHT connections that do not read redis-py's package metadata each (it opened
+    one connection per command in flight, up to the pool's 256, each ~1 ms to set up)."""
+    import redis.utils
+
+    from vtrm_gate.cache import _response
+
+    metadata_reads = []
+    real = redis.utils.get_lib_version
+    monkeypatch.setattr(redis.utils, "get_lib_version",
+                        lambda: metadata_reads.append(1) or real())
+
+    async def main():
+        cache = ResponseCache(fresh_redis_server.url, prefix="burst")
+        call = Counting(delay=0.05)
+        got = await asyncio.gather(*(cache.get_or_call(parts(content=f"Q{i}"), call)
+                                     for i in range(512)))
+        observer = redis.Redis.from_url(fresh_redis_server.url)
+        clients = observer.info("clients")["connected_clients"] - 1
+        observer.close()
+        await cache.aclose()
+        return got, call.calls, clients, cache.stats()
+
+    got, calls, clients, stats = asyncio.run(main())
+    assert calls == 512 and all(r.source == "miss" for r in got)
+    assert (stats.misses, stats.writes, stats.errors) == (512, 512, 0)
+    assert 1 <= clients <= _response.OPS_IN_FLIGHT
+    assert len(metadata_reads) <= 1  # the client object, once; not per connection
+
+
 # ---- outage and recovery --------------------------------------------------------------
 
 

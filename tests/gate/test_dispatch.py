@@ -4,6 +4,7 @@ decisions unchanged by the order, and cancel_after_freeze (on the gate and the L
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 from dataclasses import dataclass, field
 
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 
 from vtrm_gate import (
     Action,
+    ExpectedNeed,
     GateParams,
     GuardParams,
     InfraGuardError,
@@ -101,7 +103,8 @@ def test_default_dispatch_is_round_robin():
 
 
 def test_unknown_dispatch_name_is_refused():
-    with pytest.raises(ValueError, match="dispatch must be 'round_robin', 'need_aware'"):
+    with pytest.raises(ValueError, match="dispatch must be 'round_robin', 'need_aware', "
+                                         "'expected_need'"):
         resolve_dispatch("fastest")
     with pytest.raises(TypeError, match="priority"):
         resolve_dispatch(object())  # type: ignore[arg-type]
@@ -218,12 +221,17 @@ def test_need_aware_prefers_the_type_least_likely_to_stop():
 outcome = st.sampled_from([WIN, LOSS, TIE, (False, False), None])
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+EVERY_POLICY = [(d, c, p) for d in ("round_robin", "need_aware", "expected_need")
+                for c in (False, True) for p in ("cancel", "wait")]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(st.sampled_from("ABCDE"), st.lists(outcome, max_size=30), min_size=1),
-       st.integers(1, 12), st.integers(0, 2**32 - 1), st.booleans(),
-       st.sampled_from([GateParams(), QUICK]))
-def test_need_aware_decisions_equal_round_robin_for_any_latencies(outcomes, concurrency, seed,
-                                                                   cancel, params):
+       st.integers(1, 12), st.integers(0, 2**32 - 1), st.sampled_from([GateParams(), QUICK]))
+def test_decisions_are_identical_under_every_policy_for_any_latencies(outcomes, concurrency,
+                                                                      seed, params):
+    """Dispatch order x cancel_after_freeze x past_stop: twelve ways to run one gate, one
+    set of decisions (replay_prefix's), and every cancelled call really stopped."""
     rng = random.Random(seed)
     lat: dict[tuple[str, str, str], float] = {}
 
@@ -231,19 +239,19 @@ def test_need_aware_decisions_equal_round_robin_for_any_latencies(outcomes, conc
         return lat.setdefault((t.task_type, t.unit_id, t.arm), rng.choice([0.0, 1, 2, 5, 30]))
 
     guard = GuardParams(min_calls=10**6)
-    results = {}
-    for name, dispatch, cancel_after_freeze in (("rr", "round_robin", False),
-                                                ("need", "need_aware", cancel)):
+    for dispatch, cancel_after_freeze, past_stop in EVERY_POLICY:
         table = OutcomeTable(outcomes, latency=latency)
-        results[name] = run(run_gate(table.plans(), table, params, concurrency=concurrency,
-                                     guard=guard, dispatch=dispatch,
-                                     cancel_after_freeze=cancel_after_freeze))
-        assert results[name].peak_in_flight <= concurrency
+        res = run(run_gate(table.plans(), table, params, concurrency=concurrency, guard=guard,
+                           dispatch=dispatch, cancel_after_freeze=cancel_after_freeze,
+                           past_stop=past_stop))
+        assert res.peak_in_flight <= concurrency
         assert table.in_flight == 0
-    for t, seq in outcomes.items():
-        ref = replay_prefix(seq, params)
-        assert results["rr"].outcomes[t].same_decision(ref), t
-        assert results["need"].outcomes[t].same_decision(ref), t
+        for t, seq in outcomes.items():
+            assert res.outcomes[t].same_decision(replay_prefix(seq, params)), (t, dispatch)
+            c = res.counters[t]
+            assert c.started == c.completed + c.cancelled_in_flight
+            if past_stop == "wait" and not cancel_after_freeze:
+                assert c.cancelled_in_flight == 0
 
 
 # ---- cancel_after_freeze --------------------------------------------------------------
@@ -255,9 +263,10 @@ def _fast_stop_table():
                         else 1000.0)
 
 
-def test_cancel_after_freeze_is_off_by_default_and_calls_finish():
+def test_without_cancel_after_freeze_a_frozen_types_calls_finish():
     table = _fast_stop_table()
-    res = run(run_gate(table.plans(), table, QUICK, concurrency=24))
+    res = run(run_gate(table.plans(), table, QUICK, concurrency=24, past_stop="wait",
+                       cancel_after_freeze=False))
     c = res.counters["A"]
     assert res.outcomes["A"].action is Action.ACCEPT
     assert c.cancelled_in_flight == 0
@@ -269,8 +278,8 @@ def test_cancel_after_freeze_cancels_a_frozen_types_in_flight_calls():
     table = _fast_stop_table()
     finished = []
     res = run(run_gate(table.plans(), table, QUICK, concurrency=24, cancel_after_freeze=True,
-                       subscribers=[lambda ev: isinstance(ev, TaskFinished)
-                                    and finished.append(ev.status)]))
+                       past_stop="wait", subscribers=[lambda ev: isinstance(ev, TaskFinished)
+                                                      and finished.append(ev.status)]))
     c = res.counters["A"]
     assert res.outcomes["A"].same_decision(replay_prefix([WIN] * 12, QUICK))
     assert c.cancelled_in_flight > 0
@@ -280,6 +289,86 @@ def test_cancel_after_freeze_cancels_a_frozen_types_in_flight_calls():
     assert table.in_flight == 0  # every cancelled call really stopped
     assert res.wall_time_s < 1000.0  # virtual clock: nobody waited for the 1000 s calls
     assert res.peak_in_flight <= 24
+
+
+class Store:
+    """A BaselineStore in memory (what the harness's BaselineCache does, minus SQLite)."""
+
+    def __init__(self):
+        self.entries, self.ranks = {}, set()
+
+    async def get(self, task):
+        return self.entries.get((task.task_type, task.unit_id))
+
+    async def put(self, task, result):
+        self.entries[(task.task_type, task.unit_id)] = result
+        self.ranks.add((task.task_type, task.ladder_rank))
+
+
+@pytest.mark.parametrize("seq, kept", [([LOSS] * 12, True), ([WIN] * 12, False)],
+                         ids=["rejected: the baseline survives", "accepted"])
+def test_cancel_after_freeze_keeps_only_calls_whose_answer_still_serves(seq, kept):
+    """A frozen type's candidate calls are worth nothing; its base-arm calls fill the
+    BaselineCache for the next step when the baseline survives (REJECT), not after ACCEPT."""
+    table = OutcomeTable({"A": seq, "B": [TIE] * 40},
+                         latency=lambda t, r: 1.0 if t.task_type == "B" or t.ladder_rank < 4
+                         else 50.0)
+    store = Store()
+    res = run(run_gate(table.plans(), table, QUICK, concurrency=24, cancel_after_freeze=True,
+                       past_stop="wait", baseline=store))
+    assert res.outcomes["A"].same_decision(replay_prefix(seq, QUICK))
+    assert res.outcomes["A"].stop_rank == 3
+    speculative = {(t.ladder_rank, t.arm) for t in table.calls
+                   if t.task_type == "A" and t.ladder_rank >= 4}
+    assert speculative  # in flight when A froze
+    c = res.counters["A"]
+    stored = {rank for t, rank in store.ranks if t == "A" and rank >= 4}
+    bases = {r for r, arm in speculative if arm == "base"}
+    if kept:
+        assert c.cancelled_in_flight == len(speculative) - len(bases)  # the candidate's
+        assert stored == bases  # every kept base answer reached the store
+    else:
+        assert c.cancelled_in_flight == len(speculative) and stored == set()
+    assert table.in_flight == 0
+
+
+def test_the_gate_returns_at_its_last_decision_cancelling_calls_past_every_stop():
+    """The SPEC amendment's default: once every type has decided, nothing in flight can
+    change a decision, so the gate cancels it (counted) instead of waiting 1000 s."""
+
+    class Sink:
+        def __init__(self):
+            self.results = []
+
+        async def on_result(self, task, result, counted):
+            self.results.append((task.task_type, task.ladder_rank, counted))
+
+        async def on_consumed(self, event):
+            pass
+
+        async def on_decided(self, task_type, outcome):
+            pass
+
+    table = _fast_stop_table()
+    sink = Sink()
+    res = run(run_gate(table.plans(), table, QUICK, concurrency=24, sink=sink,
+                       cancel_after_freeze=False))  # only past_stop cancels here
+    a = res.counters["A"]
+    assert res.outcomes["A"].same_decision(replay_prefix([WIN] * 12, QUICK))
+    assert res.outcomes["B"].same_decision(replay_prefix([TIE] * 12, QUICK))
+    assert a.cancelled_in_flight == 4 and a.discarded_after_freeze == 0
+    assert a.started == a.completed + a.cancelled_in_flight
+    assert table.in_flight == 0  # every cancelled call really stopped
+    assert res.wall_time_s < 1000.0  # virtual clock: the gate did not wait for them
+    # nothing of a cancelled call was stored: the sink saw exactly the completed calls
+    assert len(sink.results) == res.total("completed")
+    assert not [r for r in sink.results if r[0] == "A" and r[1] >= 4]
+    table = _fast_stop_table()
+    waited = run(run_gate(table.plans(), table, QUICK, concurrency=24, past_stop="wait",
+                          cancel_after_freeze=False))
+    assert waited.wall_time_s >= 1000.0 and waited.total("cancelled_in_flight") == 0
+    with pytest.raises(ValueError, match="past_stop must be one of cancel, wait"):
+        run(run_gate(table.plans(), table, QUICK, past_stop="later"))
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
@@ -357,3 +446,211 @@ def test_freeze_cancelled_calls_are_counted_once_when_the_gate_aborts_right_afte
     assert long_calls == 4
     assert a.cancelled_in_flight == long_calls
     assert a.started == a.completed + a.cancelled_in_flight
+
+
+# ---- the ready structure (issue 17): same order as the scan, O(1) lane reads ---------
+
+def scan_order(lanes, policy):
+    """The scan `dispatch_order` was until issue 17 (every lane looked at per dispatch),
+    kept verbatim as the reference the heap must reproduce."""
+    k_all = len(lanes)
+    cursor = [0] * k_all
+    last = [0] * k_all
+    dead = [lane.n == 0 for lane in lanes]
+    max_wait = policy.max_wait(sum(not d for d in dead))
+    count = 0
+    turn = 0
+    scored = [None] * k_all
+    while True:
+        best, best_key = -1, None
+        for j in range(k_all):
+            k = (turn + j) % k_all
+            if dead[k]:
+                continue
+            lane = lanes[k]
+            if lane.frozen or cursor[k] >= lane.n:
+                dead[k] = True
+                continue
+            seen = scored[k]
+            if seen is not None and seen[0] == lane.prefix and seen[1] == cursor[k]:
+                prio = seen[2]
+            else:
+                prio = policy.priority(lane, cursor[k])
+                scored[k] = (lane.prefix, cursor[k], prio)
+            if prio is None:
+                dead[k] = True
+                continue
+            wait = count - last[k]
+            starving = max_wait is not None and wait >= max_wait
+            key = (1.0, wait) if starving else (0.0, *prio)
+            if best_key is None or key > best_key:
+                best, best_key = k, key
+        if best < 0:
+            return
+        rank = cursor[best]
+        cursor[best] += 1
+        last[best] = count = count + 1
+        turn = (best + 1) % k_all
+        yield lanes[best], rank
+
+
+PRIORITIES = [None, (), (0.0,), (1.0,), (1.0, 0.0), (1.0, 2.0), (2.0,), (-1.0, 5.0)]
+
+
+@dataclass(frozen=True)
+class TablePolicy:
+    """Scores drawn from a table keyed by (lane, prefix, rank): ties, tuples of unequal
+    length and None (retire the lane) all occur; the score depends only on the lane's
+    state and the rank, as the protocol asks."""
+
+    seed: int
+    wait: int | None
+    spread: int
+
+    def max_wait(self, n_lanes: int) -> int | None:
+        return self.wait
+
+    def priority(self, lane, rank):
+        h = hash((self.seed, lane.n_index, lane.prefix, rank)) % (self.spread * 8)
+        return PRIORITIES[min(h // self.spread, len(PRIORITIES) - 1)] if h else None
+
+
+def _lanes(sizes):
+    lanes = [FakeLane(n) for n in sizes]
+    for i, lane in enumerate(lanes):
+        lane.n_index = i  # type: ignore[attr-defined]
+    return lanes
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 7), min_size=1, max_size=9), st.integers(0, 10**6),
+       st.one_of(st.none(), st.integers(1, 6)), st.integers(1, 4),
+       st.lists(st.tuples(st.sampled_from(["none", "none", "advance", "freeze"]),
+                          st.integers(0, 8)), max_size=60),
+       st.booleans())
+def test_heap_order_equals_the_scan(sizes, seed, wait, spread, script, round_robin):
+    policy = RoundRobin() if round_robin else TablePolicy(seed, wait, spread)
+    ref_lanes, new_lanes = _lanes(sizes), _lanes(sizes)
+    ref, new = scan_order(ref_lanes, policy), dispatch_order(new_lanes, policy)
+    got_ref, got_new = [], []
+    for step in range(sum(sizes) + 1):
+        a = next(ref, None)
+        b = next(new, None)
+        got_ref.append(None if a is None else (ref_lanes.index(a[0]), a[1]))
+        got_new.append(None if b is None else (new_lanes.index(b[0]), b[1]))
+        if a is None or b is None:
+            break
+        what, i = script[step] if step < len(script) else ("none", 0)
+        i %= len(sizes)
+        for lanes in (ref_lanes, new_lanes):  # the same change to both worlds
+            if what == "advance":
+                lanes[i].prefix += 1
+            elif what == "freeze":
+                lanes[i].frozen = True
+        if what == "advance":
+            new.moved(new_lanes[i])
+    assert got_new == got_ref
+
+
+class CountingLane(FakeLane):
+    """Counts how often the dispatcher reads a lane's state."""
+
+    reads = 0
+
+    def __getattribute__(self, name):
+        if name in ("frozen", "prefix", "n"):
+            CountingLane.reads += 1
+        return object.__getattribute__(self, name)
+
+
+@dataclass
+class CountingPolicy:
+    inner: object
+    calls: int = 0
+
+    def max_wait(self, n_lanes):
+        return self.inner.max_wait(n_lanes)
+
+    def priority(self, lane, rank):
+        self.calls += 1
+        return self.inner.priority(lane, rank)
+
+
+@pytest.mark.parametrize("policy", [RoundRobin(), NeedAware()], ids=["round_robin", "need_aware"])
+def test_a_dispatch_at_400_types_reads_a_few_lanes_not_all(policy):
+    k = 400
+    lanes = [CountingLane(5, task_type=f"T{i:03d}") for i in range(k)]
+    counting = CountingPolicy(policy)
+    order = dispatch_order(lanes, policy if isinstance(policy, RoundRobin) else counting)
+    CountingLane.reads = 0
+    n = 0
+    for lane, rank in order:
+        n += 1
+        if rank == 2:  # every type's prefix moves once along the way
+            lane.prefix = 1
+            order.moved(lane)
+    assert n == 5 * k
+    # the scan read every open lane per dispatch: ~2 * 400 reads each, 1.6 M in all
+    assert CountingLane.reads / n <= 12
+    if not isinstance(policy, RoundRobin):
+        # one score per unit dispatched, plus one per reported prefix move
+        assert counting.calls <= n + k
+
+
+class _ScanOrder:
+    """`scan_order` behind the `DispatchOrder` face (it re-reads every lane: moved is moot)."""
+
+    def __init__(self, lanes, policy):
+        self._it = scan_order(lanes, policy)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return next(self._it)
+
+    def moved(self, lane):
+        pass
+
+
+@pytest.mark.parametrize("dispatch", ["need_aware", "round_robin"])
+def test_a_gate_starts_units_in_the_order_the_scan_gave(dispatch, monkeypatch):
+    rng = random.Random(3)
+    outcomes = {f"T{i:02d}": [rng.choice([WIN, LOSS, TIE, TIE, None]) for _ in range(
+        rng.randint(0, 25))] for i in range(14)}
+
+    def starts():
+        table = OutcomeTable(outcomes, latency=lambda t, r: 1.0 + hash(t.unit_id) % 7)
+        seen = []
+        run(run_gate(table.plans(), table, QUICK, concurrency=6, dispatch=dispatch,
+                     guard=GuardParams(min_calls=10**6),
+                     subscribers=[lambda ev: isinstance(ev, TaskStarted)
+                                  and seen.append((ev.task.task_type, ev.task.ladder_rank))]))
+        return seen
+
+    heap = starts()
+    from vtrm_gate.gate import _scheduler
+
+    monkeypatch.setattr(_scheduler, "dispatch_order", _ScanOrder)
+    assert starts() == heap and len(heap) > 100
+
+
+def test_expected_need_scores_the_expected_units_left_and_is_found_by_name():
+    params = GateParams()
+    policy = ExpectedNeed(p_win=0.8, discordance=0.5)
+    assert resolve_dispatch("expected_need") is resolve_dispatch("expected_need")
+    assert isinstance(resolve_dispatch("expected_need"), ExpectedNeed)
+    fresh = FakeLane(40)
+    # from the start, the units a type is expected to consume are the OC's expected units
+    oc = operating_characteristics(params, 0.8, 0.5, 40)
+    assert policy.priority(fresh, 0)[0] == pytest.approx(oc.expected_units, rel=1e-12)
+    # each unit further out is expected to be needed less: P(reaching it) leaves the sum
+    p = [policy.priority(fresh, r)[0] for r in range(6)]
+    assert all(a - b == pytest.approx(policy.p_needed(fresh.test.rule, params,
+                                                      fresh.test.state, 40, r), rel=1e-9)
+               for r, (a, b) in enumerate(itertools.pairwise(p)))
+    short = FakeLane(9)  # a small type cannot reach ACCEPT: fewer units expected
+    assert policy.priority(short, 0) < policy.priority(fresh, 0)
+    assert policy.max_wait(50) == 400
+    with pytest.raises(ValueError, match=r"ExpectedNeed\.horizon must be an integer >= 1"):
+        ExpectedNeed(horizon=0)

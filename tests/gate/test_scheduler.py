@@ -131,7 +131,8 @@ def test_in_flight_results_never_change_frozen_stats():
     seq = [WIN] * 8 + [LOSS] * 8
     table = OutcomeTable({"A": seq}, latency=lambda t, r: 1.0 if t.ladder_rank < 8 else 5.0)
     sink = ListSink()
-    res = run(run_gate(table.plans(), table, concurrency=32, sink=sink))
+    res = run(run_gate(table.plans(), table, concurrency=32, sink=sink, past_stop="wait",
+                       cancel_after_freeze=False))
     out = res.outcomes["A"]
     assert out.same_decision(replay_prefix(seq))
     assert (out.action, out.W, out.L) == (Action.ACCEPT, 8, 0)
@@ -481,7 +482,8 @@ def test_result_counters_add_up():
     seq = [WIN] * 12 + [None] + [TIE] * 27
     table = OutcomeTable({"A": seq, "B": [LOSS, TIE] * 10},
                          latency=lambda t, r: 1.0 + t.ladder_rank % 3)
-    res = run(run_gate(table.plans(), table, concurrency=5))
+    res = run(run_gate(table.plans(), table, concurrency=5, past_stop="wait",
+                       cancel_after_freeze=False))
     for _t, c in res.counters.items():
         assert c.started + c.cache_hits + c.cancelled_before_start == 2 * c.units
         assert c.completed == c.started
@@ -752,7 +754,8 @@ def test_guard_counts_infra_units_not_calls():
     seq = [TIE] * 7 + [None] * 3
     table = OutcomeTable({"A": seq}, infra_arm="both",
                          latency=lambda t, r: 1.0 + 2 * t.ladder_rank + (t.arm == "cand"))
-    res = run(run_gate(table.plans(), table, PATIENT, guard=GuardParams(max_ratio=0.2)))
+    res = run(run_gate(table.plans(), table, PATIENT, guard=GuardParams(max_ratio=0.2),
+                       past_stop="wait", cancel_after_freeze=False))
     c = res.counters["A"]
     assert (c.infra_units, c.infra_calls, c.completed) == (3, 6, 20)
 
@@ -771,7 +774,7 @@ def test_no_arm_starts_after_its_type_froze_even_mid_unit():
     table = OutcomeTable({"A": [WIN] * 12}, latency=lambda t, r: 1.0)
     rec = Recorder()
     res = run(run_gate(table.plans(), table, concurrency=4, baseline=SlowBaseline(),
-                       subscribers=[rec]))
+                       subscribers=[rec], past_stop="wait", cancel_after_freeze=False))
     assert res.outcomes["A"].stop_rank == 7
     decided_at = next(i for i, e in enumerate(rec.events) if isinstance(e, TypeDecided))
     assert not [e for e in rec.events[decided_at:] if isinstance(e, TaskStarted)]
@@ -853,3 +856,36 @@ def test_an_explicit_admission_wins_and_a_frozen_types_unstarted_work_stays_unst
     # 30 units, 60 calls: everything past the stop was never started (no hidden queue)
     assert c.started <= res.outcomes["A"].stop_rank * 2 + 4
     assert c.cancelled_before_start == 60 - c.started
+
+
+def test_a_handle_keeps_its_newest_events_whole_and_every_trajectory_before_them():
+    """history_limit bounds what a handle holds; the older part keeps the start, every
+    decision and every type's whole trajectory, equal to a full record but base/cand."""
+    table = OutcomeTable({"A": [TIE] * 40, "B": [WIN, TIE] * 20, "C": [LOSS] * 40},
+                         latency=lambda t, r: 1.0 + t.ladder_rank % 3)
+    full: list = []
+
+    async def main():
+        handle = launch(table.plans(), table, concurrency=4, history_limit=20,
+                        subscribers=[full.append], past_stop="wait")
+        await handle
+        return handle
+
+    handle = run(main())
+    assert len(full) > 200 and len(handle._recent) == 20
+    hist = handle.history
+    assert hist[-20:] == full[-20:]
+    older = hist[:-20]
+
+    def key(e):
+        return (e.task_type, e.ladder_rank, e.W, e.L, e.n_used, e.e_plus, e.e_minus, e.action)
+
+    full_old = [e for e in full[:-20] if isinstance(e, PrefixAdvanced | TypeDecided
+                                                     | GateStarted)]
+    assert [type(e) for e in older] == [type(e) for e in full_old]
+    assert [key(e) for e in older if isinstance(e, PrefixAdvanced)] == \
+        [key(e) for e in full_old if isinstance(e, PrefixAdvanced)]
+    assert all(e.base is None and e.cand is None for e in older
+               if isinstance(e, PrefixAdvanced))
+    assert [e for e in older if isinstance(e, TypeDecided)] == \
+        [e for e in full_old if isinstance(e, TypeDecided)]

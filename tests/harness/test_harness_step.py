@@ -188,6 +188,42 @@ def test_full_step_end_to_end_rows_match_the_gate_result(tmp_path):
     assert {t.skill_dir for t in cand_tasks if t.task_type == "Action Reasoning"} == {str(cdir)}
 
 
+def _slow_tail(task: UnitTask) -> float:
+    """Seconds per call: most fast, some slow, so calls are in flight at every decision."""
+    h = int(json_hash([task.unit_id, task.arm])[:4], 16)
+    return 0.002 if h % 4 else 0.02
+
+
+def test_calls_past_a_stop_are_cancelled_and_leave_no_row(tmp_path):
+    """Issue 17 defaults: a frozen type's worthless calls are cancelled at its freeze and
+    the rest once every type has decided; a cancelled call writes nothing (no prediction,
+    trace or BaselineCache row), every call is accounted for, and the decisions are the
+    ones a step that waits for every call makes."""
+    waited = _step(_ws(tmp_path / "wait"), infer=ToyInfer(latency=_slow_tail),
+                   options=RunOptions(concurrency=32, past_stop="wait",
+                                      cancel_after_freeze=False))
+    ws = _ws(tmp_path / "cancel")
+    res = _step(ws, infer=ToyInfer(latency=_slow_tail), options=RunOptions(concurrency=32))
+    assert res.decisions == waited.decisions
+    for t in GATED:
+        assert res.gate.outcomes[t].same_decision(waited.gate.outcomes[t])
+    assert waited.gate.total("cancelled_in_flight") == 0
+    assert res.gate.total("cancelled_in_flight") > 0
+    preds = ws.log.frame("predictions")
+    rep = {r["task_type"]: r for r in ws.log.step_frame("step_report", 1, 1).to_dicts()}
+    for t in GATED:
+        c = res.gate.counters[t]
+        assert c.started == c.completed + c.cancelled_in_flight
+        assert c.started + c.cache_hits + c.cancelled_before_start == 2 * c.units
+        assert preds.filter(preds["task_type"] == t).height == c.completed + c.cache_hits
+        assert rep[t]["cancelled_in_flight"] == c.cancelled_in_flight
+    fresh_base = preds.filter((preds["arm"] == "base") & (preds["cached"] == 0) &
+                              (preds["infra"] == 0))
+    assert ws.log.count("baseline_cache") == fresh_base.height
+    assert ws.log.count("traces") == preds.height
+    assert_log_consistent(ws, 1, 1)
+
+
 def test_accepts_and_provisionals_advance_versions(tmp_path):
     ws = _ws(tmp_path)
     res = _step(ws)

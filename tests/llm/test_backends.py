@@ -98,11 +98,13 @@ def step_once(ws: Workspace, target: RedisTarget, epoch: int = 1,
     async def go() -> StepResult:
         try:
             cases = await rollout_cases(backend, ws, epoch, step)
-            # every gate task dispatched at once: the calls made do not depend on timing
+            # every gate task dispatched at once and every call finishing (none cancelled
+            # past a stop): the calls made, all cached, do not depend on timing
             return await run_step(ws, epoch, step, infer=backend.infer,
                                   evolver=backend.evolver, cases=cases,
                                   cache_stats=backend.cache_stats,
-                                  options=RunOptions(concurrency=256))
+                                  options=RunOptions(concurrency=256, past_stop="wait",
+                                                     cancel_after_freeze=False))
         finally:
             await backend.aclose()
 

@@ -52,9 +52,13 @@ def run(ws: Workspace, target: RedisTarget, pool: EndpointPool | None,
     async def go() -> StepResult:
         try:
             cases = await rollout_cases(backend, ws, 1, 1)
+            # every call finishes, so each request a server answered is one the pool
+            # counted (a call cancelled past a stop may have been answered, never read)
             return await run_step(ws, 1, 1, infer=backend.infer, evolver=backend.evolver,
                                   cases=cases, cache_stats=backend.cache_stats,
-                                  options=RunOptions(concurrency=concurrency),
+                                  options=RunOptions(concurrency=concurrency,
+                                                     past_stop="wait",
+                                                     cancel_after_freeze=False),
                                   subscribers=subscribers)
         finally:
             await backend.aclose()

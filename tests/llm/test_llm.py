@@ -356,12 +356,13 @@ def gate_plans(step: str) -> list[TypePlan]:
 
 
 def run(a: LLMAgent, step: str) -> GateResult:
-    # 16 slots = every task of both ladders dispatched at once, so the set of calls made does
-    # not depend on timing (with fewer slots, a type that freezes early discards a
-    # timing-dependent number of in-flight calls).
+    # 16 slots = every task of both ladders dispatched at once, and every call finishing (none
+    # cancelled past a stop), so the set of calls made does not depend on timing (with fewer
+    # slots, a type that freezes early discards a timing-dependent number of in-flight calls).
     async def go() -> GateResult:
         try:
-            return await run_gate(gate_plans(step), a.infer, concurrency=16)
+            return await run_gate(gate_plans(step), a.infer, concurrency=16, past_stop="wait",
+                                  cancel_after_freeze=False)
         finally:
             await a.aclose()
 
@@ -383,6 +384,37 @@ def test_run_gate_end_to_end_and_a_rerun_hits_the_cache(chat_server: ChatServer,
     fresh = run(agent(chat_server, cache), "step4")  # a new step: no reuse across steps
     assert len(chat_server.requests) == 2 * requests and fresh.tokens == first.tokens
     assert cache.stats("step4_gate_ocr_base").hits == 0
+
+
+def test_calls_cancelled_past_a_stop_leave_nothing_cached_and_a_rerun_agrees(
+        chat_server: ChatServer, redis_target: RedisTarget) -> None:
+    """The defaults (issue 17): calls of a frozen type and calls past every stop are
+    cancelled mid-request. The re-run decides the same and asks again exactly for what the
+    first run never finished: every completed call is a hit, no cancelled one is."""
+    cache = ResponseCache(redis_target.url, prefix=redis_target.prefix)
+
+    async def go(step: str) -> GateResult:
+        a = agent(chat_server, cache)
+        try:  # all 16 calls dispatched at once: the same calls start in both runs
+            return await run_gate(gate_plans(step), a.infer, concurrency=16)
+        finally:
+            await a.aclose()
+
+    chat_server.inject(*[Fault(sleep=1.0, step="answer")] * 8)  # half the answers are slow
+    first = asyncio.run(go("step5"))
+    cancelled = first.total("cancelled_in_flight")
+    assert first.total("completed") + cancelled == first.total("started") == 16
+    written = cache.stats().writes  # whole responses: think and answer of each call
+    assert 2 * first.total("completed") <= written <= 2 * first.total("completed") + cancelled
+    misses, before = cache.stats().misses, len(chat_server.requests)
+    rerun = asyncio.run(go("step5"))
+    assert rerun.decisions() == first.decisions()
+    for t, o in rerun.outcomes.items():
+        assert o.same_decision(first.outcomes[t])
+    asked = cache.stats().misses - misses
+    assert asked <= 2 * cancelled  # only what a cancelled call had not finished
+    # a miss cancelled again before its request left (its type froze on cached answers)
+    assert len(chat_server.requests) - before <= asked
 
 
 def crash_then_rerun(chat_server: ChatServer, cache: ResponseCache,

@@ -366,6 +366,49 @@ def test_oc_equals_exhaustive_enumeration(params, p_win, discordance, n, infra_r
     assert oc.expected_pairs == pytest.approx(pairs, abs=1e-12)
 
 
+def _delta_infra_cases(count, seed, n_range):
+    """delta > 0 with INFRA > 0: the case `_oc_chain` computes in O(n^3)."""
+    import random
+
+    rng = random.Random(seed)
+    for _ in range(count):
+        delta = rng.uniform(0.001, 0.5)
+        lam_max = 1 / (1 + delta)
+        lam = rng.choice([lam_max, rng.uniform(0.05, lam_max)])
+        n = rng.randint(*n_range)
+        p = GateParams(e_confirm=rng.uniform(1.05, 30), lambda_dir=lam, delta_min=delta,
+                       w_net_min=rng.randint(0, 4), e_reject=rng.uniform(1.05, 30),
+                       e_provisional=rng.choice([1.0, rng.uniform(1.0, 4.0)]),
+                       w_net_min_provisional=rng.randint(0, 3), n_max=n)
+        yield (p, rng.uniform(0, 1), rng.choice([1.0, rng.uniform(0.05, 1)]), n,
+               rng.choice([0.01, 0.15, 0.5, 0.95]))
+
+
+@pytest.mark.parametrize("params,p_win,discordance,n,infra_rate",
+                         list(_delta_infra_cases(14, seed=29, n_range=(1, 7))))
+def test_oc_with_delta_and_infra_equals_exhaustive_enumeration(params, p_win, discordance, n,
+                                                               infra_rate):
+    test_oc_equals_exhaustive_enumeration(params, p_win, discordance, n, infra_rate)
+
+
+def test_oc_chain_equals_the_full_wlt_recursion(monkeypatch):
+    """The O(n^3) chain against the O(n^4) recursion over (W, L, T) per unit, to 1e-12, on
+    ladders too long to enumerate."""
+    from vtrm_gate.stats import _oc
+
+    for params, p_win, disc, n, infra in _delta_infra_cases(40, seed=31, n_range=(8, 60)):
+        fast = operating_characteristics(params, p_win, disc, n, infra).as_dict()
+        fast_alive = _oc.recursion(params, n, p_win, disc, infra)[3]
+        with monkeypatch.context() as m:
+            m.setattr(_oc, "_oc_chain", _oc._oc_wlt)
+            slow = operating_characteristics(params, p_win, disc, n, infra).as_dict()
+            slow_alive = _oc.recursion(params, n, p_win, disc, infra)[3]
+        for key in fast:
+            assert fast[key] == pytest.approx(slow[key], abs=1e-12), (key, params, n, infra)
+        # the survival curve the forecast reads (P(undecided after k units), k = 0..n) too
+        assert fast_alive == pytest.approx(slow_alive, abs=1e-12) and len(fast_alive) == n + 1
+
+
 def test_oc_at_the_largest_bet_and_at_an_attainable_threshold():
     assert operating_characteristics(GateParams(lambda_dir=1.0), 0.8, 0.5, 10).p_accept \
         == pytest.approx(0.20416, abs=1e-12)

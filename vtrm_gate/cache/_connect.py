@@ -36,7 +36,10 @@ def connect(url: str, *, socket_timeout: float = 0.5, retries: int = 1) -> aredi
     pool = aredis.BlockingConnectionPool.from_url(
         url, max_connections=MAX_CONNECTIONS, timeout=max(socket_timeout, 5.0),
         socket_timeout=socket_timeout, socket_connect_timeout=socket_timeout,
-        retry=Retry(NoBackoff(), retries), health_check_interval=0)
+        retry=Retry(NoBackoff(), retries), health_check_interval=0,
+        # No CLIENT SETINFO per new connection: building it reads redis-py's package
+        # metadata from disk each time (~1 ms per connection, 256 of them at 256 in flight).
+        driver_info=None)
     return aredis.Redis(connection_pool=pool)
 
 

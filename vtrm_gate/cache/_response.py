@@ -58,6 +58,11 @@ from ._keys import (
 RECOVERY_OPS = 3
 """Redis operations in a row that must succeed before an outage is declared over."""
 
+OPS_IN_FLIGHT = 32
+"""Redis commands one cache sends at once; the rest wait on a plain semaphore. Each command
+takes tens of microseconds, so more connections add no throughput, only connects and the
+redis-py pool's condition-variable hand-offs (which grew with the calls waiting)."""
+
 log = logging.getLogger("vtrm_gate.cache")
 
 
@@ -188,6 +193,7 @@ class ResponseCache:
         self._next_probe = 0.0
         self._server: Any = None
         self._start_lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+        self._ops: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
 
     @classmethod
     def from_options(cls, options: RunOptions, *, workspace: str | os.PathLike[str] | None = None,
@@ -313,7 +319,8 @@ class ResponseCache:
         era = self._era
         try:
             client = await self._client()
-            out = await fn(client)
+            async with self._op_slots():
+                out = await fn(client)
         except asyncio.CancelledError:
             raise
         except (TimeoutError, RedisError, OSError, RuntimeError) as exc:
@@ -336,6 +343,13 @@ class ResponseCache:
                 log.warning("Redis cache at %s is reachable again; caching resumed",
                             self.masked_url)
         return True, out
+
+    def _op_slots(self) -> asyncio.Semaphore:
+        """This loop's `OPS_IN_FLIGHT` semaphore (a new loop gets its own)."""
+        loop = asyncio.get_running_loop()
+        if self._ops is None or self._ops[0] is not loop:
+            self._ops = (loop, asyncio.Semaphore(OPS_IN_FLIGHT))
+        return self._ops[1]
 
     async def ping(self) -> bool:
         """True if Redis answers (also ends an outage early)."""

@@ -12,8 +12,8 @@ from typing import Any
 from ..errors import CliError
 
 INT_MAX = 2**63 - 1  # SQLite's INTEGER: epochs, steps and seeds are stored as one
-RUN_FLAGS = ("concurrency", "dispatch", "cancel_after_freeze", "time_scale", "backend",
-             "adaptive", "timeout", "deadline", "max_retries", "max_tokens_think",
+RUN_FLAGS = ("concurrency", "dispatch", "cancel_after_freeze", "past_stop", "time_scale",
+             "backend", "adaptive", "timeout", "deadline", "max_retries", "max_tokens_think",
              "max_tokens_answer", "max_tokens_evolve")
 """Flags that set a `RunOptions` key of the same name (flag > environment > file)."""
 
@@ -98,11 +98,15 @@ def add_run_flags(sp: argparse.ArgumentParser, *, backend: bool = True) -> None:
     sp.add_argument("--config", help="config file (TOML or JSON); env and .env apply too")
     sp.add_argument("--time-scale", type=nonneg_float, default=None,
                     help="real seconds per simulated second (default: virtual clock)")
-    sp.add_argument("--dispatch", choices=("round_robin", "need_aware"), default=None,
+    sp.add_argument("--dispatch", choices=("round_robin", "need_aware", "expected_need"),
+                    default=None,
                     help="which type the gate feeds next (default: config, round_robin)")
     sp.add_argument("--cancel-after-freeze", action=argparse.BooleanOptionalAction,
-                    default=None, help="cancel a frozen type's in-flight calls "
-                                       "(default: config, off)")
+                    default=None, help="cancel a frozen type's in-flight calls whose answers "
+                                       "serve nothing more (default: config, on)")
+    sp.add_argument("--past-stop", choices=("cancel", "wait"), default=None,
+                    help="once every type has decided: cancel the calls still in flight or "
+                         "wait for them (default: config, cancel)")
     add_agent_flags(sp)
     if backend:
         sp.add_argument("--backend", help="your own agent: a factory 'package.module:function' "

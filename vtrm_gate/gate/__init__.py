@@ -14,7 +14,9 @@
 from __future__ import annotations
 
 from ._dispatch import DispatchName as DispatchName
+from ._dispatch import DispatchOrder as DispatchOrder
 from ._dispatch import DispatchPolicy as DispatchPolicy
+from ._dispatch import ExpectedNeed as ExpectedNeed
 from ._dispatch import Lane as Lane
 from ._dispatch import NeedAware as NeedAware
 from ._dispatch import Priority as Priority
@@ -58,4 +60,6 @@ from ._plan import UnitTask as UnitTask
 from ._plan import checked_result as checked_result
 from ._result import GateResult as GateResult
 from ._result import TypeCounters as TypeCounters
+from ._scheduler import PAST_STOP_POLICIES as PAST_STOP_POLICIES
+from ._scheduler import PastStop as PastStop
 from ._scheduler import run_gate as run_gate

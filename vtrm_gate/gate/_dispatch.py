@@ -9,15 +9,17 @@ next unit (higher first; ties go round-robin, the SPEC's fairness rule); an opti
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import heapq
+from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from ..stats import Action, DecisionRule, GateParams, GateState, Pair, SequentialTest
 
 Priority = tuple[float, ...]
 _MEMO_CAP = 1_000_000  # memoised survival probabilities kept per (rule, params)
-DispatchName = Literal["round_robin", "need_aware"]
+DispatchName = Literal["round_robin", "need_aware", "expected_need"]
 
 
 class Lane(Protocol):
@@ -52,53 +54,178 @@ class DispatchPolicy(Protocol):
 LaneT = TypeVar("LaneT", bound=Lane)
 
 
-def dispatch_order(lanes: Sequence[LaneT], policy: DispatchPolicy) -> Iterator[tuple[LaneT, int]]:
+def dispatch_order(lanes: Sequence[LaneT], policy: DispatchPolicy) -> DispatchOrder[LaneT]:
     """Lazily, the next (lane, ladder rank) to start, scored at the moment it is asked for.
 
     Inside a lane units go in ladder order. A lane whose wait (units dispatched since its
     last one) reaches ``max_wait`` goes first (the longest wait first, ties round-robin), so
     no lane with units left waits more than ``max_wait + K - 1`` dispatches. A lane's
-    priority is asked again only when its prefix or its next rank has moved.
+    priority is asked again only when its next rank has moved or it was reported with
+    ``order.moved(lane)`` (its prefix advanced; the scheduler reports every advance). A
+    frozen or exhausted lane is noticed by itself. O(log K) per dispatch (O(1) amortised
+    for `RoundRobin`) instead of a scan of every lane.
     """
-    k_all = len(lanes)
-    cursor = [0] * k_all
-    last = [0] * k_all  # dispatch count when the lane last got a unit
-    dead = [lane.n == 0 for lane in lanes]
-    max_wait = policy.max_wait(sum(not d for d in dead))
-    count = 0
-    turn = 0  # round-robin position: the lane after the one served last
-    scored: list[tuple[int, int, Priority | None] | None] = [None] * k_all
-    while True:
-        best, best_key = -1, None
-        for j in range(k_all):
-            k = (turn + j) % k_all
-            if dead[k]:
+    if type(policy) is RoundRobin:
+        return _RoundRobinOrder(lanes)
+    return _HeapOrder(lanes, policy)
+
+
+class DispatchOrder(Generic[LaneT]):
+    """An iterator over (lane, rank) that is told when a lane's prefix moves."""
+
+    def __init__(self, lanes: Sequence[LaneT]) -> None:
+        self.lanes = list(lanes)
+        self._index = {id(lane): k for k, lane in enumerate(self.lanes)}
+        self.cursor = [0] * len(self.lanes)  # the next ladder rank of each lane
+
+    def __iter__(self) -> DispatchOrder[LaneT]:
+        return self
+
+    def __next__(self) -> tuple[LaneT, int]:
+        raise NotImplementedError
+
+    def moved(self, lane: LaneT) -> None:
+        """``lane``'s prefix (and so its test state) advanced: re-score it before the next
+        dispatch. A no-op for orders whose priorities ignore the prefix."""
+
+    def _open(self, k: int) -> bool:
+        """Lane ``k`` may still get units: not frozen and ladder not exhausted."""
+        lane = self.lanes[k]
+        return self.cursor[k] < lane.n and not lane.frozen
+
+
+class _RoundRobinOrder(DispatchOrder[LaneT]):
+    """`RoundRobin`: lanes in a ring, served one unit per turn; closed lanes drop out."""
+
+    def __init__(self, lanes: Sequence[LaneT]) -> None:
+        super().__init__(lanes)
+        self._ring = deque(k for k, lane in enumerate(self.lanes) if lane.n > 0)
+
+    def __next__(self) -> tuple[LaneT, int]:
+        ring = self._ring
+        while ring:
+            k = ring.popleft()
+            if self._open(k):
+                rank = self.cursor[k]
+                self.cursor[k] = rank + 1
+                ring.append(k)
+                return self.lanes[k], rank
+        raise StopIteration
+
+
+class _Desc:
+    """A priority ordered the other way round, so a min-heap pops the highest first."""
+
+    __slots__ = ("p",)
+
+    def __init__(self, p: Priority) -> None:
+        self.p = p
+
+    def __lt__(self, other: _Desc) -> bool:
+        return self.p > other.p
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Desc) and self.p == other.p
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class _HeapOrder(DispatchOrder[LaneT]):
+    """Any policy: a heap of lanes by (priority, ring position) and, with ``max_wait``, a
+    heap by last service; entries are invalidated lazily (a version per lane).
+
+    Ring positions are absolute (lane k sits at k, k + K, k + 2K, ...): ties go to the
+    first position at or after ``turn``, the one after the lane served last, exactly as a
+    scan from ``turn`` would find them. An entry passed by ``turn`` is moved on by K when
+    it surfaces, which keeps every comparison of equal priorities right.
+    """
+
+    def __init__(self, lanes: Sequence[LaneT], policy: DispatchPolicy) -> None:
+        super().__init__(lanes)
+        k_all = len(self.lanes)
+        self.policy = policy
+        self._dead = [lane.n == 0 for lane in self.lanes]
+        self.max_wait = policy.max_wait(sum(not d for d in self._dead))
+        self._count = 0
+        self._turn = 0  # absolute ring position after the lane served last
+        self._scored: list[tuple[int, int] | None] = [None] * k_all  # (prefix, rank) scored
+        self._version = [0] * k_all
+        self._by_priority: list[tuple[_Desc, int, int, int]] = []
+        # (dispatch count at the lane's last unit, ring position, lane, version)
+        self._by_wait: list[tuple[int, int, int, int]] = []
+        self._wait_version = [0] * k_all
+        self._stale = {k for k in range(k_all) if not self._dead[k]}
+        if self.max_wait is not None:
+            self._by_wait = [(0, k, k, 0) for k in range(k_all) if not self._dead[k]]
+
+    def moved(self, lane: LaneT) -> None:
+        k = self._index[id(lane)]
+        if not self._dead[k]:
+            self._stale.add(k)
+
+    def _position(self, k: int) -> int:
+        """Lane k's first ring position at or after ``turn``."""
+        return self._turn + (k - self._turn) % len(self.lanes)
+
+    def _rescore(self) -> None:
+        for k in self._stale:
+            if self._dead[k]:
                 continue
-            lane = lanes[k]
-            if lane.frozen or cursor[k] >= lane.n:
-                dead[k] = True
+            if not self._open(k):
+                self._dead[k] = True
                 continue
-            seen = scored[k]
-            if seen is not None and seen[0] == lane.prefix and seen[1] == cursor[k]:
-                prio = seen[2]
-            else:
-                prio = policy.priority(lane, cursor[k])
-                scored[k] = (lane.prefix, cursor[k], prio)
+            state = (self.lanes[k].prefix, self.cursor[k])
+            if self._scored[k] == state:
+                continue
+            self._scored[k] = state
+            prio = self.policy.priority(self.lanes[k], self.cursor[k])
+            self._version[k] += 1
             if prio is None:
-                dead[k] = True
+                self._dead[k] = True
                 continue
-            wait = count - last[k]
-            starving = max_wait is not None and wait >= max_wait
-            key = (1.0, wait) if starving else (0.0, *prio)
-            if best_key is None or key > best_key:  # strict: ties keep round-robin order
-                best, best_key = k, key
-        if best < 0:
-            return
-        rank = cursor[best]
-        cursor[best] += 1
-        last[best] = count = count + 1
-        turn = (best + 1) % k_all
-        yield lanes[best], rank
+            heapq.heappush(self._by_priority,
+                           (_Desc(prio), self._position(k), k, self._version[k]))
+        self._stale.clear()
+
+    def _top(self, heap: list[tuple[Any, int, int, int]], current: list[int]
+             ) -> tuple[Any, int, int, int] | None:
+        """The heap's best live entry (stale, closed and passed-over ones fixed first)."""
+        while heap:
+            key, pos, k, version = entry = heap[0]
+            if version != current[k] or self._dead[k]:
+                heapq.heappop(heap)
+            elif not self._open(k):
+                self._dead[k] = True
+                heapq.heappop(heap)
+            elif pos < self._turn:
+                heapq.heapreplace(heap, (key, self._position(k), k, version))
+            else:
+                return entry
+        return None
+
+    def __next__(self) -> tuple[LaneT, int]:
+        self._rescore()
+        best = None
+        if self.max_wait is not None:
+            top = self._top(self._by_wait, self._wait_version)
+            if top is not None and self._count - top[0] >= self.max_wait:
+                best = top
+        if best is None:
+            best = self._top(self._by_priority, self._version)
+            if best is None:
+                raise StopIteration
+            heapq.heappop(self._by_priority)
+        _, pos, k, _ = best
+        rank = self.cursor[k]
+        self.cursor[k] = rank + 1
+        self._count += 1
+        self._turn = pos + 1
+        self._stale.add(k)
+        if self.max_wait is not None:
+            self._wait_version[k] += 1
+            heapq.heappush(self._by_wait, (self._count, self._position(k), k,
+                                           self._wait_version[k]))
+        return self.lanes[k], rank
 
 
 @dataclass(frozen=True)
@@ -160,7 +287,10 @@ class NeedAware:
         the counts (W, L, n_used, n_consumed), which fix the state under the default rule."""
         if ahead <= 0:
             return 1.0
-        # one table per (rule, params) pair, found by identity: hashing them per call is slow
+        return self._sweep(rule, params, self._table(rule, params), state, n_ladder, ahead, 0)
+
+    def _table(self, rule: DecisionRule, params: GateParams) -> dict[tuple[int, ...], float]:
+        """The memo of one (rule, params) pair, found by identity (hashing them is slow)."""
         ids = (id(rule), id(params))
         entry = self._memo.get(ids)
         if entry is None or entry[0] is not rule or entry[1] is not params:
@@ -169,43 +299,96 @@ class NeedAware:
             entry = self._memo[ids] = (rule, params, {})
         if len(entry[2]) > _MEMO_CAP:  # a long session: start over rather than grow forever
             entry[2].clear()
-        return self._survival(rule, params, entry[2], state, n_ladder, ahead)
+        return entry[2]
 
-    def _survival(self, rule: DecisionRule, params: GateParams,
-                  table: dict[tuple[int, ...], float], state: GateState, n_ladder: int,
-                  ahead: int) -> float:
-        if ahead == 0:
-            return 1.0
-        key = (n_ladder, state.W, state.L, state.n_used, state.n_consumed, ahead)
+    def _sweep(self, rule: DecisionRule, params: GateParams,
+               table: dict[tuple[int, ...], float], state: GateState, n_ladder: int, m: int,
+               count: int) -> float:
+        """f(state, m) = count + sum over the next unit's outcomes that do not decide of
+        p * f(next, m - 1), with f(., 0) = 1 - count: survival (count 0) or the expected units
+        consumed (count 1), memoised on the counts, which fix the state under the default
+        rule."""
+        if m <= 0:
+            return 1.0 - count
+        key = (count, n_ladder, state.W, state.L, state.n_used, state.n_consumed, m)
         hit = table.get(key)
         if hit is not None:
             return hit
-        total = 0.0
+        total = float(count)
         for pair, p in self.outcomes():
             if p <= 0.0:
                 continue
             nxt = rule.update(state, pair, params)
             if rule.decide(nxt, n_ladder - nxt.n_consumed, params) is Action.CONTINUE:
-                total += p * self._survival(rule, params, table, nxt, n_ladder, ahead - 1)
+                total += p * self._sweep(rule, params, table, nxt, n_ladder, m - 1, count)
         table[key] = total
         return total
 
 
+@dataclass(frozen=True)
+class ExpectedNeed(NeedAware):
+    """First the type expected to need the most units from this one on: the clairvoyant's
+    rule (most needed units left first) in expectation, under `NeedAware`'s model.
+
+    The score of the unit at ``rank`` is E[units consumed from ``rank`` until the type
+    decides] = sum over a >= ahead of P(no decision in the next a units), up to ``horizon``
+    units ahead (beyond it, the survival at the horizon times the units left); ties go to
+    the longest remaining ladder, then round-robin. Computing it for a new lane state costs
+    at most O(horizon^3) rule steps, memoised across lanes and gates. ``max_wait`` (default
+    ``8 * K``) bounds starvation: every type with units left gets one within
+    ``max_wait + K - 1`` dispatches (a longer wait than NeedAware's 2K lets long types
+    start their units early, which is what shortens the step).
+    """
+
+    horizon: int = 48
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if isinstance(self.horizon, bool) or not isinstance(self.horizon, int) \
+                or self.horizon < 1:
+            raise ValueError(f"ExpectedNeed.horizon must be an integer >= 1, "
+                             f"got {self.horizon!r}")
+
+    def max_wait(self, n_lanes: int) -> int | None:
+        return self.wait if self.wait is not None else max(1, 8 * n_lanes)
+
+    def priority(self, lane: Lane, rank: int) -> Priority | None:
+        t, h = lane.test, self.horizon
+        ahead, left = rank - lane.prefix, lane.n - lane.prefix
+        table = self._table(t.rule, t.params)
+        e = (self._expected(t.rule, t.params, table, t.state, t.n_ladder, min(left, h))
+             - self._expected(t.rule, t.params, table, t.state, t.n_ladder, min(ahead, h)))
+        if left > h:  # the tail beyond the horizon: the units past it, as likely as its end
+            beyond = left - max(ahead, h)
+            e += beyond * self.p_needed(t.rule, t.params, t.state, t.n_ladder, h)
+        return (e, float(lane.n - rank))
+
+    def _expected(self, rule: DecisionRule, params: GateParams,
+                  table: dict[tuple[int, ...], float], state: GateState, n_ladder: int,
+                  m: int) -> float:
+        """E[units consumed among the next m] = sum over a < m of P(no decision in a)."""
+        return self._sweep(rule, params, table, state, n_ladder, m, 1)
+
+
 _NEED_AWARE = NeedAware()  # shared, so its memo carries over from one gate to the next
+_EXPECTED_NEED = ExpectedNeed()
 
 
 def resolve_dispatch(dispatch: DispatchName | DispatchPolicy) -> DispatchPolicy:
-    """A policy from its name (``round_robin``, ``need_aware``) or the policy itself."""
+    """A policy from its name (``round_robin``, ``need_aware``, ``expected_need``) or the
+    policy itself."""
     if isinstance(dispatch, str):
         if dispatch == "round_robin":
             return RoundRobin()
         if dispatch == "need_aware":
             return _NEED_AWARE
-        raise ValueError(f"dispatch must be 'round_robin', 'need_aware' or a DispatchPolicy, "
-                         f"got {dispatch!r}")
+        if dispatch == "expected_need":
+            return _EXPECTED_NEED
+        raise ValueError(f"dispatch must be 'round_robin', 'need_aware', 'expected_need' or a "
+                         f"DispatchPolicy, got {dispatch!r}")
     if not (callable(getattr(dispatch, "priority", None))
             and callable(getattr(dispatch, "max_wait", None))):
-        raise TypeError(f"dispatch must be 'round_robin', 'need_aware' or an object with "
-                        f"priority(lane, rank) and max_wait(n_lanes), got "
+        raise TypeError(f"dispatch must be 'round_robin', 'need_aware', 'expected_need' or "
+                        f"an object with priority(lane, rank) and max_wait(n_lanes), got "
                         f"{type(dispatch).__name__}")
     return dispatch

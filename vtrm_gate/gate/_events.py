@@ -8,6 +8,7 @@ import asyncio
 import contextvars
 import inspect
 import warnings
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -23,14 +24,14 @@ if TYPE_CHECKING:
     from ._result import GateResult
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GateEvent:
     """Base of all events; ``t`` is the event loop's clock (virtual under looptime)."""
 
     t: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GateStarted(GateEvent):
     task_types: tuple[str, ...]
     ladder_sizes: tuple[int, ...]
@@ -38,20 +39,20 @@ class GateStarted(GateEvent):
     params: GateParams
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TaskStarted(GateEvent):
     task: UnitTask
     in_flight: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TaskFinished(GateEvent):
     task: UnitTask
     result: UnitResult
     status: Literal["pending", "discarded", "cache_hit", "cancelled"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TaskProgress(GateEvent):
     """What an in-flight call reports about itself (e.g. an LLM agent ``retrying``)."""
 
@@ -78,7 +79,7 @@ def report_progress(status: str, /, **info: Any) -> bool:
     return True
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PrefixAdvanced(GateEvent):
     """A unit was consumed at the prefix; the stats after it and the rule's verdict."""
 
@@ -97,18 +98,18 @@ class PrefixAdvanced(GateEvent):
     action: Action
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TypeDecided(GateEvent):
     task_type: str
     outcome: TypeOutcome
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GateFinished(GateEvent):
     result: GateResult
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GateAborted(GateEvent):
     reason: str
 
@@ -153,55 +154,82 @@ class _Bus:
     delivery is bounded so none can hold up the result: a backlog past ``max_backlog``
     drops its oldest events, and `close` waits at most ``close_timeout_s`` (loop clock) for
     the stragglers before it cancels them. Each drop, hang or first error is one warning.
+    A pump delivers everything queued before it sleeps again (one wake-up per burst, not
+    per event). ``inline`` recorders (the handle's history) are called inside `publish`:
+    they must be cheap and must not raise.
     """
 
     def __init__(self, subscribers: Iterable[Subscriber], max_backlog: int = 10_000,
                  close_timeout_s: float = 1.0):
         self._subs = list(subscribers)
-        self._queues: list[asyncio.Queue[GateEvent | None]] = []
+        self._inline: list[Subscriber] = []
+        self._queues: list[deque[GateEvent | None]] = []
+        self._waiters: list[asyncio.Future[None] | None] = []
         self._pumps: list[asyncio.Task[None]] = []
         self.max_backlog, self.close_timeout_s = max_backlog, close_timeout_s
         self.dropped = [0] * len(self._subs)
         self.errors = [0] * len(self._subs)
 
-    def subscribe_first(self, sub: Subscriber) -> None:
-        """Add a subscriber ahead of the others (before `start`)."""
-        self._subs.insert(0, sub)
-        self.dropped.insert(0, 0)
-        self.errors.insert(0, 0)
+    @property
+    def active(self) -> bool:
+        """Anyone listening? The scheduler builds no event object when nobody is."""
+        return bool(self._subs or self._inline)
+
+    def subscribe_inline(self, record: Callable[[GateEvent], None]) -> None:
+        """Call ``record(event)`` inside `publish` (before `start`): for cheap recorders."""
+        self._inline.append(record)
 
     def start(self) -> None:
         for i, sub in enumerate(self._subs):
-            q: asyncio.Queue[GateEvent | None] = asyncio.Queue()
+            q: deque[GateEvent | None] = deque()
             self._queues.append(q)
+            self._waiters.append(None)
             self._pumps.append(asyncio.ensure_future(self._pump(i, sub, q)))
 
-    async def _pump(self, i: int, sub: Subscriber, q: asyncio.Queue[GateEvent | None]) -> None:
-        while (ev := await q.get()) is not None:
-            try:
-                out = sub(ev)
-                if inspect.isawaitable(out):
-                    await out
-            except Exception as exc:  # a broken subscriber must not break the gate
-                self.errors[i] += 1
-                if self.errors[i] == 1:
-                    warnings.warn(
-                        f"gate subscriber {_name(sub)} raised {type(exc).__name__}: {exc} "
-                        f"(on {type(ev).__name__}); the gate keeps running and later errors "
-                        f"of this subscriber are not reported again", SubscriberWarning,
-                        stacklevel=1)
+    async def _pump(self, i: int, sub: Subscriber, q: deque[GateEvent | None]) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            while q:
+                ev = q.popleft()
+                if ev is None:
+                    return
+                try:
+                    out = sub(ev)
+                    if inspect.isawaitable(out):
+                        await out
+                except Exception as exc:  # a broken subscriber must not break the gate
+                    self.errors[i] += 1
+                    if self.errors[i] == 1:
+                        warnings.warn(
+                            f"gate subscriber {_name(sub)} raised {type(exc).__name__}: "
+                            f"{exc} (on {type(ev).__name__}); the gate keeps running and "
+                            f"later errors of this subscriber are not reported again",
+                            SubscriberWarning, stacklevel=1)
+            waiter = self._waiters[i] = loop.create_future()
+            await waiter
 
     def publish(self, ev: GateEvent) -> None:
+        for record in self._inline:
+            record(ev)
         for i, q in enumerate(self._queues):
-            if q.qsize() >= self.max_backlog:  # a live view wants the newest events
-                q.get_nowait()
+            if len(q) >= self.max_backlog:  # a live view wants the newest events
+                q.popleft()
                 self.dropped[i] += 1
-            q.put_nowait(ev)
+            q.append(ev)
+            waiter = self._waiters[i]
+            if waiter is not None:
+                self._waiters[i] = None
+                if not waiter.done():
+                    waiter.set_result(None)
 
     async def close(self) -> None:
         """Deliver what is queued within the timeout; then cancel, never wait for ever."""
-        for q in self._queues:
-            q.put_nowait(None)
+        for i, q in enumerate(self._queues):
+            q.append(None)
+            waiter = self._waiters[i]
+            if waiter is not None and not waiter.done():
+                self._waiters[i] = None
+                waiter.set_result(None)
         if self._pumps:
             _, late = await asyncio.wait(self._pumps, timeout=self.close_timeout_s)
             for t in late:
@@ -209,13 +237,11 @@ class _Bus:
             if late:
                 await asyncio.wait(late)
         for i, (sub, pump) in enumerate(zip(self._subs, self._pumps, strict=True)):
-            left = max(self._queues[i].qsize() - 1, 0)
+            left = sum(ev is not None for ev in self._queues[i])
             if pump.cancelled() or self.dropped[i]:
                 warnings.warn(
                     f"gate subscriber {_name(sub)} fell behind: {self.dropped[i] + left} "
                     f"events not delivered"
                     + (f" (cancelled {self.close_timeout_s:g} s after the gate ended)"
                        if pump.cancelled() else ""), SubscriberWarning, stacklevel=1)
-
-
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from array import array
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -17,14 +19,21 @@ from ._events import (
     GateAborted,
     GateEvent,
     GateFinished,
+    GateStarted,
+    PrefixAdvanced,
+    TypeDecided,
 )
 from ._plan import Infer, TypePlan
 from ._result import GateResult
 from ._scheduler import (
     _Gate,
     _new_gate,
+    _TypeRun,
     run_gate,
 )
+
+HISTORY_LIMIT = 1_000
+"""Events a `GateHandle` keeps whole (the newest); before them it keeps a summary."""
 
 
 class GateHandle:
@@ -34,12 +43,24 @@ class GateHandle:
     ``handle.cancel()`` stops it, and the result then has ``aborted`` set and the outcomes
     so far (``handle.partial()`` gives them at any time); ``handle.events()`` is an async
     iterator over every event, those already emitted included.
+
+    Memory stays bounded however long the gate runs: the newest ``history_limit`` events are
+    kept whole; older ones are kept as a summary that `history` and `events` replay in
+    order: the gate's start and end, every decision, and every type's whole trajectory (each
+    `PrefixAdvanced`, rebuilt from the type's test with its time; its ``base`` and ``cand``
+    results are None). Older task events (started, finished, progress) are not replayed.
     """
 
-    def __init__(self, gate: _Gate) -> None:
+    def __init__(self, gate: _Gate, history_limit: int = HISTORY_LIMIT) -> None:
+        if isinstance(history_limit, bool) or not isinstance(history_limit, int) \
+                or history_limit < 1:
+            raise ValueError(f"history_limit must be an integer >= 1, got {history_limit!r}")
         self._gate = gate
-        gate.bus.subscribe_first(self._record)
-        self.history: list[GateEvent] = []
+        gate.bus.subscribe_inline(self._record)
+        self._recent: deque[tuple[int, GateEvent]] = deque(maxlen=history_limit)
+        self._kept: list[tuple[int, GateEvent]] = []  # start, decisions, end
+        self._points: dict[str, array[float]] = {}  # per type: (seq, t) of each PrefixAdvanced
+        self._seq = 0
         self._streams: list[EventStream] = []
         self.started_at = time.monotonic()
         self._cancel_requested = False
@@ -59,13 +80,36 @@ class GateHandle:
             raise
 
     def _record(self, ev: GateEvent) -> None:
-        self.history.append(ev)
+        seq = self._seq = self._seq + 1
+        self._recent.append((seq, ev))
+        if isinstance(ev, PrefixAdvanced):
+            self._points.setdefault(ev.task_type, array("d")).extend((seq, ev.t))
+        elif isinstance(ev, GateStarted | TypeDecided | GateFinished | GateAborted):
+            self._kept.append((seq, ev))
         for s in self._streams:
             s(ev)
 
+    @property
+    def history(self) -> list[GateEvent]:
+        """Every event so far in order: the newest ``history_limit`` whole, the older ones
+        as the summary described in the class docstring."""
+        if self._seq <= len(self._recent):
+            return [ev for _, ev in self._recent]
+        oldest = self._recent[0][0]
+        older = [(seq, ev) for seq, ev in self._kept if seq < oldest]
+        for task_type, marks in self._points.items():
+            run = self._gate.by_type[task_type]
+            for j in range(0, len(marks), 2):
+                if marks[j] >= oldest:
+                    break
+                older.append((int(marks[j]), _replayed(run, j // 2, marks[j + 1])))
+        older.sort(key=lambda item: item[0])
+        return [ev for _, ev in older] + [ev for _, ev in self._recent]
+
     def _end_streams(self, task: asyncio.Task[GateResult]) -> None:
         # a task cancelled from outside before it ran published nothing; end the iterators
-        if not any(isinstance(ev, GateFinished | GateAborted) for ev in self.history[-1:]):
+        last = self._recent[-1][1] if self._recent else None
+        if not isinstance(last, GateFinished | GateAborted):
             self._record(GateAborted(self._gate.now(), "cancelled"))
         self._streams.clear()
 
@@ -109,6 +153,7 @@ class GateHandle:
                        counters={t: replace(c) for t, c in res.counters.items()})
 
     def events(self) -> EventStream:
+        """An async iterator: the `history` so far, then every new event to the end."""
         stream = EventStream()
         for ev in self.history:
             stream(ev)
@@ -127,11 +172,13 @@ class GateHandle:
 
 
 def launch(plans: Sequence[TypePlan], infer: Infer, params: GateParams | None = None,
-           concurrency: int = 32, **kwargs: Any) -> GateHandle:
+           concurrency: int = 32, *, history_limit: int = HISTORY_LIMIT,
+           **kwargs: Any) -> GateHandle:
     """Start `run_gate` as a task on the running loop and return its handle at once.
 
     Needs a running event loop (a Jupyter cell, or inside a coroutine); in a script, call
     `run_gate_sync` instead. Bad input fails here, not later in the background.
+    ``history_limit``: how many of the newest events the handle keeps whole (`GateHandle`).
     """
     try:
         asyncio.get_running_loop()
@@ -139,7 +186,15 @@ def launch(plans: Sequence[TypePlan], infer: Infer, params: GateParams | None = 
         raise RuntimeError(
             "launch() needs a running event loop (a Jupyter cell or a coroutine); in a "
             "script use vtrm_gate.run_gate_sync(...) (or asyncio.run(run_gate(...)))") from None
-    return GateHandle(_new_gate(plans, infer, params, concurrency, **kwargs))
+    return GateHandle(_new_gate(plans, infer, params, concurrency, **kwargs), history_limit)
+
+
+def _replayed(run: _TypeRun, j: int, t: float) -> PrefixAdvanced:
+    """The ``j``-th `PrefixAdvanced` of ``run`` again, from its test's trajectory."""
+    p = run.test.points[j]
+    return PrefixAdvanced(t, run.plan.task_type, run.plan.units[p.ladder_rank], p.ladder_rank,
+                          None, None, p.d, p.W, p.L, p.n_used, p.e_plus, p.e_minus,
+                          run.n - (j + 1), p.action)
 
 
 

@@ -5,6 +5,7 @@ guard, and the protocols storage and caching come in through (`BaselineStore`, `
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class UnitTask:
     """One inference: a unit of a type, on one arm, with that arm's skill content."""
 
@@ -44,7 +45,7 @@ class UnitTask:
     simulator redraws its INFRA failures); a real agent asks again anyway."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class UnitResult:
     """What an inference returned. ``infra`` marks an infrastructure failure (excluded)."""
 
@@ -149,10 +150,15 @@ class TypePlan:
         return explicit or arm_run_id(self.step_run_id, self.task_type, arm)
 
     def task(self, rank: int, arm: Arm) -> UnitTask:
-        skill = self.base_skill if arm == "base" else self.cand_skill
-        return UnitTask(self.task_type, self.units[rank], arm, rank, self.run_id(arm), skill,
-                        content_hash(skill), self.cand_dir if arm == "cand" else None,
-                        self.attempt)
+        skill, skill_hash, run_id = self._arms[arm]
+        return UnitTask(self.task_type, self.units[rank], arm, rank, run_id, skill, skill_hash,
+                        self.cand_dir if arm == "cand" else None, self.attempt)
+
+    @functools.cached_property
+    def _arms(self) -> dict[str, tuple[str, str, str]]:
+        """Per arm: skill, its content hash and run id (hashed once per plan, not per call)."""
+        return {arm: (skill, content_hash(skill), self.run_id(arm))  # type: ignore[arg-type]
+                for arm, skill in (("base", self.base_skill), ("cand", self.cand_skill))}
 
 
 @dataclass(frozen=True)

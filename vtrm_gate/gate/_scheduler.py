@@ -12,7 +12,7 @@ import asyncio
 import inspect
 from collections import deque
 from collections.abc import Awaitable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from .._ids import Arm
 from ..errors import InfraGuardError, TargetClashError
@@ -22,9 +22,16 @@ from ..stats import (
     GateParams,
     GateState,
     SequentialTest,
+    TypeOutcome,
     check_ladder_length,
 )
-from ._dispatch import DispatchName, DispatchPolicy, dispatch_order, resolve_dispatch
+from ._dispatch import (
+    DispatchName,
+    DispatchOrder,
+    DispatchPolicy,
+    dispatch_order,
+    resolve_dispatch,
+)
 from ._events import (
     _PROGRESS,
     GateAborted,
@@ -52,23 +59,29 @@ from ._plan import (
 )
 from ._result import GateResult, TypeCounters
 
+PastStop = Literal["cancel", "wait"]
+"""What happens to the calls still in flight once every type has decided (SPEC amendment):
+``cancel`` them (the default: none can change a decision) or ``wait`` for them."""
+PAST_STOP_POLICIES: tuple[PastStop, ...] = ("cancel", "wait")
+
 
 class _TypeRun:
-    """Mutable per-type state owned by one gate run."""
+    """Mutable per-type state owned by one gate run.
+
+    Results are held only from arrival to consumption (or the freeze), so a long gate keeps
+    O(in flight + out of order) of them, not one per call.
+    """
 
     def __init__(self, plan: TypePlan, params: GateParams, rule: DecisionRule | None):
         self.plan = plan
         self.n = len(plan.units)
         self.test = SequentialTest(self.n, params, plan.rule or rule)
-        self.results: list[dict[str, UnitResult]] = [{} for _ in range(self.n)]
-        self.resolved = [False] * self.n
-        self.infra_marked = [False] * self.n
+        self.results: dict[int, dict[str, UnitResult]] = {}
+        self.resolved = bytearray(self.n)
+        self.infra_marked = bytearray(self.n)
         self.prefix = 0
         self.counters = TypeCounters(units=self.n)
-
-    @property
-    def frozen(self) -> bool:
-        return self.test.decided
+        self.frozen = self.test.decided  # kept equal to test.decided (set where it consumes)
 
     @property
     def task_type(self) -> str:
@@ -108,11 +121,10 @@ def _validate(plans: Sequence[TypePlan], infer: Infer, params: GateParams,
         targets[p.target] = p.task_type
 
 
-def _emission(runs: list[_TypeRun], policy: DispatchPolicy
-              ) -> Iterator[tuple[_TypeRun, int, Arm]]:
+def _emission(order: DispatchOrder[_TypeRun]) -> Iterator[tuple[_TypeRun, int, Arm]]:
     """Lazy order: the policy picks the type (round-robin by default, types sorted by
     name), one unit per pick, base then cand adjacent; inside a type, ladder order."""
-    for r, i in dispatch_order(runs, policy):
+    for r, i in order:
         yield r, i, "base"
         yield r, i, "cand"
 
@@ -122,17 +134,21 @@ class _Gate:
                  concurrency: int, *, baseline: BaselineStore | None = None,
                  sink: ResultSink | None = None, subscribers: Iterable[Subscriber] = (),
                  rule: DecisionRule | None = None, guard: GuardParams,
-                 dispatch: DispatchPolicy, cancel_after_freeze: bool = False,
-                 subscriber_timeout_s: float = 1.0, admission: Admission | None = None):
+                 dispatch: DispatchPolicy, cancel_after_freeze: bool = True,
+                 past_stop: PastStop = "cancel", subscriber_timeout_s: float = 1.0,
+                 admission: Admission | None = None):
         self.infer, self.params, self.concurrency = infer, params, concurrency
         self.admission = admission if admission is not None else getattr(
             infer, "admission", None)
         self.dispatch, self.cancel_after_freeze = dispatch, cancel_after_freeze
+        self.past_stop = past_stop
+        self.n_decided = 0
         # in-flight calls cancelled because their type froze (cancel_after_freeze)
         self.freeze_cancelled: set[asyncio.Future[None]] = set()
         self.baseline, self.sink, self.guard = baseline, sink, guard
         self.runs = [_TypeRun(p, params, rule) for p in sorted(plans, key=lambda p: p.task_type)]
         self.by_type = {r.plan.task_type: r for r in self.runs}
+        self.order = dispatch_order(self.runs, dispatch)
         self.bus = _Bus(subscribers, close_timeout_s=subscriber_timeout_s)
         self.loop = asyncio.get_running_loop()
         self.aborted: str | None = None
@@ -187,7 +203,7 @@ class _Gate:
             for r in self.runs:
                 if r.n == 0:
                     await self._decided(r)
-            jobs = _emission(self.runs, self.dispatch)
+            jobs = _emission(self.order)
             exhausted = False
             while True:
                 # Everything that has arrived is consumed before a free slot is refilled.
@@ -258,7 +274,8 @@ class _Gate:
         fut.add_done_callback(self._forget)
         self.n_in_flight += 1
         self.peak = max(self.peak, self.n_in_flight)
-        self.bus.publish(TaskStarted(self.now(), task, self.n_in_flight))
+        if self.bus.active:
+            self.bus.publish(TaskStarted(self.now(), task, self.n_in_flight))
 
     def _forget(self, fut: asyncio.Future[None]) -> None:
         task = self.in_flight.pop(fut, None)
@@ -278,11 +295,12 @@ class _Gate:
             raise self.fatal
         run = self.by_type[task.task_type]
         c = run.counters
-        if res is None:  # cancelled after its type froze (cancel_after_freeze)
+        if res is None:  # cancelled after its type froze (cancel_after_freeze, past_stop)
             self.n_in_flight -= 1
             c.cancelled_in_flight += 1
-            self.bus.publish(TaskFinished(self.now(), task, UnitResult(
-                error="cancelled after freeze"), "cancelled"))
+            if self.bus.active:
+                self.bus.publish(TaskFinished(self.now(), task, UnitResult(
+                    error="cancelled after freeze"), "cancelled"))
             return
         rank = task.ladder_rank
         if not cache_hit:
@@ -294,8 +312,9 @@ class _Gate:
         if (task.arm == "base" and not cache_hit and not res.infra
                 and self.baseline is not None):
             await self.baseline.put(task, res)
-        status = "cache_hit" if cache_hit else ("pending" if counted else "discarded")
-        self.bus.publish(TaskFinished(self.now(), task, res, status))
+        if self.bus.active:
+            status = "cache_hit" if cache_hit else ("pending" if counted else "discarded")
+            self.bus.publish(TaskFinished(self.now(), task, res, status))
         if run.frozen:
             c.discarded_after_freeze += 1
             return
@@ -310,42 +329,60 @@ class _Gate:
         if run.resolved[rank]:  # the other arm already made this unit INFRA
             c.discarded_after_infra += 1
             return
-        arms = run.results[rank]
+        arms = run.results.setdefault(rank, {})
         arms[task.arm] = res
         if res.infra or len(arms) == 2:
             run.resolved[rank] = True
-            await self._advance(run)
+            if rank == run.prefix:
+                await self._advance(run)
 
     async def _advance(self, run: _TypeRun) -> None:
         """Walk the prefix pointer over every resolved unit, deciding after each."""
+        start = run.prefix
         while run.prefix < run.n and run.resolved[run.prefix] and not run.frozen:
             rank = run.prefix
-            arms = run.results[rank]
+            arms = run.results.pop(rank)
             base, cand = arms.get("base"), arms.get("cand")
             infra = run.infra_marked[rank]
             pair = None if infra else (base.correct, cand.correct)  # type: ignore[union-attr]
             action = run.test.consume(rank, pair)
             run.prefix += 1
-            s: GateState = run.test.state
-            p = run.test.points[-1]
-            ev = PrefixAdvanced(self.now(), run.plan.task_type, run.plan.units[rank], rank,
-                                base, cand, p.d, s.W, s.L, s.n_used, s.e_plus, s.e_minus,
-                                run.n - s.n_consumed, action)
-            if self.sink is not None:
-                await self.sink.on_consumed(ev)
-            self.bus.publish(ev)
+            run.frozen = action is not Action.CONTINUE
+            if self.sink is not None or self.bus.active:
+                s: GateState = run.test.state
+                ev = PrefixAdvanced(self.now(), run.plan.task_type, run.plan.units[rank],
+                                    rank, base, cand, run.test.points[-1].d, s.W, s.L,
+                                    s.n_used, s.e_plus, s.e_minus, run.n - s.n_consumed,
+                                    action)
+                if self.sink is not None:
+                    await self.sink.on_consumed(ev)
+                self.bus.publish(ev)
             if action is not Action.CONTINUE:
                 await self._decided(run)
+        if run.prefix != start and not run.frozen:
+            self.order.moved(run)  # its priority may depend on the new state
 
     async def _decided(self, run: _TypeRun) -> None:
-        if self.cancel_after_freeze:
-            for fut, task in list(self.in_flight.items()):
-                if task.task_type == run.plan.task_type and fut.cancel():
-                    self.freeze_cancelled.add(fut)
+        run.results.clear()  # never counted now
+        self.n_decided += 1
         outcome = run.test.outcome()
+        every = self.n_decided == len(self.runs) and self.past_stop == "cancel"
+        if every or self.cancel_after_freeze:
+            # no result in flight can change a decision now (past every stop, or this type's)
+            for fut, task in list(self.in_flight.items()):
+                if (every or (task.task_type == run.plan.task_type
+                              and not self._worth_keeping(task, outcome))) and fut.cancel():
+                    self.freeze_cancelled.add(fut)
         if self.sink is not None:
             await self.sink.on_decided(run.plan.task_type, outcome)
         self.bus.publish(TypeDecided(self.now(), run.plan.task_type, outcome))
+
+    def _worth_keeping(self, task: UnitTask, outcome: TypeOutcome) -> bool:
+        """A frozen type's call whose answer still serves: a base-arm call whose baseline
+        survives the decision (not ACCEPT) fills the BaselineCache for the next step. A
+        candidate's answer never does (only fresh base-arm runs may fill it, SPEC §2)."""
+        return (task.arm == "base" and self.baseline is not None
+                and outcome.action is not Action.ACCEPT)
 
     async def _abort(self, reason: str) -> None:
         """Cancel in-flight calls, persist what already finished, close the bus."""
@@ -423,6 +460,9 @@ def _new_gate(plans: Iterable[TypePlan], infer: Infer, params: GateParams | None
     plans = list(plans)
     params = params or GateParams()
     _validate(plans, infer, params, concurrency)
+    if kw.get("past_stop", "cancel") not in PAST_STOP_POLICIES:
+        raise ValueError(f"past_stop must be one of {', '.join(PAST_STOP_POLICIES)}, "
+                         f"got {kw['past_stop']!r}")
     return _Gate(plans, infer, params, concurrency, guard=guard or GuardParams(),
                  dispatch=resolve_dispatch(dispatch), **kw)
 
@@ -432,15 +472,20 @@ async def run_gate(plans: Sequence[TypePlan], infer: Infer, params: GateParams |
                    sink: ResultSink | None = None, subscribers: Iterable[Subscriber] = (),
                    rule: DecisionRule | None = None, guard: GuardParams | None = None,
                    dispatch: DispatchName | DispatchPolicy = "round_robin",
-                   cancel_after_freeze: bool = False,
+                   cancel_after_freeze: bool = True, past_stop: PastStop = "cancel",
                    subscriber_timeout_s: float = 1.0,
                    admission: Admission | None = None) -> GateResult:
     """Run the continuous concurrent gate over ``plans`` and return every type's outcome.
 
     Decisions equal `replay_prefix` on the same outcomes whatever the completion order and
     whichever ``dispatch`` policy picks the next type (`RoundRobin`, `NeedAware`). With
-    ``cancel_after_freeze`` a frozen type's in-flight calls are cancelled (counted as
-    ``cancelled_in_flight``) instead of finishing.
+    ``cancel_after_freeze`` a frozen type's in-flight calls whose answers serve nothing more
+    are cancelled (counted as ``cancelled_in_flight``) instead of finishing: every candidate
+    call, and the base-arm calls unless a ``baseline`` store is given and the baseline
+    survives (not ACCEPT): those finish and fill it for the next step. Once every type has
+    decided, the calls still in flight are past every stop: ``past_stop="cancel"`` (the
+    default) cancels them all the same way, so the gate returns when its last type decides;
+    ``"wait"`` lets them finish (stored, never counted) before it returns.
     Raises `InfraGuardError` (with ``.partial``) if a type's INFRA ratio trips the guard;
     before any inference, `ValueError` for bad input (ladders longer than ``params.n_max``,
     two types with one slug) and `RuntimeError` if two types share one target skill file;
@@ -451,7 +496,7 @@ async def run_gate(plans: Sequence[TypePlan], infer: Infer, params: GateParams |
     """
     gate = _new_gate(plans, infer, params, concurrency, baseline=baseline, sink=sink,
                      subscribers=subscribers, rule=rule, guard=guard, dispatch=dispatch,
-                     cancel_after_freeze=cancel_after_freeze,
+                     cancel_after_freeze=cancel_after_freeze, past_stop=past_stop,
                      subscriber_timeout_s=subscriber_timeout_s, admission=admission)
     return await gate.run()
 

@@ -28,7 +28,8 @@ async def run_workspace_gate(ws: Workspace, epoch: int, step: int, plans: Sequen
                               baseline=BaselineCache.for_workspace(ws), sink=sink,
                               subscribers=subscribers, guard=options.guard,
                               dispatch=options.dispatch,
-                              cancel_after_freeze=options.cancel_after_freeze)
+                              cancel_after_freeze=options.cancel_after_freeze,
+                              past_stop=options.past_stop)
     except InfraGuardError as exc:
         ws.log.record_infra_abort(epoch, step, str(exc))
         raise

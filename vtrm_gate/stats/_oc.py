@@ -13,6 +13,7 @@ from ._batch import (
 from ._params import ACTION_CODES, Action, GateParams, bet_factors
 from ._process import (
     _times,
+    best_case_floor,
 )
 
 
@@ -63,8 +64,10 @@ def operating_characteristics(params: GateParams, p_win: float, discordance: flo
     E+ and E- are products of the same factors the live update multiplies (no logs, so
     lambda = 1/(1+delta), where a loss zeroes E+, and thresholds equal to an attainable E+
     are exact). The state after k consumed units is (W, L): ties only matter through
-    T = k - W - L, or not at all when delta = 0, so the cost is O(n^3). Only delta > 0 with
-    INFRA needs T itself: (W, L, T), O(n^4).
+    T = k - W - L, or not at all when delta = 0, so the cost is O(n^3). With delta > 0 and
+    INFRA a tie moves E+ and an INFRA unit does not, so the state is (W, L, T) at each of n
+    units, O(n^4) as a plain recursion; `_oc_chain` gets the same numbers in O(n^3) from the
+    non-INFRA units alone and a binomial table for where the INFRA units fall.
     """
     n = n_units
     exits, exp_units, exp_pairs, _ = recursion(params, n, p_win, discordance, infra_rate,
@@ -101,8 +104,11 @@ def recursion(params: GateParams, n: int, p_win: float, discordance: float,
     (fw, gw), (fl, gl), (ft, _) = (bet_factors(params, 1), bet_factors(params, -1),
                                    bet_factors(params, 0))
     tables = (_powers(fw, n), _powers(fl, n), _powers(ft, n), _powers(gw, n), _powers(gl, n))
-    dp = _oc_wlt if (infra_rate > 0 and ft != 1.0) else _oc_wl
-    return dp(params, n, infra_rate, pw, pl, pt, *tables, start=start)
+    if infra_rate == 0 or ft == 1.0:
+        return _oc_wl(params, n, infra_rate, pw, pl, pt, *tables, start=start)
+    if q > 0 and start == START:  # O(n^3): the chain over the non-INFRA units
+        return _oc_chain(params, n, infra_rate, pw, pl, pt, *tables)
+    return _oc_wlt(params, n, infra_rate, pw, pl, pt, *tables, start=start)
 
 
 def _settle(codes: np.ndarray, mass: np.ndarray, used_mass: np.ndarray, k: int,
@@ -210,3 +216,128 @@ def _oc_wlt(params: GateParams, n: int, infra_rate: float, pw: float, pl: float,
     return exits, exp_units, exp_pairs, alive
 
 
+def _oc_chain(params: GateParams, n: int, infra_rate: float, pw: float, pl: float, pt: float,
+              PW: np.ndarray, PL: np.ndarray, PT: np.ndarray, MW: np.ndarray,
+              ML: np.ndarray) -> _OCParts:
+    """delta > 0 with INFRA in O(n^3): a recursion over the non-INFRA units only.
+
+    INFRA units leave (W, L, T) alone, and ACCEPT and REJECT depend on (W, L, T) only, so the
+    chain of non-INFRA units (j of them: state (W, L), T = j - W - L) absorbs those exits by
+    itself. FUTILE also depends on the units left: a state s is hopeful with r units left iff
+    r >= r*(s), and once futile a type stays futile (its best case only shrinks). So "never
+    futile before clock k" is "hopeful at clock k - 1", which asks for the state just before
+    k and the clock alone; the clock is independent of the chain (J non-INFRA units among k
+    is Binomial(k, 1 - infra_rate)). Per chain level: the mass by r* (histogram), the mass
+    leaving for REJECT by its parent's r*, the ACCEPT mass, the PROVISIONAL-eligible mass;
+    then every exit and both expectations are sums over (level, clock). Lossless futility
+    means ACCEPT and PROVISIONAL need no futility check at all.
+    """
+    q = 1.0 - infra_rate
+    cw, cl, ct = pw / q, pl / q, pt / q  # a non-INFRA unit's law
+    # the live check's floors, non-increasing in r (a win factor > 1): r* is a search
+    floors = {t: np.array([best_case_floor(t, r, params) for r in range(n + 1)])
+              for t in (params.e_confirm, params.e_provisional)}
+    H = np.zeros((n + 1, n + 2))  # chain-alive mass at level j by r* (n + 1: never hopeful)
+    Rh = np.zeros((n + 1, n + 2))  # mass entering REJECT at level j, by its parent's r*
+    f_acc = np.zeros(n + 1)
+    prov = np.zeros(n + 1)
+    mass = np.ones((1, 1))
+    rstar = _r_star(*_e_plus(mass.shape, PW, PL, PT, 0, n), n, params, floors)
+    H[0] = np.bincount(rstar.ravel(), mass.ravel(), n + 2)
+    prov[0] = _prov_mass(mass, *_e_plus(mass.shape, PW, PL, PT, 0, n), params)
+    for j in range(1, n + 1):
+        ew, el = mass.shape
+        new = np.zeros((min(ew + 1, n + 1), min(el + 1, n + 1)))
+        new[:ew, :el] += ct * mass
+        new[1:ew + 1, :el] += cw * mass[:new.shape[0] - 1, :]
+        new[:ew, 1:el + 1] += cl * mass[:, :new.shape[1] - 1]
+        ep, wnet = _e_plus(new.shape, PW, PL, PT, j, n)
+        em = _product(MW[:new.shape[0], None], ML[None, :new.shape[1]])
+        acc = (ep >= params.e_confirm) & (wnet >= params.w_net_min)
+        rej = ~acc & (em >= params.e_reject)
+        f_acc[j] = float(new[acc].sum())
+        pad = np.zeros((ew + 1, el + 1), dtype=bool)
+        pad[:rej.shape[0], :rej.shape[1]] = rej
+        to_reject = ct * pad[:ew, :el] + cw * pad[1:, :el] + cl * pad[:ew, 1:]
+        Rh[j] = np.bincount(rstar.ravel(), (mass * to_reject).ravel(), n + 2)
+        new[acc | rej] = 0.0
+        rstar = _r_star(ep, wnet, n, params, floors)
+        prov[j] = _prov_mass(new, ep, wnet, params)
+        if j < n:  # hopeless at every clock still to come: so are all its descendants
+            new[rstar > n - j] = 0.0
+        H[j] = np.bincount(rstar.ravel(), new.ravel(), n + 2)
+        mass = _trimmed(new)
+        rstar = rstar[:mass.shape[0], :mass.shape[1]]
+        if not mass.any():
+            break
+    return _chain_sums(n, q, infra_rate, H, Rh, f_acc, prov)
+
+
+def _e_plus(shape: tuple[int, ...], PW: np.ndarray, PL: np.ndarray, PT: np.ndarray, j: int,
+            n: int) -> tuple[np.ndarray, np.ndarray]:
+    """E+ and W - L of every (W, L) at chain level j (T = j - W - L)."""
+    ew, el = shape
+    W, L = np.arange(ew)[:, None], np.arange(el)[None, :]
+    return (_product(_product(PW[:ew, None], PL[None, :el]), PT[np.clip(j - W - L, 0, n)]),
+            W - L)
+
+
+def _r_star(ep: np.ndarray, wnet: np.ndarray, n: int, params: GateParams,
+            floors: dict[float, np.ndarray]) -> np.ndarray:
+    """Per state, the fewest units left (1..n) with which it is hopeful; n + 1 if none.
+
+    The same comparisons as the live futility check, against the same floors."""
+    best = np.full(ep.shape, n + 1)
+    for target, w_min in ((params.e_confirm, params.w_net_min),
+                          (params.e_provisional, params.w_net_min_provisional)):
+        f = floors[target]  # f[r], non-increasing in r: the first r with ep >= f[r]
+        first = 1 + np.searchsorted(-f[1:], -ep, side="left")
+        r = np.maximum(first, np.maximum(w_min - wnet, 1))
+        best = np.minimum(best, np.where(r <= n, r, n + 1))
+    return np.where(ep > 0, best, n + 1)
+
+
+def _prov_mass(mass: np.ndarray, ep: np.ndarray, wnet: np.ndarray, params: GateParams
+               ) -> float:
+    """Mass of the states that would end PROVISIONAL if the ladder ended here."""
+    ok = (ep >= params.e_provisional) & (wnet >= params.w_net_min_provisional)
+    return float(mass[ok].sum())
+
+
+def _trimmed(mass: np.ndarray) -> np.ndarray:
+    ext = _extent(mass)
+    return mass[:1, :1] * 0.0 if ext is None else mass[:ext[0], :ext[1]]
+
+
+def _chain_sums(n: int, q: float, infra_rate: float, H: np.ndarray, Rh: np.ndarray,
+                f_acc: np.ndarray, prov: np.ndarray) -> _OCParts:
+    """Exits and expectations from the per-level masses and the INFRA clock's law.
+
+    B[k, J] = P(J non-INFRA units among the first k); the j-th non-INFRA unit is at clock
+    <= K with probability Ge[K, j] = P(Binomial(K) >= j). A REJECT entered at level j from
+    a parent with r* = r, and the j-th unit consumed at all (expected_pairs), need clock
+    k_j <= n and "hopeful just before": k_j = 1 or n - (k_j - 1) >= r.
+    """
+    B = np.zeros((n + 1, n + 1))
+    B[0, 0] = 1.0
+    for k in range(1, n + 1):
+        B[k] = infra_rate * B[k - 1]
+        B[k, 1:] += q * B[k - 1, :-1]
+    Ge = np.cumsum(B[:, ::-1], axis=1)[:, ::-1]  # Ge[K, j] = P(Binomial(K, q) >= j)
+    r = np.arange(n + 2)
+    K = np.minimum(n, np.maximum(1, n + 1 - r))  # the latest clock allowed for k_j
+    G = Ge[K].T  # G[j, r] = P(k_j <= K(r))
+    C = np.cumsum(H, axis=1)  # C[J, x]: mass at level J hopeful with x units left
+    p_accept = float(f_acc @ Ge[n])
+    p_reject = float((Rh[1:] * G[1:]).sum())
+    exp_pairs = float((H[:-1] * G[1:]).sum())
+    alive = [1.0] + [float(B[k, :k + 1] @ C[:k + 1, n - k]) for k in range(1, n)]
+    exp_units = float(sum(alive))
+    last = q * B[n - 1, :n]  # P(the j-th non-INFRA unit is the n-th unit), index j - 1
+    at_n = float(f_acc[1:] @ last) + float((Rh[1:, 1] if n > 1 else Rh[1:].sum(axis=1)) @ last)
+    p_prov = float(B[n] @ prov)
+    p_inertia = alive[-1] - at_n - p_prov
+    exits = {Action.ACCEPT: p_accept, Action.REJECT: p_reject,
+             Action.PROVISIONAL: p_prov, Action.INERTIA: p_inertia,
+             Action.FUTILE: 1.0 - p_accept - p_reject - p_prov - p_inertia}
+    return exits, exp_units, exp_pairs, [*alive, 0.0]  # every type has decided after n units

@@ -21,6 +21,7 @@ import functools
 import html
 import io
 import time
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,12 +75,13 @@ LAYOUTS = ("panels", "overview")
 
 @dataclass
 class _TypeProgress:
-    """Mutable per-type state owned by one view (not shared)."""
+    """Mutable per-type state owned by one view (not shared). The trajectory is kept whole,
+    in typed arrays (8 bytes a value, not a boxed number per point)."""
 
     n_ladder: int = 0
-    steps: list[int] = field(default_factory=list)
-    e_plus: list[float] = field(default_factory=list)
-    e_minus: list[float] = field(default_factory=list)
+    steps: array[int] = field(default_factory=lambda: array("l"))
+    e_plus: array[float] = field(default_factory=lambda: array("d"))
+    e_minus: array[float] = field(default_factory=lambda: array("d"))
     W: int = 0
     L: int = 0
     in_flight: int = 0
@@ -322,7 +324,10 @@ class LiveGateView:
         self.update(event)
 
     def _type(self, name: str) -> _TypeProgress:
-        return self.types.setdefault(name, _TypeProgress())
+        tp = self.types.get(name)  # not setdefault: a new _TypeProgress per event is slow
+        if tp is None:
+            tp = self.types[name] = _TypeProgress()
+        return tp
 
     def update(self, ev: GateEvent) -> None:
         self.events_seen += 1
