@@ -237,7 +237,10 @@ def test_a_default_step_on_a_slow_single_slot_server_completes_and_its_rerun_ask
     assert server.peak_waiting <= 4 and out["peak_in_flight"] <= 5
     assert {t["task_type"]: t["action"] for t in out["types"]}["Action Reasoning"] == "ACCEPT"
     done = {canonical_json(b) for b in server.requests[:n]}
-    assert not done & {canonical_json(b) for b in server.requests[n:]}
+    # asked again: only the requests of calls the first run cancelled past a stop (their
+    # answers were never stored), at most one request each
+    assert len(done & {canonical_json(b) for b in server.requests[n:]}) \
+        <= out["cancelled_in_flight"]
     assert decisions(json.loads(again.stdout)) == decisions(out)
 
 

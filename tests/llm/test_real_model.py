@@ -120,7 +120,9 @@ def test_a_default_step_rerun_and_train_against_llama_cpp(tmp_path: Path,
     assert again.returncode == 0, again.stderr[-2000:]
     rerun = proxy.exchanges[n1:proxy.mark()]
     asked_again = answered(run1) & {canonical_json(e.body) for e in rerun}
-    assert not asked_again  # nothing the first run got an answer to is asked again
+    # nothing the first run stored is asked again: only calls it cancelled past a stop (an
+    # answer can reach the socket as the call is cancelled), at most one request each
+    assert len(asked_again) <= out["cancelled_in_flight"]
     assert decisions(json.loads(again.stdout)) == decisions(out)
 
     train = cli("train", "--workspace", "ws", "--epochs", "1", "--steps-per-epoch", "2",

@@ -175,10 +175,13 @@ def test_a_second_launch_is_served_from_redis(redis_target):
 
     async def launch_once():
         paid: set[tuple[str, str, str]] = set()  # (type, unit, arm) that reached the backend
+        answered: set[tuple[str, str, str]] = set()  # ... and came back (not cancelled)
 
         async def backend(task):
             paid.add((task.task_type, task.unit_id, task.arm))
-            return await step.infer(task)
+            res = await step.infer(task)
+            answered.add((task.task_type, task.unit_id, task.arm))
+            return res
 
         cache = ResponseCache(redis_target.url, prefix=redis_target.prefix)
         infer = cached_infer(cache, backend, model="sim-agent", prompt=step.world.prompt,
@@ -187,15 +190,17 @@ def test_a_second_launch_is_served_from_redis(redis_target):
         result = await watch(handle, view)
         stats = cache.stats()
         await cache.aclose()
-        return result, paid, stats
+        return result, paid, answered, stats
 
-    first, paid1, _ = asyncio.run(launch_once())
-    second, paid2, stats2 = asyncio.run(launch_once())
+    first, paid1, answered1, _ = asyncio.run(launch_once())
+    second, paid2, _, stats2 = asyncio.run(launch_once())
     assert len(paid1) == first.total("started") > 0
-    # Everything the first launch ran is served from Redis. Which calls start past a type's
-    # stop depends on completion order (cache hits return sooner than the backend did), so
-    # the second launch may start a few the first never did: only those reach the backend.
-    assert paid2.isdisjoint(paid1)
+    # Everything the first launch got back is served from Redis. Which calls start past a
+    # type's stop depends on completion order (cache hits return sooner than the backend did),
+    # so the second launch may start a few the first never did or cancelled past a stop: only
+    # those reach the backend.
+    assert paid2.isdisjoint(answered1)
+    assert len(paid2 & paid1) <= first.total("cancelled_in_flight")
     assert stats2.hits == second.total("started") - len(paid2) > 0
     assert len(paid2) <= 8 * len(plans)  # at most a slot pool of speculation per type
     assert second.decisions() == first.decisions()

@@ -82,6 +82,8 @@ def step_summary(res: Any) -> dict[str, Any]:
         "makespan_s": None if g is None else g.wall_time_s,
         "peak_in_flight": None if g is None else g.peak_in_flight,
         "tokens": None if g is None else g.tokens,
+        # calls stopped past a freeze or past every stop: their answers were never stored
+        "cancelled_in_flight": None if g is None else g.total("cancelled_in_flight"),
         "types": res.frame().to_dicts(),
     }
 
