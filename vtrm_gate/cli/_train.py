@@ -40,9 +40,14 @@ def register(sub: Any) -> None:
 def _printer(args: argparse.Namespace) -> Any:
     def show(ev: Any) -> None:
         if args.json:
-            print(json.dumps({"event": ev.kind, "epoch": ev.epoch, "step": ev.step,
-                              "done_before": ev.done_before, "seconds": ev.seconds,
-                              "line": ev.line}), flush=True)
+            out = {"event": ev.kind, "epoch": ev.epoch, "step": ev.step,
+                   "done_before": ev.done_before, "seconds": ev.seconds, "line": ev.line}
+            if ev.kind == "settle" and ev.data is not None:
+                out["types"] = {t: {"kept": o.passed, "version": o.version,
+                                    "prev_version": o.prev_version, "rule": o.rule,
+                                    "evidence": o.evidence}
+                                for t, o in sorted(ev.data.outcomes.items())}
+            print(json.dumps(out), flush=True)
         else:
             print(ev.line, flush=True)
 
@@ -84,15 +89,17 @@ def cmd_settle(args: argparse.Namespace) -> int:
     finally:
         ws.close()
     data = {"epoch": epoch, "already_settled": res.already_settled,
+            "rule": ws.config.probation_rule,
             "types": {t: {"version": o.version, "prev_version": o.prev_version, "W": o.W,
-                          "L": o.L, "n_used": o.n_used, "kept": o.passed,
-                          "applied": o.applied} for t, o in res.outcomes.items()}}
+                          "L": o.L, "n_used": o.n_used, "kept": o.passed, "rule": o.rule,
+                          "evidence": o.evidence, "applied": o.applied}
+                      for t, o in res.outcomes.items()}}
     if res.already_settled:
         text = f"epoch {epoch} was settled before (nothing changed)"
     elif not res.outcomes:
         text = f"epoch {epoch}: nothing on probation"
     else:
-        text = "\n".join(f"{t}: {o.applied}" for t, o in sorted(res.outcomes.items()))
+        text = "\n".join(f"{t}: {o.line}" for t, o in sorted(res.outcomes.items()))
     emit(args, data, text)
     return 0
 

@@ -10,6 +10,7 @@ no simulator. LLM and simulated workspaces are created and driven from `vtrm_gat
 - `_log`, `_baseline`: HarnessLog (SQLite, WAL) and the BaselineCache
 - `_step` (+ `_manifest`, `_results`): `run_step`, phases A–D
 - `_settle`, `_evaluate`, `_train`: probation settlement, held-out evaluation, the run
+- `_audit`: how each standing version came to stand, rebuilt from the log
 - `_replay`: prefix vs block replay of a recorded step
 """
 
@@ -25,6 +26,11 @@ from ..errors import TrainRefusedError as TrainRefusedError
 from ..errors import WorkspaceError as WorkspaceError
 from ..errors import WorkspaceLockedError as WorkspaceLockedError
 from ._atomic_dir import only_lock_file as only_lock_file
+from ._audit import FATES as FATES
+from ._audit import Fate as Fate
+from ._audit import SettledAudit as SettledAudit
+from ._audit import Standing as Standing
+from ._audit import settled_audit as settled_audit
 from ._baseline import BaselineCache as BaselineCache
 from ._baseline import BaselineKey as BaselineKey
 from ._evaluate import HELDOUT_FILE as HELDOUT_FILE

@@ -33,12 +33,12 @@ from ._access import writer
 from ._evaluate import HELDOUT_FILE, EvalResult, evaluate_epoch, read_heldout
 from ._files import read_json, write_json
 from ._manifest import diff_inputs
+from ._order import TRAIN_FILE, train_record
 from ._results import StepResult
 from ._settle import ProbationResult, settle_probation
 from ._step import DEFAULT_OPTIONS, CaseSource, Evolver, run_step
 from ._workspace import Workspace
 
-TRAIN_FILE = "train.json"
 PHASES = ("rollout", "evolution", "gate", "settlement", "evaluation")
 
 
@@ -150,13 +150,37 @@ def _check_positive(name: str, v: object) -> None:
 
 
 def _step_done(ws: Workspace, epoch: int, step: int) -> bool:
-    """Applied, and its report says what was applied (Phase D finished writing)."""
+    """Applied, and its report says what was applied (Phase D finished writing); a step
+    behind the last applied one that has no manifest never ran, and is refused."""
     last = ws.state.last_step
     if last is None or last < (epoch, step):
         return False
+    if not ws.manifest_path(epoch, step).is_file():
+        e, s = last
+        raise TrainRefusedError(
+            f"step e{epoch} s{step} never ran (no manifest) but later steps were applied (up "
+            f"to e{e} s{s}); this run cannot go on in order: start a new workspace", [])
     if last > (epoch, step):
         return True
     return not ws.log.unapplied(epoch, step)
+
+
+def _check_reach(ws: Workspace, epochs: int) -> None:
+    """Refuse a run that would stop short of steps already applied (their bets would stay
+    on probation)."""
+    last = ws.state.last_step
+    if last is not None and last[0] > epochs:
+        raise TrainRefusedError(f"steps of epoch {last[0]} were applied (up to e{last[0]} "
+                                f"s{last[1]}); --epochs must be at least {last[0]}", [])
+
+
+def _check_nothing_pending(ws: Workspace, epochs: int) -> None:
+    """The run ends with every bet settled (SPEC amendment); say so loudly if not."""
+    left = sorted(t for t, p in ws.state.probation.items() if p.epoch <= epochs)
+    if left:
+        raise TrainRefusedError(f"{len(left)} types are still on probation after epoch "
+                                f"{epochs} was settled ({', '.join(left)}): run vtrm-gate "
+                                f"settle --epoch {epochs}", left)
 
 
 def _step_line(res: StepResult, seconds: float, evolve_s: float) -> str:
@@ -176,8 +200,7 @@ def _step_line(res: StepResult, seconds: float, evolve_s: float) -> str:
 def _settle_line(res: ProbationResult, seconds: float) -> str:
     if not res.outcomes:
         return f"e{res.epoch} settle  nothing on probation"
-    parts = [f"{t}: {'kept' if o.passed else 'rolled back'} v{o.version} "
-             f"(W-L {o.W - o.L} on {o.n_used})" for t, o in sorted(res.outcomes.items())]
+    parts = [f"{t}: {o.line}" for t, o in sorted(res.outcomes.items())]
     return f"e{res.epoch} settle  {'; '.join(parts)}  | {seconds / 3600:.2f} h"
 
 
@@ -220,6 +243,7 @@ async def train(workspace: Workspace | str | Path, epochs: int, steps_per_epoch:
             raise WorkspaceError(f"{ws.root}: evaluation needs a held-out split "
                                  f"({HELDOUT_FILE}, declared at init); run with "
                                  f"evaluate=False")
+        _check_reach(ws, epochs)
         _check_train_config(ws, epochs, _train_config(steps_per_epoch, options, evaluate, ws))
         if ws.stale_skills:
             ws.sync_skills()
@@ -230,6 +254,7 @@ async def train(workspace: Workspace | str | Path, epochs: int, steps_per_epoch:
             await run.settle(e)
             if evaluate:
                 await run.evaluate(e)
+        _check_nothing_pending(ws, epochs)
         if after is not None:
             after(ws)
         return run.finish(epochs, steps_per_epoch)
@@ -325,8 +350,7 @@ def train_sync(*args: Any, **kwargs: Any) -> TrainResult:
 
 def train_started(ws: Workspace) -> dict[str, Any] | None:
     """The recorded training configuration (``train.json``), or None before the first run."""
-    path = ws.root / TRAIN_FILE
-    return read_json(path, ws.root) if path.is_file() else None
+    return train_record(ws)
 
 
 

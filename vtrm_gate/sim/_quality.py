@@ -8,10 +8,10 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .._ids import PROBATION_STEP, content_hash
+from .._ids import content_hash
 from ..errors import WorkspaceError
 from ..gate import TypePlan
-from ..harness import Workspace
+from ..harness import FATES, Workspace, settled_audit
 from ._schedules import block_serial_schedule, simulate_policy
 from ._world import TRUE_MARGIN, SimWorld
 
@@ -47,8 +47,10 @@ def quality_report(workspace: Workspace, world: SimWorld, epochs: int,
                    steps_per_epoch: int) -> dict[str, Any]:
     """What the gate did to the skills, measured against the simulator's ground truth.
 
-    Counts by true class: changes applied after settlement (ACCEPT, PROVISIONAL kept),
-    PROVISIONAL kept / rolled back by probation, good candidates missed; and the end-of-run
+    Counts by true class, every gated candidate once by its fate (`settled_audit`): changes
+    applied (ACCEPTed against a settled version, or PROVISIONAL kept by a settlement), rolled
+    back, superseded by a later candidate before settlement, good candidates missed; and the
+    end-of-run
     true accuracy per type against the initial skills, an "accept every candidate" run and
     an "oracle gate" run on the same seed.
     """
@@ -78,31 +80,23 @@ def quality_report(workspace: Workspace, world: SimWorld, epochs: int,
 
 def _decision_counts(workspace: Workspace, truth: Mapping[tuple[int, int, str], str]
                      ) -> dict[str, Any]:
-    """Gated candidates by true class: applied, missed (better only), probation's fate."""
-    log = workspace.log
-    settled = {(e, t): a for e, t, a in log.select(
-        "step_report", ["epoch", "task_type", "action"], step=PROBATION_STEP,
-        status="probation")}
-    rows = [r for r in log.select("step_report", ["epoch", "step", "task_type", "action"],
-                                  status="gated") if r[1] >= 1]
-    applied, missed, kept, rolled, gated = (dict.fromkeys(CLASSES, 0) for _ in range(5))
-    for e, s, t, action in rows:
-        cls = truth.get((e, s, t))
-        if cls is None:
-            continue
-        gated[cls] += 1
-        on = action == "ACCEPT"
-        if action == "PROVISIONAL":
-            fate = settled.get((e, t))
-            on = fate == "PROBATION_PASSED"
-            if fate is not None:
-                (kept if on else rolled)[cls] += 1
-        if on:
-            applied[cls] += 1
-        elif cls == "better":
-            missed[cls] += 1
-    return {"gated": gated, "applied": applied, "missed_better": missed["better"],
-            "provisional_kept": kept, "provisional_rolled_back": rolled}
+    """Gated candidates by true class, each counted once by its fate (`settled_audit`):
+    applied = ACCEPTed or kept by a settlement; missed = truly better and not applied."""
+    audit = settled_audit(workspace)
+    fates = {f: dict.fromkeys(CLASSES, 0) for f in FATES}
+    gated = dict.fromkeys(CLASSES, 0)
+    for f in audit.fates:
+        cls = truth.get((f.epoch, f.step, f.task_type))
+        if cls is not None:
+            gated[cls] += 1
+            fates[f.fate][cls] += 1
+    applied = {c: fates["accepted"][c] + fates["kept"][c] for c in CLASSES}
+    return {"gated": gated, "applied": applied,
+            "applied_by": {"accepted": fates["accepted"], "kept": fates["kept"]},
+            "fates": fates, "missed_better": gated["better"] - applied["better"],
+            "provisional_kept": fates["kept"], "provisional_rolled_back": fates["rolled_back"],
+            "provisional_superseded": fates["superseded"],
+            "settled_violations": list(audit.violations)}
 
 
 def _accuracy(workspace: Workspace, world: SimWorld, runs: Mapping[str, Any]

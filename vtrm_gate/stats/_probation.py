@@ -57,7 +57,8 @@ class WNetRule:
 
     def describe(self, outcome: TypeOutcome) -> str:
         op = ">=" if self.keep(outcome) else "<"
-        return f"probe W-L {outcome.W - outcome.L} {op} {self.min_w_net}"
+        return (f"probe W-L {outcome.W - outcome.L} {op} {self.min_w_net} on "
+                f"{outcome.n_used} units")
 
 
 @dataclass(frozen=True)
@@ -86,8 +87,9 @@ class EContinueRule:
 
     def describe(self, outcome: TypeOutcome) -> str:
         e = self.e_start * outcome.e_plus
-        return (f"E+ {self.e_start:.3g} -> {e:.3g} on the probe, "
-                + ("confirmed" if self.keep(outcome) else f"not confirmed ({outcome.action})"))
+        return (f"E+ {self.e_start:.3g} from the gate -> {e:.3g} after {outcome.n_used} probe "
+                f"units, " + ("confirmed" if self.keep(outcome)
+                              else f"not confirmed ({outcome.action})"))
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,8 @@ class EHarmRule:
         return outcome.action is not Action.REJECT
 
     def describe(self, outcome: TypeOutcome) -> str:
-        return f"probe E- {outcome.e_minus:.3g}" + (" (harm)" if not self.keep(outcome) else "")
+        return (f"probe E- {outcome.e_minus:.3g} after {outcome.n_used} units"
+                + (": harm, rolled back" if not self.keep(outcome) else ": no harm shown"))
 
 
 ProbationRule = WNetRule | EContinueRule | EHarmRule
