@@ -37,6 +37,8 @@ from ._evaluate import HELDOUT_FILE as HELDOUT_FILE
 from ._evaluate import EvalResult as EvalResult
 from ._evaluate import evaluate_epoch as evaluate_epoch
 from ._evaluate import evaluation_frame as evaluation_frame
+from ._evaluate import evaluation_summary as evaluation_summary
+from ._evaluate import gain_text as gain_text
 from ._evaluate import read_heldout as read_heldout
 from ._files import atomic_write as atomic_write
 from ._files import read_json as read_json

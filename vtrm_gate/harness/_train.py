@@ -30,7 +30,14 @@ from ..gate import (
 from ..options import RunOptions
 from ..stats import Action
 from ._access import writer
-from ._evaluate import HELDOUT_FILE, EvalResult, evaluate_epoch, read_heldout
+from ._evaluate import (
+    HELDOUT_FILE,
+    EvalResult,
+    evaluate_epoch,
+    evaluation_summary,
+    gain_text,
+    read_heldout,
+)
 from ._files import read_json, write_json
 from ._manifest import diff_inputs
 from ._order import TRAIN_FILE, train_record
@@ -205,13 +212,12 @@ def _settle_line(res: ProbationResult, seconds: float) -> str:
 
 
 def _eval_line(res: EvalResult, seconds: float) -> str:
-    rows = [r for r in res.rows if r["acc_current"] is not None]
-    if not rows:
+    s = evaluation_summary(res.rows)
+    if s is None:
         return f"e{res.epoch} evaluate  no held-out units"
-    cur = sum(r["correct_current"] for r in rows) / max(1, sum(r["n_current"] for r in rows))
-    ini = sum(r["correct_initial"] for r in rows) / max(1, sum(r["n_initial"] for r in rows))
-    return (f"e{res.epoch} evaluate  held-out accuracy {cur:.1%} (initial skills {ini:.1%}, "
-            f"{sum(r['n_units'] for r in rows)} units)  | {seconds / 3600:.2f} h")
+    return (f"e{res.epoch} evaluate  held-out accuracy {s['acc_current']:.1%} (initial skills "
+            f"{s['acc_initial']:.1%}, {s['units']} units): {gain_text(s)}  | "
+            f"{seconds / 3600:.2f} h")
 
 
 async def train(workspace: Workspace | str | Path, epochs: int, steps_per_epoch: int, *,

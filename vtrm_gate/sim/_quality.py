@@ -212,11 +212,13 @@ def training_summary(ws: Workspace, world: SimWorld, res: Any) -> dict[str, Any]
 
 def training_curve(ws: Workspace, world: SimWorld) -> Any:
     """Per type and epoch (0 = the initial skills): measured held-out accuracy, true
-    accuracy, and the epoch's decisions (accepted, provisional, rolled back) - a polars frame."""
+    accuracy, the measured gain over the initial skill (paired, with its 95% Newcombe
+    interval; exactly 0 for an unchanged skill, measured once) and the epoch's decisions
+    (accepted, provisional, rolled back) - a polars frame."""
     import polars as pl
 
     ev = ws.log.select("evaluation", ["epoch", "task_type", "version", "acc_initial",
-                                      "acc_current", "skill_hash"],
+                                      "acc_current", "gain", "gain_lo", "gain_hi"],
                        order_by=["epoch", "task_type"])
     marks: dict[tuple[int, str], dict[str, int]] = {}
     for e, t, action in ws.log.select("step_report", ["epoch", "task_type", "action"]):
@@ -228,16 +230,17 @@ def training_curve(ws: Workspace, world: SimWorld) -> Any:
         m[key] += 1
     rows = []
     seen0: set[str] = set()
-    for e, t, v, acc0, acc, _ in ev:
+    none = {"accepted": 0, "provisional": 0, "rolled_back": 0}
+    for e, t, v, acc0, acc, gain, lo, hi in ev:
         if t not in seen0:
             seen0.add(t)
             rows.append({"epoch": 0, "task_type": t, "version": 1, "measured": acc0,
                          "true": world.true_accuracy(t, ws.version_text(t, 1)),
-                         "accepted": 0, "provisional": 0, "rolled_back": 0})
+                         "gain": 0.0, "gain_lo": 0.0, "gain_hi": 0.0, **none})
         rows.append({"epoch": e, "task_type": t, "version": v, "measured": acc,
                      "true": world.true_accuracy(t, ws.version_text(t, v)),
-                     **marks.get((e, t), {"accepted": 0, "provisional": 0,
-                                          "rolled_back": 0})})
+                     "gain": gain, "gain_lo": lo, "gain_hi": hi,
+                     **marks.get((e, t), none)})
     return pl.DataFrame(rows, infer_schema_length=None).sort("task_type", "epoch")
 
 

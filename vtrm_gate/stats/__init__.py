@@ -10,6 +10,7 @@ storage or plotting. One private module per concern:
 - `_batch`: the same replays vectorised over replicates (Monte Carlo)
 - `_oc`: `operating_characteristics` (exact, dynamic programming)
 - `_probation`: the epoch-end probation rules and their exact operating characteristics
+- `_paired`: paired accuracy differences with Newcombe / MOVER intervals (evaluation)
 - `_montecarlo`: seeded paired outcomes, correlated latencies, false-accept and units curves
 """
 
@@ -31,6 +32,12 @@ from ._montecarlo import units_curve as units_curve
 from ._montecarlo import wilson_interval as wilson_interval
 from ._oc import OperatingCharacteristics as OperatingCharacteristics
 from ._oc import operating_characteristics as operating_characteristics
+from ._paired import MOVER as MOVER
+from ._paired import NEWCOMBE as NEWCOMBE
+from ._paired import PairedDiff as PairedDiff
+from ._paired import mover_mean as mover_mean
+from ._paired import paired_difference as paired_difference
+from ._paired import same_skill as same_skill
 from ._params import ACTION_CODES as ACTION_CODES
 from ._params import Action as Action
 from ._params import Decision as Decision
