@@ -1,6 +1,6 @@
 """`make bench`: every benchmark, one after another, tables on stdout.
 
-``python -m benchmarks [--quick] [core makespan cache oc training throughput]``
+``python -m benchmarks [--quick] [core makespan cache oc training throughput guard power]``
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-ALL = ("core", "makespan", "cache", "oc", "training", "throughput")
+ALL = ("core", "makespan", "cache", "oc", "training", "throughput", "guard", "power")
 
 
 def main(argv: list[str]) -> int:

@@ -19,8 +19,9 @@ def register(sub: Any) -> None:
     i = sub.add_parser("init", help="create a simulated (or, with --llm, an LLM) workspace")
     i.add_argument("workspace", help="new directory for the workspace")
     i.add_argument("--seed", type=nonneg_int, default=0)
-    i.add_argument("--infra-rate", type=rate, default=0.003,
-                   help="simulated INFRA failure rate")
+    i.add_argument("--infra-rate", type=rate, default=None,
+                   help="simulated INFRA failure rate per call after retries (default "
+                        "0.0004: see vtrm_gate.sim.DEFAULT_INFRA_RATE)")
     i.add_argument("--heldout-fraction", type=float, default=0.2,
                    help="simulated: share of each type's units held out for the epoch-end "
                         "evaluation (never gated)")
@@ -66,7 +67,8 @@ def cmd_init(args: argparse.Namespace) -> int:
         raise CliError(f"{', '.join(given)} need --llm (an LLM workspace)")
     from ..sim import SimConfig, init_simulated
 
-    sim = SimConfig(seed=args.seed, infra_rate=args.infra_rate)
+    sim = SimConfig(seed=args.seed, **({} if args.infra_rate is None
+                                      else {"infra_rate": args.infra_rate}))
     ws = init_simulated(root, sim, heldout_fraction=args.heldout_fraction,
                         probation_rule=args.probation_rule)
     ws.close()
