@@ -88,7 +88,7 @@ def test_a_changed_skill_gain_is_the_paired_difference_with_newcombes_interval(w
     orig = gating.run_gate
 
     async def accept(plans, *a, **kw):
-        return await orig(plans, *a, rule=AcceptAll(), **kw)
+        return await orig(plans, *a, **{**kw, "rule": AcceptAll()})
 
     monkeypatch.setattr(gating, "run_gate", accept)
     run_virtual(run_step(ws, 1, 1, infer=be.infer, evolver=be.evolver, cases=be.cases))

@@ -78,7 +78,7 @@ def _forced_step(ws, be, monkeypatch, step: int, action: Action):
     orig = gating.run_gate
 
     async def forced(plans, *a, **kw):
-        return await orig(plans, *a, rule=Fixed(action), **kw)
+        return await orig(plans, *a, **{**kw, "rule": Fixed(action)})
 
     with monkeypatch.context() as m:
         m.setattr(gating, "run_gate", forced)
@@ -189,3 +189,20 @@ def test_every_settlement_line_names_the_rule_and_its_evidence(tmp_path, monkeyp
     assert again.already_settled
     assert {t: (o.rule, o.evidence, o.version) for t, o in again.outcomes.items()} == {
         t: (o.rule, o.evidence, o.version) for t, o in res.settlements[1].outcomes.items()}
+
+
+def test_a_seed_wrong_first_probe_puts_the_units_the_seed_got_wrong_first(tmp_path,
+                                                                          monkeypatch):
+    ws = init_simulated(tmp_path / "ws", SimConfig(
+        seed=3, pool_sizes={"A": 150, "B": 150}, infra_rate=0.0, no_change_rate=0.0,
+        effects={"A": "helpful", "B": "neutral"}), probation_rule="w_net",
+        probation_order="seed_wrong_first")
+    be = simulated_backend(ws)
+    _forced_step(ws, be, monkeypatch, 1, Action.PROVISIONAL)
+    res = run_virtual(settle_probation(ws, 1, infer=be.infer))
+    for t, o in res.outcomes.items():
+        wrong = [not ws.seed_record[t].get(u, True) for u in o.probe_units]
+        assert len(o.probe_units) == 40 and wrong == sorted(wrong, reverse=True)
+        assert any(wrong)  # seed-wrong units first, then the rest
+        used = ws.log.consumed_units(1, 1, t)
+        assert not used & set(o.probe_units)  # still fresh: never the gate's units

@@ -29,6 +29,10 @@ def register(sub: Any) -> None:
                    choices=("w_net", "e_continue", "e_harm"),
                    help="how epoch-end probation decides (default e_continue: the "
                         "recommended, anytime-valid rule; see docs/statistics.md)")
+    i.add_argument("--probation-order", default="shuffle",
+                   choices=("shuffle", "seed_wrong_first"),
+                   help="the settlement probe's order (default shuffle; seed_wrong_first: "
+                        "units the seed baseline got wrong first, like a ladder)")
     i.add_argument("--llm", action="store_true",
                    help="units answered by an OpenAI-compatible chat model (key from "
                         "OPENAI_API_KEY / VTRM_API_KEY at step time)")
@@ -70,7 +74,8 @@ def cmd_init(args: argparse.Namespace) -> int:
     sim = SimConfig(seed=args.seed, **({} if args.infra_rate is None
                                       else {"infra_rate": args.infra_rate}))
     ws = init_simulated(root, sim, heldout_fraction=args.heldout_fraction,
-                        probation_rule=args.probation_rule)
+                        probation_rule=args.probation_rule,
+                        probation_order=args.probation_order)
     ws.close()
     out = {"workspace": str(root), "types": len(sim.resolved_pool_sizes()), "seed": args.seed}
     emit(args, out, f"created simulated workspace {root} ({out['types']} types, "

@@ -12,7 +12,15 @@ from typing import TYPE_CHECKING, Any
 
 from .._ids import PROBATION_STEP, content_hash, probation_run_id
 from .._sync import run_sync
-from ..gate import GateResult, Infer, Subscriber, TypePlan, shuffle_key
+from ..gate import (
+    GateResult,
+    Infer,
+    Subscriber,
+    TypePlan,
+    build_ladder,
+    ladder_units,
+    shuffle_key,
+)
 from ..options import RunOptions
 from ..stats import ProbationRule, TypeOutcome, probation_rule
 from ._access import check_ids, writer
@@ -113,14 +121,19 @@ def _settled_before(ws: Workspace, epoch: int) -> ProbationResult:
 
 
 def _probe_units(ws: Workspace, epoch: int, task_type: str, p: Probation) -> list[str]:
-    """Fresh units for the probe of ``p``: not consumed by its step's gate, not its cases."""
+    """Fresh units for the probe of ``p``: not consumed by its step's gate, not its cases, in
+    the workspace's ``probation_order`` (a seeded shuffle, or seed-wrong units first)."""
     used = ws.log.consumed_units(p.epoch, p.step, task_type)
     manifest = read_manifest(ws, p.epoch, p.step)
     if manifest is not None:
         used.update(manifest["inputs"].get("cases", {}).get(task_type, ()))
+    key = f"{ws.config.seed}:probation:{epoch}"
+    if ws.config.probation_order == "seed_wrong_first":
+        return ladder_units(build_ladder(ws.pool[task_type], ws.seed_record.get(task_type),
+                                         exclude=used, n_max=ws.config.probation_units,
+                                         seed=f"{key}:{task_type}"))
     probe = sorted((u for u in ws.pool[task_type] if u not in used),
-                   key=lambda u: shuffle_key(f"{ws.config.seed}:probation:{epoch}",
-                                             f"{task_type}\x1f{u}"))
+                   key=lambda u: shuffle_key(key, f"{task_type}\x1f{u}"))
     return probe[:ws.config.probation_units]
 
 

@@ -132,7 +132,10 @@ def _train_config(steps_per_epoch: int, options: RunOptions, evaluate: bool,
         "steps_per_epoch": steps_per_epoch, **options.decision_inputs(),
         "evaluate": evaluate, "probation_rule": ws.config.probation_rule,
         "probation_units": ws.config.probation_units,
-        "probation_min_w_net": ws.config.probation_min_w_net}))
+        "probation_min_w_net": ws.config.probation_min_w_net,
+        # present only when not the default, so older train.json files compare equal
+        **({"probation_order": ws.config.probation_order}
+           if ws.config.probation_order != "shuffle" else {})}))
 
 
 def _check_train_config(ws: Workspace, epochs: int, config: Mapping[str, Any]) -> None:

@@ -12,6 +12,7 @@ from .._ids import content_hash
 from ..errors import WorkspaceError
 from ..gate import TypePlan
 from ..harness import FATES, Workspace, settled_audit
+from ..stats import GateParams
 from ._schedules import block_serial_schedule, simulate_policy
 from ._world import TRUE_MARGIN, SimWorld
 
@@ -156,8 +157,9 @@ def serial_phase_times(workspace: Workspace, world: SimWorld,
                           (workspace.root / c["file"]).read_text(encoding="utf-8"),
                           m["step_run_id"])
                  for t, c in sorted(m["candidates"].items()) if c.get("status") == "gated"]
-        if plans:
-            old = block_serial_schedule(world, plans, block=block)
+        if plans:  # the old gate with the step's own parameters (n_max, lambda, ...)
+            params = GateParams(**m["inputs"]["config"]["params"])
+            old = block_serial_schedule(world, plans, params, block=block)
             phases["gate"] += old["makespan_s"]
             decisions += [(e, s, t, str(o.action)) for t, o in old["outcomes"].items()]
     for kind, epochs, what in (("settlement", settled, "probation"),

@@ -199,10 +199,15 @@ class SettledOC:
 
 def settled_oc(rule_name: str, p_win: float, discordance: float, n_gate: int = 40,
                n_probe: int = 40, params: GateParams | None = None,
-               min_w_net: int = 0) -> SettledOC:
+               min_w_net: int = 0, probe_discordance: float | None = None) -> SettledOC:
     """Exact end-to-end operating characteristics of the gate followed by probation with
-    ``rule_name`` (``e_continue`` starts from the gate's E+ at its PROVISIONAL exit)."""
+    ``rule_name`` (``e_continue`` starts from the gate's E+ at its PROVISIONAL exit).
+
+    ``probe_discordance`` (default: ``discordance``): the probe's own discordance. A ladder
+    takes the units the seed baseline got wrong first, so the fresh units left for the probe
+    are less discordant (in the simulator 0.09-0.13 against the ladder's 0.23)."""
     params = params or GateParams()
+    probe_disc = discordance if probe_discordance is None else probe_discordance
     ends, _ = _terminals(PairedBetting(), params, p_win, discordance, n_gate)
     acc = sum(pr for o, pr in ends if o.action is Action.ACCEPT)
     by_start: dict[float, float] = {}  # PROVISIONAL exits grouped by the gate's E+
@@ -213,7 +218,7 @@ def settled_oc(rule_name: str, p_win: float, discordance: float, n_gate: int = 4
     prov = kept = units = 0.0
     for e_start, pr in by_start.items():
         rule = probation_rule(rule_name, min_w_net=min_w_net, e_start=e_start)
-        oc = probe_oc(rule, p_win, discordance, n_probe, params)
+        oc = probe_oc(rule, p_win, probe_disc, n_probe, params)
         prov += pr
         kept += pr * oc.p_keep
         units += pr * oc.expected_units

@@ -54,4 +54,5 @@ from ._live import show_live as show_live
 from ._live import watch as watch
 from ._live_train import TrainView as TrainView
 from ._train_figures import plot_phase_times as plot_phase_times
+from ._train_figures import plot_power_frontier as plot_power_frontier
 from ._train_figures import plot_training_curve as plot_training_curve

@@ -74,3 +74,40 @@ def plot_phase_times(old: Mapping[str, float], new: Mapping[str, float]) -> Figu
                  fontsize=12)
     ax.legend()
     return fig
+
+
+def plot_power_frontier(result: Mapping[str, object]) -> Figure:
+    """Final true accuracy against simulated training time, one point per configuration
+    with 95% seed-level intervals on both axes (`benchmarks.bench_power`'s result), the old
+    serial gate's point marked, the initial skills and the oracle gate as lines."""
+    fig = Figure(figsize=(12.8, 7.2), layout="constrained")  # a slide at 100 dpi
+    ax = fig.subplots()
+    summary = list(result["summary"])  # type: ignore[call-overload]
+    old, rec = result["old"], result["recommended"]
+    others = iter(["tab:blue", "tab:orange", "tab:purple", "tab:brown", "tab:pink",
+                   "tab:gray", "tab:olive", "tab:cyan", "navy", "gold"] * 2)
+    for e in summary:
+        (x, x0, x1), (y, y0, y1) = e["wall_h"], e["accuracy"]
+        is_old, is_rec = e["config"] == old, e["config"] == rec
+        ax.errorbar([x], [100 * y], xerr=[[x - x0], [x1 - x]],
+                    yerr=[[100 * (y - y0)], [100 * (y1 - y)]], fmt="s" if is_old else "o",
+                    color="tab:red" if is_old else "tab:green" if is_rec else next(others),
+                    markersize=11 if is_old or is_rec else 7, capsize=3,
+                    label=e["config"] + (" (recommended)" if is_rec else ""))
+    ax.set_xscale("log")
+    lo, hi = ax.get_xlim()
+    ticks = [t for t in (2, 5, 10, 20, 50, 100, 200, 500) if lo <= t <= hi]
+    ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+    for key, style, name in (("initial", ":", "initial skills"), ("oracle", "--",
+                                                                    "oracle gate")):
+        y = 100 * result[key][0]  # type: ignore[index]
+        ax.axhline(y, linestyle=style, color="tab:gray")
+        ax.annotate(f"{name} {y:.1f}", (0.01, y), xycoords=("axes fraction", "data"),
+                    ha="left", va="bottom", fontsize=9, color="tab:gray")
+    ax.set_xlabel("simulated wall time of training, hours (log scale; rollout + evolution + "
+                  "gate + settlement)")
+    ax.set_ylabel("final true accuracy (points, mean over 12 types)")
+    ax.set_title(f"What the speed-up buys: {result['seeds']} seeds x {result['epochs']} epochs x "
+                 f"{result['steps']} steps (95% bootstrap intervals over seeds)", fontsize=12)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    return fig
