@@ -31,8 +31,8 @@ def train_record(ws: Workspace) -> dict[str, Any] | None:
 
 def declared_steps(ws: Workspace) -> int | None:
     """Steps per epoch as ``train.json`` declares them (None: not declared)."""
-    rec = train_record(ws)
-    n = (rec or {}).get("config", {}).get("steps_per_epoch")
+    config = (train_record(ws) or {}).get("config")
+    n = config.get("steps_per_epoch") if isinstance(config, dict) else None
     return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else None
 
 

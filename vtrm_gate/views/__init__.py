@@ -41,7 +41,9 @@ from ._figures import type_colour as type_colour
 from ._frames import call_accounting as call_accounting
 from ._frames import compare_replays as compare_replays
 from ._frames import counters_frame as counters_frame
+from ._frames import decision_quality_frame as decision_quality_frame
 from ._frames import events_frame as events_frame
+from ._frames import gain_frame as gain_frame
 from ._frames import oc_grid as oc_grid
 from ._frames import outcomes_frame as outcomes_frame
 from ._frames import trajectory_frame as trajectory_frame
