@@ -1,6 +1,7 @@
 """`make bench`: every benchmark, one after another, tables on stdout.
 
-``python -m benchmarks [--quick] [core makespan cache oc training throughput guard power]``
+``python -m benchmarks [--quick] [core makespan cache oc training throughput guard power
+small_types]``
 """
 
 from __future__ import annotations
@@ -8,7 +9,8 @@ from __future__ import annotations
 import importlib
 import sys
 
-ALL = ("core", "makespan", "cache", "oc", "training", "throughput", "guard", "power")
+ALL = ("core", "makespan", "cache", "oc", "training", "throughput", "guard", "power",
+       "small_types")
 
 
 def main(argv: list[str]) -> int:

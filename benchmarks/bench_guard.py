@@ -14,14 +14,12 @@ Run: ``python -m benchmarks.bench_guard [--quick] [--seeds N]``.
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import machine, print_table
+from benchmarks._common import machine, print_table, run_with_seeds
 from vtrm_gate.backends import run_simulated_training
 from vtrm_gate.errors import InfraGuardError
 from vtrm_gate.gate import GuardParams
@@ -97,9 +95,4 @@ def main(quick: bool = False, seeds: int | None = None) -> None:
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--seeds", type=int, default=None)
-    a = ap.parse_args()
-    main(quick=a.quick, seeds=a.seeds)
-    sys.exit(0)
+    run_with_seeds(main)

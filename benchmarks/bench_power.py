@@ -40,6 +40,8 @@ from benchmarks._common import machine, print_table
 EPOCHS, STEPS = 3, 5
 TUNE_SEED0 = 100
 RESULTS = Path(__file__).parent / "results" / "bench_power.json"
+QUICK_RESULTS = RESULTS.with_suffix(".quick.json")
+"""Where ``--quick`` writes, so ``make bench --quick`` never overwrites the recorded result."""
 LAMBDAS = (0.3, 0.6, 0.7, 0.8)
 TRAIN_PHASES = ("rollout", "evolution", "gate", "settlement")
 
@@ -188,7 +190,8 @@ def tune(seeds: list[int], jobs: int) -> tuple[Config, Config, list[dict[str, An
 
 
 def main(quick: bool = False, seeds: int | None = None, tune_seeds: int | None = None,
-         jobs: int = 2, out: Path = RESULTS) -> None:
+         jobs: int = 2, out: Path | None = None) -> None:
+    out = out or (QUICK_RESULTS if quick else RESULTS)
     n = seeds or (3 if quick else 20)
     nt = tune_seeds or (2 if quick else 8)
     print(f"machine: {machine()}")
@@ -240,7 +243,7 @@ if __name__ == "__main__":
     ap.add_argument("--seeds", type=int, default=None)
     ap.add_argument("--tune-seeds", type=int, default=None)
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
     main(quick=a.quick, seeds=a.seeds, tune_seeds=a.tune_seeds, jobs=a.jobs, out=a.out)
     sys.exit(0)

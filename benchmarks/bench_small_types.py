@@ -24,16 +24,14 @@ Run: ``python -m benchmarks.bench_small_types [--quick] [--seeds N]``.
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from benchmarks._common import machine, print_table
+from benchmarks._common import machine, print_table, run_with_seeds
 from vtrm_gate._ids import content_hash
 from vtrm_gate.gate import UnitTask, build_ladder, ladder_units, shuffle_key
 from vtrm_gate.sim import EFFECT_SIZE, SimConfig, SimWorld, heldout_split
@@ -227,9 +225,4 @@ def main(quick: bool = False, seeds: int | None = None) -> None:
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--seeds", type=int, default=None)
-    a = ap.parse_args()
-    main(quick=a.quick, seeds=a.seeds)
-    sys.exit(0)
+    run_with_seeds(main)
