@@ -51,3 +51,16 @@ def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.4g}" if abs(v) < 1e5 else f"{v:,.0f}"
     return "" if v is None else str(v)
+
+
+def run_with_seeds(main: Callable[..., Any]) -> None:
+    """``python -m benchmarks.bench_x [--quick] [--seeds N]``: parse and call ``main``."""
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--seeds", type=int, default=None)
+    a = ap.parse_args()
+    main(quick=a.quick, seeds=a.seeds)
+    sys.exit(0)

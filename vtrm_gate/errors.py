@@ -142,18 +142,19 @@ class InfraGuardError(InfraError):
     """The INFRA guard aborted the gate; ``partial`` holds what was done."""
 
     def __init__(self, task_type: str, infra_units: int, calls: int, guard: Any,
-                 last_errors: Sequence[str] = ()):
+                 last_errors: Sequence[str] = (), infra_calls: int | None = None):
         self.task_type, self.infra_units, self.calls, self.guard = (
             task_type, infra_units, calls, guard)
+        self.infra_calls = infra_calls
         self.last_errors = tuple(last_errors)
         self.partial: Any = None
         """The `GateResult` so far (set by the gate before it raises)."""
         errors = "; ".join(repr(e) for e in self.last_errors) or "none recorded"
+        why = (guard.explain(infra_units, calls, infra_calls) if hasattr(guard, "explain")
+               else f"{infra_units} INFRA units out of {calls} completed calls")
         super().__init__(
-            f"INFRA guard tripped for type {task_type!r}: {infra_units} INFRA units out of "
-            f"{calls} completed calls ({infra_units / calls:.1%} > {guard.max_ratio:.0%}, "
-            f"minimum {guard.min_calls} calls); in-flight calls were cancelled and every "
-            f"finished result was persisted; last errors: {errors}")
+            f"INFRA guard tripped for type {task_type!r}: {why}; in-flight calls were "
+            f"cancelled and every finished result was persisted; last errors: {errors}")
 
 
 class StepUnmeasuredError(InfraError):

@@ -33,7 +33,7 @@ from typing import Any, Final
 from ._env import DEFAULT_TTL, MAX_TTL, check_redis_url, mask_url, read_dotenv
 from .errors import ConfigError
 from .gate import PAST_STOP_POLICIES, GuardParams
-from .stats import PROBATION_RULES, GateParams
+from .stats import DECISION_RULES, PROBATION_RULES, GateParams
 
 DEFAULT_CONCURRENCY = 32
 DISPATCH_NAMES = ("round_robin", "need_aware", "expected_need")  # `gate.resolve_dispatch`
@@ -62,6 +62,8 @@ ENV_KEYS = {
     "VTRM_MAX_TOKENS_ANSWER": "max_tokens_answer",
     "VTRM_MAX_TOKENS_EVOLVE": "max_tokens_evolve",
     "VTRM_PAST_STOP": "past_stop",
+    "VTRM_GUARD_RULE": "guard.rule",
+    "VTRM_DECISION_RULE": "decision_rule",
 }
 MAX_TOKENS_FIELDS = {"max_tokens_think": 512, "max_tokens_answer": 64,
                      "max_tokens_evolve": 2048}
@@ -109,6 +111,9 @@ class RunOptions:
     """Slots of the gate's pool (`UNSET`: 32, or the summed caps of several endpoints)."""
     gate: GateParams = field(default_factory=GateParams)
     guard: GuardParams = field(default_factory=GuardParams)
+    decision_rule: str = "paired_betting"
+    """The gate's decision rule (`vtrm_gate.stats.DECISION_RULES`): the SPEC's paired
+    betting, or an opt-in one with the same guarantee (``lambda_mixture``, ``old_blocks``)."""
     dispatch: str = "round_robin"
     """Which type the gate feeds next (`vtrm_gate.gate`); decisions do not depend on it."""
     cancel_after_freeze: bool = True
@@ -158,6 +163,9 @@ class RunOptions:
             raise ConfigError(f"concurrency must be an integer >= 1, got {c!r}")
         if not isinstance(self.gate, GateParams) or not isinstance(self.guard, GuardParams):
             raise ConfigError("gate and guard must be GateParams and GuardParams")
+        if self.decision_rule not in DECISION_RULES:
+            raise ConfigError(f"decision_rule must be one of {', '.join(DECISION_RULES)}, "
+                              f"got {self.decision_rule!r}")
         if self.dispatch not in DISPATCH_NAMES:
             raise ConfigError(f"dispatch must be one of {', '.join(DISPATCH_NAMES)}, "
                               f"got {self.dispatch!r}")
@@ -263,7 +271,10 @@ class RunOptions:
 
     def decision_inputs(self) -> dict[str, Any]:
         """The fields that can change a decision, as plain values (a manifest's inputs)."""
-        return {"params": _plain(self.gate), "guard": _plain(self.guard)}
+        out = {"params": _plain(self.gate), "guard": self.guard.inputs()}
+        if self.decision_rule != "paired_betting":  # older manifests compare equal
+            out["decision_rule"] = self.decision_rule
+        return out
 
     def execution(self) -> dict[str, Any]:
         """The fields that never change a decision (recorded beside a manifest's inputs)."""

@@ -314,7 +314,7 @@ def on_probation(tmp_path, monkeypatch):
     orig = step_mod.run_gate
 
     async def provisional_gate(plans, *a, **kw):
-        return await orig(plans, *a, rule=AlwaysProvisional(), **kw)
+        return await orig(plans, *a, **{**kw, "rule": AlwaysProvisional()})
 
     with monkeypatch.context() as m:
         m.setattr(step_mod, "run_gate", provisional_gate)

@@ -346,3 +346,21 @@ def test_infra_is_drawn_again_per_attempt_and_a_success_sticks():
             if not r0.infra:
                 assert (r.correct, r.prediction, r.tokens) == \
                     (r0.correct, r0.prediction, r0.tokens)
+
+
+def test_the_old_gates_times_replay_each_step_with_its_own_parameters(tmp_path):
+    # A run with n_max 60 has 60-unit ladders: the old-gate replay used the default
+    # GateParams (n_max 40) and refused them (ValueError), so such a run had no summary.
+    from vtrm_gate.backends import run_simulated_training
+    from vtrm_gate.options import RunOptions
+    from vtrm_gate.sim import SimConfig
+    from vtrm_gate.stats import GateParams
+
+    sim = SimConfig(seed=2, pool_sizes={"Action Reasoning": 120, "OCR Problems": 90},
+                    infra_rate=0.0)
+    ws, res, summary = run_simulated_training(tmp_path / "ws", sim, 1, 2,
+                                              RunOptions(gate=GateParams(n_max=60)))
+    longest = max(len(s.ladder) for r in res.steps.values() for s in r.types.values())
+    assert longest > 40
+    assert summary["old_phases_s"]["gate"] > summary["v3_phases_s"]["gate"] > 0
+    ws.close()

@@ -236,3 +236,44 @@ def test_a_saved_figure_is_the_deck_size(tmp_path):
 
     fig = plot_trajectories({"a": replay_prefix([WIN, WIN])})
     assert Image.open(save(fig, "deck", tmp_path)).size == (1280, 720)
+
+
+def test_power_frontier_draws_one_point_per_configuration_with_its_intervals():
+    """Each configuration of a bench_power result is one point at (wall, accuracy) with its
+    seed-level intervals; the old gate and the recommendation are named; the initial skills
+    and the oracle gate are reference lines."""
+    from vtrm_gate.views import plot_power_frontier
+
+    def entry(name, wall, acc):
+        return {"config": name, "seeds": 3, "wall_h": [wall, wall - 1, wall + 2],
+                "accuracy": [acc, acc - 0.02, acc + 0.01]}
+
+    result = {"seeds": 3, "epochs": 3, "steps": 5, "old": "old", "recommended": "b",
+              "summary": [entry("old", 60.0, 0.60), entry("a", 8.0, 0.62),
+                          entry("b", 12.0, 0.65)],
+              "initial": [0.55, 0.54, 0.56], "oracle": [0.71, 0.70, 0.72]}
+    ax = plot_power_frontier(result).axes[0]
+    labels = ax.get_legend_handles_labels()[1]
+    assert labels == ["old", "a", "b (recommended)"]
+    points = [c.lines[0].get_xydata()[0].tolist() for c in ax.containers]
+    assert points == [[60.0, 60.0], [8.0, 62.0], [12.0, 65.0]]
+    xerr = ax.containers[2].lines[2][0].get_segments()[0]  # the recommended point's x bar
+    assert xerr[:, 0].tolist() == [11.0, 14.0]
+    assert sorted(round(ln.get_ydata()[0], 6) for ln in ax.lines if ln.get_linestyle()
+                  in (":", "--")) == [55.0, 71.0]
+
+
+def test_the_recorded_power_frontier_is_a_deck_figure_whose_title_is_its_claim():
+    import json
+    from pathlib import Path
+
+    from vtrm_gate.views import figure_problems, plot_power_frontier
+
+    path = Path(__file__).parents[2] / "benchmarks" / "results" / "bench_power.json"
+    result = json.loads(path.read_text(encoding="utf-8"))
+    fig = plot_power_frontier(result)
+    assert figure_problems(fig) == []
+    by = {e["config"]: e for e in result["summary"]}
+    default = next(e for e in result["summary"] if "(default)" in e["config"])
+    speed = by[result["old"]]["wall_h"][0] / default["wall_h"][0]
+    assert fig.axes[0].get_title(loc="left").startswith(f"v3 trains {speed:.0f}× faster")

@@ -22,6 +22,7 @@ from ..harness import (
     TrainResult,
     Workspace,
     check_agent_unchanged,
+    evaluation_summary,
     run_step,
     settle_probation,
     train,
@@ -119,15 +120,24 @@ async def _train(ws: Workspace, epochs: int, steps_per_epoch: int, be: Backend,
                       rollout=be.rollout, cases=be.cases, options=be.options,
                       evaluate=evaluate, subscribers=subscribers, on_event=on_event,
                       after=None if world is None else lambda w: record_ground_truth(w, world))
-    summary = training_summary(ws, world, res) if world is not None else plain_summary(res)
+    summary = (training_summary(ws, world, res) | {"evaluation": last_evaluation(res)}
+               if world is not None else plain_summary(res))
     return WorkspaceRun(res, be.kind, be.options, _report(be), summary)
 
 
 def plain_summary(res: TrainResult) -> dict[str, Any]:
-    """A training run's summary without ground truth: sizes and loop-clock time per phase."""
+    """A training run's summary without ground truth: sizes, loop-clock time per phase and
+    the last epoch's held-out gain with its intervals."""
     return {"epochs": res.epochs, "steps_per_epoch": res.steps_per_epoch,
             "done_before": res.done_before, "v3_phases_s": dict(res.phases),
-            "v3_total_s": res.total_s}
+            "v3_total_s": res.total_s, "evaluation": last_evaluation(res)}
+
+
+def last_evaluation(res: TrainResult) -> dict[str, Any] | None:
+    """`evaluation_summary` of the last evaluated epoch (None without evaluation)."""
+    if not res.evaluations:
+        return None
+    return evaluation_summary(res.evaluations[max(res.evaluations)].rows)
 
 
 async def settle_workspace(workspace: Workspace | str | Path, epoch: int,

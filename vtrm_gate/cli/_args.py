@@ -13,9 +13,11 @@ from ..errors import CliError
 
 INT_MAX = 2**63 - 1  # SQLite's INTEGER: epochs, steps and seeds are stored as one
 RUN_FLAGS = ("concurrency", "dispatch", "cancel_after_freeze", "past_stop", "time_scale",
-             "backend", "adaptive", "timeout", "deadline", "max_retries", "max_tokens_think",
-             "max_tokens_answer", "max_tokens_evolve")
+             "backend", "decision_rule", "adaptive", "timeout", "deadline", "max_retries",
+             "max_tokens_think", "max_tokens_answer", "max_tokens_evolve")
 """Flags that set a `RunOptions` key of the same name (flag > environment > file)."""
+TABLE_FLAGS = {"guard_rule": "guard.rule"}
+"""Flags that set a key of a table (``--guard-rule`` sets ``guard.rule``)."""
 
 
 def int_at_least(low: int) -> Callable[[str], int]:
@@ -101,6 +103,13 @@ def add_run_flags(sp: argparse.ArgumentParser, *, backend: bool = True) -> None:
     sp.add_argument("--dispatch", choices=("round_robin", "need_aware", "expected_need"),
                     default=None,
                     help="which type the gate feeds next (default: config, round_robin)")
+    sp.add_argument("--decision-rule", choices=("paired_betting", "lambda_mixture",
+                                                "old_blocks"), default=None,
+                    help="the gate's decision rule (default: config, paired_betting; the "
+                         "others are opt-in with the same guarantee, see docs/statistics.md)")
+    sp.add_argument("--guard-rule", choices=("ratio", "sequential"), default=None,
+                    help="INFRA guard: ratio (> max_ratio once >= min_calls, the default) or "
+                         "sequential (an anytime-valid test of 'INFRA rate > max_ratio')")
     sp.add_argument("--cancel-after-freeze", action=argparse.BooleanOptionalAction,
                     default=None, help="cancel a frozen type's in-flight calls whose answers "
                                        "serve nothing more (default: config, on)")
@@ -141,7 +150,10 @@ def run_options(args: argparse.Namespace, **extra: Any) -> Any:
     from ..options import resolve_options
 
     flags = {k: getattr(args, k, None) for k in RUN_FLAGS}
-    return resolve_options({**flags, **extra}, config=getattr(args, "config", None))
+    flags |= {key: getattr(args, dest, None) for dest, key in TABLE_FLAGS.items()}
+    names = {key: f"--{dest.replace('_', '-')}" for dest, key in TABLE_FLAGS.items()}
+    return resolve_options({**flags, **extra}, config=getattr(args, "config", None),
+                           flag_names=names)
 
 
 def emit(args: argparse.Namespace, data: dict[str, Any], text: str) -> None:

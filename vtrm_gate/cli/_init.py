@@ -21,8 +21,8 @@ def register(sub: Any) -> None:
     i.add_argument("workspace", help="new directory for the workspace")
     i.add_argument("--seed", type=nonneg_int, default=0)
     i.add_argument("--infra-rate", type=rate, default=None,
-                   help="simulated workspaces only: the simulator's INFRA failure rate "
-                        "(default 0.003)")
+                   help="simulated workspaces only: the simulator's INFRA failure rate per "
+                        "call after retries (default 0.0004: vtrm_gate.sim.DEFAULT_INFRA_RATE)")
     i.add_argument("--heldout-fraction", type=rate, default=None,
                    help="share of each type's units held out for the epoch-end evaluation "
                         "(never gated; default 0.2, 0 with --llm)")
@@ -30,6 +30,10 @@ def register(sub: Any) -> None:
                    choices=("w_net", "e_continue", "e_harm"),
                    help="how epoch-end probation decides (default e_continue: the "
                         "recommended, anytime-valid rule; see docs/statistics.md)")
+    i.add_argument("--probation-order", default="shuffle",
+                   choices=("shuffle", "seed_wrong_first"),
+                   help="the settlement probe's order (default shuffle; seed_wrong_first: "
+                        "units the seed baseline got wrong first, like a ladder)")
     i.add_argument("--llm", action="store_true",
                    help="units answered by an OpenAI-compatible chat model (key from "
                         "OPENAI_API_KEY / VTRM_API_KEY at step time)")
@@ -68,10 +72,11 @@ def cmd_init(args: argparse.Namespace) -> int:
         raise CliError(f"{', '.join(given)} need --llm (an LLM workspace)")
     from ..sim import SimConfig, init_simulated
 
-    sim = SimConfig(seed=args.seed, infra_rate=0.003 if args.infra_rate is None
-                    else args.infra_rate)
+    sim = SimConfig(seed=args.seed, **({} if args.infra_rate is None
+                                      else {"infra_rate": args.infra_rate}))
     ws = init_simulated(root, sim, heldout_fraction=0.2 if args.heldout_fraction is None
-                        else args.heldout_fraction, probation_rule=args.probation_rule)
+                        else args.heldout_fraction, probation_rule=args.probation_rule,
+                        probation_order=args.probation_order)
     ws.close()
     out = {"workspace": str(root), "types": len(sim.resolved_pool_sizes()), "seed": args.seed}
     emit(args, out, f"created simulated workspace {root} ({out['types']} types, "

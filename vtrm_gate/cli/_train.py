@@ -40,9 +40,14 @@ def register(sub: Any) -> None:
 def _printer(args: argparse.Namespace) -> Any:
     def show(ev: Any) -> None:
         if args.json:
-            print(json.dumps({"event": ev.kind, "epoch": ev.epoch, "step": ev.step,
-                              "done_before": ev.done_before, "seconds": ev.seconds,
-                              "line": ev.line}), flush=True)
+            out = {"event": ev.kind, "epoch": ev.epoch, "step": ev.step,
+                   "done_before": ev.done_before, "seconds": ev.seconds, "line": ev.line}
+            if ev.kind == "settle" and ev.data is not None:
+                out["types"] = {t: {"kept": o.passed, "version": o.version,
+                                    "prev_version": o.prev_version, "rule": o.rule,
+                                    "evidence": o.evidence}
+                                for t, o in sorted(ev.data.outcomes.items())}
+            print(json.dumps(out), flush=True)
         else:
             print(ev.line, flush=True)
 
@@ -84,15 +89,17 @@ def cmd_settle(args: argparse.Namespace) -> int:
     finally:
         ws.close()
     data = {"epoch": epoch, "already_settled": res.already_settled,
+            "rule": ws.config.probation_rule,
             "types": {t: {"version": o.version, "prev_version": o.prev_version, "W": o.W,
-                          "L": o.L, "n_used": o.n_used, "kept": o.passed,
-                          "applied": o.applied} for t, o in res.outcomes.items()}}
+                          "L": o.L, "n_used": o.n_used, "kept": o.passed, "rule": o.rule,
+                          "evidence": o.evidence, "applied": o.applied}
+                      for t, o in res.outcomes.items()}}
     if res.already_settled:
         text = f"epoch {epoch} was settled before (nothing changed)"
     elif not res.outcomes:
         text = f"epoch {epoch}: nothing on probation"
     else:
-        text = "\n".join(f"{t}: {o.applied}" for t, o in sorted(res.outcomes.items()))
+        text = "\n".join(f"{t}: {o.line}" for t, o in sorted(res.outcomes.items()))
     emit(args, data, text)
     return 0
 
@@ -108,6 +115,10 @@ def _time_unit(kind: str, total_s: float) -> tuple[str, float]:
 
 
 def summary_text(summary: Any, kind: str = "simulated") -> str:
+    """The end-of-run summary: time per phase, the held-out gain with its intervals and (on
+    a simulated workspace) the decision quality against the ground truth."""
+    from ..harness import gain_text
+
     lines = []
     v3 = summary["v3_phases_s"]
     if summary.get("done_before"):
@@ -126,16 +137,27 @@ def summary_text(summary: Any, kind: str = "simulated") -> str:
                      f"{total / per:>10.2f}   ({speed:.1f}x)")
     else:
         lines.append(f"  {'total':<12}{total / per:>10.2f}")
+    ev = summary.get("evaluation")
+    if ev:
+        lines.append(f"held-out accuracy after epoch {ev['epoch']}: {ev['acc_current']:.1%} "
+                     f"(initial skills {ev['acc_initial']:.1%}, {ev['units']} units); "
+                     f"{gain_text(ev)}")
     q = summary.get("quality")
     if q:
         a, k, r = q["applied"], q["provisional_kept"], q["provisional_rolled_back"]
-        lines.append(f"changes applied after settlement: {sum(a.values())} (truly better "
-                     f"{a['better']}, neutral {a['neutral']}, worse {a['worse']}; neutral = "
-                     f"|true gain| < {q['margin']:.0%}); good candidates missed "
-                     f"{q['missed_better']} of {q['gated']['better']}")
+        acc, sup = q["applied_by"]["accepted"], q["provisional_superseded"]
+        bad = q.get("settled_violations", [])
+        lines.append(f"changes applied after settlement: {sum(a.values())} (ACCEPTed "
+                     f"{sum(acc.values())}, kept by a settlement {sum(k.values())}; truly "
+                     f"better {a['better']}, neutral {a['neutral']}, worse {a['worse']}; "
+                     f"neutral = |true gain| < {q['margin']:.0%}); good candidates missed "
+                     f"{q['missed_better']} of {q['gated']['better']}; "
+                     + ("every standing version settled" if not bad
+                        else f"{len(bad)} UNSETTLED: {bad[0]}"))
         lines.append(f"probation: kept {sum(k.values())} (better {k['better']}, neutral "
                      f"{k['neutral']}, worse {k['worse']}), rolled back {sum(r.values())} "
-                     f"(better {r['better']}, neutral {r['neutral']}, worse {r['worse']})")
+                     f"(better {r['better']}, neutral {r['neutral']}, worse {r['worse']}), "
+                     f"superseded before settlement {sum(sup.values())}")
         m = q["mean_accuracy"]
         lines.append(f"true accuracy (mean over types): initial {m['initial']:.1%}, this gate "
                      f"{m['gate']:.1%}, accept-every-candidate {m['accept_all']:.1%}, oracle "

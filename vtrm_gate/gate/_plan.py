@@ -18,6 +18,7 @@ from ..errors import InvalidResultError
 from ..stats import (
     DecisionRule,
     TypeOutcome,
+    infra_e_value,
 )
 from ._ladder import check_unit_ids
 
@@ -161,12 +162,25 @@ class TypePlan:
                 for arm, skill in (("base", self.base_skill), ("cand", self.cand_skill))}
 
 
+GUARD_RULES = ("ratio", "sequential")
+
+
 @dataclass(frozen=True)
 class GuardParams:
-    """INFRA guard: abort when INFRA units / completed calls > max_ratio (calls >= min_calls)."""
+    """INFRA guard, per type, checked on every completion once ``calls >= min_calls``.
+
+    ``rule = "ratio"`` (the SPEC's, default): abort when INFRA units / completed calls >
+    ``max_ratio``. ``rule = "sequential"`` (opt-in): abort when the anytime-valid test of
+    "the INFRA rate exceeds max_ratio" (`vtrm_gate.stats.infra_e_value` on INFRA calls)
+    reaches ``1/alpha``; a type whose INFRA rate is at most ``max_ratio`` is aborted with
+    probability <= ``alpha``, however long its gate runs.
+    """
 
     min_calls: int = 10
     max_ratio: float = 0.10
+    rule: str = "ratio"
+    alpha: float = 0.01
+    """``sequential`` only: the false-abort bound per type (the threshold is 1/alpha)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.min_calls, int) or isinstance(self.min_calls, bool) \
@@ -175,10 +189,46 @@ class GuardParams:
                              f"got {self.min_calls!r}")
         if not isinstance(self.max_ratio, int | float) or not 0 <= self.max_ratio <= 1:
             raise ValueError(f"GuardParams.max_ratio must be in [0, 1], got {self.max_ratio!r}")
+        if self.rule not in GUARD_RULES:
+            raise ValueError(f"GuardParams.rule must be one of {', '.join(GUARD_RULES)}, "
+                             f"got {self.rule!r}")
+        if isinstance(self.alpha, bool) or not isinstance(self.alpha, int | float) \
+                or not 0 < self.alpha < 1:
+            raise ValueError(f"GuardParams.alpha must be in (0, 1), got {self.alpha!r}")
+        if self.rule == "sequential" and not 0 < self.max_ratio < 1:
+            raise ValueError(f"GuardParams.max_ratio must be in (0, 1) for the sequential "
+                             f"rule, got {self.max_ratio!r}")
 
-    def tripped(self, infra_units: int, calls: int) -> bool:
-        # infra/calls is correctly rounded, so exactly max_ratio never trips (3/30 == 0.1).
-        return calls >= self.min_calls and infra_units / calls > self.max_ratio
+    def tripped(self, infra_units: int, calls: int, infra_calls: int | None = None) -> bool:
+        """Whether the guard aborts the type now (``infra_calls``: the sequential rule's
+        data; INFRA units when not given)."""
+        if calls < self.min_calls:
+            return False
+        if self.rule == "ratio":
+            # infra/calls is correctly rounded, so exactly max_ratio never trips (3/30 == 0.1)
+            return infra_units / calls > self.max_ratio
+        k = infra_units if infra_calls is None else infra_calls
+        return infra_e_value(k, calls, self.max_ratio) >= 1.0 / self.alpha
+
+    def explain(self, infra_units: int, calls: int, infra_calls: int | None = None) -> str:
+        """Why it tripped, for the abort message."""
+        if self.rule == "ratio":
+            return (f"{infra_units} INFRA units out of {calls} completed calls "
+                    f"({infra_units / calls:.1%} > {self.max_ratio:.0%}, minimum "
+                    f"{self.min_calls} calls)")
+        k = infra_units if infra_calls is None else infra_calls
+        e = infra_e_value(k, calls, self.max_ratio)
+        return (f"{k} INFRA calls out of {calls} completed calls: the sequential test of "
+                f"'INFRA rate > {self.max_ratio:.0%}' reached E = {e:.3g} >= 1/alpha = "
+                f"{1 / self.alpha:.3g}")
+
+    def inputs(self) -> dict[str, object]:
+        """The decision fields a manifest records (``rule``/``alpha`` only when not the
+        default rule, so manifests written before they existed compare equal)."""
+        out: dict[str, object] = {"min_calls": self.min_calls, "max_ratio": self.max_ratio}
+        if self.rule != "ratio":
+            out |= {"rule": self.rule, "alpha": self.alpha}
+        return out
 
 
 

@@ -323,9 +323,9 @@ class _Gate:
             c.infra_units += 1
         if res.infra and res.error:
             self.last_errors[task.task_type].append(res.error)
-        if self.guard.tripped(c.infra_units, c.completed):  # before pairing
+        if self.guard.tripped(c.infra_units, c.completed, c.infra_calls):  # before pairing
             raise InfraGuardError(task.task_type, c.infra_units, c.completed, self.guard,
-                                  self.last_errors[task.task_type])
+                                  self.last_errors[task.task_type], c.infra_calls)
         if run.resolved[rank]:  # the other arm already made this unit INFRA
             c.discarded_after_infra += 1
             return

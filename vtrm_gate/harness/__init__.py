@@ -10,6 +10,7 @@ no simulator. LLM and simulated workspaces are created and driven from `vtrm_gat
 - `_log`, `_baseline`: HarnessLog (SQLite, WAL) and the BaselineCache
 - `_step` (+ `_manifest`, `_results`): `run_step`, phases A–D
 - `_settle`, `_evaluate`, `_train`: probation settlement, held-out evaluation, the run
+- `_audit`: how each standing version came to stand, rebuilt from the log
 - `_replay`: prefix vs block replay of a recorded step
 """
 
@@ -25,12 +26,19 @@ from ..errors import TrainRefusedError as TrainRefusedError
 from ..errors import WorkspaceError as WorkspaceError
 from ..errors import WorkspaceLockedError as WorkspaceLockedError
 from ._atomic_dir import only_lock_file as only_lock_file
+from ._audit import FATES as FATES
+from ._audit import Fate as Fate
+from ._audit import SettledAudit as SettledAudit
+from ._audit import Standing as Standing
+from ._audit import settled_audit as settled_audit
 from ._baseline import BaselineCache as BaselineCache
 from ._baseline import BaselineKey as BaselineKey
 from ._evaluate import HELDOUT_FILE as HELDOUT_FILE
 from ._evaluate import EvalResult as EvalResult
 from ._evaluate import evaluate_epoch as evaluate_epoch
 from ._evaluate import evaluation_frame as evaluation_frame
+from ._evaluate import evaluation_summary as evaluation_summary
+from ._evaluate import gain_text as gain_text
 from ._evaluate import read_heldout as read_heldout
 from ._evaluate import split_heldout as split_heldout
 from ._files import atomic_write as atomic_write

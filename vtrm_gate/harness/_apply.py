@@ -49,19 +49,22 @@ def plan_decisions(ws: Workspace, base: TrainingState, epoch: int, step: int,
     new_versions: list[tuple[str, int, str]] = []
     for t in sorted(outcomes):  # alphabetical: deterministic bookkeeping order
         action, ref = outcomes[t].action, skills[t]
+        settled = base.settled_version(t)  # the gate's base (run_step gates against it)
+        against = "" if settled == ref.version else f" (gated against settled v{settled})"
         if action in (Action.ACCEPT, Action.PROVISIONAL):
             v = _new_version(ws, t, ref, cand[t])
             new_versions.append((t, v, cand[t]))
             skills[t] = SkillRef(v, content_hash(cand[t]), v)
             if action is Action.ACCEPT:
+                # Settled: it beat a settled version; a pending bet it replaces is dropped.
                 probation.pop(t, None)
-                applied[t] = f"accepted: v{ref.version} -> v{v}"
+                applied[t] = f"accepted: v{ref.version} -> v{v}{against}"
             else:
-                # Stacked bets roll back together to the last settled version.
-                prev = probation[t].prev_version if t in probation else ref.version
-                probation[t] = Probation(v, prev, epoch, step)
-                applied[t] = (f"probation: v{ref.version} -> v{v} (rolled back to v{prev} if "
-                              f"it fails at the end of epoch {epoch})")
+                # A bet on a bet replaces it: both were gated against the settled version,
+                # which a failed settlement restores.
+                probation[t] = Probation(v, settled, epoch, step)
+                applied[t] = (f"probation: v{ref.version} -> v{v}{against} (rolled back to "
+                              f"v{settled} if it fails at the end of epoch {epoch})")
         elif action in (Action.REJECT, Action.FUTILE):
             rejected[t] = push_rejected(ws, rejected.get(t, ()),
                                         Rejected(content_hash(cand[t]), cand[t], epoch, step,

@@ -9,7 +9,7 @@ from typing import Any
 from ..errors import InfraGuardError
 from ..gate import GateResult, Infer, ResultSink, Subscriber, TypeCounters, TypePlan, run_gate
 from ..options import RunOptions
-from ..stats import GateParams, TypeOutcome
+from ..stats import GateParams, TypeOutcome, decision_rule
 from ._baseline import BaselineCache
 from ._files import join_notes
 from ._workspace import Workspace
@@ -23,10 +23,12 @@ async def run_workspace_gate(ws: Workspace, epoch: int, step: int, plans: Sequen
     (``params`` overrides ``options.gate``: the evaluation measures a split longer than a
     ladder may be). An INFRA-guard abort is counted in the log before it propagates, so the
     next attempt's tasks carry ``attempt`` + 1 (see `UnitTask.attempt`)."""
+    rule = (None if options.decision_rule == "paired_betting"
+            else decision_rule(options.decision_rule))  # plans with their own rule keep it
     try:
         return await run_gate(plans, infer, params or options.gate, options.slots,
                               baseline=BaselineCache.for_workspace(ws), sink=sink,
-                              subscribers=subscribers, guard=options.guard,
+                              subscribers=subscribers, guard=options.guard, rule=rule,
                               dispatch=options.dispatch,
                               cancel_after_freeze=options.cancel_after_freeze,
                               past_stop=options.past_stop)

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._ids import gate_prefix
+from .._ids import EVAL_STEP, gate_prefix
 from ..errors import WorkspaceError
 from ..gate import PrefixAdvanced, TypeCounters, UnitResult, UnitTask
 from ..stats import TypeOutcome
@@ -80,6 +80,10 @@ SCHEMA: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
         ("skill_hash", "TEXT"), ("n_units", "INTEGER"), ("n_initial", "INTEGER"),
         ("correct_initial", "INTEGER"), ("n_current", "INTEGER"),
         ("correct_current", "INTEGER"), ("acc_initial", "REAL"), ("acc_current", "REAL"),
+        # The paired difference current - initial over units both arms answered (the gain):
+        ("n_pairs", "INTEGER"), ("both_correct", "INTEGER"), ("wins", "INTEGER"),
+        ("losses", "INTEGER"), ("gain", "REAL"), ("gain_lo", "REAL"), ("gain_hi", "REAL"),
+        ("gain_method", "TEXT"), ("same_skill", "INTEGER"),
     ), ("epoch", "task_type")),
     "ground_truth": ((
         ("epoch", "INTEGER"), ("step", "INTEGER"), ("task_type", "TEXT"),
@@ -164,6 +168,14 @@ def _bad_cell(cols: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]) ->
     return "a value does not fit its column"
 
 
+def _add_missing_columns(cur: sqlite3.Cursor, table: str) -> None:
+    """Columns a newer SCHEMA added to a table of an older log file (NULL in old rows)."""
+    have = {row[1] for row in cur.execute(f"PRAGMA table_info({table})")}
+    for name, typ in SCHEMA[table][0]:
+        if name not in have:
+            cur.execute(f"ALTER TABLE {table} ADD COLUMN {name} {typ}")
+
+
 def _columns(table: str, names: Sequence[str]) -> str:
     """``table`` if it and every column in ``names`` exist (ValueError naming the fault)."""
     if table not in SCHEMA:
@@ -211,6 +223,7 @@ class HarnessLog:
         with self.transaction() as cur:
             for t in TABLES:
                 cur.execute(_ddl(t))
+                _add_missing_columns(cur, t)
 
     # ---- plumbing ---------------------------------------------------------------------
 
@@ -283,7 +296,9 @@ class HarnessLog:
         cols, pk = SCHEMA[_columns(table, ())]
         dtype = {"INTEGER": pl.Int64, "REAL": pl.Float64, "TEXT": pl.Utf8}
         w, p = _where(table, where, params, equal)
-        sql = f"SELECT {', '.join(c for c, _ in cols)} FROM {table}{w}"
+        have = self._have(table)  # a read-only old file may lack newer columns: NULL
+        sql = (f"SELECT {', '.join(c if c in have else f'NULL AS {c}' for c, _ in cols)} "
+               f"FROM {table}{w}")
         sql += f" ORDER BY {', '.join(pk)}"
         rows = self.query(sql, p)
         schema = {c: dtype[t] for c, t in cols}
@@ -292,6 +307,11 @@ class HarnessLog:
         except (pl.exceptions.PolarsError, TypeError, ValueError, OverflowError):
             raise WorkspaceError(f"{self.path.name}: table {table}: {_bad_cell(cols, rows)}; "
                                  f"the database was edited or damaged") from None
+
+    def _have(self, table: str) -> set[str]:
+        if not self.readonly:
+            return {c for c, _ in SCHEMA[table][0]}
+        return {row[1] for row in self.query(f"PRAGMA table_info({table})")}
 
     def step_frame(self, table: str, epoch: int, step: int) -> pl.DataFrame:
         """Rows of a step table for one (epoch, step)."""
@@ -464,6 +484,20 @@ class HarnessLog:
                            task_type=task_type, unit_id=unit_id, skill_hash=skill_hash,
                            config_hash=config_hash)
         return rows[0] if rows else None
+
+    def eval_measurements(self, before_epoch: int) -> dict[tuple[str, str, str], tuple[Any, ...]]:
+        """``{(type, unit, skill hash): (correct, prediction, trace)}`` of every counted,
+        non-INFRA evaluation answer of an epoch before ``before_epoch`` (the first one
+        recorded for each key): a skill measured once is reused, never measured again."""
+        rows = self.query(
+            "SELECT p.task_type, p.unit_id, p.skill_hash, p.correct, p.prediction, t.trace "
+            "FROM predictions p LEFT JOIN traces t ON t.run_id = p.run_id AND "
+            "t.unit_id = p.unit_id WHERE p.step = ? AND p.epoch < ? AND p.infra = 0 AND "
+            "p.discarded = 0 ORDER BY p.epoch, p.run_id", (EVAL_STEP, before_epoch))
+        out: dict[tuple[str, str, str], tuple[Any, ...]] = {}
+        for t, u, h, c, pred, trace in rows:
+            out.setdefault((t, u, h), (c, pred, trace))
+        return out
 
     def baseline_count(self, config_hash: str) -> int:
         """BaselineCache entries of one agent config (its unit-keyed entries included)."""

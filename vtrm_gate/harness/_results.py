@@ -38,6 +38,9 @@ class TypeStep:
     ladder: tuple[str, ...] = ()
     cand_hash: str | None = None
     note: str | None = None
+    gated_against: int | None = None
+    """The version the gate compared the candidate with: the last settled one (it differs
+    from ``base_version`` while a PROVISIONAL version is on probation)."""
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,8 @@ class StepResult:
                 "cancelled_before_start": c.cancelled_before_start if c else None,
                 "discarded_after_freeze": c.discarded_after_freeze if c else None,
                 "tokens": c.tokens if c else None,
-                "base_version": s.base_version, "version": s.version,
+                "base_version": s.base_version, "gated_against": s.gated_against,
+                "version": s.version,
                 "applied": s.applied, "note": s.note,
             })
         return pl.DataFrame(rows, infer_schema_length=None)

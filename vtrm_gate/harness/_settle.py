@@ -4,6 +4,7 @@ fresh probe, through the continuous gate."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,7 +12,15 @@ from typing import TYPE_CHECKING, Any
 
 from .._ids import PROBATION_STEP, content_hash, probation_run_id
 from .._sync import run_sync
-from ..gate import GateResult, Infer, Subscriber, TypePlan, shuffle_key
+from ..gate import (
+    GateResult,
+    Infer,
+    Subscriber,
+    TypePlan,
+    build_ladder,
+    ladder_units,
+    shuffle_key,
+)
 from ..options import RunOptions
 from ..stats import ProbationRule, TypeOutcome, probation_rule
 from ._access import check_ids, writer
@@ -19,6 +28,7 @@ from ._apply import push_rejected
 from ._gating import abort_reason, partial_of, report_aborted, run_workspace_gate
 from ._log import GateSink
 from ._manifest import plain, read_manifest
+from ._order import check_settle_order
 from ._state import Probation, Rejected, SkillRef, TrainingState
 from ._step import DEFAULT_OPTIONS
 from ._workspace import Workspace
@@ -40,6 +50,17 @@ class ProbationOutcome:
     n_used: int
     passed: bool
     applied: str
+    rule: str = ""
+    """The workspace's ``probation_rule`` that decided it."""
+    evidence: str = ""
+    """That rule's evidence: the E+ path (``e_continue``), E- (``e_harm``), W - L (``w_net``)."""
+
+    @property
+    def line(self) -> str:
+        """``kept v3 (e_continue: E+ 2.25 from the gate -> 25.6 after 9 probe units, ...)``."""
+        what = (f"kept v{self.version}" if self.passed
+                else f"rolled back v{self.version} -> v{self.prev_version}")
+        return f"{what} ({self.rule}: {self.evidence})"
 
 
 @dataclass(frozen=True)
@@ -79,26 +100,41 @@ async def settle_probation(workspace: Workspace | str | Path, epoch: int, *, inf
     with writer(workspace, f"settle_probation e{epoch}") as ws:
         if epoch in ws.state.settled_epochs:
             return _settled_before(ws, epoch)
+        check_settle_order(ws, ws.state, epoch)
         return await _settle(ws, epoch, infer, options, subscribers)
 
 
 def _settled_before(ws: Workspace, epoch: int) -> ProbationResult:
-    rows = ws.log.select("step_report", ["task_type", "W", "L", "n_used", "applied"],
-                         epoch=epoch, step=PROBATION_STEP)
-    return ProbationResult(epoch, {t: ProbationOutcome(t, 0, 0, (), w or 0, lo or 0, n or 0,
-                                                       "rolled back" not in (a or ""), a or "")
-                                   for t, w, lo, n, a in rows}, already_settled=True)
+    """The recorded settlement of ``epoch`` (its report rows), nothing run again."""
+    rule = ws.config.probation_rule
+    rows = ws.log.select("step_report", ["task_type", "W", "L", "n_used", "applied", "note",
+                                         "base_version"], epoch=epoch, step=PROBATION_STEP)
+    out = {}
+    for t, w, lo, n, a, note, base in rows:
+        a = a or ""
+        v = re.search(r"settling v(\d+)", note or "")
+        evidence = a.split(f"({rule}: ", 1)[1][:-1] if f"({rule}: " in a else ""
+        out[t] = ProbationOutcome(t, int(v.group(1)) if v else 0, base or 0, (), w or 0,
+                                  lo or 0, n or 0, not a.startswith("rolled back"), a, rule,
+                                  evidence)
+    return ProbationResult(epoch, out, already_settled=True)
 
 
 def _probe_units(ws: Workspace, epoch: int, task_type: str, p: Probation) -> list[str]:
-    """Fresh units for the probe of ``p``: not consumed by its step's gate, not its cases."""
+    """Fresh units for the probe of ``p``: not consumed by its step's gate, not its cases, in
+    the workspace's ``probation_order`` (a seeded shuffle, or seed-wrong units first)."""
     used = ws.log.consumed_units(p.epoch, p.step, task_type)
     manifest = read_manifest(ws, p.epoch, p.step)
     if manifest is not None:
         used.update(manifest["inputs"].get("cases", {}).get(task_type, ()))
+    key = f"{ws.config.seed}:probation:{epoch}"
+    if ws.config.probation_order == "seed_wrong_first":
+        ladder = ladder_units(build_ladder(ws.pool[task_type], ws.seed_record.get(task_type),
+                                           exclude=used, n_max=ws.config.probation_units,
+                                           seed=f"{key}:{task_type}"))
+        return ws.sendable(ladder, ws.config.probation_units)[0]
     probe = sorted((u for u in ws.pool[task_type] if u not in used),
-                   key=lambda u: shuffle_key(f"{ws.config.seed}:probation:{epoch}",
-                                             f"{task_type}\x1f{u}"))
+                   key=lambda u: shuffle_key(key, f"{task_type}\x1f{u}"))
     return ws.sendable(probe, ws.config.probation_units)[0]  # frames that can be sent
 
 
@@ -189,7 +225,8 @@ def _decide(ws: Workspace, epoch: int, pr: _Probe, o: TypeOutcome,
     """Keep, or roll back (updating ``skills`` and ``rejected``), one probationary version."""
     p, t = pr.probation, pr.plan.task_type
     passed = pr.rule.keep(o)
-    why = f"{ws.config.probation_rule}: {pr.rule.describe(o)}"
+    evidence = pr.rule.describe(o)
+    why = f"{ws.config.probation_rule}: {evidence}"
     if passed:
         applied = f"kept v{p.version} ({why})"
     else:
@@ -199,7 +236,7 @@ def _decide(ws: Workspace, epoch: int, pr: _Probe, o: TypeOutcome,
                                     Rejected(content_hash(pr.cur_text), pr.cur_text, epoch,
                                              PROBATION_STEP, "PROBATION_FAILED"))
     return ProbationOutcome(t, p.version, p.prev_version, tuple(pr.plan.units), o.W, o.L,
-                            o.n_used, passed, applied)
+                            o.n_used, passed, applied, ws.config.probation_rule, evidence)
 
 
 def settle_probation_sync(*args: Any, **kwargs: Any) -> ProbationResult:

@@ -60,6 +60,12 @@ class TrainingState:
     before_last: TrainingState | None = None
     settled_epochs: tuple[int, ...] = ()
 
+    def settled_version(self, task_type: str) -> int:
+        """The type's last settled version: what a rollback restores, and the base every
+        gate of the type is run against (so an ACCEPT is always against a settled version)."""
+        p = self.probation.get(task_type)
+        return p.prev_version if p is not None else self.skills[task_type].version
+
     def in_cooldown(self, task_type: str) -> bool:
         return self.cooldown_until.get(task_type, 0) > self.steps_applied
 

@@ -41,6 +41,7 @@ from ._files import atomic_write, join_notes, write_json
 from ._gating import abort_reason, partial_of, report_aborted, run_workspace_gate
 from ._log import GateSink
 from ._manifest import diff_inputs, read_manifest, recorded_candidates, refusal
+from ._order import check_step_order
 from ._results import StepResult, TypeStep
 from ._state import TrainingState
 from ._workspace import DEFAULT_STRATEGY, Workspace, media_note
@@ -79,6 +80,7 @@ def _input_state(ws: Workspace, epoch: int, step: int) -> tuple[TrainingState, b
         raise StepRefusedError(
             f"step e{epoch} s{step} is older than the last applied step e{e} s{s}; re-running "
             f"it would fork the training history (only the last applied step can be re-run)")
+    check_step_order(ws, state, epoch, step)
     return state, False
 
 
@@ -137,7 +139,10 @@ class StepInputs:
     base_state: TrainingState
     rerun_applied: bool
     texts: Mapping[str, str]
-    """Each type's current skill text (the base arm)."""
+    """Each type's gate base: the text of its last settled version (the base arm)."""
+    current: Mapping[str, str]
+    """Each type's current skill text (what the evolver edits and the rollout runs); it
+    differs from ``texts`` only while a PROVISIONAL version is on probation."""
     cooldown: tuple[str, ...]
     cases: Mapping[str, list[str]]
     rollout_errors: Mapping[str, str]
@@ -162,14 +167,17 @@ def _step_inputs(ws: Workspace, epoch: int, step: int, options: RunOptions,
     base_state, rerun_applied = _input_state(ws, epoch, step)
     srid = step_run_id(epoch, step)
     types = ws.task_types
-    texts = {t: ws.skill_text(t, base_state) for t in types}
+    current = {t: ws.skill_text(t, base_state) for t in types}
+    # Every gate runs against the last settled version, so an ACCEPT is always against a
+    # settled version (a type on probation is never gated against its unsettled bet).
+    texts = {t: ws.version_text(t, base_state.settled_version(t)) for t in types}
     cooldown = tuple(t for t in types if base_state.in_cooldown(t))
     cases: dict[str, list[str]] = {}
     rollout_errors: dict[str, str] = {}
     for t in types:
         if t not in cooldown:
             try:
-                cases[t] = list(dict.fromkeys(case_fn(t, epoch, step, texts[t])))
+                cases[t] = list(dict.fromkeys(case_fn(t, epoch, step, current[t])))
             except CasesUnavailable as exc:
                 cases[t], rollout_errors[t] = [], str(exc) or "rollout failed"
     ladders, media_notes = _ladders(ws, cases, options.gate.n_max, _ladder_seed(ws, srid))
@@ -180,14 +188,19 @@ def _step_inputs(ws: Workspace, epoch: int, step: int, options: RunOptions,
         "agent": dict(ws.config.agent),
         "pool_hash": json_hash({t: list(u) for t, u in ws.pool.items()}),
         "seed_record_hash": json_hash(ws.seed_record),
-        "base_skills": {t: {"version": base_state.skills[t].version,
-                            "hash": base_state.skills[t].hash} for t in types},
+        "base_skills": {t: {"version": base_state.settled_version(t),
+                            "hash": content_hash(texts[t])} for t in types},
+        # Present only while something is on probation (older manifests compare equal).
+        **({"on_probation": {t: {"version": base_state.skills[t].version,
+                                 "hash": base_state.skills[t].hash}
+                             for t in sorted(base_state.probation)}}
+           if base_state.probation else {}),
         "cooldown": list(cooldown),
         "cases": cases,
         "ladders": ladders,
     }))
-    return StepInputs(epoch, step, base_state, rerun_applied, texts, cooldown, cases,
-                      rollout_errors, ladders, inputs, media_notes)
+    return StepInputs(epoch, step, base_state, rerun_applied, texts, current, cooldown,
+                      cases, rollout_errors, ladders, inputs, media_notes)
 
 
 def _ladders(ws: Workspace, cases: Mapping[str, list[str]], n_max: int, seed: str
@@ -249,8 +262,8 @@ def _before_evolving(si: StepInputs) -> Proposals:
     return p
 
 
-def _judge(proposal: object, current: str) -> tuple[str, str | None]:
-    """(status, note) of one evolver result."""
+def _judge(proposal: object, current: str, base: str) -> tuple[str, str | None]:
+    """(status, note) of one evolver result (``base``: the gate's base, the settled text)."""
     if isinstance(proposal, RepeatedCandidate):  # not a failure: nothing new to gate
         return "skipped", str(proposal)
     if isinstance(proposal, Exception):
@@ -259,6 +272,8 @@ def _judge(proposal: object, current: str) -> tuple[str, str | None]:
         return "evolve_error", f"evolver returned {proposal!r}"
     if proposal.strip() == current.strip():
         return "skipped", "no real change"
+    if proposal.strip() == base.strip():
+        return "skipped", "the candidate is the settled version the gate would compare it with"
     return "gated", None
 
 
@@ -276,12 +291,12 @@ async def _phase_a(si: StepInputs, evolver: Evolver,
                 p.cand[t] = text
         return p
     results = await asyncio.gather(
-        *(evolver.evolve(t, si.texts[t], si.base_state.rejected_texts(t), si.epoch, si.step)
+        *(evolver.evolve(t, si.current[t], si.base_state.rejected_texts(t), si.epoch, si.step)
           for t in todo), return_exceptions=True)
     for t, r in zip(todo, results, strict=True):
         if isinstance(r, BaseException) and not isinstance(r, Exception):
             raise r
-        p.status[t], p.notes[t] = _judge(r, si.texts[t])
+        p.status[t], p.notes[t] = _judge(r, si.current[t], si.texts[t])
         if p.status[t] == "gated":
             p.cand[t] = r  # type: ignore[assignment]
     return p
@@ -294,8 +309,8 @@ def _refuse_unmeasured(ws: Workspace, si: StepInputs, p: Proposals) -> None:
         return
     for t in si.texts:
         ws.log.write_report(si.epoch, si.step, t, p.status[t], note=p.notes.get(t),
-                            base_version=si.base_state.skills[t].version,
-                            base_hash=si.base_state.skills[t].hash)
+                            base_version=si.base_state.settled_version(t),
+                            base_hash=content_hash(si.texts[t]))
     raise StepUnmeasuredError(
         f"step e{si.epoch} s{si.step}: nothing could be measured, so it was not applied ("
         + "; ".join(f"{t}: {p.status[t]}: {p.notes[t]}" for t in failed) + ")")
@@ -323,7 +338,7 @@ def _phase_b(ws: Workspace, si: StepInputs, p: Proposals, options: RunOptions
     dirs: dict[str, Path] = {}
     files: dict[str, str] = {}
     for t in p.gated(si.texts):
-        d, f = _materialise(ws, si.epoch, si.step, t, p.cand[t], si.texts)
+        d, f = _materialise(ws, si.epoch, si.step, t, p.cand[t], si.current)
         dirs[t], files[t] = d, str(f.relative_to(ws.root))
     todo = [t for t in si.texts if p.status[t] not in ("cooldown", "rollout_error", "no_cases")]
     write_json(ws.manifest_path(si.epoch, si.step), {
@@ -338,8 +353,8 @@ def _phase_b(ws: Workspace, si: StepInputs, p: Proposals, options: RunOptions
                               if t in p.cand else {})}
                        for t in todo},
     })
-    base = si.base_state.skills
-    extra = {t: {"base_version": base[t].version, "base_hash": base[t].hash,
+    extra = {t: {"base_version": si.base_state.settled_version(t),
+                 "base_hash": content_hash(si.texts[t]),
                  "cand_hash": content_hash(p.cand[t]) if t in p.cand else None,
                  "note": join_notes(p.notes.get(t), si.media_notes.get(t))}
              for t in si.texts}
@@ -443,7 +458,8 @@ def _result(ws: Workspace, si: StepInputs, p: Proposals, gate: GateResult | None
                          outcomes[t].action if t in outcomes else None, applied.get(t),
                          tuple(si.cases.get(t, ())),
                          tuple(si.ladders.get(t, ())) if t in gated else (),
-                         content_hash(p.cand[t]) if t in p.cand else None, p.notes.get(t))
+                         content_hash(p.cand[t]) if t in p.cand else None, p.notes.get(t),
+                         si.base_state.settled_version(t) if t in gated else None)
              for t in si.texts}
     return StepResult(si.epoch, si.step, si.srid, types, gate,
                       ws.manifest_path(si.epoch, si.step), reused, si.rerun_applied, cleared)

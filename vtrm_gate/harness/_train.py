@@ -30,15 +30,22 @@ from ..gate import (
 from ..options import RunOptions
 from ..stats import Action
 from ._access import writer
-from ._evaluate import HELDOUT_FILE, EvalResult, evaluate_epoch, read_heldout
-from ._files import _whole, read_json, write_json
+from ._evaluate import (
+    HELDOUT_FILE,
+    EvalResult,
+    evaluate_epoch,
+    evaluation_summary,
+    gain_text,
+    read_heldout,
+)
+from ._files import write_json
 from ._manifest import diff_inputs, recorded_manifests
+from ._order import TRAIN_FILE, train_record
 from ._results import StepResult
 from ._settle import ProbationResult, settle_probation
 from ._step import DEFAULT_OPTIONS, CaseSource, Evolver, run_step
 from ._workspace import Workspace
 
-TRAIN_FILE = "train.json"
 PHASES = ("rollout", "evolution", "gate", "settlement", "evaluation")
 
 
@@ -125,13 +132,16 @@ def _train_config(steps_per_epoch: int, options: RunOptions, evaluate: bool,
         "steps_per_epoch": steps_per_epoch, **options.decision_inputs(),
         "evaluate": evaluate, "probation_rule": ws.config.probation_rule,
         "probation_units": ws.config.probation_units,
-        "probation_min_w_net": ws.config.probation_min_w_net}))
+        "probation_min_w_net": ws.config.probation_min_w_net,
+        # present only when not the default, so older train.json files compare equal
+        **({"probation_order": ws.config.probation_order}
+           if ws.config.probation_order != "shuffle" else {})}))
 
 
 def _check_train_config(ws: Workspace, epochs: int, config: Mapping[str, Any]) -> None:
     path = ws.root / TRAIN_FILE
-    if path.is_file():
-        prior = read_train_file(ws)
+    prior = train_record(ws)
+    if prior is not None:
         changes = diff_inputs(prior["config"], dict(config))
         if changes:
             raise TrainRefusedError(
@@ -143,37 +153,43 @@ def _check_train_config(ws: Workspace, epochs: int, config: Mapping[str, Any]) -
     write_json(path, {"format": 1, "epochs": epochs, "config": dict(config)})
 
 
-def read_train_file(ws: Workspace) -> dict[str, Any]:
-    """``train.json``, validated: ``{format: 1, epochs: integer >= 1, config: {...}}``;
-    `WorkspaceError` naming the file and the field otherwise."""
-    data = read_json(ws.root / TRAIN_FILE, ws.root)
-    fault = None
-    if not isinstance(data, dict):
-        fault = f"must be an object {{format, epochs, config}}, got {type(data).__name__}"
-    elif data.get("format") != 1:
-        fault = f"format must be 1, got {data.get('format')!r}"
-    elif not _whole(data.get("epochs")) or data["epochs"] < 1:
-        fault = f"epochs must be an integer >= 1, got {data.get('epochs')!r}"
-    elif not isinstance(data.get("config"), dict):
-        fault = f"config must be an object, got {type(data.get('config')).__name__}"
-    if fault:
-        raise WorkspaceError(f"{TRAIN_FILE}: {fault}; restore it or start a new workspace")
-    return data  # type: ignore[no-any-return]
-
-
 def _check_positive(name: str, v: object) -> None:
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
         raise ValueError(f"{name} must be a positive integer, got {v!r}")
 
 
 def _step_done(ws: Workspace, epoch: int, step: int) -> bool:
-    """Applied, and its report says what was applied (Phase D finished writing)."""
+    """Applied, and its report says what was applied (Phase D finished writing); a step
+    behind the last applied one that has no manifest never ran, and is refused."""
     last = ws.state.last_step
     if last is None or last < (epoch, step):
         return False
+    if not ws.manifest_path(epoch, step).is_file():
+        e, s = last
+        raise TrainRefusedError(
+            f"step e{epoch} s{step} never ran (no manifest) but later steps were applied (up "
+            f"to e{e} s{s}); this run cannot go on in order: start a new workspace", [])
     if last > (epoch, step):
         return True
     return not ws.log.unapplied(epoch, step)
+
+
+def _check_reach(ws: Workspace, epochs: int) -> None:
+    """Refuse a run that would stop short of steps already applied (their bets would stay
+    on probation)."""
+    last = ws.state.last_step
+    if last is not None and last[0] > epochs:
+        raise TrainRefusedError(f"steps of epoch {last[0]} were applied (up to e{last[0]} "
+                                f"s{last[1]}); --epochs must be at least {last[0]}", [])
+
+
+def _check_nothing_pending(ws: Workspace, epochs: int) -> None:
+    """The run ends with every bet settled (SPEC amendment); say so loudly if not."""
+    left = sorted(t for t, p in ws.state.probation.items() if p.epoch <= epochs)
+    if left:
+        raise TrainRefusedError(f"{len(left)} types are still on probation after epoch "
+                                f"{epochs} was settled ({', '.join(left)}): run vtrm-gate "
+                                f"settle --epoch {epochs}", left)
 
 
 def _step_line(res: StepResult, seconds: float, evolve_s: float) -> str:
@@ -193,19 +209,17 @@ def _step_line(res: StepResult, seconds: float, evolve_s: float) -> str:
 def _settle_line(res: ProbationResult, seconds: float) -> str:
     if not res.outcomes:
         return f"e{res.epoch} settle  nothing on probation"
-    parts = [f"{t}: {'kept' if o.passed else 'rolled back'} v{o.version} "
-             f"(W-L {o.W - o.L} on {o.n_used})" for t, o in sorted(res.outcomes.items())]
+    parts = [f"{t}: {o.line}" for t, o in sorted(res.outcomes.items())]
     return f"e{res.epoch} settle  {'; '.join(parts)}  | {seconds / 3600:.2f} h"
 
 
 def _eval_line(res: EvalResult, seconds: float) -> str:
-    rows = [r for r in res.rows if r["acc_current"] is not None]
-    if not rows:
+    s = evaluation_summary(res.rows)
+    if s is None:
         return f"e{res.epoch} evaluate  no held-out units"
-    cur = sum(r["correct_current"] for r in rows) / max(1, sum(r["n_current"] for r in rows))
-    ini = sum(r["correct_initial"] for r in rows) / max(1, sum(r["n_initial"] for r in rows))
-    return (f"e{res.epoch} evaluate  held-out accuracy {cur:.1%} (initial skills {ini:.1%}, "
-            f"{sum(r['n_units'] for r in rows)} units)  | {seconds / 3600:.2f} h")
+    return (f"e{res.epoch} evaluate  held-out accuracy {s['acc_current']:.1%} (initial skills "
+            f"{s['acc_initial']:.1%}, {s['units']} units): {gain_text(s)}  | "
+            f"{seconds / 3600:.2f} h")
 
 
 async def train(workspace: Workspace | str | Path, epochs: int, steps_per_epoch: int, *,
@@ -238,6 +252,7 @@ async def train(workspace: Workspace | str | Path, epochs: int, steps_per_epoch:
             raise WorkspaceError(f"{ws.root}: evaluation needs a held-out split "
                                  f"({HELDOUT_FILE}, declared at init); run with "
                                  f"evaluate=False")
+        _check_reach(ws, epochs)
         _check_train_config(ws, epochs, _train_config(steps_per_epoch, options, evaluate, ws))
         if ws.stale_skills:
             ws.sync_skills()
@@ -248,6 +263,7 @@ async def train(workspace: Workspace | str | Path, epochs: int, steps_per_epoch:
             await run.settle(e)
             if evaluate:
                 await run.evaluate(e)
+        _check_nothing_pending(ws, epochs)
         if after is not None:
             after(ws)
         return run.finish(epochs, steps_per_epoch)
@@ -343,7 +359,7 @@ def train_sync(*args: Any, **kwargs: Any) -> TrainResult:
 
 def train_started(ws: Workspace) -> dict[str, Any] | None:
     """The recorded training configuration (``train.json``), or None before the first run."""
-    return read_train_file(ws) if (ws.root / TRAIN_FILE).is_file() else None
+    return train_record(ws)
 
 
 

@@ -53,6 +53,9 @@ KINDS = ("custom", "simulated", "llm")
 T = TypeVar("T")
 
 
+PROBATION_ORDERS = ("shuffle", "seed_wrong_first")
+
+
 @dataclass(frozen=True)
 class WorkspaceConfig:
     """``workspace.json``: how this workspace's steps run (all plain JSON values).
@@ -72,6 +75,9 @@ class WorkspaceConfig:
     probation_units: int = 40
     probation_rule: str = "w_net"
     """How the epoch-end settlement decides: w_net | e_continue | e_harm (see harness.probation)."""
+    probation_order: str = "shuffle"
+    """The probe's order: ``shuffle`` (a seeded shuffle of the fresh units) or
+    ``seed_wrong_first`` (the ladder's order: units the seed baseline got wrong first)."""
     targets: Mapping[str, str] = field(default_factory=dict)
     sim: Mapping[str, Any] | None = None
     format: int = FORMAT
@@ -97,6 +103,8 @@ class WorkspaceConfig:
             bad("probation_min_w_net", "an integer", self.probation_min_w_net)
         if self.probation_rule not in PROBATION_RULES:
             bad("probation_rule", " | ".join(PROBATION_RULES), self.probation_rule)
+        if self.probation_order not in PROBATION_ORDERS:
+            bad("probation_order", " | ".join(PROBATION_ORDERS), self.probation_order)
         if not isinstance(self.targets, Mapping) or not all(
                 isinstance(k, str) and isinstance(v, str) and v.startswith("skills/")
                 and ".." not in v for k, v in self.targets.items()):

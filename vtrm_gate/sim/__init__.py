@@ -36,6 +36,7 @@ from ._workspace import heldout_split as heldout_split
 from ._workspace import init_simulated as init_simulated
 from ._workspace import sim_json as sim_json
 from ._workspace import simulated_backend as simulated_backend
+from ._world import DEFAULT_INFRA_RATE as DEFAULT_INFRA_RATE
 from ._world import DEFAULT_POOL_SIZES as DEFAULT_POOL_SIZES
 from ._world import EFFECT_SIZE as EFFECT_SIZE
 from ._world import EFFECTS as EFFECTS

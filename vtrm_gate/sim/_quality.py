@@ -7,10 +7,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .._ids import PROBATION_STEP, content_hash, eval_run_id, probation_run_id
+from .._ids import content_hash, eval_run_id, probation_run_id
 from ..errors import WorkspaceError
 from ..gate import TypePlan
-from ..harness import Workspace, read_manifest, recorded_manifests
+from ..harness import FATES, Workspace, read_manifest, recorded_manifests, settled_audit
+from ..stats import GateParams
 from ._schedules import block_serial_schedule, simulate_policy
 from ._world import TRUE_MARGIN, SimWorld
 
@@ -45,8 +46,10 @@ def quality_report(workspace: Workspace, world: SimWorld, epochs: int,
                    steps_per_epoch: int) -> dict[str, Any]:
     """What the gate did to the skills, measured against the simulator's ground truth.
 
-    Counts by true class: changes applied after settlement (ACCEPT, PROVISIONAL kept),
-    PROVISIONAL kept / rolled back by probation, good candidates missed; and the end-of-run
+    Counts by true class, every gated candidate once by its fate (`settled_audit`): changes
+    applied (ACCEPTed against a settled version, or PROVISIONAL kept by a settlement), rolled
+    back, superseded by a later candidate before settlement, good candidates missed; and the
+    end-of-run
     true accuracy per type against the initial skills, an "accept every candidate" run and
     an "oracle gate" run on the same seed.
     """
@@ -76,31 +79,23 @@ def quality_report(workspace: Workspace, world: SimWorld, epochs: int,
 
 def _decision_counts(workspace: Workspace, truth: Mapping[tuple[int, int, str], str]
                      ) -> dict[str, Any]:
-    """Gated candidates by true class: applied, missed (better only), probation's fate."""
-    log = workspace.log
-    settled = {(e, t): a for e, t, a in log.select(
-        "step_report", ["epoch", "task_type", "action"], step=PROBATION_STEP,
-        status="probation")}
-    rows = [r for r in log.select("step_report", ["epoch", "step", "task_type", "action"],
-                                  status="gated") if r[1] >= 1]
-    applied, missed, kept, rolled, gated = (dict.fromkeys(CLASSES, 0) for _ in range(5))
-    for e, s, t, action in rows:
-        cls = truth.get((e, s, t))
-        if cls is None:
-            continue
-        gated[cls] += 1
-        on = action == "ACCEPT"
-        if action == "PROVISIONAL":
-            fate = settled.get((e, t))
-            on = fate == "PROBATION_PASSED"
-            if fate is not None:
-                (kept if on else rolled)[cls] += 1
-        if on:
-            applied[cls] += 1
-        elif cls == "better":
-            missed[cls] += 1
-    return {"gated": gated, "applied": applied, "missed_better": missed["better"],
-            "provisional_kept": kept, "provisional_rolled_back": rolled}
+    """Gated candidates by true class, each counted once by its fate (`settled_audit`):
+    applied = ACCEPTed or kept by a settlement; missed = truly better and not applied."""
+    audit = settled_audit(workspace)
+    fates = {f: dict.fromkeys(CLASSES, 0) for f in FATES}
+    gated = dict.fromkeys(CLASSES, 0)
+    for f in audit.fates:
+        cls = truth.get((f.epoch, f.step, f.task_type))
+        if cls is not None:
+            gated[cls] += 1
+            fates[f.fate][cls] += 1
+    applied = {c: fates["accepted"][c] + fates["kept"][c] for c in CLASSES}
+    return {"gated": gated, "applied": applied,
+            "applied_by": {"accepted": fates["accepted"], "kept": fates["kept"]},
+            "fates": fates, "missed_better": gated["better"] - applied["better"],
+            "provisional_kept": fates["kept"], "provisional_rolled_back": fates["rolled_back"],
+            "provisional_superseded": fates["superseded"],
+            "settled_violations": list(audit.violations)}
 
 
 def _accuracy(workspace: Workspace, world: SimWorld, runs: Mapping[str, Any]
@@ -159,8 +154,9 @@ def serial_phase_times(workspace: Workspace, world: SimWorld,
                           (workspace.root / c["file"]).read_text(encoding="utf-8"),
                           m["step_run_id"])
                  for t, c in sorted(m["candidates"].items()) if c.get("status") == "gated"]
-        if plans:
-            old = block_serial_schedule(world, plans, block=block)
+        if plans:  # the old gate with the step's own parameters (n_max, lambda, ...)
+            params = GateParams(**m["inputs"]["config"]["params"])
+            old = block_serial_schedule(world, plans, params, block=block)
             phases["gate"] += old["makespan_s"]
             decisions += [(e, s, t, str(o.action)) for t, o in old["outcomes"].items()]
     for kind, epochs, stem in (("settlement", settled, probation_run_id),
@@ -215,11 +211,13 @@ def training_summary(ws: Workspace, world: SimWorld, res: Any) -> dict[str, Any]
 
 def training_curve(ws: Workspace, world: SimWorld) -> Any:
     """Per type and epoch (0 = the initial skills): measured held-out accuracy, true
-    accuracy, and the epoch's decisions (accepted, provisional, rolled back) - a polars frame."""
+    accuracy, the measured gain over the initial skill (paired, with its 95% Newcombe
+    interval; exactly 0 for an unchanged skill, measured once) and the epoch's decisions
+    (accepted, provisional, rolled back) - a polars frame."""
     import polars as pl
 
     ev = ws.log.select("evaluation", ["epoch", "task_type", "version", "acc_initial",
-                                      "acc_current", "skill_hash"],
+                                      "acc_current", "gain", "gain_lo", "gain_hi"],
                        order_by=["epoch", "task_type"])
     marks: dict[tuple[int, str], dict[str, int]] = {}
     for e, t, action in ws.log.select("step_report", ["epoch", "task_type", "action"]):
@@ -231,16 +229,17 @@ def training_curve(ws: Workspace, world: SimWorld) -> Any:
         m[key] += 1
     rows = []
     seen0: set[str] = set()
-    for e, t, v, acc0, acc, _ in ev:
+    none = {"accepted": 0, "provisional": 0, "rolled_back": 0}
+    for e, t, v, acc0, acc, gain, lo, hi in ev:
         if t not in seen0:
             seen0.add(t)
             rows.append({"epoch": 0, "task_type": t, "version": 1, "measured": acc0,
                          "true": world.true_accuracy(t, ws.version_text(t, 1)),
-                         "accepted": 0, "provisional": 0, "rolled_back": 0})
+                         "gain": 0.0, "gain_lo": 0.0, "gain_hi": 0.0, **none})
         rows.append({"epoch": e, "task_type": t, "version": v, "measured": acc,
                      "true": world.true_accuracy(t, ws.version_text(t, v)),
-                     **marks.get((e, t), {"accepted": 0, "provisional": 0,
-                                          "rolled_back": 0})})
+                     "gain": gain, "gain_lo": lo, "gain_hi": hi,
+                     **marks.get((e, t), none)})
     return pl.DataFrame(rows, infer_schema_length=None).sort("task_type", "epoch")
 
 

@@ -76,6 +76,15 @@ ROLLOUT_BATCH = 6
 EFFECT_SIZE = (0.3, 0.9)
 """Range of |ability shift| of a helpful or harmful candidate (a neutral one shifts 0)."""
 
+DEFAULT_INFRA_RATE = 0.0004
+"""The simulator's default INFRA rate per call *after* the agent's retries (the LLM agent
+makes up to 6 attempts over up to 180 s). Independent transient 5xx at 5% per attempt would
+survive that 0.05^6 = 1.6e-8 of the time; what survives retries is an outage longer than
+the backoff, here one call in 2,500. With it, P(INFRA-guard abort) of a default 3x5 training
+run is at most 0.69% for any run (252 gates, every one at its worst), 0.33% for a typical one
+(`python -m benchmarks.bench_guard`); 0.003, the earlier default, gave 17% (a pre-retry
+rate)."""
+
 _STEPS_MEDIAN = {True: 6.0, False: 13.0}  # wrong answers: the agent keeps exploring
 _STEPS_SIGMA = 0.35
 _JITTER_SIGMA = 0.25
@@ -120,11 +129,12 @@ class SimConfig:
     seed: int = 0
     pool_sizes: Mapping[str, int] | None = None
     """Units per type; also chooses the world's types (in mapping order). Default: 9..320."""
-    infra_rate: float = 0.003
+    infra_rate: float = DEFAULT_INFRA_RATE
     """Per-call probability of a 503-like failure that survived the backend's retries.
 
-    Kept low: at 1% the SPEC's guard (> 10% once >= 10 calls) trips on ~20% of steps,
-    because two early INFRA units in a type's first 10-19 calls already exceed 10%.
+    A post-retry rate (see `DEFAULT_INFRA_RATE`): the SPEC's guard (> 10% once >= 10 calls)
+    trips on two INFRA units in a type's first 10-19 calls, so at 0.3% a default 3x5 run
+    aborted ~1 time in 6; at 0.04% it aborts < 0.7% of the time, exactly bounded.
     """
     time_scale: float = 1.0
     """Loop seconds slept per simulated second (1.0 under `run_virtual`; 1e-4 on real time)."""

@@ -12,6 +12,9 @@ storage or plotting. One private module per concern:
 - `_forecast`: the same recursion from a running type's state (`oc_from_state`), the rates
   it assumes (`forecast_rates`)
 - `_probation`: the epoch-end probation rules and their exact operating characteristics
+- `_paired`: paired accuracy differences with Newcombe / MOVER intervals (evaluation)
+- `_guard`: the INFRA guard's sequential test and its exact trip probability
+- `_rules` (`_mixture`, `_blocks`): the opt-in decision rules, exact OC of any rule
 - `_montecarlo`: seeded paired outcomes, correlated latencies, false-accept and units curves
 """
 
@@ -21,10 +24,18 @@ from ._batch import BatchOutcome as BatchOutcome
 from ._batch import replay_arrival_batch as replay_arrival_batch
 from ._batch import replay_blocks_batch as replay_blocks_batch
 from ._batch import replay_prefix_batch as replay_prefix_batch
+from ._blocks import BlockEnd as BlockEnd
 from ._forecast import ForecastPrior as ForecastPrior
 from ._forecast import StateOC as StateOC
 from ._forecast import forecast_rates as forecast_rates
 from ._forecast import oc_from_state as oc_from_state
+from ._guard import ALTERNATIVES as ALTERNATIVES
+from ._guard import GuardOC as GuardOC
+from ._guard import guard_oc as guard_oc
+from ._guard import infra_e_value as infra_e_value
+from ._guard import run_abort_probability as run_abort_probability
+from ._mixture import LambdaMixture as LambdaMixture
+from ._mixture import MixtureState as MixtureState
 from ._montecarlo import FalseAcceptCurve as FalseAcceptCurve
 from ._montecarlo import PairedSample as PairedSample
 from ._montecarlo import UnitsCurve as UnitsCurve
@@ -37,6 +48,12 @@ from ._montecarlo import units_curve as units_curve
 from ._montecarlo import wilson_interval as wilson_interval
 from ._oc import OperatingCharacteristics as OperatingCharacteristics
 from ._oc import operating_characteristics as operating_characteristics
+from ._paired import MOVER as MOVER
+from ._paired import NEWCOMBE as NEWCOMBE
+from ._paired import PairedDiff as PairedDiff
+from ._paired import mover_mean as mover_mean
+from ._paired import paired_difference as paired_difference
+from ._paired import same_skill as same_skill
 from ._params import ACTION_CODES as ACTION_CODES
 from ._params import Action as Action
 from ._params import Decision as Decision
@@ -70,3 +87,6 @@ from ._process import update_state as update_state
 from ._replay import replay_arrival as replay_arrival
 from ._replay import replay_blocks as replay_blocks
 from ._replay import replay_prefix as replay_prefix
+from ._rules import DECISION_RULES as DECISION_RULES
+from ._rules import decision_rule as decision_rule
+from ._rules import rule_oc as rule_oc

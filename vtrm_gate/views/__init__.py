@@ -40,7 +40,9 @@ from ._figures import trajectory_series as trajectory_series
 from ._frames import call_accounting as call_accounting
 from ._frames import compare_replays as compare_replays
 from ._frames import counters_frame as counters_frame
+from ._frames import decision_quality_frame as decision_quality_frame
 from ._frames import events_frame as events_frame
+from ._frames import gain_frame as gain_frame
 from ._frames import oc_grid as oc_grid
 from ._frames import outcomes_frame as outcomes_frame
 from ._frames import trajectory_frame as trajectory_frame
@@ -58,4 +60,5 @@ from ._style import figure_problems as figure_problems
 from ._style import styled as styled
 from ._style import type_colour as type_colour
 from ._train_figures import plot_phase_times as plot_phase_times
+from ._train_figures import plot_power_frontier as plot_power_frontier
 from ._train_figures import plot_training_curve as plot_training_curve

@@ -34,6 +34,7 @@ from ..stats import (
     operating_characteristics,
     replay_blocks,
     replay_prefix,
+    wilson_interval,
 )
 
 EFFECT: dict[Action, str] = {
@@ -260,3 +261,49 @@ def call_accounting(events: Iterable[GateEvent]) -> pl.DataFrame:
                      "cache_hits": hits.get(t, 0),
                      "never_started": 2 * sizes[t] - len(ranks) - hits.get(t, 0)})
     return pl.DataFrame(rows, schema=CALLS_SCHEMA, orient="row")
+
+
+QUALITY_CLASSES = ("better", "neutral", "worse")
+
+
+def decision_quality_frame(quality: Mapping[str, Any]) -> pl.DataFrame:
+    """`vtrm_gate.sim.quality_report` as a table per true class: gated, applied (and how:
+    ACCEPTed, kept by a settlement), the applied share with its 95% Wilson interval, rolled
+    back, superseded before settlement, and the reference runs' applied counts."""
+    rows = []
+    for c in QUALITY_CLASSES:
+        n, k = quality["gated"][c], quality["applied"][c]
+        lo = hi = None
+        if n:
+            w_lo, w_hi = wilson_interval(k, n)
+            lo, hi = max(0.0, float(w_lo)), min(1.0, float(w_hi))
+        rows.append({"true_class": c, "gated": n, "applied": k,
+                     "accepted": quality["applied_by"]["accepted"][c],
+                     "kept": quality["provisional_kept"][c],
+                     "applied_share": k / n if n else None, "share_lo": lo, "share_hi": hi,
+                     "rolled_back": quality["provisional_rolled_back"][c],
+                     "superseded": quality["provisional_superseded"][c],
+                     "accept_all_applied": quality["policies"]["accept_all"]["applied"][c],
+                     "oracle_applied": quality["policies"]["oracle"]["applied"][c]})
+    return pl.DataFrame(rows, infer_schema_length=None)
+
+
+def gain_frame(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any] | None
+               ) -> pl.DataFrame:
+    """One epoch's held-out gain (current - initial) per type, then the two overall views:
+    pooled over units (Newcombe) and the mean over types (MOVER), each row naming its
+    method and 95% interval."""
+    out = [{"what": r["task_type"], "version": r["version"], "units": r["n_pairs"],
+            "acc_initial": r["acc_initial"], "acc_current": r["acc_current"],
+            "gain": r["gain"], "gain_lo": r["gain_lo"], "gain_hi": r["gain_hi"],
+            "method": r["gain_method"]} for r in sorted(rows, key=lambda r: r["task_type"])]
+    if summary:
+        for key, label in (("gain_pooled", "overall: pooled over units"),
+                           ("gain_mean_over_types", "overall: mean over types")):
+            g = summary[key]
+            out.append({"what": label, "version": None, "units": g["n"],
+                        "acc_initial": summary["acc_initial"] if key == "gain_pooled" else None,
+                        "acc_current": summary["acc_current"] if key == "gain_pooled" else None,
+                        "gain": g["estimate"], "gain_lo": g["lo"], "gain_hi": g["hi"],
+                        "method": g["method"]})
+    return pl.DataFrame(out, infer_schema_length=None)

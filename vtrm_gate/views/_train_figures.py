@@ -15,7 +15,7 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
 from ._figures import GateFigure, new_figure
-from ._style import BAD, EXIT_COLOURS, MUTED, OLD, SLIDE, V3, styled
+from ._style import BAD, EXIT_COLOURS, MUTED, OLD, SLIDE, TYPE_COLOURS, V3, styled
 
 MARKS = {"accepted": ("^", EXIT_COLOURS["ACCEPT"], 0.27),
          "provisional": ("D", EXIT_COLOURS["PROVISIONAL"], 0.16),
@@ -116,3 +116,55 @@ def plot_phase_times(old: Mapping[str, float], new: Mapping[str, float]) -> Gate
     ax.legend(loc="upper right")
     ax.set_ylim(0, max([*old.values(), *new.values(), 1.0]) / 3600 * 1.12)
     return fig
+
+
+@styled
+def plot_power_frontier(result: Mapping[str, object]) -> GateFigure:
+    """Final true accuracy against simulated training time, one point per configuration
+    with 95% seed-level intervals on both axes (`benchmarks.bench_power`'s result), the old
+    serial gate's point marked, the initial skills and the oracle gate as lines."""
+    fig = new_figure(SLIDE)
+    ax = fig.subplots()
+    summary = list(result["summary"])  # type: ignore[call-overload]
+    old, rec = result["old"], result["recommended"]
+    others = iter(TYPE_COLOURS * 2)
+    for e in summary:
+        (x, x0, x1), (y, y0, y1) = e["wall_h"], e["accuracy"]
+        is_old, is_rec = e["config"] == old, e["config"] == rec
+        ax.errorbar([x], [100 * y], xerr=[[x - x0], [x1 - x]],
+                    yerr=[[100 * (y - y0)], [100 * (y1 - y)]], fmt="s" if is_old else "o",
+                    color=OLD if is_old else V3 if is_rec else next(others),
+                    markersize=11 if is_old or is_rec else 7, capsize=3,
+                    label=e["config"] + (" (recommended)" if is_rec else ""))
+    ax.set_xscale("log")
+    lo, hi = ax.get_xlim()
+    ticks = [t for t in (2, 5, 10, 20, 50, 100, 200, 500) if lo <= t <= hi]
+    ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+    ax.minorticks_off()
+    for key, style, name in (("initial", ":", "initial skills"), ("oracle", "--",
+                                                                    "oracle gate")):
+        y = 100 * result[key][0]  # type: ignore[index]
+        ax.axhline(y, linestyle=style, color=MUTED)
+        ax.annotate(f"{name} {y:.1f}", (0.01, y), xycoords=("axes fraction", "data"),
+                    ha="left", va="bottom", color=MUTED)
+    ax.set_xlabel("simulated training time, hours (log scale; rollout + evolution + gate + "
+                  "settlement)")
+    ax.set_ylabel("final true accuracy (points, mean over 12 types)")
+    ax.set_title(_frontier_claim(result, summary), loc="left")
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
+    return fig
+
+
+def _frontier_claim(result: Mapping[str, object], summary: list[dict]) -> str:
+    """The frontier's title: how much faster the default v3 trains than the old gate, and
+    at what difference in final accuracy (from the result, never hard-coded)."""
+    by = {e["config"]: e for e in summary}
+    old = by.get(result["old"])  # type: ignore[call-overload]
+    default = next((e for e in summary if "(default)" in e["config"]), None)
+    runs = f"{result['seeds']} seeds × {result['epochs']} epochs × {result['steps']} steps"
+    if old is None or default is None or not default["wall_h"][0]:
+        return f"Final accuracy against training time ({runs}, 95% intervals over seeds)"
+    speed = old["wall_h"][0] / default["wall_h"][0]
+    dy = 100 * (default["accuracy"][0] - old["accuracy"][0])
+    return (f"v3 trains {speed:.0f}× faster than the old serial gate, at {dy:+.1f} points of "
+            f"final accuracy\n({runs}; 95% intervals over seeds)")

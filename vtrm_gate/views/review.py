@@ -48,6 +48,8 @@ class ReviewParams:
     epochs: int = 3
     steps_per_epoch: int = 5
     params: GateParams = field(default_factory=GateParams)
+    power_results: str = "benchmarks/results/bench_power.json"
+    """`python -m benchmarks.bench_power`'s output: the frontier figure's data."""
 
 
 @functools.lru_cache(maxsize=4)
@@ -145,6 +147,18 @@ def training_phase_times(rp: ReviewParams) -> Figure:
     return plot_phase_times(run["old"], run["new"])
 
 
+def power_frontier(rp: ReviewParams) -> Figure:
+    import json
+
+    from ._train_figures import plot_power_frontier
+
+    path = Path(rp.power_results)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: run python -m benchmarks.bench_power first (it "
+                                f"writes the frontier's data there)")
+    return plot_power_frontier(json.loads(path.read_text(encoding="utf-8")))
+
+
 def prefix_vs_block(rp: ReviewParams) -> Figure:
     step = simulated_step(rp.sim_seed, rp.concurrency, rp.params)
     return plot_prefix_vs_block(compare_replays(step["outcome_sets"], rp.params))
@@ -189,6 +203,9 @@ FIGURES = {
                                           "held-out accuracy per type and epoch, true and "
                                           "measured"),
     "06_phase_times": (training_phase_times, "Training run: old serial vs v3 time per phase"),
+    "06_power_frontier": (power_frontier, "What the speed-up buys: final true accuracy vs "
+                                          "simulated training time per configuration "
+                                          "(benchmarks/results/bench_power.json)"),
 }
 
 
