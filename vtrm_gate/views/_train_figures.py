@@ -147,11 +147,10 @@ def plot_power_frontier(result: Mapping[str, object]) -> GateFigure:
         ax.axhline(y, linestyle=style, color=MUTED)
         ax.annotate(f"{name} {y:.1f}", (0.01, y), xycoords=("axes fraction", "data"),
                     ha="left", va="bottom", color=MUTED)
-    ax.set_xlabel("simulated training time, hours (log scale; rollout + evolution + gate + "
-                  "settlement)")
+    ax.set_xlabel("simulated training time, hours (log scale; all phases)")
     ax.set_ylabel("final true accuracy (points, mean over 12 types)")
     ax.set_title(_frontier_claim(result, summary), loc="left")
-    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2)
     return fig
 
 
@@ -166,5 +165,6 @@ def _frontier_claim(result: Mapping[str, object], summary: list[dict]) -> str:
         return f"Final accuracy against training time ({runs}, 95% intervals over seeds)"
     speed = old["wall_h"][0] / default["wall_h"][0]
     dy = 100 * (default["accuracy"][0] - old["accuracy"][0])
-    return (f"v3 trains {speed:.0f}× faster than the old serial gate, at {dy:+.1f} points of "
+    signed = f"{dy:+.1f}".replace("-", "−")  # a typographic minus
+    return (f"v3 trains {speed:.0f}× faster than the old serial gate, at {signed} points of "
             f"final accuracy\n({runs}; 95% intervals over seeds)")
