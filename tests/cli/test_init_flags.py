@@ -58,6 +58,8 @@ APPLIED: dict[str, tuple[Callable[[Path], str | None], Check]] = {
         and all(not set(v) & set(ws.pool[k]) for k, v in read_heldout(ws).items()))),
     "--probation-rule": (lambda t: "e_harm",
                          lambda ws, t: _check(ws.config.probation_rule == "e_harm")),
+    "--probation-order": (lambda t: "seed_wrong_first", lambda ws, t: _check(
+        ws.config.probation_order == "seed_wrong_first")),
     "--llm": (lambda t: None, lambda ws, t: _check(ws.config.kind == "llm")),
     "--units": (lambda t: "", lambda ws, t: _check(len(ws.units) == 61)),
     "--base-url": (lambda t: "", lambda ws, t: _check(

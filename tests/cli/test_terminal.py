@@ -34,7 +34,8 @@ def two_steps(tmp_path_factory):
     """A simulated workspace after steps e1 s1 and e1 s2 (s2 has skipped and cooling types,
     whose reason is in ``note``), with the text output of s2 at three widths and its JSON."""
     ws = tmp_path_factory.mktemp("term") / "ws"
-    assert cli("init", str(ws), "--seed", "2").returncode == 0
+    # the former default INFRA rate, so some types skip INFRA units (n_used vs stopped at)
+    assert cli("init", str(ws), "--seed", "2", "--infra-rate", "0.003").returncode == 0
     first = cli("step", "--workspace", str(ws), "--epoch", "1", "--step", "1", columns=100)
     assert first.returncode == 0, first.stderr
     data = cli("step", "--workspace", str(ws), "--epoch", "1", "--step", "2", "--json")
@@ -82,7 +83,7 @@ def test_display_counts_from_one_and_the_data_from_zero(two_steps):
         assert f"stopped at unit {k} of {n}" in line
         assert f"{k} of {n}" in first.stdout  # the table's "stopped at" column
     infra = [ln for ln in first.stderr.splitlines() if "INFRA" in ln]
-    assert infra, "seed 2 has types with skipped INFRA units"
+    assert infra, "seed 2 at INFRA rate 0.003 has types with skipped INFRA units"
     for ln in infra:
         k = int(ln.split("stopped at unit ")[1].split()[0])
         used, skipped = (int(x.split()[0]) for x in ln.split("n_used ")[1].split(", "))

@@ -52,7 +52,7 @@ def test_unknown_keys_are_refused_naming_the_valid_ones(tmp_path):
     with pytest.raises(ConfigError, match=r"'concurency'.*valid keys: adaptive, cache, "
                                           r"cache_enabled, cache_prefix, cache_share, "
                                           r"cancel_after_freeze, concurrency, deadline, "
-                                          r"dispatch"):
+                                          r"decision_rule, dispatch"):
         resolve_options(config=f, env={}, dotenv=None)
     f.write_text("[gate]\ne_confrim = 3\n")
     with pytest.raises(ConfigError, match=r"gate\.e_confrim.*e_confirm"):

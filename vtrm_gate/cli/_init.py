@@ -103,6 +103,7 @@ def _init_llm(root: Path, args: argparse.Namespace) -> int:
                   skills_dir=args.skills, seed_record=args.seed_record, backend=args.backend,
                   endpoints_file=args.endpoints, media=media,
                   probation_rule=args.probation_rule,
+                  probation_order=args.probation_order,
                   heldout_fraction=args.heldout_fraction or 0.0)
     agent = {"backend": args.backend} if args.backend else {"model": args.model}
     if args.backend and args.model:
