@@ -139,7 +139,8 @@ def test_a_resumed_run_counts_the_same_rows_and_differs_only_past_the_stops(
         tmp_path: Path) -> None:
     whole, resumed = tmp_path / "whole", tmp_path / "resumed"
     _run(whole, None)
-    _run(resumed, 30)  # of ~52 gate calls in step 2. main: an INFRA unit's gate_evidence row differed (base_correct 0/NULL)
+    _run(resumed, 30)  # of ~52 gate calls in step 2
+    # (main: an INFRA unit's gate_evidence row differed, base_correct 0/NULL)
     for name, sql in COUNTED.items():
         assert _rows(whole, sql) == _rows(resumed, sql), name
     infra = _rows(whole, "SELECT COUNT(*) FROM gate_evidence WHERE infra = 1")[0][0]
