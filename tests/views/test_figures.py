@@ -259,6 +259,11 @@ def test_power_frontier_draws_one_point_per_configuration_with_its_intervals():
     assert points == [[60.0, 60.0], [8.0, 62.0], [12.0, 65.0]]
     xerr = ax.containers[2].lines[2][0].get_segments()[0]  # the recommended point's x bar
     assert xerr[:, 0].tolist() == [11.0, 14.0]
+    # a configuration measured exactly like an earlier one joins its label, never hides it
+    twin = {**entry("a", 8.0, 0.62), "config": "a twin"}
+    ax2 = plot_power_frontier({**result, "summary": [*result["summary"], twin]}).axes[0]
+    assert ax2.get_legend_handles_labels()[1] == ["old", "a = a twin",
+                                                  "b (chosen on the tuning seeds)"]
     assert sorted(round(ln.get_ydata()[0], 6) for ln in ax.lines if ln.get_linestyle()
                   in (":", "--")) == [55.0, 71.0]
 
