@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from vtrm_gate.gate import UnitResult, UnitTask
-from vtrm_gate.llm import MCQ, LLMAgent, RetryPolicy
+from vtrm_gate.llm import MCQ, AgentEvent, LLMAgent, RetryPolicy
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("llmock") is None,
                                 reason="llmock is in the model extra (make test installs it)")
@@ -109,9 +109,13 @@ def findings(server: Llmock) -> list[Any]:
 def test_429_with_retry_after_is_waited_for_and_llmock_finds_nothing_wrong(
         llmock: Llmock) -> None:
     llmock.scenario({"type": "fail", "status": 429, "retry_after": 1, "times": 2})
-    t0 = time.monotonic()
-    [res] = answer(llmock)
-    assert not res.infra and time.monotonic() - t0 >= 2.0  # llmock's text: no letter
+    events: list[AgentEvent] = []
+    [res] = answer(llmock, on_event=events.append)
+    assert not res.infra  # llmock's text: no letter, but an answer (not INFRA)
+    # each 429 was waited out for the server's Retry-After (1 s), not the client's backoff
+    retries = [(e.status, e.delay_s) for e in events if e.kind == "retry"]
+    assert retries == [(429, 1.0), (429, 1.0)]
+    assert sum(e.kind == "request" for e in events) == 3
     assert findings(llmock) == []
 
 
