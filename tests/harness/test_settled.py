@@ -206,3 +206,28 @@ def test_a_seed_wrong_first_probe_puts_the_units_the_seed_got_wrong_first(tmp_pa
         assert any(wrong)  # seed-wrong units first, then the rest
         used = ws.log.consumed_units(1, 1, t)
         assert not used & set(o.probe_units)  # still fresh: never the gate's units
+
+
+@pytest.mark.parametrize("order", ["shuffle", "seed_wrong_first"])
+def test_a_probe_passes_over_a_unit_whose_frames_cannot_be_sent_and_stays_full(
+        tmp_path, order, monkeypatch):
+    """Either probe order takes its first ``probation_units`` sendable units (as a step's
+    ladder does): a broken frame is passed over, never a gap in the probe. seed_wrong_first
+    built its order truncated to probation_units first, so one broken frame shortened it."""
+    from vtrm_gate.harness import Probation
+    from vtrm_gate.harness._settle import _probe_units
+    from vtrm_gate.sim import SimConfig, init_simulated
+
+    init_simulated(tmp_path / "ws", SimConfig(seed=3), probation_order=order).close()
+    ws = Workspace.open(tmp_path / "ws")
+    try:
+        t = "Action Reasoning"
+        p = Probation(version=1, prev_version=0, epoch=1, step=1)
+        n = ws.config.probation_units
+        clean = _probe_units(ws, 1, t, p)
+        assert len(clean) == n
+        monkeypatch.setattr(ws, "media_fault", lambda u: "broken" if u == clean[0] else None)
+        probe = _probe_units(ws, 1, t, p)
+        assert len(probe) == n and clean[0] not in probe and probe[:n - 1] == clean[1:]
+    finally:
+        ws.close()

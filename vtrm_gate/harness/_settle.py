@@ -128,14 +128,15 @@ def _probe_units(ws: Workspace, epoch: int, task_type: str, p: Probation) -> lis
     if manifest is not None:
         used.update(manifest["inputs"].get("cases", {}).get(task_type, ()))
     key = f"{ws.config.seed}:probation:{epoch}"
-    if ws.config.probation_order == "seed_wrong_first":
-        ladder = ladder_units(build_ladder(ws.pool[task_type], ws.seed_record.get(task_type),
-                                           exclude=used, n_max=ws.config.probation_units,
-                                           seed=f"{key}:{task_type}"))
-        return ws.sendable(ladder, ws.config.probation_units)[0]
-    probe = sorted((u for u in ws.pool[task_type] if u not in used),
-                   key=lambda u: shuffle_key(key, f"{task_type}\x1f{u}"))
-    return ws.sendable(probe, ws.config.probation_units)[0]  # frames that can be sent
+    pool = ws.pool[task_type]
+    if ws.config.probation_order == "seed_wrong_first":  # the whole order, like a step's ladder
+        order = ladder_units(build_ladder(pool, ws.seed_record.get(task_type), exclude=used,
+                                          n_max=len(pool), seed=f"{key}:{task_type}"))
+    else:
+        order = sorted((u for u in pool if u not in used),
+                       key=lambda u: shuffle_key(key, f"{task_type}\x1f{u}"))
+    # the first units whose frames can be sent: a broken frame is passed over, not a gap
+    return ws.sendable(order, ws.config.probation_units)[0]
 
 
 def _probation_rule(ws: Workspace, task_type: str, p: Probation) -> ProbationRule:
