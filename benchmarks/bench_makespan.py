@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any
 
+from vtrm_gate import RunOptions
 from vtrm_gate.gate import (
     DispatchPolicy,
     GuardParams,
@@ -279,8 +280,10 @@ POLICIES: dict[str, tuple[str, bool, str]] = {
     "expected_need": ("expected_need", False, "cancel"),
     "expected_need+cancel": ("expected_need", True, "cancel"),
 }
-DEFAULT_POLICY = "round_robin+cancel"
-"""`RunOptions`' defaults: round-robin, cancel_after_freeze on, past_stop cancel."""
+DEFAULT_POLICY = next(name for name, p in POLICIES.items() if p == (
+    RunOptions().dispatch, RunOptions().cancel_after_freeze, RunOptions().past_stop))
+"""The row of `RunOptions`' defaults (expected_need, cancel_after_freeze on, past_stop
+cancel), marked ``(default)``."""
 
 
 def _tail(sigma: float, task: UnitTask, seed: int) -> float:

@@ -25,7 +25,7 @@ def test_policy_benchmark_reports_consistent_ratios_on_one_seed():
     assert ref["calls_past_stop"] == 0 and abs(ref["wasted_share"]) < 1e-6  # float clock sums
     assert rows["round_robin"][0]["calls_past_stop"] > 0
     summary = {s["policy"]: s for s in summarise(rows)}
-    assert "round_robin+cancel (default)" in summary
+    assert "expected_need+cancel (default)" in summary
     assert summary["round_robin"]["bound med"] == rows["round_robin"][0]["vs_bound"]
     # need_aware's starvation bound: max_wait + K - 1 with max_wait = 2K, K = 12 types
     assert summary["need_aware"]["max wait"] <= 3 * 12 - 1

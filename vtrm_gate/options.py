@@ -32,11 +32,10 @@ from typing import Any, Final
 
 from ._env import DEFAULT_TTL, MAX_TTL, check_redis_url, mask_url, read_dotenv
 from .errors import ConfigError
-from .gate import PAST_STOP_POLICIES, GuardParams
+from .gate import DEFAULT_DISPATCH, DISPATCH_NAMES, PAST_STOP_POLICIES, GuardParams
 from .stats import DECISION_RULES, PROBATION_RULES, GateParams
 
 DEFAULT_CONCURRENCY = 32
-DISPATCH_NAMES = ("round_robin", "need_aware", "expected_need")  # `gate.resolve_dispatch`
 
 REMOVED_KEYS = {
     "gate_block": "gate_block was removed in v3: the gate decides after every unit along the "
@@ -114,8 +113,10 @@ class RunOptions:
     decision_rule: str = "paired_betting"
     """The gate's decision rule (`vtrm_gate.stats.DECISION_RULES`): the SPEC's paired
     betting, or an opt-in one with the same guarantee (``lambda_mixture``, ``old_blocks``)."""
-    dispatch: str = "round_robin"
-    """Which type the gate feeds next (`vtrm_gate.gate`); decisions do not depend on it."""
+    dispatch: str = DEFAULT_DISPATCH
+    """Which type the gate feeds next (`vtrm_gate.gate`: ``expected_need`` by default, or
+    ``round_robin``, the SPEC's fair order, or ``need_aware``); decisions do not depend on
+    it."""
     cancel_after_freeze: bool = True
     """Cancel a frozen type's in-flight calls whose answers serve nothing more (every
     candidate call; base-arm calls unless the baseline survives and fills the BaselineCache)

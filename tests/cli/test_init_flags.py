@@ -160,3 +160,16 @@ def test_init_llm_defaults_follow_the_help(tmp_path: Path) -> None:
         assert read_heldout(ws) == {}  # --help: default 0 for --llm
     finally:
         ws.close()
+
+
+def test_the_dispatch_flag_offers_the_gates_policies_and_names_its_default() -> None:
+    """The CLI spells the names out (its --help imports no numpy); they must stay the gate's."""
+    from vtrm_gate.gate import DEFAULT_DISPATCH, DISPATCH_NAMES
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    for command in ("step", "train"):
+        flag = next(a for a in sub.choices[command]._actions  # type: ignore[attr-defined]
+                    if "--dispatch" in a.option_strings)
+        assert tuple(flag.choices) == DISPATCH_NAMES
+        assert f"default: config, {DEFAULT_DISPATCH};" in flag.help

@@ -7,6 +7,7 @@ import asyncio
 import itertools
 import random
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -20,15 +21,21 @@ from vtrm_gate import (
     InfraGuardError,
     NeedAware,
     RoundRobin,
+    RunOptions,
     TaskFinished,
     TaskStarted,
     replay_prefix,
     run_gate,
 )
-from vtrm_gate.gate import UnitTask, dispatch_order, resolve_dispatch
+from vtrm_gate.gate import DEFAULT_DISPATCH, UnitTask, dispatch_order, resolve_dispatch
 from vtrm_gate.llm import MCQ, LLMAgent, RetryPolicy
 from vtrm_gate.sim import run_virtual as run
-from vtrm_gate.stats import SequentialTest, operating_characteristics
+from vtrm_gate.stats import (
+    MeasureAll,
+    PairedBetting,
+    SequentialTest,
+    operating_characteristics,
+)
 from vtrm_gate.testing import OutcomeTable
 
 WIN, LOSS, TIE = (False, True), (True, False), (True, True)
@@ -94,12 +101,24 @@ def test_frozen_lane_gets_nothing_more():
     assert got == [(0, 0), (1, 0), (0, 1), (1, 1), (1, 2), (1, 3), (1, 4)]
 
 
-def test_default_dispatch_is_round_robin():
+def test_round_robin_dispatch_keeps_the_spec_order_in_a_gate():
     table = OutcomeTable({"C": [TIE] * 3, "A": [TIE] * 3, "B": [TIE] * 3},
                          latency=lambda t, r: 1.0)
-    run(run_gate(table.plans(), table, PATIENT, concurrency=1))
+    run(run_gate(table.plans(), table, PATIENT, concurrency=1, dispatch="round_robin"))
     assert [(t.task_type, t.ladder_rank) for t in table.calls[::2]] == [
         (t, r) for r in range(3) for t in "ABC"]
+
+
+def test_default_dispatch_is_expected_need_for_the_gate_and_every_run():
+    """Issue 17: the default feeds first the type expected to need the most units (here
+    the longest ladder), where round-robin would start with A."""
+    assert RunOptions().dispatch == DEFAULT_DISPATCH == "expected_need"
+    table = OutcomeTable({"A": [TIE] * 3, "B": [TIE] * 9, "C": [TIE] * 6},
+                         latency=lambda t, r: 1.0)
+    run(run_gate(table.plans(), table, PATIENT, concurrency=1))
+    assert [t.task_type for t in table.calls[:6:2]] == ["B", "B", "B"]
+    assert sorted((t.task_type, t.ladder_rank) for t in table.calls[::2]) == [
+        (t, r) for t, n in (("A", 3), ("B", 9), ("C", 6)) for r in range(n)]
 
 
 def test_unknown_dispatch_name_is_refused():
@@ -315,7 +334,7 @@ def test_cancel_after_freeze_keeps_only_calls_whose_answer_still_serves(seq, kep
                          else 50.0)
     store = Store()
     res = run(run_gate(table.plans(), table, QUICK, concurrency=24, cancel_after_freeze=True,
-                       past_stop="wait", baseline=store))
+                       past_stop="wait", baseline=store, dispatch="round_robin"))
     assert res.outcomes["A"].same_decision(replay_prefix(seq, QUICK))
     assert res.outcomes["A"].stop_rank == 3
     speculative = {(t.ladder_rank, t.arm) for t in table.calls
@@ -654,3 +673,51 @@ def test_expected_need_scores_the_expected_units_left_and_is_found_by_name():
     assert policy.max_wait(50) == 400
     with pytest.raises(ValueError, match=r"ExpectedNeed\.horizon must be an integer >= 1"):
         ExpectedNeed(horizon=0)
+
+
+class CountingMeasureAll(MeasureAll):
+    """`MeasureAll`, counting the state updates a policy asks of it."""
+
+    updates: ClassVar[list[int]] = [0]
+
+    def update(self, state, pair, params):
+        self.updates[0] += 1
+        return super().update(state, pair, params)
+
+
+@dataclass(frozen=True)
+class SearchedMeasureAll(MeasureAll):
+    """The same rule without its declaration: the policy must search for a stop."""
+
+    stops_early: ClassVar[bool] = True
+
+
+@pytest.mark.parametrize("policy", [NeedAware(), ExpectedNeed(), ExpectedNeed(horizon=8)],
+                         ids=["need_aware", "expected_need", "expected_need_h8"])
+def test_a_rule_that_cannot_stop_early_is_scored_without_a_search(policy):
+    """An evaluation gate (`MeasureAll`) needs every unit: its score is what a search would
+    find (P(needed) 1, the units left), computed without one (the search cost an evaluation
+    phase ~0.3 s of CPU per type on every 48-unit horizon)."""
+    params = GateParams()
+    for n, rank in [(30, 0), (30, 7), (40, 0), (40, 20), (40, 39), (9, 3)]:
+        lane = FakeLane(n)
+        CountingMeasureAll.updates[0] = 0
+        lane.test = SequentialTest(n, params, CountingMeasureAll())
+        fast = policy.priority(lane, rank)
+        assert CountingMeasureAll.updates[0] == 0
+        lane.test = SequentialTest(n, params, SearchedMeasureAll())
+        assert fast == pytest.approx(policy.priority(lane, rank), rel=1e-12)
+        assert fast == ((1.0, n - rank) if type(policy) is NeedAware
+                        else (float(n - rank), float(n - rank)))
+
+
+def test_equal_rules_and_params_built_anew_share_one_memo():
+    """Each plan of an evaluation builds its own `MeasureAll`, each step its own params: a
+    memo found only by identity was refilled for every one of them (and cleared after 16)."""
+    policy = ExpectedNeed()
+    first = policy._table(PairedBetting(), GateParams())
+    first[("marker",)] = 1.0
+    for _ in range(40):
+        assert policy._table(PairedBetting(), GateParams()) is first
+    assert policy._table(PairedBetting(), GateParams(n_max=60)) is not first
+    assert policy._table(MeasureAll(), GateParams()) is not first

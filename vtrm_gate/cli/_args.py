@@ -100,9 +100,10 @@ def add_run_flags(sp: argparse.ArgumentParser, *, backend: bool = True) -> None:
     sp.add_argument("--config", help="config file (TOML or JSON); env and .env apply too")
     sp.add_argument("--time-scale", type=nonneg_float, default=None,
                     help="real seconds per simulated second (default: virtual clock)")
+    # literals, not gate.DISPATCH_NAMES: --help imports no numpy (tests/cli keep them equal)
     sp.add_argument("--dispatch", choices=("round_robin", "need_aware", "expected_need"),
-                    default=None,
-                    help="which type the gate feeds next (default: config, round_robin)")
+                    default=None, help="which type the gate feeds next (default: config, "
+                                       "expected_need; decisions do not depend on it)")
     sp.add_argument("--decision-rule", choices=("paired_betting", "lambda_mixture",
                                                 "old_blocks"), default=None,
                     help="the gate's decision rule (default: config, paired_betting; the "

@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+from ._dispatch import DEFAULT_DISPATCH as DEFAULT_DISPATCH
+from ._dispatch import DISPATCH_NAMES as DISPATCH_NAMES
 from ._dispatch import DispatchName as DispatchName
 from ._dispatch import DispatchOrder as DispatchOrder
 from ._dispatch import DispatchPolicy as DispatchPolicy

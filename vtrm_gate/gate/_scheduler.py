@@ -26,6 +26,7 @@ from ..stats import (
     check_ladder_length,
 )
 from ._dispatch import (
+    DEFAULT_DISPATCH,
     DispatchName,
     DispatchOrder,
     DispatchPolicy,
@@ -455,7 +456,7 @@ def _as_cached(res: UnitResult) -> UnitResult:
 
 def _new_gate(plans: Iterable[TypePlan], infer: Infer, params: GateParams | None,
               concurrency: int, *, guard: GuardParams | None = None,
-              dispatch: DispatchName | DispatchPolicy = "round_robin", **kw: Any) -> _Gate:
+              dispatch: DispatchName | DispatchPolicy = DEFAULT_DISPATCH, **kw: Any) -> _Gate:
     """Validate, then build (not start) a gate; ``kw`` are `run_gate`'s keyword options."""
     plans = list(plans)
     params = params or GateParams()
@@ -471,7 +472,7 @@ async def run_gate(plans: Sequence[TypePlan], infer: Infer, params: GateParams |
                    concurrency: int = 32, *, baseline: BaselineStore | None = None,
                    sink: ResultSink | None = None, subscribers: Iterable[Subscriber] = (),
                    rule: DecisionRule | None = None, guard: GuardParams | None = None,
-                   dispatch: DispatchName | DispatchPolicy = "round_robin",
+                   dispatch: DispatchName | DispatchPolicy = DEFAULT_DISPATCH,
                    cancel_after_freeze: bool = True, past_stop: PastStop = "cancel",
                    subscriber_timeout_s: float = 1.0,
                    admission: Admission | None = None) -> GateResult:

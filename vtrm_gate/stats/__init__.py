@@ -83,6 +83,7 @@ from ._process import best_case_floor as best_case_floor
 from ._process import check_ladder_length as check_ladder_length
 from ._process import gate_decision as gate_decision
 from ._process import pair_d as pair_d
+from ._process import stops_early as stops_early
 from ._process import update_state as update_state
 from ._replay import replay_arrival as replay_arrival
 from ._replay import replay_blocks as replay_blocks

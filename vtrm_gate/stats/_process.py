@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from ._params import Action, GateParams, Pair, bet_factors
 
@@ -78,6 +78,12 @@ class DecisionRule(Protocol):
     def update(self, state: GateState, pair: Pair, params: GateParams) -> GateState: ...
 
     def decide(self, state: GateState, n_remaining: int, params: GateParams) -> Action: ...
+
+
+def stops_early(rule: DecisionRule) -> bool:
+    """Whether ``rule`` may decide before a ladder's end (a rule says it may not with a
+    ``stops_early = False`` attribute, as `MeasureAll` does; any other may)."""
+    return getattr(rule, "stops_early", True) is not False
 
 
 def update_state(state: GateState, pair: Pair, params: GateParams) -> GateState:
@@ -228,6 +234,9 @@ class SequentialTest:
 @dataclass(frozen=True)
 class MeasureAll:
     """A decision rule that never stops early: every held-out unit is measured."""
+
+    stops_early: ClassVar[bool] = False
+    """Declared so dispatch policies need not search for a stop that never comes."""
 
     def update(self, state: GateState, pair: Pair, params: GateParams) -> GateState:
         return update_state(state, pair, params)
