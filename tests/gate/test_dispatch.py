@@ -52,10 +52,11 @@ class FakeLane:
     task_type: str = "T"
     frozen: bool = False
     prefix: int = 0
+    params: GateParams = field(default_factory=GateParams)
     test: SequentialTest = field(init=False)
 
     def __post_init__(self) -> None:
-        self.test = SequentialTest(self.n, GateParams())
+        self.test = SequentialTest(self.n, self.params)
 
 
 @dataclass(frozen=True)
@@ -721,3 +722,43 @@ def test_equal_rules_and_params_built_anew_share_one_memo():
         assert policy._table(PairedBetting(), GateParams()) is first
     assert policy._table(PairedBetting(), GateParams(n_max=60)) is not first
     assert policy._table(MeasureAll(), GateParams()) is not first
+
+
+@dataclass(frozen=True)
+class CountingBetting(PairedBetting):
+    """The default rule, counting the state updates (the gate's and the policy's)."""
+
+    updates: list[int] = field(default_factory=lambda: [0], compare=False)
+
+    def update(self, state, pair, params):
+        self.updates[0] += 1
+        return super().update(state, pair, params)
+
+
+def test_expected_need_searches_a_long_never_deciding_ladder_once_not_at_every_unit():
+    """4 types x 200 units whose thresholds no run reaches: the search from each new state
+    over the next 48 units cost ~10M rule steps (112 s of CPU); far from its end a type now
+    counts every unit left, and near it one search serves every later state."""
+    params = GateParams(e_confirm=1e9, e_reject=1e9, e_provisional=1.0,
+                        w_net_min_provisional=0, n_max=10_000)
+    rule = CountingBetting()
+    table = OutcomeTable({t: [TIE] * 200 for t in "ABCD"}, latency=lambda t, r: 1.0)
+    res = run(run_gate(table.plans(), table, params, concurrency=8, rule=rule,
+                       dispatch=ExpectedNeed()))
+    assert all(o.stop_rank == 199 for o in res.outcomes.values())  # every ladder exhausted
+    gate_updates = 4 * 200
+    h = ExpectedNeed().horizon
+    assert rule.updates[0] - gate_updates <= 3 * (h + 1) ** 3 // 6 + 3 * 32 ** 3
+    far = FakeLane(100, params=params)
+    assert ExpectedNeed().priority(far, 10) == (90.0, 90.0)  # > horizon from its end
+
+
+def test_expected_need_near_the_end_of_a_long_ladder_equals_a_short_ladders_score():
+    """Within the horizon the score depends on the units left, not on where the ladder began."""
+    params = GateParams(n_max=200)
+    long, short = FakeLane(100, params=params), FakeLane(40, params=params)
+    for _ in range(60):
+        long.test.consume(long.prefix, (True, True))
+        long.prefix += 1
+    policy = ExpectedNeed()
+    assert policy.priority(long, 60) == pytest.approx(policy.priority(short, 0), rel=1e-12)

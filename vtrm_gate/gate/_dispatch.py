@@ -359,13 +359,16 @@ class ExpectedNeed(NeedAware):
     """First the type expected to need the most units from this one on: the clairvoyant's
     rule (most needed units left first) in expectation, under `NeedAware`'s model.
 
-    The score of the unit at ``rank`` is E[units consumed from ``rank`` until the type
-    decides] = sum over a >= ahead of P(no decision in the next a units), up to ``horizon``
-    units ahead (beyond it, the survival at the horizon times the units left); ties go to
-    the longest remaining ladder, then round-robin. Computing it for a new lane state costs
-    at most O(horizon^3) rule steps, memoised across lanes and gates. ``max_wait`` (default
-    ``8 * K``) bounds starvation: every type with units left gets one within
-    ``max_wait + K - 1`` dispatches (a longer wait than NeedAware's 2K lets long types
+    Within ``horizon`` units of its ladder's end, the score of the unit at ``rank`` is
+    E[units consumed from ``rank`` until the type decides] = the sum over a >= ahead of
+    P(no decision in the next a units); further out it is every unit left from ``rank`` (a
+    type that far from its end is scored as if it needed all of them). Ties go to the
+    longest remaining ladder, then round-robin. Scores are memoised on the counts toward the
+    ladder's end, so one search of at most O(horizon^3) rule steps serves every later state
+    of the ladder (and every lane and gate with the same rule, params and ladder length);
+    a search that restarted at every unit made a never-deciding 4 x 100-unit gate cost 34 s.
+    ``max_wait`` (default ``8 * K``) bounds starvation: every type with units left gets one
+    within ``max_wait + K - 1`` dispatches (a longer wait than NeedAware's 2K lets long types
     start their units early, which is what shortens the step).
     """
 
@@ -382,16 +385,14 @@ class ExpectedNeed(NeedAware):
         return self.wait if self.wait is not None else max(1, 8 * n_lanes)
 
     def priority(self, lane: Lane, rank: int) -> Priority | None:
-        t, h = lane.test, self.horizon
+        t = lane.test
         ahead, left = rank - lane.prefix, lane.n - lane.prefix
-        if not stops_early(t.rule):  # every unit is needed: the units left from ``rank``
+        if left > self.horizon or not stops_early(t.rule):
+            # far from its ladder's end (or a rule that cannot stop): every unit counts
             return (float(left - ahead), float(lane.n - rank))
         table = self._table(t.rule, t.params)
-        e = (self._expected(t.rule, t.params, table, t.state, t.n_ladder, min(left, h))
-             - self._expected(t.rule, t.params, table, t.state, t.n_ladder, min(ahead, h)))
-        if left > h:  # the tail beyond the horizon: the units past it, as likely as its end
-            beyond = left - max(ahead, h)
-            e += beyond * self.p_needed(t.rule, t.params, t.state, t.n_ladder, h)
+        e = (self._expected(t.rule, t.params, table, t.state, t.n_ladder, left)
+             - self._expected(t.rule, t.params, table, t.state, t.n_ladder, ahead))
         return (e, float(lane.n - rank))
 
     def _expected(self, rule: DecisionRule, params: GateParams,
