@@ -25,7 +25,7 @@ def cli(*args: str):
 
 def test_config_defaults_and_keys():
     cfg = RunOptions()
-    assert (cfg.dispatch, cfg.cancel_after_freeze, cfg.past_stop) == ("round_robin", True,
+    assert (cfg.dispatch, cfg.cancel_after_freeze, cfg.past_stop) == ("expected_need", True,
                                                                        "cancel")
     cfg = options_from_mapping({"dispatch": "need_aware", "cancel_after_freeze": "on"})
     assert (cfg.dispatch, cfg.cancel_after_freeze) == ("need_aware", True)
