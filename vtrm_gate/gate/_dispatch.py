@@ -10,6 +10,7 @@ next unit (higher first; ties go round-robin, the SPEC's fairness rule); an opti
 from __future__ import annotations
 
 import heapq
+import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -56,9 +57,10 @@ class Lane(Protocol):
 
 
 class DispatchPolicy(Protocol):
-    """Scores the unit at ``rank`` of ``lane`` (higher dispatches first, ties round-robin);
-    None means never start this lane's remaining units. A score may depend only on the
-    lane's state (its prefix and test) and ``rank``: it is reused until either moves."""
+    """Scores the unit at ``rank`` of ``lane`` (a tuple of numbers: higher dispatches first,
+    ties round-robin); None means never start this lane's remaining units. A score may
+    depend only on the lane's state (its prefix and test) and ``rank``: it is reused until
+    either moves."""
 
     def max_wait(self, n_lanes: int) -> int | None: ...
 
@@ -127,21 +129,11 @@ class _RoundRobinOrder(DispatchOrder[LaneT]):
         raise StopIteration
 
 
-class _Desc:
-    """A priority ordered the other way round, so a min-heap pops the highest first."""
-
-    __slots__ = ("p",)
-
-    def __init__(self, p: Priority) -> None:
-        self.p = p
-
-    def __lt__(self, other: _Desc) -> bool:
-        return self.p > other.p
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Desc) and self.p == other.p
-
-    __hash__ = None  # type: ignore[assignment]
+def _descending(p: Priority) -> tuple[float, ...]:
+    """A key that sorts priorities highest first: each number negated, and +inf after
+    them, so a priority that is a prefix of another (lower, lexicographically) still sorts
+    after it. Tuples of numbers compare in C, which a wrapper's __lt__ did in Python."""
+    return (*[-x for x in p], math.inf)
 
 
 class _HeapOrder(DispatchOrder[LaneT]):
@@ -164,7 +156,8 @@ class _HeapOrder(DispatchOrder[LaneT]):
         self._turn = 0  # absolute ring position after the lane served last
         self._scored: list[tuple[int, int] | None] = [None] * k_all  # (prefix, rank) scored
         self._version = [0] * k_all
-        self._by_priority: list[tuple[_Desc, int, int, int]] = []
+        # (`_descending` priority, ring position, lane, version)
+        self._by_priority: list[tuple[tuple[float, ...], int, int, int]] = []
         # (dispatch count at the lane's last unit, ring position, lane, version)
         self._by_wait: list[tuple[int, int, int, int]] = []
         self._wait_version = [0] * k_all
@@ -198,7 +191,7 @@ class _HeapOrder(DispatchOrder[LaneT]):
                 self._dead[k] = True
                 continue
             heapq.heappush(self._by_priority,
-                           (_Desc(prio), self._position(k), k, self._version[k]))
+                           (_descending(prio), self._position(k), k, self._version[k]))
         self._stale.clear()
 
     def _top(self, heap: list[tuple[Any, int, int, int]], current: list[int]
@@ -220,9 +213,11 @@ class _HeapOrder(DispatchOrder[LaneT]):
     def __next__(self) -> tuple[LaneT, int]:
         self._rescore()
         best = None
-        if self.max_wait is not None:
-            top = self._top(self._by_wait, self._wait_version)
-            if top is not None and self._count - top[0] >= self.max_wait:
+        waits = self._by_wait
+        # the oldest entry (stale ones are older still) not yet due: nobody is (no heap walk)
+        if waits and self._count - waits[0][0] >= self.max_wait:  # type: ignore[operator]
+            top = self._top(waits, self._wait_version)
+            if top is not None and self._count - top[0] >= self.max_wait:  # type: ignore
                 best = top
         if best is None:
             best = self._top(self._by_priority, self._version)
