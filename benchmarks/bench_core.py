@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from vtrm_gate import GateParams, TypePlan, UnitResult, replay_prefix_batch, run_gate
+from vtrm_gate.gate import DEFAULT_DISPATCH
 
 from ._common import machine, median_time, print_table
 
@@ -34,7 +35,8 @@ def _plans(n_types: int, units: int) -> list[TypePlan]:
     return [TypePlan(f"T{t:02d}", [f"u{i}" for i in range(units)]) for t in range(n_types)]
 
 
-def _gate(plans: list[TypePlan], concurrency: int, count_tasks: bool = False) -> dict:
+def _gate(plans: list[TypePlan], concurrency: int, count_tasks: bool = False,
+          dispatch: str = DEFAULT_DISPATCH) -> dict:
     """run_gate over no-op calls; with ``count_tasks`` (untimed) also the peak live tasks."""
     peak_tasks = 0
 
@@ -43,7 +45,8 @@ def _gate(plans: list[TypePlan], concurrency: int, count_tasks: bool = False) ->
         peak_tasks = max(peak_tasks, len(asyncio.all_tasks()))
 
     subs = [watch] if count_tasks else []
-    res = asyncio.run(run_gate(plans, _noop, NEVER_STOP, concurrency, subscribers=subs))
+    res = asyncio.run(run_gate(plans, _noop, NEVER_STOP, concurrency, subscribers=subs,
+                               dispatch=dispatch))
     return {"calls": res.total("completed"), "peak_in_flight": res.peak_in_flight,
             "peak_tasks": peak_tasks}
 
@@ -88,20 +91,22 @@ TYPE_COUNTS = (12, 100, 400, 1000)
 
 def scheduler_overhead(quick: bool = False) -> list[dict]:
     """run_gate vs a bare Semaphore + gather at 12 to 1,000 types, 24,000 no-op calls each
-    (fewer units per type as the types grow), 32 slots, the default dispatch."""
+    (fewer units per type as the types grow), 32 slots: the default dispatch
+    (expected_need) and round-robin, side by side."""
     calls, conc = (4800 if quick else 24_000), 32
     repeats = 3 if quick else 5
-    fns: dict[str, Any] = {"bare": lambda: _bare(calls, conc)}
+    fns: dict[Any, Any] = {"bare": lambda: _bare(calls, conc)}
     for k in TYPE_COUNTS:
         plans = _plans(k, calls // (2 * k))
-        fns[f"{k} types"] = lambda plans=plans: _gate(plans, conc)
+        for dispatch in (DEFAULT_DISPATCH, "round_robin"):
+            fns[(k, dispatch)] = lambda plans=plans, d=dispatch: _gate(plans, conc, dispatch=d)
     med = _interleaved(fns, repeats)
     rows = []
-    for name, (wall, cpu) in med.items():
-        n = calls if name == "bare" else 2 * int(name.split()[0]) * (calls // (2 * int(
-            name.split()[0])))
-        rows.append({"what": "bare Semaphore+gather" if name == "bare" else
-                     f"run_gate, {name} x {n // (2 * int(name.split()[0]))} units",
+    for key, (wall, cpu) in med.items():
+        k, dispatch = (None, None) if key == "bare" else key
+        n = calls if k is None else 2 * k * (calls // (2 * k))
+        rows.append({"what": "bare Semaphore+gather" if k is None else
+                     f"run_gate, {k} types x {n // (2 * k)} units, {dispatch}",
                      "calls": n, "median_s": wall, "cpu_s": cpu, "calls_per_s": n / wall,
                      "ratio (wall)": wall / med["bare"][0] * calls / n,
                      "ratio (cpu)": cpu / med["bare"][1] * calls / n})
@@ -118,7 +123,11 @@ def listeners_overhead(quick: bool = False) -> list[dict]:
     repeats = 3 if quick else 5
     plans = _plans(12, units)
     med = _interleaved({"run_gate": lambda: _listened(plans, None),
+                        "run_gate + a subscriber that does nothing": lambda: _listened(
+                            plans, "noop"),
                         "run_gate + LiveGateView": lambda: _listened(plans, "view"),
+                        "run_gate + LiveGateView(calls=False)": lambda: _listened(
+                            plans, "light"),
                         "launch + await handle": lambda: _listened(plans, "handle")}, repeats)
     rows = [{"what": k, "calls": 24 * units, "median_s": w, "cpu_s": c,
              "ratio (wall)": w / med["run_gate"][0], "ratio (cpu)": c / med["run_gate"][1]}
@@ -142,9 +151,10 @@ def _listened(plans: list[TypePlan], kind: str | None) -> Any:
             handle = launch(plans, _noop, NEVER_STOP, 32)
             await handle
             return handle
-        view = LiveGateView() if kind == "view" else None
-        res = await run_gate(plans, _noop, NEVER_STOP, 32, subscribers=[view] if view else [])
-        return res, view
+        subs = {"view": [LiveGateView()], "light": [LiveGateView(calls=False)],
+                "noop": [lambda ev: None]}.get(kind or "", [])
+        res = await run_gate(plans, _noop, NEVER_STOP, 32, subscribers=subs)
+        return res, subs
 
     return asyncio.run(main())
 

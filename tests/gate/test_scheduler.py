@@ -18,6 +18,7 @@ from vtrm_gate import (
     InfraGuardError,
     PrefixAdvanced,
     TaskFinished,
+    TaskProgress,
     TaskStarted,
     TypeDecided,
     TypePlan,
@@ -25,6 +26,7 @@ from vtrm_gate import (
     UnitTask,
     launch,
     replay_prefix,
+    report_progress,
     run_gate,
     run_gate_sync,
 )
@@ -889,3 +891,48 @@ def test_a_handle_keeps_its_newest_events_whole_and_every_trajectory_before_them
                if isinstance(e, PrefixAdvanced))
     assert [e for e in older if isinstance(e, TypeDecided)] == \
         [e for e in full_old if isinstance(e, TypeDecided)]
+
+
+class Declared:
+    """A subscriber that declares the event classes it takes, recording what it got."""
+
+    def __init__(self, *kinds):
+        self.gate_events = kinds
+        self.got: list[type] = []
+
+    def __call__(self, ev):
+        self.got.append(type(ev))
+
+
+def test_a_subscriber_gets_only_the_events_it_declares_and_the_gate_builds_no_others():
+    """A listener of decisions only (``gate_events``) costs the gate no per-call event; one
+    that declares nothing gets every class, as before."""
+    progress: list[bool] = []
+
+    async def infer(task):
+        progress.append(report_progress("working", unit=task.unit_id))
+        await asyncio.sleep(1.0)
+        return UnitResult(correct=True)
+
+    table_plans = OutcomeTable({"A": [TIE] * 4, "B": [TIE] * 3}).plans()
+    decisions, every = Declared(TypeDecided, GateFinished), []
+    built: list[type] = []
+    res = run(run_gate(table_plans, infer, PATIENT, concurrency=4, subscribers=[decisions]))
+    assert decisions.got == [TypeDecided, TypeDecided, GateFinished]
+    assert progress and not any(progress)  # nobody takes TaskProgress: none is built
+    progress.clear()
+    run(run_gate(table_plans, infer, PATIENT, concurrency=4,
+                 subscribers=[decisions, every.append, lambda ev: built.append(type(ev))]))
+    assert all(progress)
+    assert {type(ev) for ev in every} == set(built) >= {TaskStarted, TaskFinished,
+                                                          TaskProgress, PrefixAdvanced}
+    assert decisions.got[3:] == [TypeDecided, TypeDecided, GateFinished]
+    assert res.total("completed") == 14
+
+
+def test_a_subscriber_declaring_what_is_no_event_class_is_refused_before_any_call():
+    table = OutcomeTable({"A": [TIE] * 3})
+    bad = Declared("TypeDecided")
+    with pytest.raises(TypeError, match=r"gate_events must be a tuple of GateEvent classes"):
+        run(run_gate(table.plans(), table, PATIENT, concurrency=2, subscribers=[bad]))
+    assert table.calls == []

@@ -291,3 +291,35 @@ def test_taking_a_snapshot_computes_no_forecast_on_the_event_loop():
     assert snap.forecast_input is not None and not view.forecaster.memo._table
     assert snap.forecast is not None and len(view.forecaster.memo._table) == len(
         snap.forecast.types)
+
+
+def test_a_view_without_call_events_shows_the_same_trajectories_and_no_call_counts(
+        monkeypatch):
+    """``calls=False``: the gate builds no per-call event for the view (it declares none),
+    and the view shows what it knows (trajectories, decisions), not zeros for the rest."""
+    table = _table(3)
+    full, light = LiveGateView(), LiveGateView(calls=False)
+    result = asyncio.run(run_gate(table.plans(), table, GateParams(), concurrency=8,
+                                  subscribers=[full, light]))
+    assert light.series() == full.series()
+    assert light.table().equals(outcomes_frame(result.outcomes))
+    assert light.events_seen == full.events_seen - 2 * result.total("started") \
+        - result.total("cache_hits")
+    prog = light.progress()
+    assert prog["in_flight"].null_count() == prog["started"].null_count() == prog.height
+    assert "calls in flight" in full.status() and "calls in flight" not in light.status()
+    assert ">—</td>" in light.progress_html() and ">—</td>" not in full.progress_html()
+    # alone, it asks the gate for no per-call event at all
+    from vtrm_gate.gate import _events
+
+    built: list[str] = []
+    publish = _events._Bus.publish
+    monkeypatch.setattr(_events._Bus, "publish", lambda bus, ev: (
+        built.append(type(ev).__name__), publish(bus, ev))[1])
+    table = _table(3)
+    asyncio.run(run_gate(table.plans(), table, GateParams(), concurrency=8,
+                         subscribers=[LiveGateView(calls=False)]))
+    assert built and not {"TaskStarted", "TaskFinished"} & set(built)
+    asyncio.run(run_gate(table.plans(), table, GateParams(), concurrency=8,
+                         subscribers=[LiveGateView()]))
+    assert built.count("TaskStarted") > 0

@@ -147,6 +147,24 @@ def _name(fn: object) -> str:
             or type(fn).__name__)
 
 
+EVENT_KINDS: tuple[type[GateEvent], ...] = (GateStarted, TaskStarted, TaskFinished,
+                                             TaskProgress, PrefixAdvanced, TypeDecided,
+                                             GateFinished, GateAborted)
+
+
+def wanted_events(sub: object) -> tuple[type[GateEvent], ...]:
+    """The event classes a subscriber takes: its ``gate_events`` attribute if it declares
+    one (a listener that needs no per-call events then costs the gate none), else all."""
+    kinds = getattr(sub, "gate_events", None)
+    if kinds is None:
+        return EVENT_KINDS
+    if not isinstance(kinds, tuple | list | frozenset | set) or not all(
+            isinstance(k, type) and issubclass(k, GateEvent) for k in kinds):
+        raise TypeError(f"{_name(sub)}.gate_events must be a tuple of GateEvent classes "
+                        f"(e.g. (PrefixAdvanced, TypeDecided)), got {kinds!r}")
+    return tuple(k for k in EVENT_KINDS if issubclass(k, tuple(kinds)))
+
+
 class _Bus:
     """Fan-out with one queue and one pump task per subscriber.
 
@@ -155,17 +173,21 @@ class _Bus:
     drops its oldest events, and `close` waits at most ``close_timeout_s`` (loop clock) for
     the stragglers before it cancels them. Each drop, hang or first error is one warning.
     A pump delivers everything queued before it sleeps again (one wake-up per burst, not
-    per event). ``inline`` recorders (the handle's history) are called inside `publish`:
-    they must be cheap and must not raise.
+    per event). A subscriber gets only the classes it declares (`wanted_events`), and the
+    scheduler builds a per-call event only if someone takes it (`wants`). ``inline``
+    recorders (the handle's history) take everything, inside `publish`: they must be cheap
+    and must not raise.
     """
 
     def __init__(self, subscribers: Iterable[Subscriber], max_backlog: int = 10_000,
                  close_timeout_s: float = 1.0):
         self._subs = list(subscribers)
+        self._kinds = [wanted_events(sub) for sub in self._subs]  # refused before any call
         self._inline: list[Subscriber] = []
         self._queues: list[deque[GateEvent | None]] = []
         self._waiters: list[asyncio.Future[None] | None] = []
         self._pumps: list[asyncio.Task[None]] = []
+        self._routes: dict[type, tuple[int, ...]] = {}  # event class -> subscriber indices
         self.max_backlog, self.close_timeout_s = max_backlog, close_timeout_s
         self.dropped = [0] * len(self._subs)
         self.errors = [0] * len(self._subs)
@@ -175,11 +197,17 @@ class _Bus:
         """Anyone listening? The scheduler builds no event object when nobody is."""
         return bool(self._subs or self._inline)
 
+    def wants(self, kind: type[GateEvent]) -> bool:
+        """Does anyone take events of ``kind`` (an inline recorder takes all)?"""
+        return bool(self._inline) or any(kind in k for k in self._kinds)
+
     def subscribe_inline(self, record: Callable[[GateEvent], None]) -> None:
         """Call ``record(event)`` inside `publish` (before `start`): for cheap recorders."""
         self._inline.append(record)
 
     def start(self) -> None:
+        self._routes = {kind: tuple(i for i, k in enumerate(self._kinds) if kind in k)
+                        for kind in EVENT_KINDS}
         for i, sub in enumerate(self._subs):
             q: deque[GateEvent | None] = deque()
             self._queues.append(q)
@@ -195,7 +223,7 @@ class _Bus:
                     return
                 try:
                     out = sub(ev)
-                    if inspect.isawaitable(out):
+                    if out is not None and inspect.isawaitable(out):
                         await out
                 except Exception as exc:  # a broken subscriber must not break the gate
                     self.errors[i] += 1
@@ -211,7 +239,11 @@ class _Bus:
     def publish(self, ev: GateEvent) -> None:
         for record in self._inline:
             record(ev)
-        for i, q in enumerate(self._queues):
+        route = self._routes.get(type(ev))
+        if route is None:  # a subclass of an event class (not built by the scheduler)
+            route = tuple(i for i, k in enumerate(self._kinds) if isinstance(ev, k))
+        for i in route:
+            q = self._queues[i]
             if len(q) >= self.max_backlog:  # a live view wants the newest events
                 q.popleft()
                 self.dropped[i] += 1

@@ -15,8 +15,9 @@ assumptions, not a guarantee; docs/performance.md gives its error against the si
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from ..stats import (
     Action,
@@ -216,27 +217,36 @@ class GateForecast:
         self.update(ev)
 
     def update(self, ev: GateEvent) -> None:
-        self.t = max(self.t, ev.t)
-        if isinstance(ev, GateStarted):
-            self.params, self.concurrency = ev.params, max(ev.concurrency, 1)
-            self.memo = OCMemo(self.params, self.prior)
-            self.lanes = {t: _Lane(n) for t, n in zip(ev.task_types, ev.ladder_sizes,
-                                                      strict=True)}
-        elif isinstance(ev, TaskStarted):
-            self._begin(ev.task.task_type, ev.task.ladder_rank, str(ev.task.arm), hit=False)
-            self._started[(ev.task.task_type, ev.task.ladder_rank, str(ev.task.arm))] = ev.t
-        elif isinstance(ev, TaskFinished):
-            self._finished(ev)
-        elif isinstance(ev, PrefixAdvanced) and ev.task_type in self.lanes:
-            lane = self.lanes[ev.task_type]
+        if ev.t > self.t:
+            self.t = ev.t
+        handler = _FORECAST_HANDLERS.get(type(ev))
+        if handler is not None:
+            handler(self, ev)
+
+    def _gate_started(self, ev: GateStarted) -> None:
+        self.params, self.concurrency = ev.params, max(ev.concurrency, 1)
+        self.memo = OCMemo(self.params, self.prior)
+        self.lanes = {t: _Lane(n) for t, n in zip(ev.task_types, ev.ladder_sizes, strict=True)}
+
+    def _started_task(self, ev: TaskStarted) -> None:
+        task = ev.task
+        self._begin(task.task_type, task.ladder_rank, task.arm, hit=False)
+        self._started[(task.task_type, task.ladder_rank, task.arm)] = ev.t
+
+    def _advanced(self, ev: PrefixAdvanced) -> None:
+        lane = self.lanes.get(ev.task_type)
+        if lane is not None:
             lane.state = GateState(ev.W, ev.L, ev.n_used, ev.ladder_rank + 1, ev.e_plus,
                                    ev.e_minus)
             lane.decided = ev.action is not Action.CONTINUE
-        elif isinstance(ev, TypeDecided) and ev.task_type in self.lanes:
-            self.lanes[ev.task_type].decided = True
+
+    def _decided(self, ev: TypeDecided) -> None:
+        lane = self.lanes.get(ev.task_type)
+        if lane is not None:
+            lane.decided = True
 
     def _finished(self, ev: TaskFinished) -> None:
-        key = (ev.task.task_type, ev.task.ladder_rank, str(ev.task.arm))
+        key = (ev.task.task_type, ev.task.ladder_rank, ev.task.arm)
         if ev.status == "cache_hit":
             self._begin(*key, hit=True)
         start = self._started.pop(key, None)
@@ -272,3 +282,10 @@ class GateForecast:
     def expected_max(self, m: int) -> float:
         """E[the slowest of ``m`` calls] under the latencies seen so far."""
         return expected_max(self._latencies[-KEEP_LATENCIES:], m)
+
+
+_FORECAST_HANDLERS: dict[type, Callable[[GateForecast, Any], None]] = {
+    GateStarted: GateForecast._gate_started, TaskStarted: GateForecast._started_task,
+    TaskFinished: GateForecast._finished, PrefixAdvanced: GateForecast._advanced,
+    TypeDecided: GateForecast._decided}
+"""One method per event class the forecast reads (a dict lookup per event)."""

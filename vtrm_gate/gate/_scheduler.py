@@ -151,6 +151,9 @@ class _Gate:
         self.by_type = {r.plan.task_type: r for r in self.runs}
         self.order = dispatch_order(self.runs, dispatch)
         self.bus = _Bus(subscribers, close_timeout_s=subscriber_timeout_s)
+        # which per-call events someone takes (set at the start: a handle subscribes late)
+        self.started_events = self.finished_events = self.progress_events = False
+        self.prefix_events = False
         self.loop = asyncio.get_running_loop()
         self.aborted: str | None = None
         self.final: GateResult | None = None
@@ -169,8 +172,9 @@ class _Gate:
 
     async def _call(self, task: UnitTask) -> None:
         t = self.now()
-        _PROGRESS.set(lambda status, info: self.bus.publish(
-            TaskProgress(self.now(), task, status, info)))
+        if self.progress_events:
+            _PROGRESS.set(lambda status, info: self.bus.publish(
+                TaskProgress(self.now(), task, status, info)))
         try:
             out = self.infer(task)
             if not inspect.isawaitable(out):
@@ -195,11 +199,19 @@ class _Gate:
                              latency_s=self.now() - t)
         self.done.put_nowait((task, res))
 
+    def _start_bus(self) -> None:
+        bus = self.bus
+        bus.start()
+        self.started_events, self.finished_events = bus.wants(TaskStarted), bus.wants(
+            TaskFinished)
+        self.progress_events = bus.wants(TaskProgress)
+        self.prefix_events = self.sink is not None or bus.wants(PrefixAdvanced)
+        bus.publish(GateStarted(self.now(), tuple(r.plan.task_type for r in self.runs),
+                                tuple(r.n for r in self.runs), self.concurrency,
+                                self.params))
+
     async def run(self) -> GateResult:
-        self.bus.start()
-        self.bus.publish(GateStarted(self.now(), tuple(r.plan.task_type for r in self.runs),
-                                     tuple(r.n for r in self.runs), self.concurrency,
-                                     self.params))
+        self._start_bus()
         try:
             for r in self.runs:
                 if r.n == 0:
@@ -244,10 +256,7 @@ class _Gate:
 
     async def abort_unstarted(self, reason: str) -> GateResult:
         """Cancelled before it ran: nothing started; announce the start and the abort."""
-        self.bus.start()
-        self.bus.publish(GateStarted(self.now(), tuple(r.plan.task_type for r in self.runs),
-                                     tuple(r.n for r in self.runs), self.concurrency,
-                                     self.params))
+        self._start_bus()
         self.aborted = reason
         await _to_the_end(self._abort(reason), reraise_cancel=False)
         self.final = self._result(aborted=reason)
@@ -275,7 +284,7 @@ class _Gate:
         fut.add_done_callback(self._forget)
         self.n_in_flight += 1
         self.peak = max(self.peak, self.n_in_flight)
-        if self.bus.active:
+        if self.started_events:
             self.bus.publish(TaskStarted(self.now(), task, self.n_in_flight))
 
     def _forget(self, fut: asyncio.Future[None]) -> None:
@@ -299,7 +308,7 @@ class _Gate:
         if res is None:  # cancelled after its type froze (cancel_after_freeze, past_stop)
             self.n_in_flight -= 1
             c.cancelled_in_flight += 1
-            if self.bus.active:
+            if self.finished_events:
                 self.bus.publish(TaskFinished(self.now(), task, UnitResult(
                     error="cancelled after freeze"), "cancelled"))
             return
@@ -313,7 +322,7 @@ class _Gate:
         if (task.arm == "base" and not cache_hit and not res.infra
                 and self.baseline is not None):
             await self.baseline.put(task, res)
-        if self.bus.active:
+        if self.finished_events:
             status = "cache_hit" if cache_hit else ("pending" if counted else "discarded")
             self.bus.publish(TaskFinished(self.now(), task, res, status))
         if run.frozen:
@@ -349,7 +358,7 @@ class _Gate:
             action = run.test.consume(rank, pair)
             run.prefix += 1
             run.frozen = action is not Action.CONTINUE
-            if self.sink is not None or self.bus.active:
+            if self.prefix_events:
                 s: GateState = run.test.state
                 ev = PrefixAdvanced(self.now(), run.plan.task_type, run.plan.units[rank],
                                     rank, base, cand, run.test.points[-1].d, s.W, s.L,

@@ -236,12 +236,16 @@ def progress_html(snap: LiveSnapshot) -> str:
                f"{100 * share:.0f}%;height:9px;background:{to_hex(type_colour(i))}'>"
                f"</div></div>")
         body.append([f"{_swatch(i)}{html.escape(r['task_type'])}", bar,
-                     f"{r['consumed']} / {r['n_ladder']}", str(r["in_flight"]), str(r["W"]),
+                     f"{r['consumed']} / {r['n_ladder']}", _count(r["in_flight"]), str(r["W"]),
                      str(r["L"]), f"{r['e_plus']:.3g}", f"{r['e_minus']:.3g}",
                      _decision(r["action"]) or _forecast_cell(snap, r["task_type"])])
     note = (f"<div style='font-size:12px'>{html.escape(FORECAST_NOTE)}</div>"
             if snap.forecast is not None else "")
     return _table_html(head, body) + note + endpoints_html(snap)
+
+
+def _count(n: int | None) -> str:
+    return "—" if n is None else str(n)
 
 
 def stopped_at(stop_rank: int | None, n_ladder: int) -> str:
@@ -275,13 +279,17 @@ class LiveGateView:
     Use as a subscriber (``launch(..., subscribers=[view])``), or ``await watch(handle)``.
     ``redraws`` counts figure renders, so throttling is observable. ``layout`` is
     ``"panels"`` (one small panel per type, the default) or ``"overview"`` (all types on
-    one E+ and one E− axis).
+    one E+ and one E− axis). ``calls=False`` takes no per-call events: no in-flight,
+    started or cache-hit counts and no ETA, only trajectories and decisions, so the gate
+    builds no per-call event for it (for a huge simulated gate, where the view's own cost
+    shows: docs/performance.md).
     """
 
     def __init__(self, params: GateParams | None = None, *, min_interval: float = 0.75,
                  clock: Callable[[], float] = time.monotonic,
                  figsize: tuple[float, float] | None = None, threaded: bool = True,
-                 layout: str = "panels", endpoints: EndpointPool | None = None):
+                 layout: str = "panels", endpoints: EndpointPool | None = None,
+                 calls: bool = True):
         if not min_interval >= 0:
             raise ValueError(f"min_interval must be >= 0 seconds, got {min_interval!r}")
         if layout not in LAYOUTS:
@@ -293,6 +301,9 @@ class LiveGateView:
         self.layout = layout
         self.endpoints = endpoints
         """An `EndpointPool` (e.g. ``agent.endpoints``): its counters join every frame."""
+        self.calls = bool(calls)
+        self.gate_events = _ALL_EVENTS if self.calls else _DECISION_EVENTS
+        """The event classes this view takes (the gate builds per-call ones only if asked)."""
         self.types: dict[str, _TypeProgress] = {}
         self.forecaster = GateForecast()
         """Each running type's exits from where it stands, and the step's ETA."""
@@ -330,54 +341,69 @@ class LiveGateView:
         return tp
 
     def update(self, ev: GateEvent) -> None:
+        """Take one event: state first, then maybe a redraw (throttled; never blocks)."""
         self.events_seen += 1
         self.forecaster.update(ev)
         if self._t0 is None:
             self._t0 = self._clock()
-        if isinstance(ev, GateStarted):
-            self.params, self.concurrency = ev.params, ev.concurrency
-            for name, n in zip(ev.task_types, ev.ladder_sizes, strict=True):
-                self._type(name).n_ladder = n
-        elif isinstance(ev, TaskStarted):
-            tp = self._type(ev.task.task_type)
-            tp.in_flight += 1
-            tp.started += 1
-            self.in_flight = ev.in_flight
-        elif isinstance(ev, TaskFinished):
-            tp = self._type(ev.task.task_type)
-            if ev.status == "cache_hit":
-                tp.cache_hits += 1
-            else:
-                tp.in_flight = max(tp.in_flight - 1, 0)
-                self.in_flight = max(self.in_flight - 1, 0)
-        elif isinstance(ev, PrefixAdvanced):
-            tp = self._type(ev.task_type)
-            consumed = tp.consumed + 1
-            tp.n_ladder = max(tp.n_ladder, consumed + ev.n_remaining)
-            tp.steps.append(consumed)
-            tp.e_plus.append(ev.e_plus)
-            tp.e_minus.append(ev.e_minus)
-            tp.W, tp.L, tp.action = ev.W, ev.L, ev.action
-        elif isinstance(ev, TypeDecided):
-            tp = self._type(ev.task_type)
-            tp.action, tp.outcome = ev.outcome.action, ev.outcome
-            tp.n_ladder = max(tp.n_ladder, ev.outcome.n_ladder)
-        elif isinstance(ev, GateFinished):
-            self.result = ev.result
-            self.aborted = getattr(ev.result, "aborted", None) or self.aborted
-            for name, o in ev.result.outcomes.items():
-                tp = self._type(name)
-                tp.action, tp.outcome = o.action, o
-            self.in_flight = 0
-        elif isinstance(ev, GateAborted):
-            self.aborted = ev.reason
-            for tp in self.types.values():
-                tp.in_flight = 0
-            self.in_flight = 0
-        final = isinstance(ev, GateFinished | GateAborted)
-        if final:
-            self._t_end = self._clock()
-        self._request_redraw(final=final)
+        handler = _VIEW_HANDLERS.get(type(ev))
+        if handler is not None:
+            handler(self, ev)
+        if self._widgets is not None and type(ev) not in _FINAL:  # those redraw in _ended
+            self._request_redraw()
+
+    def _started(self, ev: TaskStarted) -> None:
+        tp = self._type(ev.task.task_type)
+        tp.in_flight += 1
+        tp.started += 1
+        self.in_flight = ev.in_flight
+
+    def _finished(self, ev: TaskFinished) -> None:
+        tp = self._type(ev.task.task_type)
+        if ev.status == "cache_hit":
+            tp.cache_hits += 1
+        else:
+            tp.in_flight = max(tp.in_flight - 1, 0)
+            self.in_flight = max(self.in_flight - 1, 0)
+
+    def _advanced(self, ev: PrefixAdvanced) -> None:
+        tp = self._type(ev.task_type)
+        consumed = tp.consumed + 1
+        tp.n_ladder = max(tp.n_ladder, consumed + ev.n_remaining)
+        tp.steps.append(consumed)
+        tp.e_plus.append(ev.e_plus)
+        tp.e_minus.append(ev.e_minus)
+        tp.W, tp.L, tp.action = ev.W, ev.L, ev.action
+
+    def _gate_started(self, ev: GateStarted) -> None:
+        self.params, self.concurrency = ev.params, ev.concurrency
+        for name, n in zip(ev.task_types, ev.ladder_sizes, strict=True):
+            self._type(name).n_ladder = n
+
+    def _decided(self, ev: TypeDecided) -> None:
+        tp = self._type(ev.task_type)
+        tp.action, tp.outcome = ev.outcome.action, ev.outcome
+        tp.n_ladder = max(tp.n_ladder, ev.outcome.n_ladder)
+
+    def _gate_finished(self, ev: GateFinished) -> None:
+        self.result = ev.result
+        self.aborted = getattr(ev.result, "aborted", None) or self.aborted
+        for name, o in ev.result.outcomes.items():
+            tp = self._type(name)
+            tp.action, tp.outcome = o.action, o
+        self.in_flight = 0
+        self._ended()
+
+    def _gate_aborted(self, ev: GateAborted) -> None:
+        self.aborted = ev.reason
+        for tp in self.types.values():
+            tp.in_flight = 0
+        self.in_flight = 0
+        self._ended()
+
+    def _ended(self) -> None:
+        self._t_end = self._clock()
+        self._request_redraw(final=True)
 
     @property
     def finished(self) -> bool:
@@ -385,9 +411,11 @@ class LiveGateView:
 
     def snapshot(self) -> LiveSnapshot:
         """The current state, frozen: every rendering reads one snapshot."""
+        counted = self.calls  # without per-call events the call counts are unknown: None
         rows = tuple({"task_type": name, "consumed": tp.consumed, "n_ladder": tp.n_ladder,
-                      "in_flight": tp.in_flight, "started": tp.started,
-                      "cache_hits": tp.cache_hits, "W": tp.W, "L": tp.L,
+                      "in_flight": tp.in_flight if counted else None,
+                      "started": tp.started if counted else None,
+                      "cache_hits": tp.cache_hits if counted else None, "W": tp.W, "L": tp.L,
                       "e_plus": tp.e_plus[-1] if tp.e_plus else 1.0,
                       "e_minus": tp.e_minus[-1] if tp.e_minus else 1.0,
                       "action": str(tp.action)}
@@ -406,7 +434,9 @@ class LiveGateView:
         end = self._t_end if self._t_end is not None else self._clock()
         elapsed = end - self._t0 if self._t0 is not None else 0.0
         status = (f"gate {state}: {decided}/{len(rows)} types decided · {consumed}/{n_ladder} "
-                  f"units consumed · {self.in_flight} calls in flight · {elapsed:.1f} s")
+                  f"units consumed · "
+                  + (f"{self.in_flight} calls in flight · " if counted else "")
+                  + f"{elapsed:.1f} s")
         return LiveSnapshot(status, state, rows, series, self.params, outcomes, consumed,
                             n_ladder, self.aborted,
                             self.endpoints.stats() if self.endpoints is not None else (),
@@ -579,6 +609,19 @@ class LiveGateView:
         self.source = handle
         async for ev in handle.events():
             self.update(ev)
+
+
+_VIEW_HANDLERS: dict[type, Callable[[LiveGateView, Any], None]] = {
+    GateStarted: LiveGateView._gate_started, TaskStarted: LiveGateView._started,
+    TaskFinished: LiveGateView._finished, PrefixAdvanced: LiveGateView._advanced,
+    TypeDecided: LiveGateView._decided, GateFinished: LiveGateView._gate_finished,
+    GateAborted: LiveGateView._gate_aborted}
+"""One method per event class (a dict lookup, not a chain of isinstance checks per event)."""
+_FINAL = frozenset({GateFinished, GateAborted})
+_DECISION_EVENTS = (GateStarted, PrefixAdvanced, TypeDecided, GateFinished, GateAborted)
+_ALL_EVENTS = (*_DECISION_EVENTS, TaskStarted, TaskFinished)
+"""Every class the view reads; not `TaskProgress` (a gate whose listeners all leave it out
+builds none)."""
 
 
 async def watch(handle: GateHandle, view: LiveGateView | None = None) -> GateResult:
