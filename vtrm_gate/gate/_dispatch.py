@@ -175,23 +175,26 @@ class _HeapOrder(DispatchOrder[LaneT]):
         return self._turn + (k - self._turn) % len(self.lanes)
 
     def _rescore(self) -> None:
+        dead, scored, cursor, lanes = self._dead, self._scored, self.cursor, self.lanes
+        turn, n_lanes = self._turn, len(lanes)
         for k in self._stale:
-            if self._dead[k]:
+            if dead[k]:
                 continue
-            if not self._open(k):
-                self._dead[k] = True
+            lane, rank = lanes[k], cursor[k]
+            if rank >= lane.n or lane.frozen:  # closed (`_open`, inlined: the hot path)
+                dead[k] = True
                 continue
-            state = (self.lanes[k].prefix, self.cursor[k])
-            if self._scored[k] == state:
+            state = (lane.prefix, rank)
+            if scored[k] == state:
                 continue
-            self._scored[k] = state
-            prio = self.policy.priority(self.lanes[k], self.cursor[k])
-            self._version[k] += 1
+            scored[k] = state
+            prio = self.policy.priority(lane, rank)
+            version = self._version[k] = self._version[k] + 1
             if prio is None:
-                self._dead[k] = True
+                dead[k] = True
                 continue
             heapq.heappush(self._by_priority,
-                           (_descending(prio), self._position(k), k, self._version[k]))
+                           (_descending(prio), turn + (k - turn) % n_lanes, k, version))
         self._stale.clear()
 
     def _top(self, heap: list[tuple[Any, int, int, int]], current: list[int]
