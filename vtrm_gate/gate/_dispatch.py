@@ -28,7 +28,8 @@ from ..stats import (
 )
 
 Priority = tuple[float, ...]
-_MEMO_CAP = 1_000_000  # memoised survival probabilities kept per (rule, params)
+_MEMO_CAP = 250_000  # memoised values kept per (rule, params) table; at most _TABLES tables
+_TABLES = 4  # (~150 B an entry: at most ~150 MB, in practice a few MB)
 DispatchName = Literal["round_robin", "need_aware", "expected_need"]
 DISPATCH_NAMES: tuple[DispatchName, ...] = ("round_robin", "need_aware", "expected_need")
 DEFAULT_DISPATCH: DispatchName = "expected_need"
@@ -318,7 +319,7 @@ class NeedAware:
             tables = self._tables
             table = next((t for r, p, t in tables if r == rule and p == params), None)
             if table is None:
-                if len(tables) >= 16:  # a new rule or params per gate: keep the memo small
+                if len(tables) >= _TABLES:  # a new rule or params per gate: keep it small
                     tables.clear()
                 table = {}
                 tables.append((rule, params, table))

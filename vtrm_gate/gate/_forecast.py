@@ -89,7 +89,8 @@ class _Lane:
     n_ladder: int
     state: GateState = field(default_factory=GateState)
     decided: bool = False
-    begun: dict[int, int] = field(default_factory=dict)  # ladder_rank -> arms started or hit
+    begun: dict[int, int] = field(default_factory=dict)  # ladder_rank -> arms started or hit,
+    # for the units past the prefix only (a consumed unit's entry goes: O(in flight), not O(n))
     base_started: int = 0
     base_hits: int = 0
     latency_sum: float = 0.0
@@ -238,6 +239,7 @@ class GateForecast:
         if lane is not None:
             lane.state = GateState(ev.W, ev.L, ev.n_used, ev.ladder_rank + 1, ev.e_plus,
                                    ev.e_minus)
+            lane.begun.pop(ev.ladder_rank, None)  # only units past the prefix are read
             lane.decided = ev.action is not Action.CONTINUE
 
     def _decided(self, ev: TypeDecided) -> None:
