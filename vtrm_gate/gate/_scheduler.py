@@ -123,8 +123,9 @@ def _validate(plans: Sequence[TypePlan], infer: Infer, params: GateParams,
 
 
 def _emission(order: DispatchOrder[_TypeRun]) -> Iterator[tuple[_TypeRun, int, Arm]]:
-    """Lazy order: the policy picks the type (round-robin by default, types sorted by
-    name), one unit per pick, base then cand adjacent; inside a type, ladder order."""
+    """Lazy order: the policy picks the type (`ExpectedNeed` by default; `RoundRobin`, the
+    SPEC's fair order, goes by name), one unit per pick, base then cand adjacent; inside a
+    type, ladder order."""
     for r, i in order:
         yield r, i, "base"
         yield r, i, "cand"
@@ -488,9 +489,10 @@ async def run_gate(plans: Sequence[TypePlan], infer: Infer, params: GateParams |
     """Run the continuous concurrent gate over ``plans`` and return every type's outcome.
 
     Decisions equal `replay_prefix` on the same outcomes whatever the completion order and
-    whichever ``dispatch`` policy picks the next type (`RoundRobin`, `NeedAware`). With
-    ``cancel_after_freeze`` a frozen type's in-flight calls whose answers serve nothing more
-    are cancelled (counted as ``cancelled_in_flight``) instead of finishing: every candidate
+    whichever ``dispatch`` policy picks the next type (`ExpectedNeed`, the default;
+    `RoundRobin`, `NeedAware`). With ``cancel_after_freeze`` a frozen type's in-flight
+    calls whose answers serve nothing more are cancelled (counted as
+    ``cancelled_in_flight``) instead of finishing: every candidate
     call, and the base-arm calls unless a ``baseline`` store is given and the baseline
     survives (not ACCEPT): those finish and fill it for the next step. Once every type has
     decided, the calls still in flight are past every stop: ``past_stop="cancel"`` (the
