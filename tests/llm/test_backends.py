@@ -99,12 +99,17 @@ def step_once(ws: Workspace, target: RedisTarget, epoch: int = 1,
         try:
             cases = await rollout_cases(backend, ws, epoch, step)
             # every gate task dispatched at once and every call finishing (none cancelled
-            # past a stop): the calls made, all cached, do not depend on timing
+            # past a stop): the calls made, all cached, do not depend on timing. Round-robin
+            # starts them all in microseconds, before any answer can freeze a type; the
+            # default's first scores (a search per ladder length) take milliseconds, so an
+            # early answer could freeze a type before its last units start, and the re-run
+            # would start those (a re-run pays for units the first run never started)
             return await run_step(ws, epoch, step, infer=backend.infer,
                                   evolver=backend.evolver, cases=cases,
                                   cache_stats=backend.cache_stats,
                                   options=RunOptions(concurrency=256, past_stop="wait",
-                                                     cancel_after_freeze=False))
+                                                     cancel_after_freeze=False,
+                                                     dispatch="round_robin"))
         finally:
             await backend.aclose()
 
@@ -372,8 +377,10 @@ def test_cli_init_llm_then_step_then_rerun(tmp_path: Path, chat_server: ChatServ
     assert "created llm workspace" in r.stdout
     env = {"REDIS_URL": redis_target.url, "VTRM_CACHE_PREFIX": redis_target.prefix,
            "OPENAI_API_KEY": SECRET}
+    # every task started before any answer (see step_once): the re-run asks nothing again
     step = ("step", "--workspace", str(ws), "--epoch", "1", "--step", "1",
-            "--concurrency", "256")
+            "--concurrency", "256", "--dispatch", "round_robin", "--past-stop", "wait",
+            "--no-cancel-after-freeze")
     r = cli(*step, "--json", cwd=tmp_path, env=env)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
