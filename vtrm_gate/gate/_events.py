@@ -192,11 +192,6 @@ class _Bus:
         self.dropped = [0] * len(self._subs)
         self.errors = [0] * len(self._subs)
 
-    @property
-    def active(self) -> bool:
-        """Anyone listening? The scheduler builds no event object when nobody is."""
-        return bool(self._subs or self._inline)
-
     def wants(self, kind: type[GateEvent]) -> bool:
         """Does anyone take events of ``kind`` (an inline recorder takes all)?"""
         return bool(self._inline) or any(kind in k for k in self._kinds)
