@@ -176,26 +176,24 @@ class _HeapOrder(DispatchOrder[LaneT]):
         return self._turn + (k - self._turn) % len(self.lanes)
 
     def _rescore(self) -> None:
-        dead, scored, cursor, lanes = self._dead, self._scored, self.cursor, self.lanes
-        turn, n_lanes = self._turn, len(lanes)
         for k in self._stale:
-            if dead[k]:
+            if self._dead[k]:
                 continue
-            lane, rank = lanes[k], cursor[k]
-            if rank >= lane.n or lane.frozen:  # closed (`_open`, inlined: the hot path)
-                dead[k] = True
+            if not self._open(k):
+                self._dead[k] = True
                 continue
+            lane, rank = self.lanes[k], self.cursor[k]
             state = (lane.prefix, rank)
-            if scored[k] == state:
+            if self._scored[k] == state:
                 continue
-            scored[k] = state
+            self._scored[k] = state
             prio = self.policy.priority(lane, rank)
-            version = self._version[k] = self._version[k] + 1
+            self._version[k] += 1
             if prio is None:
-                dead[k] = True
+                self._dead[k] = True
                 continue
             heapq.heappush(self._by_priority,
-                           (_descending(prio), turn + (k - turn) % n_lanes, k, version))
+                           (_descending(prio), self._position(k), k, self._version[k]))
         self._stale.clear()
 
     def _top(self, heap: list[tuple[Any, int, int, int]], current: list[int]
