@@ -203,8 +203,8 @@ class _Gate:
     def _start_bus(self) -> None:
         bus = self.bus
         bus.start()
-        self.started_events, self.finished_events = bus.wants(TaskStarted), bus.wants(
-            TaskFinished)
+        self.started_events = bus.wants(TaskStarted)
+        self.finished_events = bus.wants(TaskFinished)
         self.progress_events = bus.wants(TaskProgress)
         self.prefix_events = self.sink is not None or bus.wants(PrefixAdvanced)
         bus.publish(GateStarted(self.now(), tuple(r.plan.task_type for r in self.runs),

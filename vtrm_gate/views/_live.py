@@ -618,10 +618,10 @@ _VIEW_HANDLERS: dict[type, Callable[[LiveGateView, Any], None]] = {
     GateAborted: LiveGateView._gate_aborted}
 """One method per event class (a dict lookup, not a chain of isinstance checks per event)."""
 _FINAL = frozenset({GateFinished, GateAborted})
-_DECISION_EVENTS = (GateStarted, PrefixAdvanced, TypeDecided, GateFinished, GateAborted)
-_ALL_EVENTS = (*_DECISION_EVENTS, TaskStarted, TaskFinished)
-"""Every class the view reads; not `TaskProgress` (a gate whose listeners all leave it out
-builds none)."""
+_ALL_EVENTS = tuple(_VIEW_HANDLERS)
+"""Every class the view reads (its handlers'); not `TaskProgress` (a gate whose listeners all
+leave it out builds none)."""
+_DECISION_EVENTS = tuple(k for k in _ALL_EVENTS if k not in (TaskStarted, TaskFinished))
 
 
 async def watch(handle: GateHandle, view: LiveGateView | None = None) -> GateResult:
