@@ -151,8 +151,10 @@ def _listened(plans: list[TypePlan], kind: str | None) -> Any:
             handle = launch(plans, _noop, NEVER_STOP, 32)
             await handle
             return handle
-        subs = {"view": [LiveGateView()], "light": [LiveGateView(calls=False)],
-                "noop": [lambda ev: None]}.get(kind or "", [])
+        # only the variant's own subscriber is built (not every variant's, every time)
+        make = {"view": LiveGateView, "light": lambda: LiveGateView(calls=False),
+                "noop": lambda: (lambda ev: None)}.get(kind or "")
+        subs = [make()] if make is not None else []
         res = await run_gate(plans, _noop, NEVER_STOP, 32, subscribers=subs)
         return res, subs
 

@@ -280,8 +280,9 @@ POLICIES: dict[str, tuple[str, bool, str]] = {
     "expected_need": ("expected_need", False, "cancel"),
     "expected_need+cancel": ("expected_need", True, "cancel"),
 }
+_DEFAULTS = RunOptions()
 DEFAULT_POLICY = next(name for name, p in POLICIES.items() if p == (
-    RunOptions().dispatch, RunOptions().cancel_after_freeze, RunOptions().past_stop))
+    _DEFAULTS.dispatch, _DEFAULTS.cancel_after_freeze, _DEFAULTS.past_stop))
 """The row of `RunOptions`' defaults (expected_need, cancel_after_freeze on, past_stop
 cancel), marked ``(default)``."""
 
