@@ -676,10 +676,11 @@ def test_expected_need_scores_the_expected_units_left_and_is_found_by_name():
         ExpectedNeed(horizon=0)
 
 
+@dataclass(frozen=True)
 class CountingMeasureAll(MeasureAll):
-    """`MeasureAll`, counting the state updates a policy asks of it."""
+    """`MeasureAll`, counting the state updates a policy asks of it (as `CountingBetting`)."""
 
-    updates: ClassVar[list[int]] = [0]
+    updates: list[int] = field(default_factory=lambda: [0], compare=False)
 
     def update(self, state, pair, params):
         self.updates[0] += 1
@@ -702,10 +703,10 @@ def test_a_rule_that_cannot_stop_early_is_scored_without_a_search(policy):
     params = GateParams()
     for n, rank in [(30, 0), (30, 7), (40, 0), (40, 20), (40, 39), (9, 3)]:
         lane = FakeLane(n)
-        CountingMeasureAll.updates[0] = 0
-        lane.test = SequentialTest(n, params, CountingMeasureAll())
+        counting = CountingMeasureAll()
+        lane.test = SequentialTest(n, params, counting)
         fast = policy.priority(lane, rank)
-        assert CountingMeasureAll.updates[0] == 0
+        assert counting.updates[0] == 0
         lane.test = SequentialTest(n, params, SearchedMeasureAll())
         assert fast == pytest.approx(policy.priority(lane, rank), rel=1e-12)
         assert fast == ((1.0, n - rank) if type(policy) is NeedAware
