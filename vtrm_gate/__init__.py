@@ -32,6 +32,8 @@ __all__ = [  # noqa: RUF022 - grouped by audience, alphabetical within a group
     "RunOptions", "UNSET", "resolve_options", "open_backend", "step_workspace",
     "step_workspace_sync", "train_workspace", "train_workspace_sync", "settle_workspace",
     "settle_workspace_sync",
+    # reading a workspace in a notebook (vtrm_gate.views)
+    "open_workspace",
     # bring your own agent, and the response cache
     "AgentBackend", "BackendContext", "BackendError", "ResponseCache", "cached_infer",
     "__version__",
@@ -51,6 +53,7 @@ _HOME = {
                      "settle_workspace_sync"), "backends"),
     **dict.fromkeys(("AgentBackend", "BackendContext"), "llm"),
     **dict.fromkeys(("ResponseCache", "cached_infer"), "cache"),
+    "open_workspace": "views",
 }
 
 

@@ -7,6 +7,8 @@ polars frames, and the design-review deck (`vtrm_gate.views.review`, ``make figu
 - `_figures`, `_train_figures`: the figures (`GateFigure`: self-displaying, 1280x720)
 - `_explore`: `explore()`, sliders over the gate's parameters with exact OC
 - `_frames`: polars frames of outcomes, trajectories, counters, events, OC grids
+- `_workspace`: `open_workspace` (a workspace read-only: its tables and figures), its
+  status, two runs compared, every table exported
 """
 
 from __future__ import annotations
@@ -62,3 +64,8 @@ from ._style import type_colour as type_colour
 from ._train_figures import plot_phase_times as plot_phase_times
 from ._train_figures import plot_power_frontier as plot_power_frontier
 from ._train_figures import plot_training_curve as plot_training_curve
+from ._workspace import WorkspaceView as WorkspaceView
+from ._workspace import compare_runs as compare_runs
+from ._workspace import export_tables as export_tables
+from ._workspace import open_workspace as open_workspace
+from ._workspace import run_status as run_status

@@ -40,7 +40,8 @@ def _decision_rows(ax: Axes, d: pl.DataFrame) -> None:
 
 
 def _curve_panel(ax: Axes, t: str, d: pl.DataFrame, n: int | None) -> None:
-    ax.plot(d["epoch"], d["true"], "-", color=V3, lw=2, label="true (simulator)")
+    if d["true"].null_count() < d.height:  # a real workspace has no true accuracy
+        ax.plot(d["epoch"], d["true"], "-", color=V3, lw=2, label="true (simulator)")
     ax.plot(d["epoch"], d["measured"], "--", color=MUTED, lw=1.6, marker="o", ms=3,
             label="measured on the held-out split")
     _decision_rows(ax, d)
@@ -84,37 +85,43 @@ def plot_training_curve(curve: pl.DataFrame, cols: int = 4, *,
     fig.supylabel("accuracy", fontsize="small")
     _legend(fig)
     first, last = curve["epoch"].min(), curve["epoch"].max()
-    t0 = curve.filter(pl.col("epoch") == first)["true"].mean()
-    t1 = curve.filter(pl.col("epoch") == last)["true"].mean()
+    y = "true" if curve["true"].null_count() < curve.height else "measured"
+    t0 = curve.filter(pl.col("epoch") == first)[y].mean()
+    t1 = curve.filter(pl.col("epoch") == last)[y].mean()
     up = curve.filter(pl.col("epoch") == last).join(
         curve.filter(pl.col("epoch") == first), on="task_type", suffix="_0").filter(
-        pl.col("true") > pl.col("true_0") + 0.01).height
-    fig.suptitle(f"Training run: mean true accuracy {t0:.1%} → {t1:.1%} over {last} epochs; "
-                 f"{up} of {len(types)} types improved", x=0.01, ha="left")
+        pl.col(y) > pl.col(f"{y}_0") + 0.01).height
+    what = "true" if y == "true" else "held-out"
+    fig.suptitle(f"Training run: mean {what} accuracy {t0:.1%} → {t1:.1%} over {last} epochs;"
+                 f" {up} of {len(types)} types improved", x=0.01, ha="left")
     return fig
 
 
 @styled
-def plot_phase_times(old: Mapping[str, float], new: Mapping[str, float]) -> GateFigure:
-    """Side-by-side bars: simulated hours per phase, old serial (grey) vs v3 (blue)."""
+def plot_phase_times(old: Mapping[str, float] | None, new: Mapping[str, float], *,
+                     unit: str = "simulated hours (virtual clock)") -> GateFigure:
+    """Side-by-side bars: hours per phase, old serial (grey) vs v3 (blue); ``old`` None (a
+    real run, no simulator to replay the old gate on): v3's bars alone."""
     fig = new_figure(SLIDE)
     ax = fig.subplots()
     phases = list(new)
     x = np.arange(len(phases))
-    for dx, times, label, colour in ((-0.2, old, "old serial gate and phases", OLD),
-                                     (0.2, new, "v3: one shared slot pool", V3)):
+    series: list[tuple[float, Mapping[str, float], str, str]] = (
+        [(-0.2, old, "old serial gate and phases", OLD)] if old is not None else [])
+    series.append((0.2 if series else 0.0, new, "v3: one shared slot pool", V3))
+    for dx, times, label, colour in series:
         bars = ax.bar(x + dx, [times[p] / 3600 for p in phases], 0.4, label=label,
                       color=colour, gid=f"phase:{label}")
         ax.bar_label(bars, fmt="%.1f h", padding=2)
     ax.set_xticks(x, phases)
     ax.set_xlabel("phase of the training run (summed over every step and epoch)")
-    ax.set_ylabel("simulated hours (virtual clock)")
-    tot_o, tot_n = sum(old.values()) / 3600, sum(new.values()) / 3600
+    ax.set_ylabel(unit)
+    tot_o, tot_n = sum((old or {}).values()) / 3600, sum(new.values()) / 3600
     ax.set_title(f"The training run takes {tot_n:.1f} h with v3 vs {tot_o:.1f} h with the old "
-                 f"serial gate (×{tot_o / tot_n:.1f})" if tot_n else
-                 "Training run time per phase", loc="left")
+                 f"serial gate (×{tot_o / tot_n:.1f})" if tot_n and old is not None else
+                 f"The training run takes {tot_n:.2f} h with v3 (time per phase)", loc="left")
     ax.legend(loc="upper right")
-    ax.set_ylim(0, max([*old.values(), *new.values(), 1.0]) / 3600 * 1.12)
+    ax.set_ylim(0, max([*(old or {}).values(), *new.values(), 1.0]) / 3600 * 1.12)
     return fig
 
 
