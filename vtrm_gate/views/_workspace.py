@@ -143,7 +143,7 @@ class WorkspaceView:
         """Where the run stands (`run_status`)."""
         return run_status(self.reload().ws)
 
-    def export(self, out: str | Path, fmt: str = "parquet") -> list[Path]:
+    def export(self, out: str | Path, fmt: str = "parquet") -> dict[str, tuple[Path, int]]:
         """Every table to ``out/<table>.<fmt>`` (`export_tables`)."""
         return export_tables(self.ws, out, fmt)
 
@@ -221,24 +221,28 @@ def step_outcomes(ws: Workspace, epoch: int, step: int
 # ---- export ---------------------------------------------------------------------------------
 
 
-def export_tables(workspace: Workspace, out: str | Path, fmt: str = "parquet") -> list[Path]:
+def export_tables(workspace: Workspace, out: str | Path, fmt: str = "parquet"
+                  ) -> dict[str, tuple[Path, int]]:
     """Write every log table to ``out/<table>.<fmt>`` (Parquet or CSV; the columns of
     `vtrm_gate.harness.TABLES`, docs/api.md). Each file appears whole (written aside, then
-    renamed). Returns the files written."""
+    renamed). Returns ``{table: (file, rows written)}``."""
     if fmt not in EXPORT_FORMATS:
         raise ValueError(f"format must be one of {', '.join(EXPORT_FORMATS)}, got {fmt!r}")
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise WorkspaceError(f"{out}: exists and is not a directory")
     out.mkdir(parents=True, exist_ok=True)
-    files = []
+    files = {}
     for t in TABLES:
         df = workspace.log.frame(t)
         path = out / f"{t}.{fmt}"
         tmp = path.with_name(f".{path.name}.tmp")
-        df.write_parquet(tmp) if fmt == "parquet" else df.write_csv(tmp)
+        if fmt == "parquet":
+            df.write_parquet(tmp)
+        else:
+            df.write_csv(tmp)
         tmp.replace(path)
-        files.append(path)
+        files[t] = (path, df.height)
     return files
 
 
