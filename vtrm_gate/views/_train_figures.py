@@ -204,3 +204,65 @@ def _frontier_claim(result: Mapping[str, object], summary: list[dict]) -> str:
                 f"serial gate's accuracy in {pct:.0f}% of its time\n(step for step: "
                 f"{speed:.0f}× faster at {signed(default, old)} points)")
     return f"{head}; {runs}, 95% intervals over seeds"
+
+
+PROGRESS_BARS = (("accepted", EXIT_COLOURS["ACCEPT"], "ACCEPTed"),
+                 ("provisional", EXIT_COLOURS["PROVISIONAL"], "PROVISIONAL (on probation)"),
+                 ("kept", V3, "kept by a settlement"), ("rolled_back", BAD, "rolled back"))
+
+
+@styled
+def plot_train_progress(points: pl.DataFrame) -> GateFigure:
+    """A training run so far, one x position per finished step, settlement and evaluation
+    (`TrainCurveView.frame`): above, the mean true accuracy of the standing skills
+    (simulated) and the held-out accuracy each evaluation measured; below, each point's
+    decisions."""
+    fig = new_figure(SLIDE)
+    top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(3, 1))
+    x = points["i"].to_numpy()
+    true = points["true"].cast(pl.Float64).to_numpy()
+    if points.height and points["true"].null_count() < points.height:
+        top.plot(x, 100 * true, "-o", color=V3, lw=2, ms=4, label="mean true accuracy "
+                 "(simulator)")
+    ev = points.filter(pl.col("measured").is_not_null())
+    if ev.height:
+        top.plot(ev["i"], 100 * ev["measured"], "--s", color=MUTED, lw=1.6, ms=6,
+                 label="held-out accuracy (measured at each epoch's end)")
+    top.set_ylabel("accuracy, %")
+    top.grid(True, alpha=0.4)
+    if top.lines:
+        top.legend(loc="best")
+    bottom_ = np.zeros(points.height)
+    for name, colour, label in PROGRESS_BARS:
+        ys = points[name].fill_null(0).to_numpy()
+        bottom.bar(x, ys, 0.7, bottom=bottom_, color=colour, label=label, gid=f"bar:{name}")
+        bottom_ = bottom_ + ys
+    bottom.set_ylabel("types")
+    bottom.set_xlabel("the start, then finished steps, settlements (s) and evaluations (e)")
+    bottom.legend(loc="upper left", ncols=4, fontsize="small")
+    bottom.set_ylim(0, max(bottom_.max(initial=0), 1) * 1.6)
+    ticks = [(i, f"e{e}s{s}" if k == "step" else "start" if k == "start" else k[0])
+             for i, k, e, s in points.select("i", "kind", "epoch", "step").iter_rows()]
+    if ticks:
+        step = max(1, len(ticks) // 24)  # at most ~24 labels
+        bottom.set_xticks([i for i, _ in ticks[::step]], [t for _, t in ticks[::step]],
+                          fontsize="small", rotation=90)
+    top.set_title(_progress_claim(points), loc="left")
+    return fig
+
+
+def _progress_claim(points: pl.DataFrame) -> str:
+    """The title: where the run is and how accuracy moved so far."""
+    last = points.row(-1, named=True) if points.height else {"kind": "start"}
+    if last["kind"] == "start":
+        return "Training run: waiting for the first step"
+    where = (f"e{last['epoch']} s{last['step']}" if last["kind"] == "step"
+             else f"epoch {last['epoch']} {'settled' if last['kind'] == 'settle' else 'evaluated'}")
+    true = points["true"].drop_nulls()
+    if true.len():
+        return (f"Training run after {where}: mean true accuracy {true[0]:.1%} → "
+                f"{true[-1]:.1%} ({points.height} points)")
+    measured = points["measured"].drop_nulls()
+    if measured.len():
+        return f"Training run after {where}: held-out accuracy {measured[-1]:.1%}"
+    return f"Training run after {where}"
