@@ -11,8 +11,6 @@ from typing import Any
 from ._args import emit
 from ._table import Column, render, terminal_width, wrap
 
-LETTERS = {"ACCEPT": "A", "PROVISIONAL": "P", "INERTIA": "I", "FUTILE": "F", "REJECT": "R"}
-
 
 def register(sub: Any) -> None:
     """Add ``compare`` to the ``vtrm-gate`` subcommands."""
@@ -32,11 +30,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def decisions_cell(counts: Mapping[str, int] | None) -> str:
-    """Decision counts as letters: ``A2 P1 F3`` (ACCEPT 2, PROVISIONAL 1, FUTILE 3)."""
-    return " ".join(f"{LETTERS.get(a, a)}{n}" for a, n in (counts or {}).items() if n) or "-"
-
-
 def _pct(v: float | None, signed: bool = False) -> str:
     if v is None:
         return ""
@@ -45,6 +38,8 @@ def _pct(v: float | None, signed: bool = False) -> str:
 
 def compare_text(d: Mapping[str, Any], width: int) -> str:
     """Per type and overall: accuracy (%) of A and B and B - A, calls, decisions."""
+    from ..views import decision_letters as decisions_cell
+
     rows = [(t, r["a"] or {}, r["b"] or {}, r["accuracy_diff"]) for t, r in d["types"].items()]
     oa, ob = d["a"]["overall"], d["b"]["overall"]
     rows.append(("overall", oa, ob, d["diff"]["accuracy"]))

@@ -70,6 +70,7 @@ from ._train_figures import plot_train_progress as plot_train_progress
 from ._train_figures import plot_training_curve as plot_training_curve
 from ._workspace import WorkspaceView as WorkspaceView
 from ._workspace import compare_runs as compare_runs
+from ._workspace import decision_letters as decision_letters
 from ._workspace import export_tables as export_tables
 from ._workspace import open_workspace as open_workspace
 from ._workspace import run_status as run_status

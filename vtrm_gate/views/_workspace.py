@@ -355,6 +355,16 @@ def _final_accuracy(ws: Workspace, world: Any) -> tuple[dict[str, float | None],
             f"held-out accuracy after epoch {last}")
 
 
+DECISION_LETTERS = {"ACCEPT": "A", "PROVISIONAL": "P", "INERTIA": "I", "FUTILE": "F",
+                    "REJECT": "R"}
+
+
+def decision_letters(counts: Mapping[str, int] | None) -> str:
+    """Decision counts in a few letters: ``A2 P1 F3`` (ACCEPT 2, PROVISIONAL 1, FUTILE 3)."""
+    return " ".join(f"{DECISION_LETTERS.get(a, a)}{n}" for a, n in (counts or {}).items()
+                    if n) or "-"
+
+
 def compare_runs(a: str | Path, b: str | Path) -> dict[str, Any]:
     """Two workspaces side by side (`run_numbers` of each), per type and overall, with the
     differences B - A of accuracy, time and calls."""
