@@ -200,3 +200,13 @@ def test_export_into_a_file_is_refused_and_the_file_kept(trained_workspace, tmp_
     r = cli("export", "--workspace", str(trained_workspace[0]), "--out", str(target))
     assert r.returncode == 2 and "exists and is not a directory" in r.stderr
     assert r.stderr.count("\n") == 1 and target.read_text() == "keep me"
+
+
+def test_docs_list_every_exported_table_with_its_columns():
+    from vtrm_gate.harness._log import SCHEMA
+
+    api = (ROOT / "docs" / "api.md").read_text()
+    for table, (cols, _) in SCHEMA.items():
+        row = next((ln for ln in api.splitlines() if ln.startswith(f"| `{table}` |")), None)
+        assert row is not None, f"docs/api.md lists no exported table {table}"
+        assert row.rstrip(" |").rsplit("| ", 1)[1] == ", ".join(c for c, _ in cols), table
