@@ -12,7 +12,7 @@ from __future__ import annotations
 import html
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 
@@ -135,7 +135,7 @@ class WorkspaceView:
     def trajectories(self, epoch: int, step: int, layout: str = "overview") -> GateFigure:
         """The E+/E− trajectories of the gate of step (epoch, step), from its gate evidence."""
         outcomes, params = step_outcomes(self.ws, epoch, step)
-        return plot_trajectories(outcomes, params, layout=layout)
+        return cast(GateFigure, plot_trajectories(outcomes, params, layout=layout))
 
     # ---- summaries ------------------------------------------------------------------------
 
@@ -322,7 +322,7 @@ def run_numbers(ws: Workspace) -> dict[str, Any]:
     dec = ws.log.frame("step_report", "step >= 1 AND action IS NOT NULL")
     pred = ws.log.frame("predictions")
     timings = ws.log.frame("timings")
-    types = {}
+    types: dict[str, dict[str, Any]] = {}
     for t in ws.task_types:
         d, p = dec.filter(pl.col("task_type") == t), pred.filter(pl.col("task_type") == t)
         types[t] = {"decisions": dict(sorted(d["action"].value_counts().iter_rows())),
@@ -348,7 +348,7 @@ def _final_accuracy(ws: Workspace, world: Any) -> tuple[dict[str, float | None],
     ev = ws.log.frame("evaluation", "epoch >= 0")
     if not ev.height:
         return dict.fromkeys(ws.task_types), "none (no held-out evaluation recorded)"
-    last = ev["epoch"].max()
+    last = cast(int, ev["epoch"].max())
     rows = dict(ev.filter(pl.col("epoch") == last).select("task_type", "acc_current")
                 .iter_rows())
     return ({t: rows.get(t) for t in ws.task_types},
