@@ -60,7 +60,8 @@ FIGURES = {"01_launch_gate_step.ipynb": 2, "02_prefix_vs_block_replay.ipynb": 1,
            "07_open_a_workspace.ipynb": 4}
 """Figures each notebook shows (images in its outputs; 01: the live view's final PNG and
 the overview; 05: the explorer's; 07: show_train's finished curve and three figures)."""
-RUN_S = {"01_launch_gate_step.ipynb": 240, "06_training_run.ipynb": 300}
+RUN_S = {"01_launch_gate_step.ipynb": 240, "06_training_run.ipynb": 300,
+         "07_open_a_workspace.ipynb": 300}
 
 
 @pytest.fixture(scope="module")

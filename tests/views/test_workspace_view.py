@@ -100,6 +100,24 @@ def test_figures_display_themselves_in_the_deck_style(trained_workspace):
     assert f"{res.total_s / 3600:.1f} h with v3" in phases.axes[0].get_title(loc="left")
 
 
+def test_without_a_simulator_the_figures_show_what_was_measured(trained_workspace):
+    from vtrm_gate.views import plot_phase_times, plot_training_curve
+
+    with open_workspace(trained_workspace[0]) as view:
+        curve = view.curve().with_columns(pl.lit(None, pl.Float64).alias("true"))
+        from vtrm_gate.views._workspace import phase_seconds
+
+        new = phase_seconds(view.timings)
+    fig = plot_training_curve(curve)
+    assert "mean held-out accuracy" in fig._suptitle.get_text()
+    assert not any(ln.get_label() == "true (simulator)" for ax in fig.axes for ln in ax.lines)
+    bars = plot_phase_times(None, new, unit="hours (loop clock)")
+    title = bars.axes[0].get_title(loc="left")
+    assert "old serial" not in title and f"{sum(new.values()) / 3600:.2f} h with v3" in title
+    for f in (fig, bars):
+        assert figure_problems(f) == []
+
+
 def test_a_step_that_never_ran_is_named(trained_workspace):
     with open_workspace(trained_workspace[0]) as view, pytest.raises(
             WorkspaceError, match=r"e9_s1\.json: missing; step e9 s1 has not been run"):
