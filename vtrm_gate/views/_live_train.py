@@ -193,8 +193,8 @@ def show_train(workspace: Any, epochs: int, steps_per_epoch: int, options: Any =
 
         run = train_workspace_sync(workspace, epochs, steps_per_epoch,
                                    options or RunOptions(), on_event=both, **kw)
-        if display:
-            view._draw()  # the finished curve: the image the saved notebook keeps
         return run, view
     finally:
+        if view._handle is not None:
+            view._draw()  # the last state (finished, or where it failed): the saved image
         view.close()
