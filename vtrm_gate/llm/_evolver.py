@@ -11,14 +11,22 @@ from .._ids import evolve_run_id
 from ..cache import KeyParts, protocol_failure, validate_response
 from ..errors import CandidateRefused, EvolveError, LLMInfraError, RepeatedCandidate
 from ..harness import candidate_problem
-from ._agent import MCQ, LLMAgent, _content
+from ._agent import MCQ, VIDEO_TASK, LLMAgent, _content
 from ._replies import finish_reason
 
 # ---- the evolver ----------------------------------------------------------------------
 
-EVOLVE_SYSTEM = ("You improve the skill file that an agent follows as its instructions when it "
-                 "answers multiple-choice questions about a video. Reply with the complete new "
-                 "skill file in Markdown and nothing else.")
+EVOLVE_PREFIX = "You improve the skill file that an agent follows as its instructions"
+"""How every evolution prompt's system message starts (a test server tells them by it)."""
+
+
+def evolve_system(task: str) -> str:
+    """The evolver's system message for agents that answer ``task``."""
+    return (f"{EVOLVE_PREFIX} when it answers {task}. Reply with the complete new skill file "
+            f"in Markdown and nothing else.")
+
+
+EVOLVE_SYSTEM = evolve_system(VIDEO_TASK)
 EVOLVE_TASK = ("Write an improved skill file for this question type: keep what works, fix what "
                "made the agent fail on the cases above, and do not propose any rejected "
                "candidate again (nor a close variant of one).")
@@ -117,7 +125,8 @@ class LLMEvolver:
                       for i, r in enumerate(kept, 1)]
             parts.append("")
         parts.append(EVOLVE_TASK)
-        return [{"role": "system", "content": EVOLVE_SYSTEM},
+        task = self.agent.task_framing(any(c.mcq.media is not None for c in cases))
+        return [{"role": "system", "content": evolve_system(task)},
                 {"role": "user", "content": "\n".join(parts)}]
 
     async def evolve(self, task_type: str, current_skill: str, rejected: Sequence[str],
