@@ -26,8 +26,9 @@
     │   │       │                           units directory, over a cap, not an image)
     │   │       └── MediaChangedError       a frame's bytes changed since its reference
     │   └── EvolveError                     the evolver could not propose a candidate
-    ├── RepeatedCandidate                   the evolver kept re-proposing rejected candidates
-    │                                       (a signal: the type is skipped for the step)
+    ├── CandidateRefused                    the evolver's reply is not a skill to gate (a
+    │   │                                   signal: the type is skipped for the step)
+    │   └── RepeatedCandidate               it kept re-proposing rejected candidates
     └── CasesUnavailable                    a type's rollout could not be measured (a signal
                                             a case source raises; the type is
                                             ``rollout_error``, never ``no_cases``)
@@ -166,6 +167,9 @@ class StepUnmeasuredError(InfraError):
 class LLMInfraError(InfraError):
     """A chat call failed for good (retries exhausted, or a non-retryable status)."""
 
+    status: int | None = None
+    """The HTTP status of the reply that ended the call, when one came (a 400, a 401...)."""
+
 
 class ContextOverflowError(LLMInfraError):
     """The server refused the conversation as longer than the model's context: the agent
@@ -186,7 +190,14 @@ class MediaChangedError(MediaError):
     """A frame file's bytes differ from the hash its reference (and cache key) holds."""
 
 
-class RepeatedCandidate(VtrmError):
+class CandidateRefused(VtrmError):
+    """Every sample the evolver gave (the first and its bounded retries) failed the candidate
+    check (`vtrm_gate.harness.candidate_problem`: empty, unchanged, a rejected one, a chat
+    reply, far too short, over the size cap): the type is ``skipped`` for the step with this
+    message as its note, nothing is gated and no cooldown is charged."""
+
+
+class RepeatedCandidate(CandidateRefused):
     """Every sample the evolver gave (the first and its bounded retries) repeats a rejected
     candidate: not a failure of the backend, so the type is ``skipped`` for the step (with
     this message as its note) and the training run goes on."""

@@ -300,16 +300,23 @@ class RunOptions:
             out[f.name] = v
         return out
 
-    def explain(self) -> list[tuple[str, Any, str]]:
-        """(key, value, where it came from) for every option, nested keys dotted."""
+    def explain(self, agent: Mapping[str, Any] | None = None) -> list[tuple[str, Any, str]]:
+        """(key, value, where it came from) for every option, nested keys dotted; a budget
+        not given shows the value a run uses (`max_tokens`, with the workspace ``agent``)."""
+        budgets = self.max_tokens(agent)
+        legacy = _whole((agent or {}).get("max_tokens"))
         rows = []
         for key, value in self.as_dict().items():
             items = value.items() if isinstance(value, dict) else [(None, value)]
             for sub, v in items:
                 name = key if sub is None else f"{key}.{sub}"
-                shown = self.slots if name == "concurrency" else v
-                default = ("default (32, or the endpoints' summed caps)"
-                           if name == "concurrency" else "default")
+                shown, default = v, "default"
+                if name == "concurrency":
+                    shown, default = self.slots, "default (32, or the endpoints' summed caps)"
+                elif name in MAX_TOKENS_FIELDS and v is None:
+                    shown = budgets[name.removeprefix("max_tokens_")]
+                    if legacy and name != "max_tokens_evolve":
+                        default = "workspace agent.max_tokens"
                 rows.append((name, shown, self.sources.get(name, default)))
         return rows
 

@@ -75,6 +75,10 @@ APPLIED: dict[str, tuple[Callable[[Path], str | None], Check]] = {
         _agent(ws).get("media", {}).get("max_frames") == 3)),
     "--max-side": (lambda t: "256", lambda ws, t: _check(
         _agent(ws).get("media", {}).get("max_side") == 256)),
+    "--task-description": (lambda t: "multiple-choice questions about a chest X-ray",
+                           lambda ws, t: _check(
+        _agent(ws)["task_description"] == "multiple-choice questions about a chest X-ray"
+        and "about a chest X-ray; this skill" in ws.skill_text("OCR Problems"))),
     "--backend": (lambda t: "tests.cli.test_init_flags:factory", lambda ws, t: _check(
         _agent(ws)["backend"] == "tests.cli.test_init_flags:factory")),
     "--json": (lambda t: None, lambda ws, t: None),

@@ -32,6 +32,7 @@ from vtrm_gate.llm import (
     MCQ,
     ROLLOUT_UNITS,
     ErrorCase,
+    LLMAgent,
     LLMBackend,
     LLMEvolver,
     RetryPolicy,
@@ -93,23 +94,23 @@ def step_once(ws: Workspace, target: RedisTarget, epoch: int = 1,
               step: int = 1) -> tuple[StepResult, ResponseCache]:
     """One LLM step through a fresh backend (fresh cache counters) on the test's prefix."""
     cache = ResponseCache(target.url, prefix=target.prefix)
-    backend = llm_backend(ws, cache=cache, api_key=SECRET, env={}, retry=FAST)
+    # every gate task dispatched at once and every call finishing (none cancelled past a
+    # stop): the calls made, all cached, do not depend on timing. Round-robin starts them all
+    # in microseconds, before any answer can freeze a type; the default's first scores (a
+    # search per ladder length) take milliseconds, so an early answer could freeze a type
+    # before its last units start, and the re-run would start those (a re-run pays for units
+    # the first run never started). Fixed caps, not adaptive ones: an adaptive endpoint
+    # admits 2 calls at first, so the same race would decide what starts.
+    options = RunOptions(concurrency=256, past_stop="wait", cancel_after_freeze=False,
+                         dispatch="round_robin", adaptive=False)
+    backend = llm_backend(ws, options, cache=cache, api_key=SECRET, env={}, retry=FAST)
 
     async def go() -> StepResult:
         try:
             cases = await rollout_cases(backend, ws, epoch, step)
-            # every gate task dispatched at once and every call finishing (none cancelled
-            # past a stop): the calls made, all cached, do not depend on timing. Round-robin
-            # starts them all in microseconds, before any answer can freeze a type; the
-            # default's first scores (a search per ladder length) take milliseconds, so an
-            # early answer could freeze a type before its last units start, and the re-run
-            # would start those (a re-run pays for units the first run never started)
             return await run_step(ws, epoch, step, infer=backend.infer,
                                   evolver=backend.evolver, cases=cases,
-                                  cache_stats=backend.cache_stats,
-                                  options=RunOptions(concurrency=256, past_stop="wait",
-                                                     cancel_after_freeze=False,
-                                                     dispatch="round_robin"))
+                                  cache_stats=backend.cache_stats, options=options)
         finally:
             await backend.aclose()
 
@@ -243,8 +244,7 @@ def test_evolver_prompt_holds_skill_cases_and_rejected_buffer() -> None:
     async def none(*_: Any) -> list[ErrorCase]:
         return []
 
-    ev = LLMEvolver.__new__(LLMEvolver)
-    LLMEvolver.__init__(ev, agent=type("A", (), {"model": "m"})(), error_cases=none)
+    ev = LLMEvolver(LLMAgent({}, base_url="http://127.0.0.1:9/v1", model="m"), none)
     case = ErrorCase("u1", MCQ("What moves?", ("a cat", "a dog"), "B"), "A")
     user = ev.messages("OCR", "# current", [case], ["# old one", "# old two"])[1]["content"]
     assert "<current_skill>\n# current\n</current_skill>" in user
@@ -380,7 +380,7 @@ def test_cli_init_llm_then_step_then_rerun(tmp_path: Path, chat_server: ChatServ
     # every task started before any answer (see step_once): the re-run asks nothing again
     step = ("step", "--workspace", str(ws), "--epoch", "1", "--step", "1",
             "--concurrency", "256", "--dispatch", "round_robin", "--past-stop", "wait",
-            "--no-cancel-after-freeze")
+            "--no-cancel-after-freeze", "--no-adaptive")
     r = cli(*step, "--json", cwd=tmp_path, env=env)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)

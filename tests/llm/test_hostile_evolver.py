@@ -117,3 +117,47 @@ def test_a_fresh_sample_that_differs_from_the_rejected_ones_is_gated(
     n = len(server.requests)
     again = step(ws, redis_target, 2)
     assert len(server.requests) == n and again.types[T].cand_hash == res.types[T].cand_hash
+
+
+def test_a_chat_reply_is_sampled_again_and_a_later_skill_is_gated(
+        tmp_path: Path, chat_server: ChatServer, redis_target: RedisTarget) -> None:
+    """Issue 26 #3: a reply that is no skill ("The correct option is B.", an empty skill
+    file) is re-sampled like a repeat; the first real skill is gated, and a re-run replays
+    them all."""
+    replies = iter(["The correct option is B.", "```markdown\n\n```"])
+
+    def reply(t: str, skill: str, body: dict[str, Any]) -> str:
+        return next(replies, None) or fenced(skill, HELPFUL_MARKER)
+
+    chat_server.evolve_reply = reply
+    ws = make_ws(tmp_path, chat_server)
+    res = step(ws, redis_target, 1)
+    assert len(chat_server.of_step("evolve")) == 3
+    assert res.types[T].status == "gated" and res.types[T].action is not None
+    n = len(chat_server.requests)
+    backend = llm_backend(ws, cache=ResponseCache(redis_target.url, prefix=redis_target.prefix),
+                          api_key="k", env={}, retry=FAST)
+
+    async def evolve_again() -> str:
+        try:
+            await rollout_cases(backend, ws, 1, 1)
+            return await backend.evolver.evolve(T, ws.skill_text(T, ws.state.before_last),
+                                                [], 1, 1)
+        finally:
+            await backend.aclose()
+
+    assert HELPFUL_MARKER in asyncio.run(evolve_again())
+    assert len(chat_server.requests) == n  # all three samples came from Redis
+
+
+def test_an_evolver_that_only_chats_skips_the_type_without_a_gate_call(
+        tmp_path: Path, chat_server: ChatServer, redis_target: RedisTarget) -> None:
+    chat_server.evolve_reply = lambda t, skill, body: "Hello! How can I help you today?"
+    ws = make_ws(tmp_path, chat_server)
+    res = step(ws, redis_target, 1)
+    assert res.types[T].status == "skipped"
+    assert res.types[T].note.startswith(f"the evolver's reply for {T!r} was no skill to gate "
+                                        f"in all 3 samples (a chat reply ('Hello! How can I")
+    # the rollout's 8 units (think + answer) and 3 evolver samples: not one gate call
+    assert len(chat_server.requests) == 16 + 3 and res.gate is None
+    assert ws.state.cooldown_until.get(T, 0) == 0

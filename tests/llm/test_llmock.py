@@ -15,12 +15,26 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from vtrm_gate.cache import ResponseCache
 from vtrm_gate.gate import UnitResult, UnitTask
-from vtrm_gate.llm import MCQ, AgentEvent, LLMAgent, RetryPolicy
+from vtrm_gate.harness import StepResult, run_step
+from vtrm_gate.llm import (
+    MCQ,
+    AgentEvent,
+    LLMAgent,
+    LLMEvolver,
+    RetryPolicy,
+    init_llm,
+    llm_backend,
+    rollout_cases,
+)
+from vtrm_gate.options import RunOptions
+from vtrm_gate.testing import RedisTarget
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("llmock") is None,
                                 reason="llmock is in the model extra (make test installs it)")
@@ -148,3 +162,49 @@ def test_a_context_overflow_is_the_arms_wrong_answer(llmock: Llmock) -> None:
                      "message": "This model's maximum context length was exceeded."})
     [res] = answer(llmock)
     assert not res.infra and not res.correct and "context overflow" in (res.error or "")
+
+
+def test_llmocks_canned_reply_is_never_gated(llmock: Llmock, tmp_path: Path,
+                                             redis_target: RedisTarget) -> None:
+    """Issue 26 #3: the evolver's reply is llmock's canned chat text ("Hello! LLMock handled
+    this request..."), re-sampled and never a skill: the type is skipped naming why, with
+    zero gate calls and no cooldown."""
+    llmock.post("/_llmock/reset", {})  # no faults: every reply is canned text
+    T = "Counting Problem"
+    lines = [{"unit_id": f"u{i:02d}", "task_type": T, "question": f"How many cats, {i}?",
+              "options": ["one", "two", "three"], "answer": "B"} for i in range(12)]
+    units = tmp_path / "units.jsonl"
+    units.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    ws = init_llm(tmp_path / "ws", units, base_url=llmock.url, model="gpt-4o-mini", seed=1,
+                  cooldown_steps=2)
+    backend = llm_backend(ws, cache=ResponseCache(redis_target.url, prefix=redis_target.prefix),
+                          api_key="sk-test-llmock-0001", env={},
+                          retry=RetryPolicy(max_attempts=2, base_delay_s=0.01, max_total_s=20))
+    gate_calls: list[UnitTask] = []
+
+    async def infer(task: UnitTask) -> UnitResult:
+        gate_calls.append(task)
+        return await backend.infer(task)
+
+    async def go() -> StepResult:
+        try:
+            cases = await rollout_cases(backend, ws, 1, 1)
+            assert cases[T], "llmock's reply names no letter: every rollout unit is wrong"
+            return await run_step(ws, 1, 1, infer=infer, evolver=backend.evolver, cases=cases,
+                                  options=RunOptions(concurrency=4))
+        finally:
+            await backend.aclose()
+
+    res = asyncio.run(go())
+    evolve = [r for r in _requests(llmock) if "skill file" in json.dumps(r)]
+    assert len(evolve) == 1 + LLMEvolver.REPEAT_RETRIES  # re-sampled, then given up
+    assert res.types[T].status == "skipped" and gate_calls == []
+    note = res.types[T].note or ""
+    assert "no skill to gate in all 3 samples" in note and "not a skill" in note, note
+    assert "gpt-4o-mini" in note  # the canned text is quoted
+    assert ws.state.cooldown_until.get(T, 0) == 0 and ws.state.last_step == (1, 1)
+
+
+def _requests(server: Llmock) -> list[Any]:
+    reqs = server.get("/_llmock/requests")
+    return reqs if isinstance(reqs, list) else reqs.get("requests", [])

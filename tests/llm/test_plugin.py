@@ -207,3 +207,28 @@ def test_train_and_settle_run_your_own_agent_with_one_setting(
     again = run_cli(train, path, url)
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout.splitlines()[-1])["done_before"] >= 3
+
+
+def test_a_bring_your_own_evolvers_chat_reply_is_never_gated(
+        tmp_path: Path, redis_target: RedisTarget) -> None:
+    """Issue 26 #3: the same check as the built-in evolver's: a reply that is an answer, not
+    a skill, skips the type naming why; no gate call, no cooldown, the step is applied."""
+    said = 'return current_skill.rstrip() + "\\n- Prefer the longest option.\\n"'
+    source = readme_example()
+    assert said in source
+    path = package(tmp_path, "chatpkg", source.replace(said, 'return "The correct option is B."'))
+    units = write_units(tmp_path / "units.jsonl")
+    ws = tmp_path / "ws"
+    out = run_cli(["init", str(ws), "--llm", "--units", str(units), "--backend",
+                   "chatpkg.agent:make_backend"], path, redis_target.url)
+    assert out.returncode == 0, out.stderr
+    step = run_cli(["step", "--workspace", str(ws), "--epoch", "1", "--step", "1", "--json"],
+                   path, redis_target.url)
+    assert step.returncode == 0, step.stderr
+    doc = json.loads(step.stdout)
+    counting = next(t for t in doc["types"] if t["task_type"] == "Counting")
+    assert counting["status"] == "skipped" and counting["action"] is None
+    assert counting["note"].startswith("an answer to a question ('The correct option is B.')")
+    assert not [r for r in doc["llm_cache"]["runs"] if "_gate_" in r]  # zero gate calls
+    state = json.loads((ws / "state.json").read_text())
+    assert state["cooldown_until"].get("Counting", 0) == 0 and state["steps_applied"] == 1

@@ -144,6 +144,7 @@ async def _llm(ws: Workspace, options: RunOptions, env: Mapping[str, str],
 
     def report() -> dict[str, Any]:
         return {**_cache_report(cache), "http_requests": lb.agent.http_requests,
+                "http_cancelled": lb.agent.http_cancelled,
                 "endpoints": [e.as_dict() for e in lb.endpoint_stats]}
 
     return Backend("llm", options, lb.infer, lb.evolver, rollout=rollout,

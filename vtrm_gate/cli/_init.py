@@ -11,7 +11,7 @@ from ..errors import CliError
 from ._args import emit, nonneg_int, positive_int, rate
 
 LLM_ONLY = ("units", "base_url", "model", "skills", "seed_record", "backend", "endpoints",
-            "max_frames", "max_side")
+            "max_frames", "max_side", "task_description")
 SIMULATED_ONLY = ("infra_rate", "world")
 
 
@@ -56,6 +56,10 @@ def register(sub: Any) -> None:
     i.add_argument("--max-side", type=nonneg_int, default=None,
                    help="--llm: resize frames to this longest side in pixels (0: as stored; "
                         "default 768)")
+    i.add_argument("--task-description",
+                   help="--llm: what the agent answers, named in the prompts and default "
+                        "skills (default 'multiple-choice questions', with 'about a video' "
+                        "for units that show media)")
     i.add_argument("--backend", help="--llm: your own agent, a factory "
                                      "'package.module:function' (see docs/real-agents.md) "
                                      "instead of --base-url/--model")
@@ -117,7 +121,8 @@ def _init_llm(root: Path, args: argparse.Namespace) -> int:
                   endpoints_file=args.endpoints, media=media,
                   probation_rule=args.probation_rule,
                   probation_order=args.probation_order,
-                  heldout_fraction=args.heldout_fraction or 0.0)
+                  heldout_fraction=args.heldout_fraction or 0.0,
+                  task_description=args.task_description)
     agent = {"backend": args.backend} if args.backend else {"model": args.model}
     if args.backend and args.model:
         agent["model"] = args.model

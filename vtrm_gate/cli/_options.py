@@ -23,7 +23,8 @@ def cmd_options(args: argparse.Namespace) -> int:
 
     with Workspace.open(Path(args.workspace), readonly=True) as ws:
         options = run_options(args).with_workspace(ws.config.probation_rule)
-    rows = options.explain()
+        agent = dict(ws.config.agent)
+    rows = options.explain(agent)  # the budgets a run of this workspace uses, never None
     width = max(len(k) for k, _, _ in rows)
     text = "\n".join(f"{k:<{width}}  {v!s:<24}  {src}" for k, v, src in rows)
     emit(args, {"workspace": args.workspace,

@@ -133,6 +133,17 @@ def decision_table(res: Any, clock: str = "simulated", width: int | None = None)
     return text
 
 
+def http_line(sent: int, cancelled: int) -> str:
+    """The step's HTTP request count, saying why it may exceed the endpoints' calls: a
+    request cancelled before its reply is sent but no endpoint counts it among its calls
+    (the endpoint check's GET /models is in neither)."""
+    line = f"  {sent} HTTP requests sent in all (retries included"
+    if cancelled:
+        line += (f"; {cancelled} cancelled before the reply came, so the endpoints count "
+                 f"{sent - cancelled} calls")
+    return line + ")"
+
+
 def cache_lines(info: dict[str, Any]) -> str:
     """Hit rates per run of the LLM response cache, for the end of ``step``'s output."""
     lines = [f"LLM response cache {info['url']} (prefix {info['prefix']}"
@@ -146,7 +157,7 @@ def cache_lines(info: dict[str, Any]) -> str:
     if not info["runs"]:
         lines.append("  (no LLM calls)")
     if "http_requests" in info:
-        lines.append(f"  {info['http_requests']} HTTP requests sent in all (retries included)")
+        lines.append(http_line(info["http_requests"], info.get("http_cancelled", 0)))
     if info.get("endpoints"):
         from ..llm import EndpointStats, endpoint_lines
 

@@ -8,7 +8,7 @@ no simulator. LLM and simulated workspaces are created and driven from `vtrm_gat
 - `_workspace`, `_state`, `_units`, `_files`: the directory, its training state and units
 - `_lock`, `_atomic_dir`, `_access`: one writer at a time; a workspace appears whole
 - `_log`, `_baseline`: HarnessLog (SQLite, WAL) and the BaselineCache
-- `_step` (+ `_manifest`, `_results`): `run_step`, phases A–D
+- `_step` (+ `_manifest`, `_results`, `_candidate`): `run_step`, phases A–D
 - `_settle`, `_evaluate`, `_train`: probation settlement, held-out evaluation, the run
 - `_audit`: how each standing version came to stand, rebuilt from the log
 - `_replay`: prefix vs block replay of a recorded step
@@ -20,6 +20,7 @@ from __future__ import annotations
 from .._ids import EVAL_STEP as EVAL_STEP
 from .._ids import PROBATION_STEP as PROBATION_STEP
 from .._ids import step_run_id as step_run_id
+from ..errors import CandidateRefused as CandidateRefused
 from ..errors import CasesUnavailable as CasesUnavailable
 from ..errors import StepRefusedError as StepRefusedError
 from ..errors import StepUnmeasuredError as StepUnmeasuredError
@@ -34,6 +35,8 @@ from ._audit import Standing as Standing
 from ._audit import settled_audit as settled_audit
 from ._baseline import BaselineCache as BaselineCache
 from ._baseline import BaselineKey as BaselineKey
+from ._candidate import MAX_SKILL_CHARS as MAX_SKILL_CHARS
+from ._candidate import candidate_problem as candidate_problem
 from ._evaluate import HELDOUT_FILE as HELDOUT_FILE
 from ._evaluate import EvalResult as EvalResult
 from ._evaluate import evaluate_epoch as evaluate_epoch

@@ -1,7 +1,9 @@
 """The gate step (SPEC §4): phases A–D.
 
 A. evolve, concurrently, every type with error cases this step that is not cooling down;
-   a candidate with no real change is a ``skipped`` step_report row.
+   a candidate that is no skill to gate (`candidate_problem`: no real change, a rejected
+   one, a chat reply...) is a ``skipped`` step_report row naming why: never gated, no
+   cooldown charged.
 B. build each type's ladder (seed record for ordering only, this step's cases excluded,
    truncated to ``n_max``), materialise the candidate dirs, write the step manifest.
 C. run the continuous gate with the BaselineCache and the GateSink.
@@ -27,8 +29,8 @@ from typing import Any, Protocol
 from .._ids import canonical_json, content_hash, json_hash, slugify, step_run_id
 from .._sync import run_sync
 from ..errors import (
+    CandidateRefused,
     CasesUnavailable,
-    RepeatedCandidate,
     StepRefusedError,
     StepUnmeasuredError,
     TargetClashError,
@@ -37,6 +39,7 @@ from ..gate import GateResult, Infer, Subscriber, TypePlan, build_ladder, ladder
 from ..options import RunOptions
 from ._access import check_ids, writer
 from ._apply import apply_decisions
+from ._candidate import candidate_problem
 from ._files import atomic_write, join_notes, write_json
 from ._gating import abort_reason, partial_of, report_aborted, run_workspace_gate
 from ._log import GateSink
@@ -262,16 +265,19 @@ def _before_evolving(si: StepInputs) -> Proposals:
     return p
 
 
-def _judge(proposal: object, current: str, base: str) -> tuple[str, str | None]:
-    """(status, note) of one evolver result (``base``: the gate's base, the settled text)."""
-    if isinstance(proposal, RepeatedCandidate):  # not a failure: nothing new to gate
+def _judge(proposal: object, current: str, base: str, rejected: Sequence[str]
+           ) -> tuple[str, str | None]:
+    """(status, note) of one evolver result (``base``: the gate's base, the settled text):
+    ``skipped`` with the reason for a candidate that is no skill to gate."""
+    if isinstance(proposal, CandidateRefused):  # not a failure: nothing new to gate
         return "skipped", str(proposal)
     if isinstance(proposal, Exception):
         return "evolve_error", f"{type(proposal).__name__}: {proposal}"
-    if not isinstance(proposal, str) or not proposal.strip():
+    if not isinstance(proposal, str):
         return "evolve_error", f"evolver returned {proposal!r}"
-    if proposal.strip() == current.strip():
-        return "skipped", "no real change"
+    why = candidate_problem(proposal, current, rejected)
+    if why is not None:
+        return "skipped", why
     if proposal.strip() == base.strip():
         return "skipped", "the candidate is the settled version the gate would compare it with"
     return "gated", None
@@ -296,7 +302,8 @@ async def _phase_a(si: StepInputs, evolver: Evolver,
     for t, r in zip(todo, results, strict=True):
         if isinstance(r, BaseException) and not isinstance(r, Exception):
             raise r
-        p.status[t], p.notes[t] = _judge(r, si.current[t], si.texts[t])
+        p.status[t], p.notes[t] = _judge(r, si.current[t], si.texts[t],
+                                         si.base_state.rejected_texts(t))
         if p.status[t] == "gated":
             p.cand[t] = r  # type: ignore[assignment]
     return p

@@ -51,8 +51,18 @@ log = logging.getLogger("vtrm_gate.llm")
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
-SYSTEM_PREAMBLE = ("You answer multiple-choice questions about a video. Follow the skill "
-                   "instructions below.\n\n")
+TEXT_TASK = "multiple-choice questions"
+VIDEO_TASK = "multiple-choice questions about a video"
+"""The task the prompts name when the workspace gives no ``task_description``: the video
+wording only for units whose frames or video are sent with the question."""
+
+
+def system_preamble(task: str) -> str:
+    """The system prompt before the skill: the task, then "follow the skill"."""
+    return f"You answer {task}. Follow the skill instructions below.\n\n"
+
+
+SYSTEM_PREAMBLE = system_preamble(VIDEO_TASK)
 THINK_PROMPT = ("Think step by step about which option is correct. Do not state the final "
                 "answer yet.")
 ANSWER_PROMPT = "Answer with the letter of the correct option only."
@@ -67,10 +77,11 @@ DEFAULT_MAX_TOKENS = {"think": 512, "answer": 64}
 """Each step's reply budget: the think step is bounded so the answer step fits a small
 context (llama.cpp's default is 2048 tokens); the answer needs a letter."""
 
-AGENT_VERSION = 2
+AGENT_VERSION = 3
 """Bumped on every change to the prompts, the grading, the parsing of replies or the shape
 of a request: it joins the agent config that keys the BaselineCache, so a base arm graded
-the old way is never paired with a candidate graded the new way. 2: parse_choice reads real
+the old way is never paired with a candidate graded the new way. 3: the task framing comes
+from the workspace (no video wording for text-only units); 2: parse_choice reads real
 phrasings, per-step max_tokens, context overflow graded wrong (1: before)."""
 
 
@@ -160,7 +171,9 @@ def parse_retry_after(value: str | None) -> float | None:
 
 @dataclass(frozen=True)
 class AgentEvent:
-    """What the agent is doing: a request, a retry (with its delay), a give-up."""
+    """What the agent is doing: a request, a retry (with its delay), a give-up. A retry
+    carries its attempt's HTTP status; a give-up the status of the last reply the call got
+    (a 400, a 401, the last 503 before the deadline; None: no reply ever came)."""
 
     kind: Literal["request", "retry", "give_up"]
     run_id: str
@@ -246,7 +259,8 @@ class LLMAgent:
                  max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
                  endpoints: EndpointPool | None = None,
                  media: MediaResolver | None = None, adaptive: bool = False,
-                 max_concurrency: int | None = None) -> None:
+                 max_concurrency: int | None = None,
+                 task_description: str | None = None) -> None:
         if endpoints is not None:  # several endpoints: the key holds the pool's identity
             base_url = base_url or endpoints.identity
         if not base_url or not model:
@@ -259,7 +273,10 @@ class LLMAgent:
                              f"{max_response_bytes!r}")
         self.max_response_bytes = max_response_bytes
         self.http_requests = 0
-        """HTTP requests sent (every attempt, retries included)."""
+        """HTTP requests sent to an endpoint (every attempt, retries included)."""
+        self.http_cancelled = 0
+        """Of those, the ones cancelled before their reply came (a call past every stop, a
+        frozen type's): no endpoint counts them among its calls."""
         self.units, self.base_url, self.model = units, base_url.rstrip("/"), model
         if api_key is None:
             api_key = _api_key(dict(os.environ)) or None
@@ -278,6 +295,9 @@ class LLMAgent:
             adaptive=adaptive, max_limit=max_concurrency)
         """Where calls go: ``endpoints``, or a pool of the one ``base_url``."""
         self.media = media
+        self.task_description = task_description
+        """The task the prompts name (a workspace's ``agent.task_description``); None: see
+        `task_framing`."""
         self._http: ShardedClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._outside: tuple[asyncio.AbstractEventLoop, asyncio.Condition, list[int]] | None \
@@ -394,18 +414,27 @@ class LLMAgent:
                          deadline: float) -> dict[str, Any]:
         if self.media is not None:  # frame references -> data: URIs, on the wire only
             body = self.media.resolve(body)
-        self.http_requests += 1
-        used: dict[str, Any] = {}
+        used: dict[str, Any] = {}  # its "url" once an endpoint took the request
         try:  # leaving the exchange early closes the connection: nothing more is read
             async with self.pool.exchange(self._client(), "POST", "chat/completions",
                                           json=body, kind=kind, timeout=self.timeout,
                                           deadline=deadline, info=used) as ex:
-                return await self._read_reply(ex, body)
+                used["replied"] = True
+                try:
+                    return await self._read_reply(ex, body)
+                except LLMInfraError as exc:  # the status goes with it to the give-up event
+                    exc.status = ex.response.status_code
+                    raise
         except httpx.TimeoutException as exc:
             raise _Retryable(f"timeout after {used.get('timeout_s', self.timeout):.3g}s "
                              f"({type(exc).__name__})") from None
         except httpx.TransportError as exc:
             raise _Retryable(f"{type(exc).__name__}: {exc}") from None
+        except asyncio.CancelledError:
+            self.http_cancelled += "url" in used and "replied" not in used
+            raise
+        finally:
+            self.http_requests += "url" in used
 
     async def _read_reply(self, ex: Exchange, body: Mapping[str, Any]) -> dict[str, Any]:
         """The chat completion in ``ex``'s response; `_Retryable` / `LLMInfraError` (with
@@ -456,7 +485,7 @@ class LLMAgent:
         """One chat call with retries; raises `LLMInfraError` when they run out or the
         deadline (``retry.max_total_s``, attempts and waits together) passes, and
         `ContextOverflowError` when the server says the conversation does not fit."""
-        attempts = [0]
+        attempts = [0, 0]  # the attempt, the last HTTP status (0: none yet)
         deadline = time.monotonic() + self.retry.max_total_s
         try:
             async with asyncio.timeout(self.retry.max_total_s):
@@ -464,8 +493,8 @@ class LLMAgent:
         except TimeoutError:
             err = (f"deadline of {self.retry.max_total_s:g}s exceeded during attempt "
                    f"{attempts[0]} (retry.max_total_s)")
-            self._emit(AgentEvent("give_up", run_id, unit_id, step, attempts[0], None, 0.0,
-                                  err))
+            self._emit(AgentEvent("give_up", run_id, unit_id, step, attempts[0],
+                                  attempts[1] or None, 0.0, err))
             raise LLMInfraError(err) from None
 
     async def _attempts(self, body: Mapping[str, Any], run_id: str, unit_id: str, step: str,
@@ -479,6 +508,7 @@ class LLMAgent:
             try:
                 return await self._post_once(body, step, deadline)
             except _Retryable as exc:
+                attempts[1] = exc.status or attempts[1]
                 err = self.scrub(str(exc))
                 delay = exc.retry_after if exc.retry_after is not None else \
                     self.retry.backoff(attempt, self._rng)
@@ -495,18 +525,27 @@ class LLMAgent:
                         why += (f" (the call's deadline of {self.retry.max_total_s:g}s leaves "
                                 f"no time for another attempt, retry.max_total_s)")
                     self._emit(AgentEvent("give_up", run_id, unit_id, step, attempt,
-                                          exc.status, 0.0, err))
+                                          attempts[1] or None, 0.0, err))
                     raise LLMInfraError(why) from None
                 self._emit(AgentEvent("retry", run_id, unit_id, step, attempt, exc.status,
                                       delay, err))
                 await asyncio.sleep(delay)
             except LLMInfraError as exc:  # a MediaError too: a frame that cannot be sent
                 err = self.scrub(str(exc))
-                self._emit(AgentEvent("give_up", run_id, unit_id, step, attempt, None, 0.0,
-                                      err))
-                raise type(exc)(err) from None
+                self._emit(AgentEvent("give_up", run_id, unit_id, step, attempt, exc.status,
+                                      0.0, err))
+                out = type(exc)(err)
+                out.status = exc.status
+                raise out from None
 
     # -- the agent --------------------------------------------------------------------
+
+    def task_framing(self, shows_media: bool) -> str:
+        """The task the prompts name: ``task_description``, else `VIDEO_TASK` when the
+        unit's media is sent with the question, else `TEXT_TASK` (no video wording)."""
+        if self.task_description:
+            return self.task_description
+        return VIDEO_TASK if shows_media and self.media is not None else TEXT_TASK
 
     def messages(self, task: UnitTask, mcq: MCQ) -> list[dict[str, Any]]:
         """The first step's conversation: the skill as system instructions, then the unit
@@ -514,7 +553,8 @@ class LLMAgent:
         last = THINK_PROMPT if self.think else ANSWER_PROMPT
         text = f"{mcq.prompt()}\n\n{last}"
         content = text if self.media is None else self.media.user_content(text, mcq.media)
-        return [{"role": "system", "content": SYSTEM_PREAMBLE + task.skill},
+        preamble = system_preamble(self.task_framing(mcq.media is not None))
+        return [{"role": "system", "content": preamble + task.skill},
                 {"role": "user", "content": content}]
 
     def body(self, step: str, messages: list[dict[str, Any]]) -> dict[str, Any]:

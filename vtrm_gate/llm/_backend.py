@@ -253,7 +253,8 @@ def _agent(workspace: Workspace, options: RunOptions, budgets: Mapping[str, int]
                     temperature=float(a.get("temperature", 0.0)),
                     max_tokens={k: budgets[k] for k in ("think", "answer")},
                     params=a.get("params"), adaptive=options.adaptive,
-                    max_concurrency=options.slots, **kw)
+                    max_concurrency=options.slots,
+                    task_description=a.get("task_description"), **kw)
 
 
 async def rollout_cases(backend: LLMBackend, workspace: Workspace, epoch: int, step: int,

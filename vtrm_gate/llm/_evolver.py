@@ -9,15 +9,24 @@ from typing import Any
 
 from .._ids import evolve_run_id
 from ..cache import KeyParts, protocol_failure, validate_response
-from ..errors import EvolveError, LLMInfraError, RepeatedCandidate
-from ._agent import MCQ, LLMAgent, _content
+from ..errors import CandidateRefused, EvolveError, LLMInfraError, RepeatedCandidate
+from ..harness import candidate_problem
+from ._agent import MCQ, VIDEO_TASK, LLMAgent, _content
 from ._replies import finish_reason
 
 # ---- the evolver ----------------------------------------------------------------------
 
-EVOLVE_SYSTEM = ("You improve the skill file that an agent follows as its instructions when it "
-                 "answers multiple-choice questions about a video. Reply with the complete new "
-                 "skill file in Markdown and nothing else.")
+EVOLVE_PREFIX = "You improve the skill file that an agent follows as its instructions"
+"""How every evolution prompt's system message starts (a test server tells them by it)."""
+
+
+def evolve_system(task: str) -> str:
+    """The evolver's system message for agents that answer ``task``."""
+    return (f"{EVOLVE_PREFIX} when it answers {task}. Reply with the complete new skill file "
+            f"in Markdown and nothing else.")
+
+
+EVOLVE_SYSTEM = evolve_system(VIDEO_TASK)
 EVOLVE_TASK = ("Write an improved skill file for this question type: keep what works, fix what "
                "made the agent fail on the cases above, and do not propose any rejected "
                "candidate again (nor a close variant of one).")
@@ -60,15 +69,18 @@ class LLMEvolver:
     agent's wrong answer, the right one) and the type's rejected buffer. The call goes
     through the agent's endpoint, retries and response cache, salted by the run id
     ``{step_run_id}_evolve_{slug}`` (a re-run proposes the same text at zero cost). A failed
-    call or an empty / unusable reply raises `EvolveError`, which the step records per type
-    as ``evolve_error`` with the reason (it never crashes a step, and a failure is never
-    reported as "no real change"). A reply that repeats a rejected candidate is sampled
-    again up to `REPEAT_RETRIES` times; if every sample repeats one, `RepeatedCandidate`
-    skips the type for the step (``skipped``, with a note) and the run goes on.
+    call or an unusable reply (not a chat completion, cut off at ``max_tokens``) raises
+    `EvolveError`, which the step records per type as ``evolve_error`` with the reason (it
+    never crashes a step, and a failure is never reported as "no real change"). A reply that
+    is no skill to gate (`vtrm_gate.harness.candidate_problem`: empty, unchanged, a rejected
+    candidate, a chat reply, far shorter than the current skill, over the size cap) is
+    sampled again up to `REPEAT_RETRIES` times; if every sample fails the check,
+    `CandidateRefused` (`RepeatedCandidate` when every one repeats a rejected candidate)
+    skips the type for the step (``skipped``, with the reason) and the run goes on.
     """
 
     REPEAT_RETRIES = 2
-    """Fresh samples asked for after a reply that repeats a rejected candidate."""
+    """Fresh samples asked for after a reply that fails the candidate check."""
 
     def __init__(self, agent: LLMAgent, error_cases: ErrorCases, *, model: str | None = None,
                  temperature: float = 0.7, max_tokens: int | None = None,
@@ -113,22 +125,36 @@ class LLMEvolver:
                       for i, r in enumerate(kept, 1)]
             parts.append("")
         parts.append(EVOLVE_TASK)
-        return [{"role": "system", "content": EVOLVE_SYSTEM},
+        task = self.agent.task_framing(any(c.mcq.media is not None for c in cases))
+        return [{"role": "system", "content": evolve_system(task)},
                 {"role": "user", "content": "\n".join(parts)}]
 
     async def evolve(self, task_type: str, current_skill: str, rejected: Sequence[str],
                      epoch: int, step: int) -> str:
         """The candidate skill text; `EvolveError` when no usable proposal came back,
-        `RepeatedCandidate` when every sample repeats a rejected one (`_resample`)."""
+        `CandidateRefused` when no sample is a skill to gate. Sample ``k`` after the first is
+        salted ``/retry{k}``, so a re-run of the step replays the same samples from the
+        cache."""
         cases = await self.error_cases(task_type, current_skill, epoch, step)
         run_id = self.run_id(task_type, epoch, step)
         body = {"model": self.model,
                 "messages": self.messages(task_type, current_skill, cases, rejected),
                 **self.params}
-        text = await self._sample(task_type, body, run_id)
-        if text.strip() in {r.strip() for r in rejected}:
-            return await self._resample(task_type, body, run_id, rejected)
-        return text
+        problems: list[str] = []
+        for retry in range(self.REPEAT_RETRIES + 1):
+            text = await self._sample(task_type, body, run_id, retry)
+            why = candidate_problem(text, current_skill, rejected)
+            if why is None:
+                return text
+            problems.append(why)
+        n = len(problems)
+        if set(problems) == {"repeats a rejected candidate"}:
+            raise RepeatedCandidate(
+                f"the evolver re-proposed a rejected candidate for {task_type!r} in all {n} "
+                f"samples; the type is skipped for this step")
+        raise CandidateRefused(
+            f"the evolver's reply for {task_type!r} was no skill to gate in all {n} samples ("
+            + "; ".join(dict.fromkeys(problems)) + "); the type is skipped for this step")
 
     async def _sample(self, task_type: str, body: Mapping[str, Any], run_id: str,
                       retry: int = 0) -> str:
@@ -140,8 +166,6 @@ class LLMEvolver:
                 why = (f"truncated (finish_reason length at max_tokens="
                        f"{self.params.get('max_tokens', 'the server default')}; raise "
                        f"max_tokens_evolve)")
-            if why is None and not strip_fences(_content(resp)):
-                why = "empty skill text"
             return why
 
         async def call() -> dict[str, Any]:
@@ -164,17 +188,3 @@ class LLMEvolver:
         if why is not None:
             raise EvolveError(f"evolver reply for {task_type!r} unusable: {why}")
         return strip_fences(_content(resp)) + "\n"
-
-    async def _resample(self, task_type: str, body: Mapping[str, Any], run_id: str,
-                        rejected: Sequence[str]) -> str:
-        """The proposal repeated a rejected candidate: ask again with a fresh sample, at most
-        `REPEAT_RETRIES` times (retry ``k`` is salted ``/retry{k}``, so a re-run of the step
-        replays the same samples from the cache), then `RepeatedCandidate`."""
-        seen = {r.strip() for r in rejected}
-        for retry in range(1, self.REPEAT_RETRIES + 1):
-            text = await self._sample(task_type, body, run_id, retry)
-            if text.strip() not in seen:
-                return text
-        raise RepeatedCandidate(
-            f"the evolver re-proposed a rejected candidate for {task_type!r} in all "
-            f"{self.REPEAT_RETRIES + 1} samples; the type is skipped for this step")

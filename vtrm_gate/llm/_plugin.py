@@ -28,7 +28,7 @@ from typing import Any
 from .._env import credential_keys, scrub_credentials, secret_values
 from .._ids import canonical_json
 from ..cache import CacheStats, ResponseCache, cache_namespace
-from ..errors import BackendError, CasesUnavailable, RepeatedCandidate
+from ..errors import BackendError, CandidateRefused, CasesUnavailable
 from ..gate import Infer, UnitResult, UnitTask
 from ..harness import CaseSource, Evolver, Workspace
 
@@ -61,7 +61,10 @@ class AgentBackend:
     """What a factory returns.
 
     ``infer(UnitTask) -> UnitResult`` answers one unit on one arm; ``evolver.evolve(task_type,
-    current_skill, rejected, epoch, step) -> str`` proposes a candidate skill; exactly one of
+    current_skill, rejected, epoch, step) -> str`` proposes a candidate skill (checked like
+    the built-in evolver's before any gate call, `vtrm_gate.harness.candidate_problem`: a
+    chat reply, an empty or unchanged text... skips the type for the step; raise
+    `CandidateRefused` to skip it yourself, e.g. after your own re-samples); exactly one of
     ``rollout`` (async, run before the step) or ``cases`` (a `CaseSource`) gives the
     evolution cases. ``identity`` (JSON values: model, prompt version...) keys the
     BaselineCache with the workspace's agent config; ``cache_stats(run_id)`` puts counters
@@ -201,7 +204,7 @@ def _scrubbed_json(value: Any, scrub: Callable[[str], str]) -> Any:
     return value
 
 
-_KEPT_FAMILIES = (CasesUnavailable, RepeatedCandidate, TypeError, AttributeError, NameError)
+_KEPT_FAMILIES = (CasesUnavailable, CandidateRefused, TypeError, AttributeError, NameError)
 """What a scrubbed exception must stay: these decide how the harness treats a failure."""
 
 

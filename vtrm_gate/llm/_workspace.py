@@ -28,7 +28,11 @@ from ..harness import (
     units_pool,
 )
 from ..harness._workspace import _check_no_secret
+from ._agent import TEXT_TASK, VIDEO_TASK
 from ._endpoints import check_endpoints_setting, read_endpoints_file
+
+MAX_TASK_DESCRIPTION = 300
+"""``agent.task_description`` is one line of at most this many characters."""
 
 
 def _refuse_url_credentials(url: str) -> None:
@@ -53,6 +57,12 @@ def check_llm_agent(agent: Mapping[str, Any]) -> None:
         raise ValueError(f"agent.backend must be 'openai' or a factory "
                          f"'package.module:function' for an llm workspace, got {backend!r}")
     _check_no_secret(agent)
+    task = agent.get("task_description")
+    if task is not None and (not isinstance(task, str) or not task.strip() or "\n" in task
+                             or len(task) > MAX_TASK_DESCRIPTION):
+        raise ValueError(f"agent.task_description must be one non-empty line of at most "
+                         f"{MAX_TASK_DESCRIPTION} characters (what the agent answers, e.g. "
+                         f"{VIDEO_TASK!r}), got {task!r:.80}")
     if agent.get("media") is not None:
         m = agent["media"]
         keys = {"max_frames", "max_side", "detail", "max_frame_bytes", "max_pixels"}
@@ -77,10 +87,11 @@ def check_llm_agent(agent: Mapping[str, Any]) -> None:
 
 
 
-def default_llm_skill(task_type: str) -> str:
-    """A short starting skill for a type with no skill file of its own."""
+def default_llm_skill(task_type: str, task: str = TEXT_TASK) -> str:
+    """A short starting skill for a type with no skill file of its own, naming the ``task``
+    (the workspace's task description, `VIDEO_TASK` for units with media, else `TEXT_TASK`)."""
     return (f"# {task_type}\n\n"
-            f"You answer multiple-choice questions of type \"{task_type}\" about a video.\n\n"
+            f"You answer {task}; this skill is for the question type \"{task_type}\".\n\n"
             f"## Strategy\n"
             f"- Read the question and every option before deciding.\n"
             f"- Eliminate options that contradict what the question describes.\n"
@@ -96,7 +107,7 @@ def init_llm(path: str | Path, units_file: str | Path, *,
              seed_record: str | Path | Mapping[str, Any] | None = None,
              temperature: float = 0.0, max_tokens: int | None = None, think: bool = True,
              media: Mapping[str, Any] | None = None, heldout_fraction: float = 0.0,
-             **config: Any) -> Workspace:
+             task_description: str | None = None, **config: Any) -> Workspace:
     """A workspace whose units are answered by an OpenAI-compatible chat model.
 
     ``units_file`` (JSON lines: unit_id, task_type, question, options, answer) is copied
@@ -110,7 +121,10 @@ def init_llm(path: str | Path, units_file: str | Path, *,
     Units may carry ``media`` (frames, a video URL: `vtrm_gate.harness.Media`); local frames
     must exist under the units file's directory. ``heldout_fraction`` holds a seeded share of
     each type's units out of the pool (``heldout.json``: never gated, the epoch-end
-    evaluation's split, as for a simulated workspace). ``media`` sets ``max_frames`` /
+    evaluation's split, as for a simulated workspace). ``task_description`` (one line, e.g.
+    "multiple-choice questions about a chest X-ray") is the task the prompts and the default
+    skills name; without it they say "multiple-choice questions", and "about a video" only
+    for units that show media. ``media`` sets ``max_frames`` /
     ``max_side`` / ``detail``. ``backend="package.module:function"`` names your own
     agent's factory instead of the endpoint (`vtrm_gate.llm.AgentBackend`). ``config`` sets other
     `WorkspaceConfig` fields (cooldown_steps, ...). Everything is validated before the
@@ -122,6 +136,8 @@ def init_llm(path: str | Path, units_file: str | Path, *,
     agent = _agent_config(base_url, endpoints_file, model, backend, temperature, max_tokens,
                           think)
     agent.update(_media_settings(src, units, media))
+    if task_description is not None:
+        agent["task_description"] = task_description
     try:
         check_llm_agent(agent)
         cfg = WorkspaceConfig(kind="llm", agent=agent, seed=seed, **config)
@@ -131,7 +147,8 @@ def init_llm(path: str | Path, units_file: str | Path, *,
         heldout = {t: split_heldout(us, seed, heldout_fraction) for t, us in pool.items()}
     except ValueError as exc:
         raise WorkspaceError(f"init_llm: {exc}") from None
-    skills, strategy = _initial_skills(pool, skills_dir)
+    task = task_description or (VIDEO_TASK if "media_root" in agent else TEXT_TASK)
+    skills, strategy = _initial_skills(pool, skills_dir, task)
     files = {UNITS_FILE: src.read_text(encoding="utf-8")}
     if heldout_fraction:
         files[HELDOUT_FILE] = json.dumps(heldout, indent=2) + "\n"
@@ -192,12 +209,12 @@ def _media_settings(src: Path, units: Mapping[str, UnitRecord],
     return out
 
 
-def _initial_skills(pool: Mapping[str, Any], skills_dir: str | Path | None
+def _initial_skills(pool: Mapping[str, Any], skills_dir: str | Path | None, task: str
                     ) -> tuple[dict[str, str], dict[str, str]]:
-    """Each type's v1 skill (``skills_dir/<slug>.md``, else a short default) and the
-    default strategy, if the directory has one."""
+    """Each type's v1 skill (``skills_dir/<slug>.md``, else a short default naming ``task``)
+    and the default strategy, if the directory has one."""
     if skills_dir is None:
-        return {t: default_llm_skill(t) for t in pool}, {}
+        return {t: default_llm_skill(t, task) for t in pool}, {}
     sdir = Path(skills_dir)
     if not sdir.is_dir():
         raise WorkspaceError(f"{sdir}: skills directory not found")

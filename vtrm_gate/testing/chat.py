@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from ..llm import EVOLVE_SYSTEM, THINK_PROMPT
+from ..llm import EVOLVE_PREFIX, THINK_PROMPT
 
 EvolveReply = Callable[[str, str, dict[str, Any]], str]
 """``reply(task_type, current_skill, body) -> reply text`` of an evolution request."""
@@ -131,7 +131,7 @@ class ChatServer:
 
     @staticmethod
     def step_of(body: dict[str, Any]) -> str:
-        if body["messages"][0]["content"] == EVOLVE_SYSTEM:
+        if body["messages"][0]["content"].startswith(EVOLVE_PREFIX):
             return "evolve"
         return "think" if THINK_PROMPT in body["messages"][-1]["content"] else "answer"
 
