@@ -13,8 +13,8 @@ import pytest
 import redis
 
 from vtrm_gate import GateParams, TypePlan, UnitResult, UnitTask, run_gate
-from vtrm_gate.gate import TaskFinished
 from vtrm_gate.cache import KeyParts, ResponseCache
+from vtrm_gate.gate import TaskFinished
 from vtrm_gate.llm import (
     MCQ,
     TOOL_SCHEMAS,

@@ -297,10 +297,11 @@ class ToolChatServer(ChatServer):
     """A scripted multi-turn function-calling model (for `vtrm_gate.llm.ToolAgent`).
 
     A unit's trajectory is deterministic (but for its tool-call ids, new on every request as
-    a real server's are, so a turn asked again changes every later turn): it succeeds when the sha256 of its options falls
-    below the skill's strength (``strong`` with `HELPFUL_MARKER` in the skill, else ``weak``);
-    a success reads ``short`` parts with ``look`` and answers the longest option, a failure
-    reads ``long`` parts and answers the shortest, so longer trajectories are the wrong ones.
+    a real server's are, so a turn asked again changes every later turn): it succeeds when
+    the sha256 of its options falls below the skill's strength (``strong`` with
+    `HELPFUL_MARKER` in the skill, else ``weak``); a success reads ``short`` parts with
+    ``look`` and answers the longest option, a failure reads ``long`` parts and answers the
+    shortest, so longer trajectories are the wrong ones.
     Evolution requests are answered as `ChatServer` does. ``pause_after(n)`` holds every
     request after the n-th until `resume` (a crash "in the middle of a step" made on cue).
     """
