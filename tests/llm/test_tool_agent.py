@@ -1,0 +1,167 @@
+"""`ToolAgent`, the multi-step reference agent, against a scripted function-calling server:
+trajectories whose length tracks wrongness, every turn a cached call, and a step killed with
+kill -9 mid-way whose re-run replays the cached turns and decides as an uninterrupted run."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vtrm_gate import GateParams, TypePlan, run_gate
+from vtrm_gate.cache import ResponseCache
+from vtrm_gate.gate import TaskFinished
+from vtrm_gate.llm import MCQ, ToolAgent, cached_http_client, content_parts
+from vtrm_gate.testing import RedisTarget
+from vtrm_gate.testing.chat import HELPFUL_MARKER, ToolChatServer
+
+BASE = "Read the question's parts before you answer."
+CAND = f"{BASE}\n- {HELPFUL_MARKER}"
+
+
+def mcqs(n: int = 40) -> dict[str, MCQ]:
+    """The right answer is always the longest option (C)."""
+    return {f"c{i:02d}": MCQ(f"Context of {i}.\n\nHow many? ({i})",
+                             ("no", f"maybe {i}", f"certainly the answer {i}", "yes"), "C")
+            for i in range(n)}
+
+
+def gate(server: ToolChatServer, cache: ResponseCache, max_turns: int = 6) -> Any:
+    async def go() -> Any:
+        async with cached_http_client(cache, base_url=server.url + "/") as client:
+            agent = ToolAgent(mcqs(), client, model="tiny", max_turns=max_turns)
+            plan = TypePlan("Counting", list(mcqs()), base_skill=BASE, cand_skill=CAND)
+            results: list[Any] = []
+            out = await run_gate([plan], agent.infer, GateParams(), concurrency=8,
+                                 subscribers=[results.append], past_stop="wait",
+                                 cancel_after_freeze=False)
+            return out, [e.result for e in results
+                         if isinstance(e, TaskFinished) and e.result.trace is not None]
+    return asyncio.run(go())
+
+
+def test_trajectories_are_longer_when_wrong_and_a_rerun_sends_nothing(
+        redis_target: RedisTarget) -> None:
+    with ToolChatServer() as server:
+        out, results = gate(server, ResponseCache(redis_target.url, prefix=redis_target.prefix))
+        o = out.outcomes["Counting"]
+        assert o.action == "ACCEPT"
+        turns = {(r.correct, len(r.trace["turns"])) for r in results}
+        assert turns == {(True, 2), (False, 4)}  # 1 look + answer; 3 looks + answer
+        assert all(r.prediction == ("C" if r.correct else "A") for r in results)
+        sent = len(server.requests)
+        assert sent == sum(len(r.trace["turns"]) for r in results)
+        assert all(t["source"] == "miss" for r in results for t in r.trace["turns"])
+
+        again, results2 = gate(server, ResponseCache(redis_target.url,
+                                                     prefix=redis_target.prefix))
+        o2 = again.outcomes["Counting"]
+        assert (o2.action, o2.W, o2.L, o2.stop_rank) == (o.action, o.W, o.L, o.stop_rank)
+        assert len(server.requests) == sent  # every turn a hit
+        assert results2 and all(r.cached and r.tokens == 0 for r in results2)
+
+
+def test_max_turns_cuts_a_trajectory_to_a_wrong_answer(redis_target: RedisTarget) -> None:
+    with ToolChatServer() as server:
+        _, results = gate(server, ResponseCache(redis_target.url, prefix=redis_target.prefix),
+                          max_turns=3)
+        cut = [r for r in results if len(r.trace["turns"]) == 3]
+        assert cut and all(not r.correct and r.prediction is None and not r.infra
+                           and "no answer within 3 turn(s) (max_turns=3)" in r.error
+                           for r in cut)
+        assert all(r.correct for r in results if len(r.trace["turns"]) == 2)
+
+
+def test_look_reads_frames_then_slices_of_the_question() -> None:
+    from vtrm_gate.harness import parse_media
+
+    long = "x" * 900
+    mcq = MCQ(f"First paragraph.\n\n{long}", ("a", "b"), "A",
+              parse_media({"frames": [{"image": "/v/f1.jpg", "t": 1.5}, "/v/f2.jpg"]}))
+    assert content_parts(mcq) == ["frame 1 of 2 at 1.5 s: f1.jpg", "frame 2 of 2: f2.jpg",
+                                  "First paragraph.", "x" * 400, "x" * 400, "x" * 100]
+
+
+# ---- kill -9 in the middle of a step, then the re-run --------------------------------------
+
+
+def units_file(path: Path) -> Path:
+    rows = [{"unit_id": u, "task_type": "Counting", "question": m.question,
+             "options": list(m.options), "answer": m.answer} for u, m in mcqs().items()]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def cli_env(server: ToolChatServer, target: RedisTarget) -> dict[str, str]:
+    return {**os.environ, "REDIS_URL": target.url, "VTRM_CACHE_PREFIX": target.prefix,
+            "VTRM_BASE_URL": server.url, "VTRM_MODEL": "tiny"}
+
+
+def cli(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "vtrm_gate", *args], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def init_step(tmp: Path, name: str, env: dict[str, str]) -> list[str]:
+    ws = tmp / name
+    p = cli(["init", str(ws), "--llm", "--units", str(units_file(tmp / "units.jsonl")),
+             "--backend", "vtrm_gate.llm:tool_backend"], env)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    return ["step", "--workspace", str(ws), "--epoch", "1", "--step", "1", "--json"]
+
+
+def finish(p: subprocess.Popen[str]) -> dict[str, Any]:
+    out, err = p.communicate(timeout=180)
+    assert p.returncode == 0, err
+    return json.loads(out)
+
+
+def decisions(doc: dict[str, Any]) -> dict[str, Any]:
+    return {t["task_type"]: (t["status"], t["action"], t.get("W"), t.get("L"),
+                             t.get("stop_rank")) for t in doc["types"]}
+
+
+def calls(doc: dict[str, Any]) -> tuple[int, int]:
+    """(calls the run made, calls served from the cache) over every run id of the step."""
+    runs = doc["llm_cache"]["runs"].values()
+    return (sum(r["calls"] for r in runs), sum(r["hits"] + r["coalesced"] for r in runs))
+
+
+@pytest.mark.slow
+def test_kill_9_mid_step_then_the_rerun_replays_cached_turns_and_decides_the_same(
+        tmp_path: Path, redis_target: RedisTarget) -> None:
+    with ToolChatServer() as server:
+        env = cli_env(server, redis_target)
+        whole = finish(cli(init_step(tmp_path, "whole", env), env))
+        total = len(server.requests)
+        assert decisions(whole)["Counting"][:2] == ("gated", "ACCEPT")
+        runs = whole["llm_cache"]["runs"]  # the rollout's and the evolver's calls: own run ids
+        assert runs["e1_s1_rollout"]["writes"] > 0 and runs["e1_s1_evolve_counting"]["writes"] == 1
+
+        step = init_step(tmp_path, "crashed", env)
+        server.requests.clear()
+        server.pause_after(total // 2)
+        p = cli(step, env)
+        assert server.paused.wait(120)
+        p.send_signal(signal.SIGKILL)  # kill -9 with calls in flight, mid-trajectory
+        p.wait(30)
+        server.resume()
+        before = len(server.requests)
+        rerun = finish(cli(step, env))
+        made, served = calls(rerun)
+        sent = len(server.requests) - before
+        assert decisions(rerun) == decisions(whole)
+        # every request a miss (a miss cancelled past the stop may never have been sent)
+        assert served > 0 and sent <= made - served
+        assert sent < total  # the cached turns were not asked again
+        print(f"kill -9 after {before} of {total} requests; re-run: {made} calls, {served} "
+              f"from the cache ({served / made:.0%}), {sent} requests; "
+              f"{json.dumps(rerun['llm_cache']['runs'])}")
