@@ -17,11 +17,11 @@ from vtrm_gate.cache import KeyParts, ResponseCache
 from vtrm_gate.gate import TaskFinished
 from vtrm_gate.llm import (
     MCQ,
-    TOOL_SCHEMAS,
     LLMAgent,
     cached_http_client,
     current_run_id,
     run_scope,
+    tool_schemas,
 )
 from vtrm_gate.testing import RedisTarget
 from vtrm_gate.testing.chat import Fault, ToolChatServer
@@ -48,7 +48,7 @@ async def trajectory(ai: openai.AsyncOpenAI, skill: str, options: list[str]) -> 
     messages: list[dict[str, Any]] = [{"role": "system", "content": skill},
                                       {"role": "user", "content": f"Options:\n{opts}"}]
     for _ in range(8):
-        r = await ai.chat.completions.create(model="tiny", messages=messages, tools=TOOL_SCHEMAS,
+        r = await ai.chat.completions.create(model="tiny", messages=messages, tools=tool_schemas(4),
                                              temperature=0.0)
         call = r.choices[0].message.tool_calls[0]
         if call.function.name == "answer":
@@ -216,7 +216,7 @@ def test_a_transport_failure_is_never_stored(redis_target: RedisTarget) -> None:
 def bad_requests() -> dict[str, tuple[dict[str, Any], int, str]]:
     """name -> (httpx.post kwargs, status, what the message must say)."""
     ok = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
-    tool = TOOL_SCHEMAS[0]
+    tool = tool_schemas(4)[0]
     return {
         "non-JSON body": ({"content": b"{'model': " + KEY.encode()}, 400,
                           "request body is not JSON"),
@@ -274,7 +274,7 @@ def test_through_the_gate_a_refused_request_is_infra_and_an_unserialisable_one_s
                 return await run_gate([plan], infer, GateParams(), concurrency=2,
                                       subscribers=[finished.append])
 
-        res = asyncio.run(gate({"tools": TOOL_SCHEMAS * 5000}))
+        res = asyncio.run(gate({"tools": tool_schemas(4) * 5000}))
         infra = [e.result.error for e in finished
                  if isinstance(e, TaskFinished) and e.result.infra]
         assert res.aborted is None and res.counters["T"].infra_calls == len(infra) >= 1

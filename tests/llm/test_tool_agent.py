@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from vtrm_gate import GateParams, TypePlan, run_gate
+from vtrm_gate import GateParams, TypePlan, UnitTask, run_gate
 from vtrm_gate.cache import ResponseCache
 from vtrm_gate.gate import TaskFinished
-from vtrm_gate.llm import MCQ, ToolAgent, cached_http_client, content_parts
+from vtrm_gate.llm import ANSWER_NUDGE, MCQ, ToolAgent, cached_http_client, content_parts
 from vtrm_gate.testing import RedisTarget
 from vtrm_gate.testing.chat import HELPFUL_MARKER, ToolChatServer
 
@@ -165,3 +165,38 @@ def test_kill_9_mid_step_then_the_rerun_replays_cached_turns_and_decides_the_sam
         print(f"kill -9 after {before} of {total} requests; re-run: {made} calls, {served} "
               f"from the cache ({served / made:.0%}), {sent} requests; "
               f"{json.dumps(rerun['llm_cache']['runs'])}")
+
+
+class WordyServer(ToolChatServer):
+    """A model that answers in words naming no letter unless a tool is forced on it."""
+
+    def answer(self, body: dict[str, Any], step: str) -> dict[str, Any]:
+        forced = (body.get("tool_choice") or {}).get("function", {}).get("name")
+        if forced == "answer":
+            return self.tool_call(body, "call_x", "answer", {"letter": "C"})
+        if forced == "look":
+            return self.tool_call(body, "call_y", "look", {"part": 2})
+        return self.completion(body, "It is hard to say.")
+
+
+def test_the_first_turn_looks_and_a_reply_in_words_is_asked_for_its_letter(
+        redis_target: RedisTarget) -> None:
+    with WordyServer() as server:
+        async def go() -> Any:
+            async with cached_http_client(ResponseCache(redis_target.url,
+                                                        prefix=redis_target.prefix),
+                                          base_url=server.url + "/") as client:
+                agent = ToolAgent(mcqs(1), client, model="tiny")
+                return await agent.infer(UnitTask("Counting", "c00", "base", 0, "r", BASE, "h"))
+
+        res = asyncio.run(go())
+        assert (res.correct, res.prediction, len(res.trace["turns"])) == (True, "C", 3)
+        first, second, third = server.requests
+        assert first["tool_choice"]["function"]["name"] == "look"
+        assert second["messages"][-1] == {"role": "tool", "tool_call_id": "call_y",
+                                          "content": "How many? (0)"}  # part 2 of 2
+        assert "tool_choice" not in second  # the model chooses
+        assert third["messages"][-1]["content"] == ANSWER_NUDGE
+        assert third["tool_choice"]["function"]["name"] == "answer"
+        enum = third["tools"][1]["function"]["parameters"]["properties"]["letter"]["enum"]
+        assert enum == ["A", "B", "C", "D"]

@@ -78,12 +78,13 @@ from ._plugin import open_factory_backend as open_factory_backend
 from ._plugin import with_identity as with_identity
 from ._replies import LETTERS as LETTERS
 from ._replies import parse_choice as parse_choice
+from ._tools import ANSWER_NUDGE as ANSWER_NUDGE
 from ._tools import TOOL_AGENT_VERSION as TOOL_AGENT_VERSION
-from ._tools import TOOL_SCHEMAS as TOOL_SCHEMAS
 from ._tools import ToolAgent as ToolAgent
 from ._tools import ToolEvolver as ToolEvolver
 from ._tools import content_parts as content_parts
 from ._tools import tool_backend as tool_backend
+from ._tools import tool_schemas as tool_schemas
 from ._workspace import check_llm_agent as check_llm_agent
 from ._workspace import default_llm_skill as default_llm_skill
 from ._workspace import init_llm as init_llm

@@ -2,7 +2,10 @@
 
 Each unit is a trajectory of at most ``max_turns`` chat turns: the model reads the unit's
 content part by part with the ``look(part)`` tool (a frame's description, or a slice of the
-question's text) and ends with the ``answer(letter)`` tool or a reply naming a letter. Every
+question's text) and ends with the ``answer(letter)`` tool or a reply naming a letter. The first
+turn must look and the last must answer (``tool_choice``), as must the turn after a reply in
+words that names no letter: even a small model on llama.cpp, which constrains a forced
+tool's arguments to its schema, walks a trajectory and ends on a valid letter. Every
 turn is a call through `cached_http_client`, salted with the run being answered, so a re-run
 after a crash replays each trajectory's cached turns and goes fresh from its first miss.
 `tool_backend` ships it as a bring-your-own backend (``--backend vtrm_gate.llm:tool_backend``).
@@ -41,16 +44,27 @@ TOOL_SYSTEM = ("You answer a multiple-choice question. Its content comes in numb
                "the correct option. Follow the skill instructions below.\n\n")
 PART_CHARS = 400
 """A question's paragraph longer than this is read in slices of this many characters."""
-TOOL_SCHEMAS = [
-    {"type": "function", "function": {
-        "name": "look", "description": "Read one numbered part of the question's content.",
-        "parameters": {"type": "object", "required": ["part"],
-                       "properties": {"part": {"type": "integer", "minimum": 1}}}}},
-    {"type": "function", "function": {
-        "name": "answer", "description": "Give the final answer: the option's letter.",
-        "parameters": {"type": "object", "required": ["letter"],
-                       "properties": {"letter": {"type": "string"}}}}},
-]
+ANSWER_NUDGE = "Call the answer tool with the letter of the correct option."
+
+
+def tool_schemas(n_options: int) -> list[dict[str, Any]]:
+    """The two tools: ``look(part)`` and ``answer(letter)``, the letter one of the unit's
+    ``n_options`` (a server that constrains arguments to the schema, as llama.cpp does for a
+    forced tool, can only answer with a valid letter)."""
+    return [
+        {"type": "function", "function": {
+            "name": "look", "description": "Read one numbered part of the question's content.",
+            "parameters": {"type": "object", "required": ["part"],
+                           "properties": {"part": {"type": "integer", "minimum": 1}}}}},
+        {"type": "function", "function": {
+            "name": "answer", "description": "Give the final answer: the option's letter.",
+            "parameters": {"type": "object", "required": ["letter"], "properties": {
+                "letter": {"type": "string", "enum": list(LETTERS[:n_options])}}}}},
+    ]
+
+
+def _forced(name: str) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name}}
 
 
 def content_parts(mcq: MCQ, size: int = PART_CHARS) -> list[str]:
@@ -125,8 +139,9 @@ class ToolAgent:
         messages = self.messages(task, mcq, len(parts))
         turns: list[dict[str, Any]] = []
         letter: str | None = None
+        nudged = False
         for turn in range(1, self.max_turns + 1):
-            body = {"model": self.model, "messages": messages, "tools": TOOL_SCHEMAS, **self.params}
+            body = self.body(messages, len(mcq.options), turn, nudged)
             try:
                 doc, source = await self.chat(body)
             except LLMInfraError as exc:
@@ -135,9 +150,14 @@ class ToolAgent:
             calls = [c for c in msg.get("tool_calls") or [] if isinstance(c, Mapping)]
             turns.append({"turn": turn, "source": source, "tokens": _total_tokens(doc),
                           "tools": [c.get("function", {}).get("name") for c in calls]})
-            if not calls:
+            if not calls:  # a reply in words: its letter, else one more turn to name it
                 letter = parse_choice(_content(doc), len(mcq.options))
-                break
+                if letter is not None or nudged:
+                    break
+                nudged = True
+                messages = [*messages, {"role": "assistant", "content": _content(doc)},
+                            {"role": "user", "content": ANSWER_NUDGE}]
+                continue
             messages = [*messages, {"role": "assistant", "content": msg.get("content"),
                                     "tool_calls": calls}]
             answered = [c for c in calls if c.get("function", {}).get("name") == "answer"]
@@ -153,6 +173,18 @@ class ToolAgent:
                             correct=letter == mcq.answer)
 
     __call__ = infer
+
+    def body(self, messages: list[dict[str, Any]], n_options: int, turn: int,
+             nudged: bool) -> dict[str, Any]:
+        """One turn's request: the first turn must look, a turn after a reply in words
+        without a letter and the last turn must answer; the others choose."""
+        body = {"model": self.model, "messages": messages, "tools": tool_schemas(n_options),
+                **self.params}
+        if nudged or (turn == self.max_turns and turn > 1):
+            body["tool_choice"] = _forced("answer")
+        elif turn == 1:
+            body["tool_choice"] = _forced("look")
+        return body
 
     async def chat(self, body: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
         """One turn: (the chat completion, how the cached client served it); 429, 5xx and
