@@ -158,7 +158,8 @@ class ToolAgent:
                 messages = [*messages, {"role": "assistant", "content": _content(doc)},
                             {"role": "user", "content": ANSWER_NUDGE}]
                 continue
-            messages = [*messages, {"role": "assistant", "content": msg.get("content"),
+            # "" not null: a chat template that concatenates content (SmolLM2's) fails on null
+            messages = [*messages, {"role": "assistant", "content": msg.get("content") or "",
                                     "tool_calls": calls}]
             answered = [c for c in calls if c.get("function", {}).get("name") == "answer"]
             if answered:
