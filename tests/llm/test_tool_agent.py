@@ -162,9 +162,10 @@ def test_kill_9_mid_step_then_the_rerun_replays_cached_turns_and_decides_the_sam
         # every request a miss (a miss cancelled past the stop may never have been sent)
         assert served > 0 and sent <= made - served
         assert sent < total  # the cached turns were not asked again
-        print(f"kill -9 after {before} of {total} requests; re-run: {made} calls, {served} "
-              f"from the cache ({served / made:.0%}), {sent} requests; "
-              f"{json.dumps(rerun['llm_cache']['runs'])}")
+        print(f"\nkill -9 after {before} answered requests (an uninterrupted run: {total}); "
+              f"re-run: {made} calls, {served} from the cache ({served / made:.0%}), {sent} "
+              f"requests; crash + re-run: {before + sent} requests ({(before + sent) / total:.2f}x "
+              f"an uninterrupted run)")
 
 
 class WordyServer(ToolChatServer):
