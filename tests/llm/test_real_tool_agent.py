@@ -41,7 +41,7 @@ def units() -> list[dict[str, Any]]:
 def cli(*args: str, cwd: Path, proxy: RecordingProxy) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("REDIS_", "VTRM_"))}
     env.update(OPENAI_API_KEY="x", VTRM_BASE_URL=proxy.url, VTRM_MODEL=MODEL_ALIAS,
-               VTRM_MAX_TURNS="4")
+               VTRM_MAX_TURNS="4", VTRM_TIMEOUT="300")
     return subprocess.run([sys.executable, "-m", "vtrm_gate", *args], capture_output=True,
                           text=True, cwd=cwd, env=env, timeout=1400)
 
@@ -63,7 +63,8 @@ def test_the_tool_agent_on_llama_cpp_walks_trajectories_and_its_rerun_is_cached(
         r = cli("init", "ws", "--llm", "--units", str(src), "--backend",
                 "vtrm_gate.llm:tool_backend", cwd=tmp_path, proxy=proxy)
         assert r.returncode == 0, r.stderr
-        step = ("step", "--workspace", "ws", "--epoch", "1", "--step", "1", "--json")
+        step = ("step", "--workspace", "ws", "--epoch", "1", "--step", "1", "--json",
+                "--concurrency", "4")  # a one-slot server: no deep queue behind it
         first = cli(*step, cwd=tmp_path, proxy=proxy)
         assert first.returncode == 0, first.stderr[-2000:]
         out = json.loads(first.stdout)

@@ -201,3 +201,28 @@ def test_the_first_turn_looks_and_a_reply_in_words_is_asked_for_its_letter(
         assert third["tool_choice"]["function"]["name"] == "answer"
         enum = third["tools"][1]["function"]["parameters"]["properties"]["letter"]["enum"]
         assert enum == ["A", "B", "C", "D"]
+
+
+def test_a_turn_retries_a_503_and_a_400_makes_the_unit_infra_with_the_servers_words(
+        redis_target: RedisTarget) -> None:
+    from vtrm_gate.llm import RetryPolicy
+    from vtrm_gate.testing.chat import Fault
+
+    with ToolChatServer() as server:
+        async def go() -> Any:
+            async with cached_http_client(ResponseCache(redis_target.url,
+                                                        prefix=redis_target.prefix),
+                                          base_url=server.url + "/") as client:
+                agent = ToolAgent(mcqs(2), client, model="tiny",
+                                  retry=RetryPolicy(max_attempts=3, base_delay_s=0.0))
+                task = UnitTask("Counting", "c00", "base", 0, "r", BASE, "h")
+                ok = await agent.infer(task)
+                server.inject(Fault(status=400, message="unknown field 'tools'"))
+                bad = await agent.infer(UnitTask("Counting", "c01", "base", 1, "r", BASE, "h"))
+                return ok, bad
+
+        server.inject(Fault(status=503, retry_after="0"))
+        ok, bad = asyncio.run(go())
+        assert not ok.infra and len(ok.trace["turns"]) in (2, 4)
+        assert len(server.requests) == len(ok.trace["turns"]) + 1 + 1  # the 503, the 400
+        assert bad.infra and bad.error == "turn 1: HTTP 400: unknown field 'tools'"

@@ -274,7 +274,8 @@ class ToolEvolver:
 def tool_backend(ctx: BackendContext) -> AgentBackend:
     """A bring-your-own backend running `ToolAgent` on the cached client: endpoint, model
     and key from the environment (``VTRM_BASE_URL`` / ``OPENAI_BASE_URL``, ``VTRM_MODEL`` /
-    ``OPENAI_MODEL``, ``OPENAI_API_KEY`` / ``VTRM_API_KEY``), ``VTRM_MAX_TURNS`` (6)."""
+    ``OPENAI_MODEL``, ``OPENAI_API_KEY`` / ``VTRM_API_KEY``), ``VTRM_MAX_TURNS`` (6) and
+    ``VTRM_TIMEOUT`` (each request's, 60 s)."""
     e = ctx.env
     base_url = e.get("VTRM_BASE_URL") or e.get("OPENAI_BASE_URL")
     model = e.get("VTRM_MODEL") or e.get("OPENAI_MODEL")
@@ -282,7 +283,8 @@ def tool_backend(ctx: BackendContext) -> AgentBackend:
         raise BackendError("vtrm_gate.llm:tool_backend needs VTRM_BASE_URL and VTRM_MODEL")
     key = _api_key(e)
     client = ctx.http_client(base_url=base_url.rstrip("/") + "/",
-                             headers={"Authorization": f"Bearer {key}"} if key else None)
+                             headers={"Authorization": f"Bearer {key}"} if key else None,
+                             timeout=float(e.get("VTRM_TIMEOUT") or 60.0))
     ws = ctx.workspace
     agent = ToolAgent(workspace_units(ws), client, model=model,
                       max_turns=int(e.get("VTRM_MAX_TURNS") or 6))
