@@ -64,8 +64,13 @@ def test_trajectories_are_longer_when_wrong_and_a_rerun_sends_nothing(
                                                      prefix=redis_target.prefix))
         o2 = again.outcomes["Counting"]
         assert (o2.action, o2.W, o2.L, o2.stop_rank) == (o.action, o.W, o.L, o.stop_rank)
-        assert len(server.requests) == sent  # every turn a hit
-        assert results2 and all(r.cached and r.tokens == 0 for r in results2)
+        # every turn the first run was answered is a hit; only units it never started (how
+        # far past the stop the slots reach depends on timing) are asked, turn by turn
+        seen = {(r.trace["unit_id"], r.trace["run_id"]) for r in results}
+        old = [r for r in results2 if (r.trace["unit_id"], r.trace["run_id"]) in seen]
+        new = [r for r in results2 if (r.trace["unit_id"], r.trace["run_id"]) not in seen]
+        assert old and all(r.cached and r.tokens == 0 for r in old)
+        assert len(server.requests) - sent == sum(len(r.trace["turns"]) for r in new)
 
 
 def test_max_turns_cuts_a_trajectory_to_a_wrong_answer(redis_target: RedisTarget) -> None:
@@ -83,10 +88,11 @@ def test_look_reads_frames_then_slices_of_the_question() -> None:
     from vtrm_gate.harness import parse_media
 
     long = "x" * 900
-    mcq = MCQ(f"First paragraph.\n\n{long}", ("a", "b"), "A",
+    mcq = MCQ(f"First paragraph.\n\n{long}\n\nWhat is shown?", ("a", "b"), "A",
               parse_media({"frames": [{"image": "/v/f1.jpg", "t": 1.5}, "/v/f2.jpg"]}))
     assert content_parts(mcq) == ["frame 1 of 2 at 1.5 s: f1.jpg", "frame 2 of 2: f2.jpg",
                                   "First paragraph.", "x" * 400, "x" * 400, "x" * 100]
+    assert content_parts(MCQ("What is shown?", ("a", "b"), "A")) == ["What is shown?"]
 
 
 # ---- kill -9 in the middle of a step, then the re-run --------------------------------------
@@ -176,7 +182,7 @@ class WordyServer(ToolChatServer):
         if forced == "answer":
             return self.tool_call(body, "call_x", "answer", {"letter": "C"})
         if forced == "look":
-            return self.tool_call(body, "call_y", "look", {"part": 2})
+            return self.tool_call(body, "call_y", "look", {"part": 1})
         return self.completion(body, "It is hard to say.")
 
 
@@ -195,7 +201,8 @@ def test_the_first_turn_looks_and_a_reply_in_words_is_asked_for_its_letter(
         first, second, third = server.requests
         assert first["tool_choice"]["function"]["name"] == "look"
         assert second["messages"][-1] == {"role": "tool", "tool_call_id": "call_y",
-                                          "content": "How many? (0)"}  # part 2 of 2
+                                          "content": "Context of 0."}  # part 1 of 1
+        assert first["messages"][1]["content"].startswith("How many? (0)\n\nOptions:\nA. no")
         assert "tool_choice" not in second  # the model chooses
         assert third["messages"][-1]["content"] == ANSWER_NUDGE
         assert third["tool_choice"]["function"]["name"] == "answer"

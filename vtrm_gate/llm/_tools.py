@@ -1,13 +1,14 @@
 """`ToolAgent`: a multi-step reference agent (OpenAI function calling) on the cached client.
 
 Each unit is a trajectory of at most ``max_turns`` chat turns: the model reads the unit's
-content part by part with the ``look(part)`` tool (a frame's description, or a slice of the
-question's text) and ends with the ``answer(letter)`` tool or a reply naming a letter. The first
-turn must look and the last must answer (``tool_choice``), as must the turn after a reply in
-words that names no letter: even a small model on llama.cpp, which constrains a forced
-tool's arguments to its schema, walks a trajectory and ends on a valid letter. Every
-turn is a call through `cached_http_client`, salted with the run being answered, so a re-run
-after a crash replays each trajectory's cached turns and goes fresh from its first miss.
+context part by part with the ``look(part)`` tool (a frame's description, or a slice of the
+question's text before the question asked) and ends with the ``answer(letter)`` tool or a
+reply naming a letter. The first turn must look and the last must answer (``tool_choice``),
+as must the turn after a reply in words that names no letter: even a small model on
+llama.cpp, which constrains a forced tool's arguments to its schema, walks a trajectory and
+ends on a valid letter. Every turn is a call through `cached_http_client`, salted with the
+run being answered, so a re-run after a crash replays each trajectory's cached turns and goes
+fresh from its first miss.
 `tool_backend` ships it as a bring-your-own backend (``--backend vtrm_gate.llm:tool_backend``).
 """
 
@@ -67,17 +68,22 @@ def _forced(name: str) -> dict[str, Any]:
     return {"type": "function", "function": {"name": name}}
 
 
+def _paragraphs(mcq: MCQ) -> list[str]:
+    return [p.strip() for p in mcq.question.split("\n\n") if p.strip()]
+
+
 def content_parts(mcq: MCQ, size: int = PART_CHARS) -> list[str]:
-    """What ``look(part)`` reads: each frame of the unit's media (its time and file), then the
-    question's paragraphs, a long one in slices of ``size`` characters."""
+    """What ``look(part)`` reads: each frame of the unit's media (its time and file), then
+    the question's context (its paragraphs before the last, the question asked), a long one
+    in slices of ``size`` characters; a unit with neither: the question itself."""
     parts = []
     frames = mcq.media.frames if mcq.media is not None else ()
     for i, f in enumerate(frames, 1):
         at = f" at {f.t:g} s" if f.t is not None else ""
         parts.append(f"frame {i} of {len(frames)}{at}: {PurePosixPath(f.image).name}")
-    for para in (p.strip() for p in mcq.question.split("\n\n")):
+    for para in _paragraphs(mcq)[:-1]:
         parts += [para[i:i + size] for i in range(0, len(para), size)]
-    return parts or [""]
+    return parts or [mcq.question.strip()]
 
 
 def _arguments(call: Mapping[str, Any]) -> dict[str, Any]:
@@ -123,12 +129,14 @@ class ToolAgent:
         yield
 
     def messages(self, task: UnitTask, mcq: MCQ, n_parts: int) -> list[dict[str, Any]]:
-        """The first turn: the skill as system instructions, the options and how many parts
-        the content has."""
+        """The first turn: the skill as system instructions, the question asked, its
+        options and how many parts its content has."""
         opts = "\n".join(f"{LETTERS[i]}. {o}" for i, o in enumerate(mcq.options))
+        asked = (_paragraphs(mcq) or [""])[-1]
         return [{"role": "system", "content": TOOL_SYSTEM + task.skill},
-                {"role": "user", "content": f"The question's content has {n_parts} part(s); "
-                                            f"read them with look(part).\n\nOptions:\n{opts}"}]
+                {"role": "user", "content": f"{asked}\n\nOptions:\n{opts}\n\nThe question's "
+                                            f"content has {n_parts} part(s): read them with "
+                                            f"look(part)."}]
 
     async def infer(self, task: UnitTask) -> UnitResult:
         """Answer ``task``'s unit with ``task.skill``: INFRA when a turn's call fails."""
