@@ -159,8 +159,13 @@ def test_the_gate_salts_each_call_with_its_arms_run_id(redis_target: RedisTarget
         again = new_cache(redis_target)
         out2 = asyncio.run(gate(again)).outcomes["Counting"]
         assert (out2.action, out2.W, out2.L) == (out.action, out.W, out.L)
-        assert len(server.requests) == sent  # every turn of every unit a hit
-        assert again.stats().hits > 0 and again.stats().misses == 0
+        # nothing the first gate asked is asked again (a unit it never started, past the
+        # stop, may be: how far the slots reach past it depends on timing)
+        first_bodies = {json.dumps(b, sort_keys=True) for b in server.requests[:sent]}
+        assert not first_bodies & {json.dumps(b, sort_keys=True)
+                                   for b in server.requests[sent:]}
+        assert again.stats().hits >= out.n_consumed * 2 and \
+            again.stats().misses == len(server.requests) - sent
 
 
 def test_streaming_and_other_endpoints_pass_through_and_failures_are_never_stored(
