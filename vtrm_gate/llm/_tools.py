@@ -4,9 +4,9 @@ Each unit is a trajectory of at most ``max_turns`` chat turns: the model reads t
 context part by part with the ``look(part)`` tool (a frame's description, or a slice of the
 question's text before the question asked) and ends with the ``answer(letter)`` tool or a
 reply naming a letter. The first turn must look and the last must answer (``tool_choice``),
-as must the turn after a reply in words that names no letter: even a small model on
-llama.cpp, which constrains a forced tool's arguments to its schema, walks a trajectory and
-ends on a valid letter. Every turn is a call through `cached_http_client`, salted with the
+as must the turn after a reply in words that names no letter (llama.cpp constrains a forced
+tool's arguments to its schema, so a small model too walks a trajectory and ends on one of
+the letters). Every turn is a call through `cached_http_client`, salted with the
 run being answered, so a re-run after a crash replays each trajectory's cached turns and goes
 fresh from its first miss.
 `tool_backend` ships it as a bring-your-own backend (``--backend vtrm_gate.llm:tool_backend``).
