@@ -261,8 +261,8 @@ class ToolEvolver:
     """Proposes a type's candidate skill with one chat call through the cached client (the
     harness runs it under the type's evolver run id)."""
 
-    def __init__(self, agent: ToolAgent, rollout: Rollout) -> None:
-        self.agent, self.rollout = agent, rollout
+    def __init__(self, agent: ToolAgent, rollout: Rollout, max_tokens: int = 1024) -> None:
+        self.agent, self.rollout, self.max_tokens = agent, rollout, max_tokens
 
     async def evolve(self, task_type: str, current_skill: str, rejected: Sequence[str],
                      epoch: int, step: int) -> str:
@@ -272,7 +272,7 @@ class ToolEvolver:
         lines += [f"Wrong: {c.mcq.prompt()}\nAgent answered: {c.prediction or 'nothing'}. "
                   f"Correct answer: {c.mcq.answer}." for c in cases[:8]]
         lines += [f"Rejected: {r.strip()}" for r in list(rejected)[-5:]]
-        body = {"model": self.agent.model, "temperature": 0.7,
+        body = {"model": self.agent.model, "temperature": 0.7, "max_tokens": self.max_tokens,
                 "messages": [{"role": "system", "content": EVOLVE_SYSTEM},
                              {"role": "user", "content": "\n".join([*lines, EVOLVE_TASK])}]}
         doc, _ = await self.agent.chat(body)
