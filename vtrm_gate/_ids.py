@@ -7,6 +7,7 @@ agree by construction::
     e{epoch}_probation / e{epoch}_eval        the epoch-end settlement / evaluation
     {srid}_gate_{slug}_{arm}                  arm_run_id: one arm of one type's gate
     {srid}_rollout_{slug} / _evolve_{slug}    a step's rollout / evolution calls
+    {srid}_rollout                            a bring-your-own rollout's calls
 
 No imports beyond the standard library: every layer may use it.
 """
@@ -83,6 +84,11 @@ def arm_run_id(stem: str, task_type: str, arm: Arm) -> str:
 def rollout_run_id(task_type: str, epoch: int, step: int) -> str:
     """The rollout's run id (and cache salt) for one type of one step."""
     return f"{step_run_id(epoch, step)}_rollout_{slugify(task_type)}"
+
+
+def step_rollout_run_id(epoch: int, step: int) -> str:
+    """The run id (and cache salt) of a bring-your-own rollout's calls, all types at once."""
+    return f"{step_run_id(epoch, step)}_rollout"
 
 
 def evolve_run_id(task_type: str, epoch: int, step: int) -> str:

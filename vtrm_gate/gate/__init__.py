@@ -4,7 +4,8 @@
 - `_dispatch`: which type's next unit takes a free slot (`RoundRobin`, `NeedAware`, yours)
 - `_plan`: `TypePlan`, `UnitTask`, `UnitResult`, `GuardParams`; the `BaselineStore` and
   `ResultSink` protocols storage comes in through
-- `_events`: the events and their bus (callbacks, async iterator, `report_progress`)
+- `_events`: the events and their bus (callbacks, async iterator, `report_progress`,
+  `current_run_id` / `run_scope`: the run id a call belongs to)
 - `_scheduler`: `run_gate` (slot pool, prefix consumption, freeze, INFRA guard)
 - `_result`: `GateResult`, `TypeCounters`
 - `_handle`: `launch` / `GateHandle` for a Jupyter kernel's loop
@@ -37,7 +38,9 @@ from ._events import TaskFinished as TaskFinished
 from ._events import TaskProgress as TaskProgress
 from ._events import TaskStarted as TaskStarted
 from ._events import TypeDecided as TypeDecided
+from ._events import current_run_id as current_run_id
 from ._events import report_progress as report_progress
+from ._events import run_scope as run_scope
 from ._forecast import Forecast as Forecast
 from ._forecast import ForecastInput as ForecastInput
 from ._forecast import GateForecast as GateForecast

@@ -5,11 +5,12 @@ iterator, and `report_progress` for an ``infer`` to describe its own call.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import inspect
 import warnings
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -77,6 +78,31 @@ def report_progress(status: str, /, **info: Any) -> bool:
         return False
     sink(status, info)
     return True
+
+
+# The run id of the call being answered: set by the gate inside each inference call's own
+# asyncio task (the arm's run id), and by `run_scope` for calls made outside a gate (the
+# rollout's, the evolver's), so a cached client salts its keys without the agent passing it.
+_RUN_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("vtrm_gate_run_id",
+                                                                     default=None)
+
+
+def current_run_id() -> str | None:
+    """The run id of the call being answered (the arm's, inside ``infer``), or None."""
+    return _RUN_ID.get()
+
+
+@contextlib.contextmanager
+def run_scope(run_id: str) -> Iterator[None]:
+    """Calls made inside the block belong to ``run_id`` (`current_run_id`), then the outer
+    run id is back."""
+    if not isinstance(run_id, str) or not run_id:
+        raise ValueError(f"run_scope needs a non-empty run id, got {run_id!r}")
+    token = _RUN_ID.set(run_id)
+    try:
+        yield
+    finally:
+        _RUN_ID.reset(token)
 
 
 @dataclass(frozen=True, slots=True)

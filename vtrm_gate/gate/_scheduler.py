@@ -35,6 +35,7 @@ from ._dispatch import (
 )
 from ._events import (
     _PROGRESS,
+    _RUN_ID,
     GateAborted,
     GateFinished,
     GateStarted,
@@ -173,6 +174,7 @@ class _Gate:
 
     async def _call(self, task: UnitTask) -> None:
         t = self.now()
+        _RUN_ID.set(task.run_id)  # this call's own task: a cached client salts with it
         if self.progress_events:
             _PROGRESS.set(lambda status, info: self.bus.publish(
                 TaskProgress(self.now(), task, status, info)))

@@ -10,6 +10,8 @@ video frames, LLM workspaces, and your own agent (bring-your-own backends).
 - `_workspace`: `init_llm` and the validation of an llm workspace's agent settings
 - `_backend`: `llm_backend` (agent + evolver + rollout on one cache), `rollout_cases`
 - `_plugin`: `AgentBackend`, `BackendContext`, factories named ``package.module:function``
+- `_client`: `cached_http_client`, an httpx client whose chat calls go through the cache
+- `_tools`: `ToolAgent`, a multi-step function-calling agent on the cached client
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from ..errors import EndpointUnreachableError as EndpointUnreachableError
 from ..errors import EvolveError as EvolveError
 from ..errors import LLMInfraError as LLMInfraError
 from ..errors import MediaChangedError as MediaChangedError
+from ..gate import current_run_id as current_run_id
+from ..gate import run_scope as run_scope
 from ._agent import AGENT_VERSION as AGENT_VERSION
 from ._agent import ANSWER_PROMPT as ANSWER_PROMPT
 from ._agent import DEFAULT_BASE_URL as DEFAULT_BASE_URL
@@ -43,6 +47,8 @@ from ._backend import check_endpoint as check_endpoint
 from ._backend import llm_backend as llm_backend
 from ._backend import rollout_cases as rollout_cases
 from ._backend import workspace_units as workspace_units
+from ._client import CachedTransport as CachedTransport
+from ._client import cached_http_client as cached_http_client
 from ._endpoints import DEFAULT_CAP as DEFAULT_CAP
 from ._endpoints import Endpoint as Endpoint
 from ._endpoints import EndpointPool as EndpointPool
@@ -77,6 +83,13 @@ from ._plugin import open_factory_backend as open_factory_backend
 from ._plugin import with_identity as with_identity
 from ._replies import LETTERS as LETTERS
 from ._replies import parse_choice as parse_choice
+from ._tools import ANSWER_NUDGE as ANSWER_NUDGE
+from ._tools import TOOL_AGENT_VERSION as TOOL_AGENT_VERSION
+from ._tools import ToolAgent as ToolAgent
+from ._tools import ToolEvolver as ToolEvolver
+from ._tools import content_parts as content_parts
+from ._tools import tool_backend as tool_backend
+from ._tools import tool_schemas as tool_schemas
 from ._workspace import check_llm_agent as check_llm_agent
 from ._workspace import default_llm_skill as default_llm_skill
 from ._workspace import init_llm as init_llm

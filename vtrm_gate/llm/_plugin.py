@@ -25,12 +25,15 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
+
 from .._env import credential_keys, scrub_credentials, secret_values
-from .._ids import canonical_json
+from .._ids import canonical_json, evolve_run_id, step_rollout_run_id
 from ..cache import CacheStats, ResponseCache, cache_namespace
 from ..errors import BackendError, CandidateRefused, CasesUnavailable
-from ..gate import Infer, UnitResult, UnitTask
+from ..gate import Infer, UnitResult, UnitTask, run_scope
 from ..harness import CaseSource, Evolver, Workspace
+from ._client import cached_http_client
 
 RolloutSource = Callable[[int, int], Awaitable[Mapping[str, Sequence[str]]]]
 """``await rollout(epoch, step)``: the step's evolution cases, ``{task type: [unit ids]}``
@@ -54,6 +57,13 @@ class BackendContext:
     def scrub(self, text: str) -> str:
         """``text`` without the environment's secrets or any credential header value."""
         return scrub_credentials(text, secret_values(self.env))
+
+    def http_client(self, **kwargs: Any) -> httpx.AsyncClient:
+        """An `httpx.AsyncClient` whose chat completions go through this workspace's cache,
+        salted with the run being answered (`cached_http_client`; ``kwargs`` go to it).
+        Pass it as ``openai.AsyncOpenAI(base_url=..., api_key=..., http_client=...)``."""
+        kwargs.setdefault("secrets", secret_values(self.env))
+        return cached_http_client(self.cache, **kwargs)
 
 
 @dataclass(frozen=True)
@@ -258,6 +268,14 @@ def _check_rollout(out: Any, workspace: Workspace, spec: str,
     return cases
 
 
+def _evolve_run(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+    """The evolver's run id of ``evolve(task_type, current_skill, rejected, epoch, step)``."""
+    named = dict(zip(("task_type", "current_skill", "rejected", "epoch", "step"), args,
+                     strict=False))
+    named.update(kwargs)
+    return evolve_run_id(named["task_type"], named["epoch"], named["step"])
+
+
 def guarded(backend: AgentBackend, workspace: Workspace, spec: str,
             scrub: Callable[[str], str]) -> AgentBackend:
     """``backend`` with every text it returns or raises scrubbed and its rollout checked.
@@ -281,13 +299,15 @@ def guarded(backend: AgentBackend, workspace: Workspace, spec: str,
     class ScrubbedEvolver:
         async def evolve(self, *args: Any, **kwargs: Any) -> str:
             try:
-                return await evolver.evolve(*args, **kwargs)
+                with run_scope(_evolve_run(args, kwargs)):  # a cached client salts with it
+                    return await evolver.evolve(*args, **kwargs)
             except Exception as exc:
                 raise scrubbed_exception(exc, scrub) from None
 
     async def checked_rollout(epoch: int, step: int) -> Mapping[str, Any]:
         try:
-            out = await rollout(epoch, step)  # type: ignore[misc]
+            with run_scope(step_rollout_run_id(epoch, step)):
+                out = await rollout(epoch, step)  # type: ignore[misc]
         except (TypeError, AttributeError, NameError) as exc:
             raise scrubbed_exception(exc, scrub) from None
         except Exception as exc:

@@ -5,6 +5,7 @@ backend tests, in process and against the ``vtrm-gate`` command run as a subproc
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import re
 import threading
@@ -133,7 +134,8 @@ class ChatServer:
     def step_of(body: dict[str, Any]) -> str:
         if body["messages"][0]["content"].startswith(EVOLVE_PREFIX):
             return "evolve"
-        return "think" if THINK_PROMPT in body["messages"][-1]["content"] else "answer"
+        return "think" if THINK_PROMPT in str(body["messages"][-1].get("content")) \
+            else "answer"
 
     def _fault_for(self, step: str) -> Fault | None:
         with self.lock:
@@ -224,7 +226,7 @@ class ChatServer:
     def completion(self, body: dict[str, Any], text: str,
                    finish: str = "stop") -> dict[str, Any]:
         """A chat.completion document carrying ``text``, with usage counted in words."""
-        prompt_tokens = sum(len(m["content"].split()) for m in body["messages"])
+        prompt_tokens = sum(len(str(m.get("content") or "").split()) for m in body["messages"])
         completion_tokens = len(text.split())
         return {"id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion",
                 "created": int(time.time()), "model": body["model"],
@@ -289,3 +291,77 @@ def chat_server() -> Iterator[ChatServer]:
         yield server
 
 
+
+
+class ToolChatServer(ChatServer):
+    """A scripted multi-turn function-calling model (for `vtrm_gate.llm.ToolAgent`).
+
+    A unit's trajectory is deterministic (but for its tool-call ids, new on every request as
+    a real server's are, so a turn asked again changes every later turn): it succeeds when
+    the sha256 of its options falls below the skill's strength (``strong`` with
+    `HELPFUL_MARKER` in the skill, else ``weak``); a success reads ``short`` parts with
+    ``look`` and answers the longest option, a failure reads ``long`` parts and answers the
+    shortest, so longer trajectories are the wrong ones.
+    Evolution requests are answered as `ChatServer` does. ``pause_after(n)`` holds every
+    request after the n-th until `resume` (a crash "in the middle of a step" made on cue).
+    """
+
+    def __init__(self, *, weak: float = 0.4, strong: float = 0.85, short: int = 1,
+                 long: int = 3, evolve_reply: EvolveReply = append_marker) -> None:
+        super().__init__(evolve_reply)
+        self.weak, self.strong, self.short, self.long = weak, strong, short, long
+        self._pause_n = 0
+        self._resumed = threading.Event()
+        self.paused = threading.Event()
+        """Set once a request is being held by `pause_after`."""
+
+    def pause_after(self, n: int) -> None:
+        self._pause_n, self._resumed = n, threading.Event()
+
+    def resume(self) -> None:
+        """Release the held requests unanswered (their client is gone) and stop holding."""
+        self._pause_n = 0
+        self._resumed.set()
+
+    def handle(self, h: BaseHTTPRequestHandler) -> None:
+        with self.lock:
+            held = bool(self._pause_n) and len(self.requests) >= self._pause_n
+        if held:
+            self.paused.set()
+            self._resumed.wait(60)
+            h.close_connection = True
+            return  # the client died meanwhile (or gave up): no answer
+        super().handle(h)
+
+    def succeeds(self, skill: str, options: list[str]) -> bool:
+        """Whether the skill's trajectory on a unit with these options ends right."""
+        digest = hashlib.sha256("\x1f".join(options).encode()).hexdigest()
+        strength = self.strong if HELPFUL_MARKER in skill else self.weak
+        return int(digest[:8], 16) / 0x1_0000_0000 < strength
+
+    def answer(self, body: dict[str, Any], step: str) -> dict[str, Any]:
+        if step == "evolve":
+            return self.completion(body, self.evolution(body))
+        msgs = body["messages"]
+        skill = "".join(str(m.get("content")) for m in msgs if m["role"] == "system")
+        user = next(str(m.get("content")) for m in msgs if m["role"] == "user")
+        options = [o for _, o in re.findall(r"^([A-Z])\. (.*)$", user, flags=re.M)]
+        ok = self.succeeds(skill, options)
+        looked = sum(1 for m in msgs if m["role"] == "tool")
+        call_id = f"call_{len(self.requests)}"  # new on every request, as a real server's
+        if looked < (self.short if ok else self.long):
+            return self.tool_call(body, call_id, "look", {"part": looked + 1})
+        pick = max if ok else min
+        letter = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[options.index(pick(options, key=len))]
+        return self.tool_call(body, call_id, "answer", {"letter": letter})
+
+    def tool_call(self, body: dict[str, Any], call_id: str, name: str,
+                  args: dict[str, Any]) -> dict[str, Any]:
+        """A chat.completion whose message calls one tool."""
+        doc = self.completion(body, "")
+        doc["choices"][0]["finish_reason"] = "tool_calls"
+        doc["choices"][0]["message"] = {
+            "role": "assistant", "content": None,
+            "tool_calls": [{"id": call_id, "type": "function",
+                            "function": {"name": name, "arguments": json.dumps(args)}}]}
+        return doc

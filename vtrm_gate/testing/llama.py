@@ -46,6 +46,16 @@ def smollm2_gguf() -> Path | None:
     return Path(str(found[0].locate())) if found else None
 
 
+_SERVER = ("import runpy\nimport llama_cpp.llama_cpp as c\n"
+           "defaults = c.llama_model_default_params\n"
+           "def no_repack():\n    p = defaults()\n    p.use_extra_bufts = False\n    return p\n"
+           "c.llama_model_default_params = no_repack\n"
+           "runpy.run_module('llama_cpp.server', run_name='__main__')\n")
+"""``python -m llama_cpp.server`` with the weights left unrepacked: llama.cpp's extra buffer
+types (AMX / repacked weights) segfault on the first completion on some hosts (seen with
+0.3.36 on an AMX CPU), and the server has no flag for it."""
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -69,7 +79,7 @@ class LlamaServer:
     def start(self, timeout: float = 180.0) -> LlamaServer:
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "llama_cpp.server", "--model", str(self.model),
+                [sys.executable, "-c", _SERVER, "--model", str(self.model),
                  "--model_alias", MODEL_ALIAS, "--host", "127.0.0.1", "--port",
                  str(self.port), "--n_threads", str(self.threads), "--n_ctx", "2048"],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)

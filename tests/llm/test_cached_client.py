@@ -1,0 +1,290 @@
+"""The cached client for any agent: the official openai SDK (and plain httpx) through
+`cached_http_client` against a real loopback server that counts requests."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import redis
+
+from vtrm_gate import GateParams, TypePlan, UnitResult, UnitTask, run_gate
+from vtrm_gate.cache import KeyParts, ResponseCache
+from vtrm_gate.gate import TaskFinished
+from vtrm_gate.llm import (
+    MCQ,
+    LLMAgent,
+    cached_http_client,
+    current_run_id,
+    run_scope,
+    tool_schemas,
+)
+from vtrm_gate.testing import RedisTarget
+from vtrm_gate.testing.chat import Fault, ToolChatServer
+
+RUN = "e1_s1_gate_counting_base"
+SKILL = "Read every part."
+OPTIONS = ["no", "maybe", "certainly the answer", "yes"]
+KEY = "sk-test-0123456789abcdef"
+
+
+def new_cache(target: RedisTarget) -> ResponseCache:
+    """A cache on the suite's Redis with fresh counters (same keys, same namespace)."""
+    return ResponseCache(target.url, prefix=target.prefix, namespace="ws:test")
+
+
+def sdk(server: ToolChatServer, client: httpx.AsyncClient) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=server.url, api_key=KEY, http_client=client,
+                              max_retries=0)
+
+
+async def trajectory(ai: openai.AsyncOpenAI, skill: str, options: list[str]) -> str:
+    """A multi-step agent written against the SDK: look until the model answers."""
+    opts = "\n".join(f"{'ABCD'[i]}. {o}" for i, o in enumerate(options))
+    messages: list[dict[str, Any]] = [{"role": "system", "content": skill},
+                                      {"role": "user", "content": f"Options:\n{opts}"}]
+    for _ in range(8):
+        r = await ai.chat.completions.create(model="tiny", messages=messages, tools=tool_schemas(4),
+                                             temperature=0.0)
+        call = r.choices[0].message.tool_calls[0]
+        if call.function.name == "answer":
+            return json.loads(call.function.arguments)["letter"]
+        messages += [r.choices[0].message.model_dump(exclude_none=True),
+                     {"role": "tool", "tool_call_id": call.id, "content": "part text"}]
+    raise AssertionError("no answer in 8 turns")
+
+
+def failing_options(server: ToolChatServer) -> list[str]:
+    """Options on which the plain skill's trajectory fails (4 turns: 3 looks, an answer)."""
+    return next(opts for i in range(100)
+                if not server.succeeds(SKILL, opts := [f"no {i}", "maybe", "surely so", "y"]))
+
+
+def run_trajectory(server: ToolChatServer, cache: ResponseCache, options: list[str]) -> str:
+    async def go() -> str:
+        async with cached_http_client(cache) as client:
+            with run_scope(RUN):
+                return await trajectory(sdk(server, client), SKILL, options)
+    return asyncio.run(go())
+
+
+def test_a_second_run_sends_zero_requests_and_a_deleted_middle_turn_refreshes_it_and_later_ones(
+        redis_target: RedisTarget) -> None:
+    with ToolChatServer() as server:
+        options = failing_options(server)
+        first = new_cache(redis_target)
+        assert run_trajectory(server, first, options) == "D"  # the shortest option: wrong
+        assert len(server.requests) == 4
+        assert first.stats(RUN).misses == 4 and first.stats(RUN).writes == 4
+
+        second = new_cache(redis_target)
+        assert run_trajectory(server, second, options) == "D"
+        assert len(server.requests) == 4  # zero requests
+        assert second.stats(RUN).hits == 4
+
+        # the keys are the built-in agent's: KeyParts of each request body, salted by the run
+        keys = [KeyParts.from_request(b, server.url, first.salt(RUN)).key(first.prefix)
+                for b in server.requests]
+        r = redis.Redis.from_url(redis_target.url)
+        assert all(r.exists(k) for k in keys)
+        stored = json.loads(r.get(keys[0]))
+        assert stored["digest"] == KeyParts.from_request(server.requests[0], server.url,
+                                                         first.salt(RUN)).digest
+        r.delete(keys[1])
+        third = new_cache(redis_target)
+        assert run_trajectory(server, third, options) == "D"
+        # turn 1 a hit; turn 2 fresh, and its new tool-call id makes turns 3 and 4 fresh
+        assert len(server.requests) == 7
+        assert (third.stats(RUN).hits, third.stats(RUN).misses) == (1, 3)
+        assert server.requests[4] == server.requests[1]
+
+
+def test_the_built_in_agents_entry_is_a_hit_through_the_client(
+        redis_target: RedisTarget) -> None:
+    """Same key material: a call the built-in agent made is served to the SDK for free."""
+    with ToolChatServer() as server:
+        cache = new_cache(redis_target)
+        mcq = MCQ("How many?", tuple(OPTIONS), "C")
+        agent = LLMAgent({"u1": mcq}, base_url=server.url, model="tiny", api_key=KEY,
+                         cache=cache, think=False)
+        task = UnitTask("Counting", "u1", "base", 0, RUN, "skill", "h")
+        body = agent.body("answer", agent.messages(task, mcq))
+
+        async def go() -> tuple[Any, Any]:
+            await agent.infer(task)
+            async with cached_http_client(new_cache(redis_target)) as client:
+                with run_scope(RUN):
+                    raw = await sdk(server, client).chat.completions.with_raw_response.create(
+                        **body)
+            return raw.headers["x-vtrm-cache"], raw.parse()
+
+        server.answer = lambda body, step: server.completion(body, "B")  # type: ignore
+        source, reply = asyncio.run(go())
+        assert (source, reply.choices[0].message.content) == ("hit", "B")
+        assert len(server.requests) == 1  # the agent's only
+
+
+def test_the_gate_salts_each_call_with_its_arms_run_id(redis_target: RedisTarget) -> None:
+    """No run id passed: the gate sets it per task; a second gate is all hits."""
+    with ToolChatServer() as server:
+        seen: list[str | None] = []
+
+        def infer_with(client: httpx.AsyncClient) -> Any:
+            ai = sdk(server, client)
+
+            async def infer(task: UnitTask) -> UnitResult:
+                seen.append(current_run_id())
+                opts = [f"o{task.unit_id}", f"option {task.unit_id} long"]
+                letter = await trajectory(ai, task.skill, opts)
+                return UnitResult(correct=letter == "B", prediction=letter)
+            return infer
+
+        async def gate(cache: ResponseCache) -> Any:
+            async with cached_http_client(cache) as client:
+                plan = TypePlan("Counting", [f"u{i}" for i in range(12)],
+                                base_skill="plain", cand_skill="plain strategy: longest")
+                return await run_gate([plan], infer_with(client), GateParams(),
+                                      concurrency=4)
+
+        first = new_cache(redis_target)
+        out = asyncio.run(gate(first)).outcomes["Counting"]
+        assert None not in seen and len(set(seen)) == 2  # the two arms' run ids
+        assert {s.rsplit("_", 1)[-1] for s in seen} == {"base", "cand"}  # type: ignore
+        assert set(first.runs()) == set(seen)
+        sent = len(server.requests)
+        again = new_cache(redis_target)
+        out2 = asyncio.run(gate(again)).outcomes["Counting"]
+        assert (out2.action, out2.W, out2.L) == (out.action, out.W, out.L)
+        # nothing the first gate asked is asked again (a unit it never started, past the
+        # stop, may be: how far the slots reach past it depends on timing)
+        first_bodies = {json.dumps(b, sort_keys=True) for b in server.requests[:sent]}
+        assert not first_bodies & {json.dumps(b, sort_keys=True)
+                                   for b in server.requests[sent:]}
+        assert again.stats().hits >= out.n_consumed * 2 and \
+            again.stats().misses == len(server.requests) - sent
+
+
+def test_streaming_and_other_endpoints_pass_through_and_failures_are_never_stored(
+        redis_target: RedisTarget) -> None:
+    with ToolChatServer() as server:
+        cache = new_cache(redis_target)
+        body = {"model": "tiny", "messages": [{"role": "user", "content": "A. x\nB. yy"}]}
+
+        async def go() -> list[tuple[int, str]]:
+            out = []
+            async with cached_http_client(cache, base_url=server.url + "/") as c:
+                for _ in range(2):  # streaming: uncached, sent each time
+                    r = await c.post("chat/completions", json={**body, "stream": True})
+                    out.append((r.status_code, r.headers["x-vtrm-cache"]))
+                for _ in range(2):  # another endpoint
+                    r = await c.post("embeddings", json={"input": "x"})
+                    out.append((r.status_code, r.headers["x-vtrm-cache"]))
+                server.inject(Fault(status=500), Fault(status=429, retry_after="0"),
+                              Fault(body="not json"))
+                for _ in range(4):  # 500, 429, a 200 that is no JSON: never stored; then 200
+                    r = await c.post("chat/completions", json=body)
+                    out.append((r.status_code, r.headers["x-vtrm-cache"]))
+                r = await c.post("chat/completions", json=body)
+                out.append((r.status_code, r.headers["x-vtrm-cache"]))
+            return out
+
+        got = asyncio.run(go())
+        assert got == [(200, "pass"), (200, "pass"), (404, "pass"), (404, "pass"),
+                       (500, "uncached"), (429, "uncached"), (200, "uncached"), (200, "miss"),
+                       (200, "hit")]
+        assert cache.stats().writes == 1
+        assert len(server.requests) == 6  # chat requests (the server records no others)
+
+
+def test_a_transport_failure_is_never_stored(redis_target: RedisTarget) -> None:
+    cache = new_cache(redis_target)
+
+    async def go() -> None:
+        async with cached_http_client(cache) as client:
+            ai = openai.AsyncOpenAI(base_url="http://127.0.0.1:9/v1", api_key=KEY,
+                                    http_client=client, max_retries=0)
+            with pytest.raises(openai.APIConnectionError):
+                await ai.chat.completions.create(model="tiny", messages=[
+                    {"role": "user", "content": "hi"}])
+
+    asyncio.run(go())
+    assert cache.stats().misses == 1 and cache.stats().writes == 0
+
+
+# ---- bad input ---------------------------------------------------------------------------
+
+
+def bad_requests() -> dict[str, tuple[dict[str, Any], int, str]]:
+    """name -> (httpx.post kwargs, status, what the message must say)."""
+    ok = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
+    tool = tool_schemas(4)[0]
+    return {
+        "non-JSON body": ({"content": b"{'model': " + KEY.encode()}, 400,
+                          "request body is not JSON"),
+        "NaN": ({"content": b'{"model":"tiny","messages":[],"temperature":NaN}'}, 400,
+                "non-finite number NaN"),
+        "a list body": ({"json": [ok]}, 400, "is a JSON list, not an object"),
+        "50 MB": ({"json": {**ok, "messages": [{"role": "user", "content": "x" * (50 << 20)}]}},
+                  413, "bytes is over the cached client's cap of 16777216 bytes"),
+        "10,000 tools": ({"json": {**ok, "tools": [tool] * 10_000}}, 400,
+                         "'tools' holds 10000 entries; the cap is 128"),
+    }
+
+
+@pytest.mark.parametrize("name", list(bad_requests()))
+def test_bad_input_is_refused_naming_the_problem_nothing_sent_nothing_stored(
+        redis_target: RedisTarget, name: str) -> None:
+    kwargs, status, says = bad_requests()[name]
+    with ToolChatServer() as server:
+        cache = new_cache(redis_target)
+
+        async def go() -> httpx.Response:
+            async with cached_http_client(cache, base_url=server.url + "/",
+                                          headers={"Authorization": f"Bearer {KEY}"}) as c:
+                return await c.post("chat/completions", **kwargs)
+
+        r = asyncio.run(go())
+        assert r.status_code == status and r.headers["x-vtrm-cache"] == "refused"
+        message = r.json()["error"]["message"]
+        assert says in message and KEY not in message
+        assert server.requests == [] and cache.stats().calls == 0
+
+
+def test_through_the_gate_a_refused_request_is_infra_and_an_unserialisable_one_stops_it(
+        redis_target: RedisTarget) -> None:
+    """The existing rules: a 400 (openai.BadRequestError) is INFRA and the gate goes on; a
+    sampling parameter JSON cannot encode is a TypeError in the SDK, and the gate stops."""
+    with ToolChatServer() as server:
+        cache = new_cache(redis_target)
+
+        finished: list[Any] = []
+
+        async def gate(extra: dict[str, Any]) -> Any:
+            async with cached_http_client(cache) as client:
+                ai = sdk(server, client)
+
+                async def infer(task: UnitTask) -> UnitResult:
+                    kw = extra if task.unit_id == "u3" else {}
+                    r = await ai.chat.completions.create(
+                        model="tiny", messages=[{"role": "user", "content": "A. x\nB. yy"}],
+                        **kw)
+                    return UnitResult(correct=r.choices[0].message.tool_calls is not None)
+
+                plan = TypePlan("T", [f"u{i}" for i in range(10)], base_skill="a",
+                                cand_skill="b")
+                return await run_gate([plan], infer, GateParams(), concurrency=2,
+                                      subscribers=[finished.append])
+
+        res = asyncio.run(gate({"tools": tool_schemas(4) * 5000}))
+        infra = [e.result.error for e in finished
+                 if isinstance(e, TaskFinished) and e.result.infra]
+        assert res.aborted is None and res.counters["T"].infra_calls == len(infra) >= 1
+        assert all("BadRequestError" in e and "'tools' holds 10000 entries" in e
+                   for e in infra)
+        assert cache.stats().writes == len(server.requests)  # the refused ones: never stored
+        with pytest.raises(TypeError, match="set is not JSON serializable"):
+            asyncio.run(gate({"extra_body": {"top_k": {1, 2}}}))

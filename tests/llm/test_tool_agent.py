@@ -1,0 +1,235 @@
+"""`ToolAgent`, the multi-step reference agent, against a scripted function-calling server:
+trajectories whose length tracks wrongness, every turn a cached call, and a step killed with
+kill -9 mid-way whose re-run replays the cached turns and decides as an uninterrupted run."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vtrm_gate import GateParams, TypePlan, UnitTask, run_gate
+from vtrm_gate.cache import ResponseCache
+from vtrm_gate.gate import TaskFinished
+from vtrm_gate.llm import ANSWER_NUDGE, MCQ, ToolAgent, cached_http_client, content_parts
+from vtrm_gate.testing import RedisTarget
+from vtrm_gate.testing.chat import HELPFUL_MARKER, ToolChatServer
+
+BASE = "Read the question's parts before you answer."
+CAND = f"{BASE}\n- {HELPFUL_MARKER}"
+
+
+def mcqs(n: int = 40) -> dict[str, MCQ]:
+    """The right answer is always the longest option (C)."""
+    return {f"c{i:02d}": MCQ(f"Context of {i}.\n\nHow many? ({i})",
+                             ("no", f"maybe {i}", f"certainly the answer {i}", "yes"), "C")
+            for i in range(n)}
+
+
+def gate(server: ToolChatServer, cache: ResponseCache, max_turns: int = 6) -> Any:
+    async def go() -> Any:
+        async with cached_http_client(cache, base_url=server.url + "/") as client:
+            agent = ToolAgent(mcqs(), client, model="tiny", max_turns=max_turns)
+            plan = TypePlan("Counting", list(mcqs()), base_skill=BASE, cand_skill=CAND)
+            results: list[Any] = []
+            out = await run_gate([plan], agent.infer, GateParams(), concurrency=8,
+                                 subscribers=[results.append], past_stop="wait",
+                                 cancel_after_freeze=False)
+            return out, [e.result for e in results
+                         if isinstance(e, TaskFinished) and e.result.trace is not None]
+    return asyncio.run(go())
+
+
+def test_trajectories_are_longer_when_wrong_and_a_rerun_sends_nothing(
+        redis_target: RedisTarget) -> None:
+    with ToolChatServer() as server:
+        out, results = gate(server, ResponseCache(redis_target.url, prefix=redis_target.prefix))
+        o = out.outcomes["Counting"]
+        assert o.action == "ACCEPT"
+        turns = {(r.correct, len(r.trace["turns"])) for r in results}
+        assert turns == {(True, 2), (False, 4)}  # 1 look + answer; 3 looks + answer
+        assert all(r.prediction == ("C" if r.correct else "A") for r in results)
+        sent = len(server.requests)
+        assert sent == sum(len(r.trace["turns"]) for r in results)
+        assert all(t["source"] == "miss" for r in results for t in r.trace["turns"])
+
+        again, results2 = gate(server, ResponseCache(redis_target.url,
+                                                     prefix=redis_target.prefix))
+        o2 = again.outcomes["Counting"]
+        assert (o2.action, o2.W, o2.L, o2.stop_rank) == (o.action, o.W, o.L, o.stop_rank)
+        # every turn the first run was answered is a hit; only units it never started (how
+        # far past the stop the slots reach depends on timing) are asked, turn by turn
+        seen = {(r.trace["unit_id"], r.trace["run_id"]) for r in results}
+        old = [r for r in results2 if (r.trace["unit_id"], r.trace["run_id"]) in seen]
+        new = [r for r in results2 if (r.trace["unit_id"], r.trace["run_id"]) not in seen]
+        assert old and all(r.cached and r.tokens == 0 for r in old)
+        assert len(server.requests) - sent == sum(len(r.trace["turns"]) for r in new)
+
+
+def test_max_turns_cuts_a_trajectory_to_a_wrong_answer(redis_target: RedisTarget) -> None:
+    with ToolChatServer() as server:
+        _, results = gate(server, ResponseCache(redis_target.url, prefix=redis_target.prefix),
+                          max_turns=3)
+        cut = [r for r in results if len(r.trace["turns"]) == 3]
+        assert cut and all(not r.correct and r.prediction is None and not r.infra
+                           and "no answer within 3 turn(s) (max_turns=3)" in r.error
+                           for r in cut)
+        assert all(r.correct for r in results if len(r.trace["turns"]) == 2)
+
+
+def test_look_reads_frames_then_slices_of_the_question() -> None:
+    from vtrm_gate.harness import parse_media
+
+    long = "x" * 900
+    mcq = MCQ(f"First paragraph.\n\n{long}\n\nWhat is shown?", ("a", "b"), "A",
+              parse_media({"frames": [{"image": "/v/f1.jpg", "t": 1.5}, "/v/f2.jpg"]}))
+    assert content_parts(mcq) == ["frame 1 of 2 at 1.5 s: f1.jpg", "frame 2 of 2: f2.jpg",
+                                  "First paragraph.", "x" * 400, "x" * 400, "x" * 100]
+    assert content_parts(MCQ("What is shown?", ("a", "b"), "A")) == ["What is shown?"]
+
+
+# ---- kill -9 in the middle of a step, then the re-run --------------------------------------
+
+
+def units_file(path: Path) -> Path:
+    rows = [{"unit_id": u, "task_type": "Counting", "question": m.question,
+             "options": list(m.options), "answer": m.answer} for u, m in mcqs().items()]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def cli_env(server: ToolChatServer, target: RedisTarget) -> dict[str, str]:
+    return {**os.environ, "REDIS_URL": target.url, "VTRM_CACHE_PREFIX": target.prefix,
+            "VTRM_BASE_URL": server.url, "VTRM_MODEL": "tiny"}
+
+
+def cli(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "vtrm_gate", *args], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def init_step(tmp: Path, name: str, env: dict[str, str]) -> list[str]:
+    ws = tmp / name
+    p = cli(["init", str(ws), "--llm", "--units", str(units_file(tmp / "units.jsonl")),
+             "--backend", "vtrm_gate.llm:tool_backend"], env)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    return ["step", "--workspace", str(ws), "--epoch", "1", "--step", "1", "--json"]
+
+
+def finish(p: subprocess.Popen[str]) -> dict[str, Any]:
+    out, err = p.communicate(timeout=180)
+    assert p.returncode == 0, err
+    return json.loads(out)
+
+
+def decisions(doc: dict[str, Any]) -> dict[str, Any]:
+    return {t["task_type"]: (t["status"], t["action"], t.get("W"), t.get("L"),
+                             t.get("stop_rank")) for t in doc["types"]}
+
+
+def calls(doc: dict[str, Any]) -> tuple[int, int]:
+    """(calls the run made, calls served from the cache) over every run id of the step."""
+    runs = doc["llm_cache"]["runs"].values()
+    return (sum(r["calls"] for r in runs), sum(r["hits"] + r["coalesced"] for r in runs))
+
+
+@pytest.mark.slow
+def test_kill_9_mid_step_then_the_rerun_replays_cached_turns_and_decides_the_same(
+        tmp_path: Path, redis_target: RedisTarget) -> None:
+    with ToolChatServer() as server:
+        env = cli_env(server, redis_target)
+        whole = finish(cli(init_step(tmp_path, "whole", env), env))
+        total = len(server.requests)
+        assert decisions(whole)["Counting"][:2] == ("gated", "ACCEPT")
+        runs = whole["llm_cache"]["runs"]  # the rollout's and the evolver's calls: own run ids
+        assert runs["e1_s1_rollout"]["writes"] > 0 and runs["e1_s1_evolve_counting"]["writes"] == 1
+
+        step = init_step(tmp_path, "crashed", env)
+        server.requests.clear()
+        server.pause_after(total // 2)
+        p = cli(step, env)
+        assert server.paused.wait(120)
+        p.send_signal(signal.SIGKILL)  # kill -9 with calls in flight, mid-trajectory
+        p.wait(30)
+        server.resume()
+        before = len(server.requests)
+        rerun = finish(cli(step, env))
+        made, served = calls(rerun)
+        sent = len(server.requests) - before
+        assert decisions(rerun) == decisions(whole)
+        # every request a miss (a miss cancelled past the stop may never have been sent)
+        assert served > 0 and sent <= made - served
+        assert sent < total  # the cached turns were not asked again
+        print(f"\nkill -9 after {before} answered requests (an uninterrupted run: {total}); "
+              f"re-run: {made} calls, {served} from the cache ({served / made:.0%}), {sent} "
+              f"requests; crash + re-run: {before + sent} requests ({(before + sent) / total:.2f}x "
+              f"an uninterrupted run)")
+
+
+class WordyServer(ToolChatServer):
+    """A model that answers in words naming no letter unless a tool is forced on it."""
+
+    def answer(self, body: dict[str, Any], step: str) -> dict[str, Any]:
+        forced = (body.get("tool_choice") or {}).get("function", {}).get("name")
+        if forced == "answer":
+            return self.tool_call(body, "call_x", "answer", {"letter": "C"})
+        if forced == "look":
+            return self.tool_call(body, "call_y", "look", {"part": 1})
+        return self.completion(body, "It is hard to say.")
+
+
+def test_the_first_turn_looks_and_a_reply_in_words_is_asked_for_its_letter(
+        redis_target: RedisTarget) -> None:
+    with WordyServer() as server:
+        async def go() -> Any:
+            async with cached_http_client(ResponseCache(redis_target.url,
+                                                        prefix=redis_target.prefix),
+                                          base_url=server.url + "/") as client:
+                agent = ToolAgent(mcqs(1), client, model="tiny")
+                return await agent.infer(UnitTask("Counting", "c00", "base", 0, "r", BASE, "h"))
+
+        res = asyncio.run(go())
+        assert (res.correct, res.prediction, len(res.trace["turns"])) == (True, "C", 3)
+        first, second, third = server.requests
+        assert first["tool_choice"]["function"]["name"] == "look"
+        assert second["messages"][-1] == {"role": "tool", "tool_call_id": "call_y",
+                                          "content": "Context of 0."}  # part 1 of 1
+        assert first["messages"][1]["content"].startswith("How many? (0)\n\nOptions:\nA. no")
+        assert "tool_choice" not in second  # the model chooses
+        assert third["messages"][-1]["content"] == ANSWER_NUDGE
+        assert third["tool_choice"]["function"]["name"] == "answer"
+        enum = third["tools"][1]["function"]["parameters"]["properties"]["letter"]["enum"]
+        assert enum == ["A", "B", "C", "D"]
+
+
+def test_a_turn_retries_a_503_and_a_400_makes_the_unit_infra_with_the_servers_words(
+        redis_target: RedisTarget) -> None:
+    from vtrm_gate.llm import RetryPolicy
+    from vtrm_gate.testing.chat import Fault
+
+    with ToolChatServer() as server:
+        async def go() -> Any:
+            async with cached_http_client(ResponseCache(redis_target.url,
+                                                        prefix=redis_target.prefix),
+                                          base_url=server.url + "/") as client:
+                agent = ToolAgent(mcqs(2), client, model="tiny",
+                                  retry=RetryPolicy(max_attempts=3, base_delay_s=0.0))
+                task = UnitTask("Counting", "c00", "base", 0, "r", BASE, "h")
+                ok = await agent.infer(task)
+                server.inject(Fault(status=400, message="unknown field 'tools'"))
+                bad = await agent.infer(UnitTask("Counting", "c01", "base", 1, "r", BASE, "h"))
+                return ok, bad
+
+        server.inject(Fault(status=503, retry_after="0"))
+        ok, bad = asyncio.run(go())
+        assert not ok.infra and len(ok.trace["turns"]) in (2, 4)
+        assert len(server.requests) == len(ok.trace["turns"]) + 1 + 1  # the 503, the 400
+        assert bad.infra and bad.error == "turn 1: HTTP 400: unknown field 'tools'"

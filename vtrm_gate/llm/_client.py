@@ -1,0 +1,224 @@
+"""A cached HTTP client for any agent: `cached_http_client` (and `BackendContext.http_client`).
+
+Its transport (`CachedTransport`) serves ``POST …/chat/completions`` through the
+`ResponseCache` with the built-in agent's key material: model, base URL, messages, sampling
+parameters, tools, and the salt of the run being answered (`vtrm_gate.gate.current_run_id`:
+the arm's run id inside the gate's ``infer`` calls, the rollout's or the evolver's inside
+theirs, else the client's ``run_id``). A multi-step agent's turns are each a cached call, so a
+re-run replays a trajectory's cached prefix and goes fresh from its first miss.
+
+Streaming requests and other endpoints pass through uncached. Only a 200 chat completion is
+stored (an unusable answer too, like the built-in agent's); a transport failure, a 4xx, 5xx
+or 429, a body that is no chat completion is handed back as the server sent it and never
+stored. A request the cache cannot key (not JSON, over the size cap, too many tools, NaN) is
+answered here with a 400/413 naming the problem and never sent: the openai SDK raises it as
+a ``BadRequestError`` (INFRA in the gate); a body that cannot even be serialised raises a
+``TypeError`` in the caller's client (a programming error: the gate stops).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import httpx
+
+from .._env import scrub_credentials
+from ..cache import KeyParts, ResponseCache, protocol_failure
+from ..gate import current_run_id
+from ._agent import DEFAULT_MAX_RESPONSE_BYTES, parse_body
+
+CHAT_PATH = "/chat/completions"
+MAX_REQUEST_BYTES = 16 << 20
+"""A chat request with frames as data URIs is megabytes; one past 16 MiB is refused here."""
+MAX_TOOLS = 128
+"""Tool schemas per request (the OpenAI API's own limit); more is refused here."""
+CACHE_HEADER = "x-vtrm-cache"
+"""Where a response says how it was served: hit, miss, coalesced, bypass, refused, pass."""
+DEFAULT_RUN_ID = "unscoped"
+"""The run id of calls made outside a gate task, a rollout, an evolver and `run_scope`."""
+_HOP_HEADERS = ("content-length", "content-encoding", "transfer-encoding", "connection")
+
+
+class _Uncached(Exception):
+    """A reply that must reach the caller as the server sent it, and never be stored."""
+
+    def __init__(self, status: int, headers: httpx.Headers, content: bytes) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status, self.headers, self.content = status, headers, content
+
+
+def _is_chat(request: httpx.Request) -> bool:
+    return request.method == "POST" and request.url.path.rstrip("/").endswith(CHAT_PATH)
+
+
+def _base_url(request: httpx.Request) -> str:
+    """The request's URL without ``/chat/completions`` (and without a query): the key's
+    base URL, as the built-in agent's ``base_url``."""
+    path = request.url.path.rstrip("/")[:-len(CHAT_PATH)]
+    return str(request.url.copy_with(path=path or "/", query=None)).rstrip("/")
+
+
+def _kept_headers(headers: httpx.Headers) -> dict[str, str]:
+    return {k: v for k, v in headers.items() if k.lower() not in _HOP_HEADERS}
+
+
+class CachedTransport(httpx.AsyncBaseTransport):
+    """An `httpx.AsyncBaseTransport` that serves chat completions through ``cache`` and
+    sends everything else (and every miss) through ``transport`` (default: a real
+    `httpx.AsyncHTTPTransport`). ``sent`` counts the requests that reached the server."""
+
+    def __init__(self, cache: ResponseCache, *, run_id: str = DEFAULT_RUN_ID,
+                 transport: httpx.AsyncBaseTransport | None = None,
+                 max_request_bytes: int = MAX_REQUEST_BYTES, max_tools: int = MAX_TOOLS,
+                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+                 secrets: Iterable[str] = ()) -> None:
+        if not isinstance(run_id, str) or not run_id:
+            raise ValueError(f"cached client: run_id must be a non-empty string, got "
+                             f"{run_id!r}")
+        for name, v in (("max_request_bytes", max_request_bytes), ("max_tools", max_tools),
+                        ("max_response_bytes", max_response_bytes)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"cached client: {name} must be an integer >= 1, got {v!r}")
+        self.cache, self.run_id = cache, run_id
+        self.inner = transport or httpx.AsyncHTTPTransport()
+        self.max_request_bytes, self.max_tools = max_request_bytes, max_tools
+        self.max_response_bytes = max_response_bytes
+        self.secrets = tuple(secrets)
+        self.sent = 0
+        """Requests sent to the server (misses, pass-throughs, the SDK's retries)."""
+        self.refused = 0
+        """Requests answered here with a 400/413 (never sent, nothing stored)."""
+
+    def current_run(self) -> str:
+        """The run id the next call is salted with (`current_run_id`, else ``run_id``)."""
+        return current_run_id() or self.run_id
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    async def _send(self, request: httpx.Request) -> httpx.Response:
+        self.sent += 1
+        return await self.inner.handle_async_request(request)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if not _is_chat(request):
+            return self._tagged(await self._send(request), "pass")
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self.max_request_bytes:
+            return self._refuse(request, 413, f"request body of {int(declared)} bytes is over "
+                                f"the cached client's cap of {self.max_request_bytes} bytes "
+                                f"(max_request_bytes)")
+        data = await request.aread()
+        if len(data) > self.max_request_bytes:
+            return self._refuse(request, 413, f"request body of {len(data)} bytes is over the "
+                                f"cached client's cap of {self.max_request_bytes} bytes "
+                                f"(max_request_bytes)")
+        body, why = self._body(data)
+        if why is not None:
+            return self._refuse(request, 400, why)
+        assert body is not None
+        if body.get("stream"):
+            return self._tagged(await self._send(request), "pass")
+        try:
+            parts = KeyParts.from_request(body, _base_url(request),
+                                          self.cache.salt(self.current_run()))
+            parts.key(self.cache.prefix)  # the digest: canonical JSON of every component
+        except (TypeError, ValueError, RecursionError) as exc:
+            return self._refuse(request, 400, f"request body cannot key the response cache "
+                                f"({type(exc).__name__}: {exc})")
+        return await self._cached(request, parts)
+
+    def _body(self, data: bytes) -> tuple[dict[str, Any] | None, str | None]:
+        """The request's JSON body, or why the cache cannot key it."""
+        try:
+            body = parse_body(data)
+        except ValueError as exc:
+            return None, f"request body is not JSON ({exc}): {data[:80]!r}"
+        if not isinstance(body, dict):
+            return None, f"request body is a JSON {type(body).__name__}, not an object"
+        if not isinstance(body.get("model"), str) or not body["model"]:
+            return None, f"request body field 'model' must be a non-empty string, got " \
+                         f"{body.get('model')!r}"[:200]
+        if not isinstance(body.get("messages"), list):
+            return None, f"request body field 'messages' must be a list, got " \
+                         f"{type(body.get('messages')).__name__}"
+        tools = body.get("tools")
+        if tools is not None and (not isinstance(tools, list) or len(tools) > self.max_tools):
+            n = len(tools) if isinstance(tools, list) else type(tools).__name__
+            return None, f"request body field 'tools' holds {n} entries; the cap is " \
+                         f"{self.max_tools} tool schemas a request (max_tools)"
+        return body, None
+
+    async def _cached(self, request: httpx.Request, parts: KeyParts) -> httpx.Response:
+        async def call() -> dict[str, Any]:
+            r = await self._send(request)
+            try:
+                content = await self._read_capped(r)
+            finally:
+                await r.aclose()
+            if r.status_code != 200:
+                raise _Uncached(r.status_code, r.headers, content)
+            try:
+                doc = parse_body(content)
+            except ValueError:
+                raise _Uncached(r.status_code, r.headers, content) from None
+            if not isinstance(doc, dict) or protocol_failure(doc) is not None:
+                raise _Uncached(r.status_code, r.headers, content)
+            return doc
+
+        try:
+            res = await self.cache.get_or_call(parts, call, validate=protocol_failure,
+                                               run_id=self.current_run())
+        except _Uncached as exc:
+            return httpx.Response(exc.status, headers={**_kept_headers(exc.headers),
+                                                       CACHE_HEADER: "uncached"},
+                                  content=exc.content, request=request)
+        return httpx.Response(200, headers={"content-type": "application/json",
+                                            CACHE_HEADER: res.source},
+                              content=json.dumps(res.response).encode(), request=request)
+
+    async def _read_capped(self, r: httpx.Response) -> bytes:
+        chunks, n = [], 0
+        async for chunk in r.aiter_bytes():  # decoded: the cap also stops a gzip bomb
+            n += len(chunk)
+            if n > self.max_response_bytes:
+                msg = (f"response larger than the cached client's cap of "
+                       f"{self.max_response_bytes} bytes (max_response_bytes); not stored")
+                raise _Uncached(502, httpx.Headers({"content-type": "application/json"}),
+                                json.dumps({"error": {"message": msg}}).encode())
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _refuse(self, request: httpx.Request, status: int, why: str) -> httpx.Response:
+        """A 400/413 naming ``why`` (scrubbed), answered here: nothing sent, nothing stored."""
+        self.refused += 1
+        auth = [request.headers.get(h) for h in ("authorization", "api-key", "x-api-key")]
+        tokens = [a.split()[-1] for a in auth if a]
+        message = scrub_credentials(f"vtrm_gate cached client refused the request: {why}",
+                                    [*self.secrets, *tokens])
+        return httpx.Response(status, json={"error": {
+            "message": message, "type": "invalid_request_error", "code": "vtrm_cached_client"}},
+            headers={CACHE_HEADER: "refused"}, request=request)
+
+    @staticmethod
+    def _tagged(response: httpx.Response, how: str) -> httpx.Response:
+        response.headers[CACHE_HEADER] = how
+        return response
+
+
+def cached_http_client(cache: ResponseCache, *, run_id: str = DEFAULT_RUN_ID,
+                       base_url: str = "", headers: Mapping[str, str] | None = None,
+                       timeout: float | httpx.Timeout = 60.0,
+                       transport: httpx.AsyncBaseTransport | None = None,
+                       secrets: Iterable[str] = (), **limits: Any) -> httpx.AsyncClient:
+    """An `httpx.AsyncClient` whose chat completions go through ``cache`` (`CachedTransport`
+    over ``transport``, default a real one): pass it as ``openai.AsyncOpenAI(http_client=…)``
+    or use it as it is. ``run_id`` salts the calls made outside a gate task and `run_scope`;
+    ``limits`` (``max_request_bytes``, ``max_tools``, ``max_response_bytes``) go to the
+    transport."""
+    cached = CachedTransport(cache, run_id=run_id, transport=transport, secrets=secrets,
+                             **limits)
+    return httpx.AsyncClient(base_url=base_url, headers=headers, timeout=timeout,
+                             transport=cached)
