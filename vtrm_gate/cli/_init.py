@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import CliError
 from ._args import emit, nonneg_int, positive_int, rate
+from ._table import terminal_width, wrap
 
 LLM_ONLY = ("units", "base_url", "model", "skills", "seed_record", "backend", "endpoints",
             "max_frames", "max_side")
@@ -79,8 +80,8 @@ def cmd_init(args: argparse.Namespace) -> int:
                         probation_order=args.probation_order)
     ws.close()
     out = {"workspace": str(root), "types": len(sim.resolved_pool_sizes()), "seed": args.seed}
-    emit(args, out, f"created simulated workspace {root} ({out['types']} types, "
-                    f"seed {args.seed})")
+    emit(args, out, wrap(f"created simulated workspace {root} ({out['types']} types, "
+                         f"seed {args.seed})", terminal_width()))
     return 0
 
 
@@ -112,6 +113,6 @@ def _init_llm(root: Path, args: argparse.Namespace) -> int:
            "units": sum(len(u) for u in ws.pool.values()), **agent, "seed": args.seed}
     ws.close()
     who = ", ".join(f"{k} {v}" for k, v in agent.items())
-    emit(args, out, f"created llm workspace {root} ({out['types']} types, {out['units']} "
-                    f"units, {who}, seed {args.seed})")
+    emit(args, out, wrap(f"created llm workspace {root} ({out['types']} types, "
+                         f"{out['units']} units, {who}, seed {args.seed})", terminal_width()))
     return 0

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ._args import add_run_flags, emit, run_options
+from ._table import Column, render, terminal_width
 
 
 def register(sub: Any) -> None:
@@ -24,8 +25,9 @@ def cmd_options(args: argparse.Namespace) -> int:
     with Workspace.open(Path(args.workspace), readonly=True) as ws:
         options = run_options(args).with_workspace(ws.config.probation_rule)
     rows = options.explain()
-    width = max(len(k) for k, _, _ in rows)
-    text = "\n".join(f"{k:<{width}}  {v!s:<24}  {src}" for k, v, src in rows)
+    cols = [Column(head, tuple(str(r[i]) for r in rows))
+            for i, head in enumerate(("option", "value", "source"))]
+    text = render(cols, terminal_width())  # the source wraps within COLUMNS (was 97 at 80)
     emit(args, {"workspace": args.workspace,
                 "options": {k: {"value": v, "source": src} for k, v, src in rows}}, text)
     return 0
