@@ -70,7 +70,7 @@ def cmd_step(args: argparse.Namespace) -> int:
                           else "wall clock")
     if run.report:
         summary["llm_cache"] = run.report
-        text += "\n" + cache_lines(run.report)
+        text += "\n" + wrap(cache_lines(run.report), terminal_width(), indent="      ")
     summary["rerun"] = rerun_note(run.result)
     if summary["rerun"]:
         text += "\n" + wrap(summary["rerun"], terminal_width())
