@@ -178,3 +178,17 @@ def test_moved_modules_keep_a_shim_that_warns(old: str, name: str, new: str) -> 
     with pytest.warns(DeprecationWarning, match=rf"{old}\.{name} moved to {new}"):
         value = getattr(importlib.import_module(old), name)
     assert value is getattr(importlib.import_module(module), attr)
+
+
+@pytest.mark.parametrize("sub, name", [("views", "show_live"), ("sim", "sim_step"),
+                                       ("stats", "settled_oc"), ("harness", "Workspace"),
+                                       ("cache", "ResponseCache")])
+def test_subpackages_are_attributes_of_the_package_and_load_lazily(sub: str, name: str) -> None:
+    """`import vtrm_gate; vtrm_gate.views.show_live(...)` as the README writes it (was
+    "module 'vtrm_gate' has no attribute 'views'"), without paying for them at import."""
+    import subprocess
+    import sys
+
+    code = (f"import sys, vtrm_gate; assert 'vtrm_gate.{sub}' not in sys.modules; "
+            f"assert callable(vtrm_gate.{sub}.{name}); assert '{sub}' in dir(vtrm_gate)")
+    subprocess.run([sys.executable, "-c", code], check=True)

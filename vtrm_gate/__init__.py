@@ -3,7 +3,8 @@
 This module is the notebook user's API; everything else may move. Audiences:
 ``vtrm_gate`` (this), ``vtrm_gate.harness`` / ``vtrm_gate.llm`` / ``vtrm_gate.backends``
 (integrators), ``vtrm_gate.testing`` (tests). Names resolve lazily (PEP 562) from the
-subpackage named in `_HOME`, so ``vtrm-gate cache renew`` starts without importing numpy.
+subpackage named in `_HOME`, so ``vtrm-gate cache renew`` starts without importing numpy;
+the subpackages too (``vtrm_gate.views.show_live`` after ``import vtrm_gate``).
 `__all__` is the one export list; ``tests/test_packaging.py`` resolves every name.
 """
 
@@ -61,7 +62,15 @@ _HOME = {
 }
 
 
+SUBPACKAGES = ("stats", "gate", "options", "harness", "cache", "llm", "sim", "backends",
+               "views", "cli", "testing", "errors")
+"""Reachable as attributes after ``import vtrm_gate`` (``vtrm_gate.views.show_live``),
+imported on first use like the names."""
+
+
 def __getattr__(name: str) -> Any:
+    if name in SUBPACKAGES:
+        return importlib.import_module(f".{name}", __name__)  # sets the attribute itself
     if name not in __all__ or name == "__version__":
         raise AttributeError(f"module 'vtrm_gate' has no attribute {name!r}")
     value = getattr(importlib.import_module(f".{_HOME.get(name, 'gate')}", __name__), name)
@@ -70,4 +79,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return list(__all__)
+    return [*__all__, *SUBPACKAGES]

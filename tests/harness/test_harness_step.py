@@ -557,7 +557,8 @@ def test_replay_reports_unrun_units_instead_of_inventing_them(tmp_path):
         truth = [(correct(t, u, base), correct(t, u, cand)) for u in ladder]
         if r["block_needs_unrun_units"]:
             unknown += 1
-            assert r["block_action"] == f"UNKNOWN (needs {r['block_unrun_needed']} unrun units)"
+            k = r["block_unrun_needed"]  # was "1 unrun units"
+            assert r["block_action"] == f"UNKNOWN (needs {k} unrun unit{'s' * (k != 1)})"
             assert r["block_unrun_needed"] > 0 and r["block_stop_rank"] is None
             assert r["agree"] is None
         else:

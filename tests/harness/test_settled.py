@@ -231,3 +231,34 @@ def test_a_probe_passes_over_a_unit_whose_frames_cannot_be_sent_and_stays_full(
         assert len(probe) == n and clean[0] not in probe and probe[:n - 1] == clean[1:]
     finally:
         ws.close()
+
+
+class AtTheEnd(Fixed):
+    """A gate rule that ends with ``action`` only when the ladder is used up."""
+
+    def decide(self, state, n_remaining, params):
+        return self.action if n_remaining == 0 else Action.CONTINUE
+
+
+def test_a_settlement_with_no_fresh_unit_left_says_so(tmp_path, monkeypatch):
+    """A type whose gate consumed its whole pool has nothing left to probe: the rollback said
+    only "after 0 probe units" (read as a bug); it names the empty pool."""
+    import vtrm_gate.harness._gating as gating
+
+    ws = init_simulated(tmp_path / "ws", SimConfig(
+        seed=3, pool_sizes={"A": 12}, infra_rate=0.0, no_change_rate=0.0,
+        effects={"A": "helpful"}), probation_rule="e_continue")
+    be = simulated_backend(ws)
+    orig = gating.run_gate
+
+    async def forced(plans, *a, **kw):
+        return await orig(plans, *a, **{**kw, "rule": AtTheEnd(Action.PROVISIONAL)})
+
+    with monkeypatch.context() as m:
+        m.setattr(gating, "run_gate", forced)
+        run_virtual(run_step(ws, 1, 1, infer=be.infer, evolver=be.evolver, cases=be.cases))
+    res = run_virtual(settle_probation(ws, 1, infer=be.infer))
+    o = res.outcomes["A"]
+    assert o.probe_units == () and o.n_used == 0 and not o.passed
+    assert "after 0 probe units" in o.applied
+    assert "no probe: A has no fresh units left" in o.applied and o.evidence in o.line

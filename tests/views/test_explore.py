@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from vtrm_gate.stats import Action, GateParams
@@ -75,3 +77,37 @@ def test_forty_units_need_e_confirm_10_to_accept_a_07_candidate_half_the_time():
     assert best["p_accept"] == pytest.approx(0.5083, abs=1e-4)
     assert best["false_accept_h0"] == pytest.approx(0.0563, abs=1e-4)
     assert best["false_accept_h0"] <= best["bound"]
+
+
+def test_after_a_slider_move_the_explorer_is_greyed_out_until_it_shows_the_new_setting():
+    """The slider, the numbers and the figure disagreed for seconds after a move, unmarked;
+    now the figure and numbers are greyed out and the button disabled until they agree."""
+
+    async def move() -> tuple[Explorer, tuple[bool, set, set, bool], bytes]:
+        ex = Explorer(debounce=0.05)
+        before = ex.image.value
+        ex.sliders["e_confirm"].value = 10.0
+        during = (ex.recomputing, set(ex.image._dom_classes), set(ex.message._dom_classes),
+                  ex.button.disabled)
+        assert ex.image.value == before and ex.point.params.e_confirm == 20.0  # not yet
+        await asyncio.sleep(0.3)
+        return ex, during, before
+
+    ex, during, before = asyncio.run(move())
+    assert during == (True, {"vtrm-stale"}, {"vtrm-stale"}, True)
+    assert not ex.recomputing and not ex.button.disabled
+    assert "vtrm-stale" not in ex.image._dom_classes + ex.message._dom_classes
+    assert ex.image.value != before and ex.point.params.e_confirm == 10.0
+    oc = point_oc(ex.point.params, ex.point.p_win, ex.point.discordance, ex.point.n_units)
+    assert f"<b>{oc.p_accept:.1%}</b>" in ex.message.value  # the numbers of the new setting
+    assert ".vtrm-stale{opacity:0.35" in ex.widget.children[0].value
+
+
+def test_the_button_and_every_slider_label_have_room():
+    """The "Monte Carlo check" label was cut at the button's default 148 px, "assumed
+    discordance" at a 120 px label (8 px a character at the widgets' 13 px font)."""
+    ex = Explorer(debounce=0)
+    assert ex.button.layout.width == "auto"
+    for s in ex.sliders.values():
+        width = int(s.style.description_width.removesuffix("px"))
+        assert width >= 8 * len(s.description), s.description

@@ -264,8 +264,17 @@ def test_power_frontier_draws_one_point_per_configuration_with_its_intervals():
     ax2 = plot_power_frontier({**result, "summary": [*result["summary"], twin]}).axes[0]
     assert ax2.get_legend_handles_labels()[1] == ["old", "a = a twin",
                                                   "b (chosen on the tuning seeds)"]
-    assert sorted(round(ln.get_ydata()[0], 6) for ln in ax.lines if ln.get_linestyle()
-                  in (":", "--")) == [55.0, 71.0]
+    # Was one log time axis 7-100 h with 55-71 on the accuracy axis, mostly empty: the time
+    # axis is broken between the v3 points and the old gate's, accuracy spans the points,
+    # and the initial skills and oracle gate are named in the caption instead.
+    fig = plot_power_frontier(result)
+    near, far = fig.axes[:2]
+    assert near.get_xlim()[0] > 5 and 14 < near.get_xlim()[1] < 20
+    assert far.get_xlim()[0] > 50 and far.get_xlim()[1] < 70
+    lo, hi = near.get_ylim()
+    assert (66 - 58) / (hi - lo) > 0.8  # the points' intervals (58-66) fill the axis
+    assert "initial skills 55.0 points, oracle gate 71.0" in fig.legends[0].get_title(
+        ).get_text()
 
 
 def test_the_recorded_power_frontier_is_a_deck_figure_whose_title_is_its_claim():
@@ -281,5 +290,57 @@ def test_the_recorded_power_frontier_is_a_deck_figure_whose_title_is_its_claim()
     by = {e["config"]: e for e in result["summary"]}
     default = next(e for e in result["summary"] if "(default)" in e["config"])
     speed = by[result["old"]]["wall_h"][0] / default["wall_h"][0]
-    title = fig.axes[0].get_title(loc="left")
+    title = fig._suptitle.get_text()
     assert f"step for step: {speed:.0f}× faster" in title and "twice the epochs" in title
+    caption = fig.legends[0].get_title().get_text()  # the speed-up's definition and runs
+    assert (f"{speed:.0f}× = the old gate's mean simulated training time / the default "
+            f"v3's, {result['epochs']} epochs × {result['steps']} steps, "
+            f"{result['seeds']} seeds") in caption
+
+
+def _curve(n_types: int = 5):
+    import polars as pl
+
+    rows = []
+    for i in range(n_types):
+        for e in range(4):
+            rows.append({"task_type": f"type {i}", "epoch": e, "true": 0.5 + 0.05 * e,
+                         "measured": 0.45 + 0.06 * e, "accepted": int(e == 1),
+                         "provisional": 2 * int(e == 2), "rolled_back": int(e == 3)})
+    return pl.DataFrame(rows)
+
+
+def test_training_curve_decisions_sit_in_a_strip_under_each_panel_not_on_its_accuracy():
+    """The accept / provisional / rollback markers were drawn at accuracy 0.05-0.27 on the
+    accuracy axis; a type measured on 1-4 held-out units was drawn like the others."""
+    from vtrm_gate.views import figure_problems, plot_training_curve
+
+    fig = plot_training_curve(_curve(), n_heldout={f"type {i}": 4 * i for i in range(5)},
+                              run="seed 9, 3 epochs × 2 steps")
+    assert figure_problems(fig) == []
+    assert "Training run (seed 9, 3 epochs × 2 steps)" in fig._suptitle.get_text()
+    accuracy = [ax for ax in fig.axes if ax.get_title(loc="left")]
+    strips = [ax for ax in fig.axes if not ax.get_title(loc="left")]
+    assert len(accuracy) == len(strips) == 5
+    for acc, strip in zip(accuracy, strips, strict=True):
+        assert not [c for c in acc.collections if "decision" in str(c.get_gid())]
+        assert {c.get_gid() for c in strip.collections} == {
+            "decision:accepted", "decision:provisional", "decision:rolled_back"}
+        assert acc.get_ylim() == (0, 1.02) and not strip.get_yticks().size
+    titles = [ax.get_title(loc="left") for ax in accuracy]
+    assert titles[:3] == ["type 0: only 0 held out", "type 1: only 4 held out",
+                          "type 2: 8 held out"]
+    faint = [ln.get_gid() for ax in accuracy for ln in ax.lines]
+    assert faint.count("measured:few") == 2 and faint.count("measured") == 3
+    assert any("too few to read" in t.get_text() for t in fig.legends[0].get_texts())
+
+
+def test_phase_times_names_its_run_and_its_speed_up():
+    from vtrm_gate.views import plot_phase_times
+
+    fig = plot_phase_times({"gate": 36000.0, "evaluation": 7200.0},
+                           {"gate": 3600.0, "evaluation": 1200.0},
+                           run="seed 10, 3 epochs × 5 steps")
+    title = fig.axes[0].get_title(loc="left")
+    assert "The training run (seed 10, 3 epochs × 5 steps) takes 1.3 h" in title
+    assert "×9.0 = old total / v3 total, simulated hours of every phase" in title

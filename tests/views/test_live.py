@@ -276,7 +276,7 @@ def test_while_running_the_view_forecasts_each_type_and_the_eta():
     for f in snap.forecast.types.values():
         assert sum(f.oc.probabilities().values()) == pytest.approx(1.0)
     titles = " ".join(ax.get_title(loc="left") for ax in view.figure().axes)
-    assert titles.count("forecast: ") == len(undecided)
+    assert titles.count("→ ") == len(undecided)
     assert "A forecast, not a guarantee" in view.progress_html()
     for ev in events[len(events) // 2:]:
         view.update(ev)
@@ -323,3 +323,49 @@ def test_a_view_without_call_events_shows_the_same_trajectories_and_no_call_coun
     asyncio.run(run_gate(table.plans(), table, GateParams(), concurrency=8,
                          subscribers=[LiveGateView()]))
     assert built.count("TaskStarted") > 0
+
+
+def test_the_first_frame_is_the_plan_not_a_broken_image_or_an_empty_figure():
+    """Before the gate's first event the widget showed an empty image (a broken-image icon
+    in the browser) and then a figure of "0/0 types"; now it shows the plan."""
+    table = _table(8)
+    plans = table.plans()
+    view = LiveGateView(threaded=False).expect(plans)
+    box = view.widget
+    status, image = box.children[0], box.children[2]
+    assert image.layout.display == "none" and image.value == b"" and view.redraws == 0
+    n = sum(len(p.units) for p in plans)
+    assert f"gate starting: {len(plans)} types, {n} ladder units" in status.value
+    assert all(p.task_type in status.value for p in plans)
+    events: list = []
+    asyncio.run(run_gate(plans, table, subscribers=[events.append]))
+    view(events[0])  # GateStarted: the types and their ladders, drawn
+    assert image.layout.display is None and image.value[:4] == b"\x89PNG"
+    assert f"0/{len(plans)} types decided" in status.value and "0/0" not in status.value
+
+
+def test_forecast_titles_fit_their_panels_at_1280_px():
+    """Each running type's forecast under its panel title ran up to 26 px into the next
+    panel ("forecast: PROVISIONAL 44%, ~20 to go")."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    view, _ = _half_way()
+    fig = view.figure()
+    assert tuple(fig.get_size_inches() * fig.dpi) == (1280, 720)
+    FigureCanvasAgg(fig).draw()
+    renderer = fig.canvas.get_renderer()
+    titled = [ax for ax in fig.axes if ax.get_visible() and "→" in ax.get_title(loc="left")]
+    assert len(titled) == len(view.snapshot().forecast.types) == 12
+    for ax in titled:
+        over = (ax._left_title.get_window_extent(renderer).x1
+                - ax.get_window_extent(renderer).x1)
+        assert over <= 0, (ax.get_title(loc="left"), over)
+    assert "likeliest exit (forecast)" in fig._suptitle.get_text()
+
+
+def test_the_progress_tables_last_column_wraps_instead_of_being_cut():
+    view, _ = _half_way()
+    html_text = view.progress_html()
+    head = html_text.split("</thead>")[0]
+    assert "white-space:normal;min-width:12em'>decision / forecast</th>" in head
+    assert "consumed / ladder" not in head  # the widest header, now "units"

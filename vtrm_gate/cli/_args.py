@@ -28,9 +28,11 @@ def int_at_least(low: int) -> Callable[[str], int]:
             v = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if not low <= v <= INT_MAX:
-            raise argparse.ArgumentTypeError(f"expected an integer from {low} to {INT_MAX}, "
-                                             f"got {text}")
+        if v < low:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text}")
+        if v > INT_MAX:
+            raise argparse.ArgumentTypeError(f"expected an integer <= 2**63 - 1 (SQLite's "
+                                             f"largest), got {text}")
         return v
 
     return parse

@@ -91,12 +91,29 @@ def _stop(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     except OSError as exc:
         raise CliError(f"cannot stop the embedded Redis in {ws / 'redis'}: {exc}") from None
+    note = None if pid else _nothing_to_stop(args, ws)
     if args.json:
-        print(json.dumps({"workspace": str(ws), "stopped_pid": pid}))
+        print(json.dumps({"workspace": str(ws), "stopped_pid": pid, "note": note}))
     else:
-        print(f"stopped the embedded Redis in {ws / 'redis'} (pid {pid})" if pid else
-              f"no embedded Redis running in {ws / 'redis'}")
+        from ._table import terminal_width, wrap
+
+        print(wrap(note or f"stopped the embedded Redis in {ws / 'redis'} (pid {pid})",
+                   terminal_width()))
     return 0
+
+
+def _nothing_to_stop(args: argparse.Namespace, ws: Any) -> str:
+    """Why ``cache stop`` found no server, and whether that is fine (it said only "no
+    embedded Redis running in workspace/redis", also for a mistyped path); `CliError` for a
+    workspace that does not exist."""
+    where = "" if args.workspace else " (no --workspace given, VTRM_WORKSPACE unset or empty)"
+    if not ws.is_dir():
+        raise CliError(f"no such workspace: {ws}{where}; nothing to stop")
+    if _simulated_without_redis(args):
+        return f"{ws}: nothing to stop: simulated runs use no Redis"
+    kept = " (its data is kept in dump.rdb)" if (ws / "redis" / "dump.rdb").exists() else ""
+    return (f"no embedded Redis running in {ws / 'redis'}{where}: nothing to stop; the last "
+            f"process using it stops it when it exits{kept}")
 
 
 SIMULATED_NOTE = (

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import CliError
 from ._args import emit, nonneg_int, positive_int, rate
+from ._table import terminal_width, wrap
 
 LLM_ONLY = ("units", "base_url", "model", "skills", "seed_record", "backend", "endpoints",
             "max_frames", "max_side", "task_description")
@@ -91,13 +92,13 @@ def cmd_init(args: argparse.Namespace) -> int:
                         else args.heldout_fraction, probation_rule=args.probation_rule,
                         probation_order=args.probation_order)
     ws.close()
-    out = {"workspace": str(root), "types": len(sim.resolved_pool_sizes()), "seed": args.seed,
-           "world": sim.resolved_world().to_dict()}
     w = sim.resolved_world()
-    emit(args, out, f"created simulated workspace {root} ({out['types']} types, "
-                    f"seed {args.seed}; candidates {w.p_harmful:.0%} harmful, "
-                    f"{w.p_neutral:.0%} neutral, {w.p_helpful:.0%} helpful, drawn per "
-                    f"{w.scope})")
+    out = {"workspace": str(root), "types": len(sim.resolved_pool_sizes()), "seed": args.seed,
+           "world": w.to_dict()}
+    emit(args, out, wrap(f"created simulated workspace {root} ({out['types']} types, "
+                         f"seed {args.seed}; candidates {w.p_harmful:.0%} harmful, "
+                         f"{w.p_neutral:.0%} neutral, {w.p_helpful:.0%} helpful, drawn per "
+                         f"{w.scope})", terminal_width()))
     return 0
 
 
@@ -130,6 +131,6 @@ def _init_llm(root: Path, args: argparse.Namespace) -> int:
            "units": sum(len(u) for u in ws.pool.values()), **agent, "seed": args.seed}
     ws.close()
     who = ", ".join(f"{k} {v}" for k, v in agent.items())
-    emit(args, out, f"created llm workspace {root} ({out['types']} types, {out['units']} "
-                    f"units, {who}, seed {args.seed})")
+    emit(args, out, wrap(f"created llm workspace {root} ({out['types']} types, "
+                         f"{out['units']} units, {who}, seed {args.seed})", terminal_width()))
     return 0

@@ -3,8 +3,9 @@
 With widget state saved in the notebook (JupyterLab's "Save Widget State Automatically",
 switched on here through an ``overrides.json`` of this launch's own), a saved notebook
 reopened with a fresh kernel still shows the explorer's sliders and its last figure instead
-of "Error displaying widget: model not found". JupyterLab is the ``[lab]`` extra; without it
-the command says so (exit 2).
+of "Error displaying widget: model not found". The overrides also switch off JupyterLab's
+news toast; their directory is removed when JupyterLab exits. JupyterLab is the ``[lab]``
+extra; without it the command says so (exit 2).
 """
 
 from __future__ import annotations
@@ -19,8 +20,11 @@ from typing import Any
 
 from ..errors import CliError
 
-WIDGET_SETTINGS = {"@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": True}}
-"""JupyterLab settings overrides: save widget state when a notebook is saved."""
+WIDGET_SETTINGS = {"@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": True},
+                   "@jupyterlab/apputils-extension:notification": {
+                       "fetchNews": "false", "checkForUpdates": False}}
+"""JupyterLab settings overrides: save widget state when a notebook is saved; no news toast
+(it covered part of every notebook) and no update check."""
 
 
 def register(sub: Any) -> None:
@@ -54,7 +58,9 @@ def lab_settings_dir(base: str | Path | None = None) -> Path:
 def lab_command(root: Path, settings: Path, port: int | None = None) -> list[str]:
     """The JupyterLab command line (loopback; ``--allow-root`` only when running as root)."""
     cmd = [sys.executable, "-m", "jupyterlab", "--ip=127.0.0.1",
-           f"--ServerApp.root_dir={root}", f"--LabApp.app_settings_dir={settings}"]
+           f"--ServerApp.root_dir={root}", f"--LabApp.app_settings_dir={settings}",
+           "--LabApp.news_url=", "--LabApp.check_for_updates_class="
+           "jupyterlab.NeverCheckForUpdate"]
     if port is not None:
         cmd.append(f"--port={port}")
     if hasattr(os, "geteuid") and os.geteuid() == 0:
@@ -71,6 +77,22 @@ def cmd_lab(args: argparse.Namespace) -> int:
     root = Path(args.notebooks)
     if not root.is_dir():
         raise CliError(f"{root}: no such directory of notebooks")
-    cmd = lab_command(root.resolve(), lab_settings_dir(), args.port)
-    os.execv(cmd[0], cmd)  # JupyterLab takes over this process (Ctrl-C stops it)
-    return 0  # pragma: no cover - execv does not return
+    with tempfile.TemporaryDirectory(prefix="vtrm-lab-") as tmp:  # removed when lab exits
+        return _run_until_exit(lab_command(root.resolve(), lab_settings_dir(tmp), args.port))
+
+
+def _run_until_exit(cmd: list[str]) -> int:
+    """Run JupyterLab as a child and wait for it (it used to replace this process, which
+    left its settings directory behind): Ctrl-C reaches it from the terminal (it asks to
+    confirm), SIGTERM is passed on; returns its exit code (128 + signal when killed)."""
+    import signal
+    import subprocess
+
+    proc = subprocess.Popen(cmd)
+    signal.signal(signal.SIGTERM, lambda signum, frame: proc.terminate())
+    while True:
+        try:
+            code = proc.wait()
+            return code if code >= 0 else 128 - code
+        except KeyboardInterrupt:  # the terminal's Ctrl-C went to JupyterLab too
+            continue

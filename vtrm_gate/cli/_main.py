@@ -20,16 +20,34 @@ from ..errors import CliError, InfraGuardError, StepRefusedError, exit_code
 from . import _cache, _compare, _export, _fit, _init, _lab, _options, _status, _step, _train
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line (``vtrm-gate step: argument --epoch: ...``,
+    exit 2) instead of the whole usage block before it; ``--help`` shows the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {_usage_error(message)}\n")
+
+
+def _usage_error(message: str) -> str:
+    """argparse's message, shorter: ``--dispatch: invalid choice: 'fastest' (choose from
+    round_robin, need_aware, expected_need)`` (no "argument ", no quotes in the list)."""
+    import re
+
+    text = " ".join(message.split()).removeprefix("argument ")
+    return re.sub(r"\(choose from ([^)]*)\)", lambda m: f"(choose from "
+                  f"{m.group(1).replace(chr(39), '')})", text)
+
+
 class _RaisingParser(argparse.ArgumentParser):
     """argparse that raises `CliError` on a usage error instead of printing and exiting,
     so that under ``--json`` `main` reports it as one JSON object like any other error."""
 
     def error(self, message: str) -> NoReturn:
-        raise CliError(f"{self.prog}: {message}")
+        raise CliError(f"{self.prog}: {_usage_error(message)}")
 
 
 def build_parser(*, raise_on_error: bool = False) -> argparse.ArgumentParser:
-    cls = _RaisingParser if raise_on_error else argparse.ArgumentParser
+    cls = _RaisingParser if raise_on_error else _OneLineParser
     p = cls(prog="vtrm-gate",
             description="Continuous concurrent e-process gate for skill evolution.")
     sub = p.add_subparsers(dest="command", required=True)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ._args import add_run_flags, emit, run_options
+from ._table import Column, render, terminal_width
 
 
 def register(sub: Any) -> None:
@@ -25,8 +26,9 @@ def cmd_options(args: argparse.Namespace) -> int:
         options = run_options(args).with_workspace(ws.config.probation_rule)
         agent = dict(ws.config.agent)
     rows = options.explain(agent)  # the budgets a run of this workspace uses, never None
-    width = max(len(k) for k, _, _ in rows)
-    text = "\n".join(f"{k:<{width}}  {v!s:<24}  {src}" for k, v, src in rows)
+    cols = [Column(head, tuple(str(r[i]) for r in rows))
+            for i, head in enumerate(("option", "value", "source"))]
+    text = render(cols, terminal_width())  # the source wraps within COLUMNS (was 97 at 80)
     emit(args, {"workspace": args.workspace,
                 "options": {k: {"value": v, "source": src} for k, v, src in rows}}, text)
     return 0

@@ -73,9 +73,24 @@ def cmd_step(args: argparse.Namespace) -> int:
                           else "wall clock")
     if run.report:
         summary["llm_cache"] = run.report
-        text += "\n" + cache_lines(run.report)
+        text += "\n" + wrap(cache_lines(run.report), terminal_width(), indent="      ")
+    summary["rerun"] = rerun_note(run.result)
+    if summary["rerun"]:
+        text += "\n" + wrap(summary["rerun"], terminal_width())
     emit(args, summary, text)
     return 0
+
+
+def rerun_note(res: Any) -> str | None:
+    """What a re-run of a recorded step did (it was silent: exit 0, no word), else None."""
+    if not (res.rerun_of_applied or res.reused_candidates or any(res.cleared.values())):
+        return None
+    what = ("recorded and applied before; it ran again from the state before it"
+            if res.rerun_of_applied else "started before and not finished; it ran again")
+    hits = 0 if res.gate is None else res.gate.total("cache_hits")
+    reused = "recorded candidates reused, " if res.reused_candidates else ""
+    return (f"re-run: step e{res.epoch} s{res.step} was {what} (log rows replaced, {reused}"
+            f"base arm from BaselineCache for {hits} calls)")
 
 
 def step_summary(res: Any) -> dict[str, Any]:
@@ -189,8 +204,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
     text = decision_table(res) + "\n" + wrap(
         ("re-run (base arm from BaselineCache); " if rerun else "")
         + f"wrote {', '.join(map(str, files))} and {summary_path}", terminal_width())
+    text += "\n" + wrap(DEMO_POOL_NOTE.format(seed=args.seed), terminal_width())
     emit(args, summary, text)
     return 0
+
+
+DEMO_POOL_NOTE = (
+    "the demo gates each type's whole pool, as the notebooks' sim_step({seed}) does; `vtrm-gate "
+    "init DIR --seed {seed}` holds out 20% of the units for train's epoch-end evaluation, so "
+    "its step gates fewer: add --heldout-fraction 0 for the demo's numbers")
+"""Why ``init --seed N`` + ``step`` and the demo differ (issue 28: they were said to agree)."""
 
 
 def _demo_workspace(root: Path, seed: int) -> int | None:
@@ -229,18 +252,20 @@ def cmd_replay(args: argparse.Namespace) -> int:
     rows = df.to_dicts()
     get = lambda k: tuple("" if r.get(k) is None else str(r[k]) for r in rows)  # noqa: E731
     at = lambda k: tuple("" if r.get(k) is None else f"unit {r[k] + 1}" for r in rows)  # noqa: E731
-    cols = [Column("type", get("task_type")), Column("live_action", get("live_action")),
-            Column("prefix_action", get("prefix_action")),
-            Column("prefix stopped", at("prefix_stop_rank"), True),
+    cols = [Column("type", get("task_type")), Column("live", get("live_action")),
+            Column("prefix", get("prefix_action")),
+            Column("stopped", at("prefix_stop_rank"), True),
             Column("units", get("prefix_units"), True),
-            Column("block_action", get("block_action")),
-            Column("block stopped", at("block_stop_rank"), True, drop_rank=2),
+            Column("block", get("block_action")),
+            Column("stopped", at("block_stop_rank"), True, drop_rank=2),
             Column("units", get("block_units"), True, drop_rank=1),
-            Column("unrun needed", get("block_unrun_needed"), True, drop_rank=3),
+            Column("unrun", get("block_unrun_needed"), True, drop_rank=3),
             Column("agree", get("agree"), drop_rank=4)]
     width = terminal_width()
-    text = render(cols, width) + "\n" + wrap("stopped: the ladder unit (1-based) where the "
-                                             "replay decided; --json for every column", width)
+    text = render(cols, width) + "\n" + wrap(
+        "live: the step's decision; prefix / block: replayed unit by unit / in blocks of "
+        f"{args.block} (stopped: the ladder unit, 1-based, where it decided; unrun: units the "
+        "block rule needs that the step never ran); --json for every column", width)
     emit(args, {"epoch": args.epoch, "step": args.step, "block": args.block,
                 "types": df.to_dicts()}, text)
     return 0

@@ -93,7 +93,7 @@ def render(cols: Sequence[Column], width: int, notes: Mapping[int, str] | None =
     if not _fits(fitted, width, gap) and gap > 1:  # very narrow: one space between columns
         gap = 1
         fitted = fit_columns(cols, width, gap)
-    cols = fitted
+    cols, tails = _wrap_last(fitted, width, gap)
     sep = " " * gap
 
     def line(cells: Sequence[str]) -> str:
@@ -104,13 +104,34 @@ def render(cols: Sequence[Column], width: int, notes: Mapping[int, str] | None =
     n = len(cols[0].cells) if cols else 0
     for i in range(n):
         out.append(line([c.cells[i] for c in cols]))
+        out += tails.get(i, [])
         if notes and notes.get(i):
             out += textwrap.wrap(notes[i], width, initial_indent="    → ",
                                  subsequent_indent="      ")
     return "\n".join(out)
 
 
+def _wrap_last(cols: list[Column], width: int, gap: int
+               ) -> tuple[list[Column], dict[int, list[str]]]:
+    """When the fitted table is still too wide and its last column is text (left-aligned),
+    that column wrapped into the room left: the cells' first lines, and each row's further
+    lines (already indented to the column)."""
+    if _fits(cols, width, gap) or not cols or cols[-1].right:
+        return cols, {}
+    last = cols[-1]
+    start = sum(c.width for c in cols[:-1]) + gap * (len(cols) - 1)
+    if width - start < 12:
+        return cols, {}
+    lines = [textwrap.wrap(c, width - start, break_on_hyphens=False) or [""]
+             for c in last.cells]
+    header = textwrap.shorten(last.header, width - start, placeholder="…")
+    first = Column(header, tuple(ls[0] for ls in lines), last.right, last.drop_rank)
+    return [*cols[:-1], first], {i: [" " * start + t for t in ls[1:]]
+                                 for i, ls in enumerate(lines) if len(ls) > 1}
+
+
 def wrap(text: str, width: int, indent: str = "  ") -> str:
     """``text`` wrapped to ``width``, continuation lines indented."""
-    return "\n".join(textwrap.fill(p, width, subsequent_indent=indent)
+    return "\n".join(textwrap.fill(p, width, subsequent_indent=indent, break_long_words=False,
+                                   break_on_hyphens=False)  # paths and flags stay whole
                      for p in text.split("\n"))

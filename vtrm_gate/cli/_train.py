@@ -17,6 +17,7 @@ from typing import Any
 
 from ._args import add_run_flags, emit, positive, run_options
 from ._progress import agent_printer
+from ._table import terminal_width, wrap
 
 
 def register(sub: Any) -> None:
@@ -48,8 +49,8 @@ def _printer(args: argparse.Namespace) -> Any:
                                     "evidence": o.evidence}
                                 for t, o in sorted(ev.data.outcomes.items())}
             print(json.dumps(out), flush=True)
-        else:
-            print(ev.line, flush=True)
+        else:  # one event a paragraph, within COLUMNS (was up to 281 characters)
+            print(wrap(ev.line, terminal_width(), indent="      "), flush=True)
 
     return show
 
@@ -72,7 +73,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"event": "summary", **run.summary}, default=str))
     else:
-        print(summary_text(run.summary, run.kind))
+        print(wrap(summary_text(run.summary, run.kind), terminal_width(), indent="    "))
     return 0
 
 
@@ -100,7 +101,7 @@ def cmd_settle(args: argparse.Namespace) -> int:
         text = f"epoch {epoch}: nothing on probation"
     else:
         text = "\n".join(f"{t}: {o.line}" for t, o in sorted(res.outcomes.items()))
-    emit(args, data, text)
+    emit(args, data, wrap(text, terminal_width(), indent="    "))
     return 0
 
 

@@ -45,7 +45,10 @@ def create_atomically(root: str | os.PathLike[str], build: Callable[[Path], None
     """
     root = Path(root)
     parent = root.absolute().parent
-    parent.mkdir(parents=True, exist_ok=True)
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _cannot_create(root, exc) from None
     _remove_dead_builds(parent, root.name)
     with contextlib.ExitStack() as stack:
         if root.is_dir():
@@ -56,7 +59,10 @@ def create_atomically(root: str | os.PathLike[str], build: Callable[[Path], None
             raise WorkspaceError(f"{root}: exists and is not a directory")
         tmp = parent / f".{root.name}.init-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
+        try:
+            tmp.mkdir()
+        except OSError as exc:  # it named the internal sibling, not the user's path
+            raise _cannot_create(root, exc) from None
         try:
             build(tmp)
             if root.is_dir():  # we hold the lock on its open fd: the file itself may go
@@ -68,7 +74,17 @@ def create_atomically(root: str | os.PathLike[str], build: Callable[[Path], None
                     raise WorkspaceError(f"{root}: was created by another process meanwhile; "
                                          f"nothing written") from None
                 raise
-        except BaseException:
+        except BaseException as exc:
             shutil.rmtree(tmp, ignore_errors=True)
+            if isinstance(exc, OSError) and str(tmp) in str(exc.filename or ""):
+                raise _cannot_create(root, exc) from None  # a full disk mid-build, say
             raise
     return root
+
+
+def _cannot_create(root: Path, exc: OSError) -> WorkspaceError:
+    """A failure to make ``root`` or its build sibling, named by the path the user gave."""
+    reason = exc.strerror or str(exc)
+    if isinstance(exc, (FileExistsError, NotADirectoryError)) and exc.filename:
+        reason = f"{exc.filename} is not a directory"
+    return WorkspaceError(f"{root}: cannot create the workspace there: {reason}")

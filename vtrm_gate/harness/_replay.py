@@ -140,7 +140,8 @@ def _replay_known(pairs: Sequence[tuple[bool, bool] | None], known: Sequence[boo
             end = n if block is None else min(n, (rank // block + 1) * block)
             # The prefix rule needs just this unit; a block must be finished before it decides.
             needs = 1 if block is None else sum(1 for r in range(rank, end) if not known[r])
-            return {"action": f"UNKNOWN (needs {needs} unrun units)", "stop_rank": None,
+            unit = "unit" if needs == 1 else "units"
+            return {"action": f"UNKNOWN (needs {needs} unrun {unit})", "stop_rank": None,
                     "W": test.state.W, "L": test.state.L, "n_used": test.state.n_used,
                     "e_plus": test.state.e_plus, "units": None, "needs": needs}
         decide = block is None or (rank + 1) % block == 0 or rank == n - 1

@@ -227,6 +227,9 @@ def _decide(ws: Workspace, epoch: int, pr: _Probe, o: TypeOutcome,
     p, t = pr.probation, pr.plan.task_type
     passed = pr.rule.keep(o)
     evidence = pr.rule.describe(o)
+    if not pr.plan.units:  # "after 0 probe units" alone read like a bug
+        evidence += (f"; no probe: {t} has no fresh units left (its gate and cases used "
+                     f"the whole pool)")
     why = f"{ws.config.probation_rule}: {evidence}"
     if passed:
         applied = f"kept v{p.version} ({why})"

@@ -194,9 +194,16 @@ SLIDERS: tuple[tuple[str, str, float, float, float], ...] = (
 )
 
 
+STALE_CSS = ("<style>.vtrm-stale{opacity:0.35;pointer-events:none}</style>")
+"""Greys out the figure and the numbers while they are recomputed for a new setting."""
+
+
 class Explorer:
     """The widgets and their state; ``redraws`` counts figure renders. λ's slider stops at
-    1/(1+δ) as δ moves (its value clamped), so every setting the sliders reach is valid."""
+    1/(1+δ) as δ moves (its value clamped), so every setting the sliders reach is valid.
+    From a slider move until the redraw lands the figure and the numbers are greyed out
+    and the button disabled (`recomputing`): what is shown never disagrees with the
+    sliders unmarked."""
 
     def __init__(self, point: Point | None = None, *, debounce: float = 0.25,
                  mc_reps: int = 20_000):
@@ -210,7 +217,9 @@ class Explorer:
         self._timer: asyncio.TimerHandle | None = None
         self.mc: dict[Action, tuple[float, float, float]] | None = None
         self.sliders = _sliders(w, self.point)
-        self.button = w.Button(description="Monte Carlo check", icon="random")
+        self.recomputing = False
+        self.button = w.Button(description="Monte Carlo check", icon="random",
+                               layout=w.Layout(width="auto"))  # 148 px cut its label
         self.message = w.HTML()
         self.note = w.HTML()
         self.image = w.Image(format="png", layout=w.Layout(max_width="100%"))
@@ -220,7 +229,8 @@ class Explorer:
             s.observe(self._changed, names="value")
         self.button.on_click(lambda _: self.check())
         controls = w.VBox([*self.sliders.values(), self.button])
-        self.widget = w.VBox([w.HBox([controls, w.VBox([self.message, self.note])]),
+        self.widget = w.VBox([w.HTML(STALE_CSS),
+                              w.HBox([controls, w.VBox([self.message, self.note])]),
                               self.image])
         self.widget.add_class("vtrm-explorer")
         self._clamp_lambda(None)
@@ -241,8 +251,16 @@ class Explorer:
         params = replace(GateParams(), **{k: v[k] for k, *_ in SLIDERS})
         return Point(params, float(v["p_win"]), float(v["discordance"]))
 
+    def _stale(self, on: bool) -> None:
+        """Grey out (or restore) the figure and numbers, and disable (or enable) the button."""
+        self.recomputing = on
+        for wdg in (self.image, self.message):
+            (wdg.add_class if on else wdg.remove_class)("vtrm-stale")
+        self.button.disabled = on
+
     def _changed(self, _: Any) -> None:
         self.mc = None
+        self._stale(True)
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -264,6 +282,7 @@ class Explorer:
             self.error = str(exc)
             self.image.value = stale_png(explorer_figure(self.point), self.error)
             self.message.value = f"<span style='color:#D55E00'>{html.escape(self.error)}</span>"
+            self._stale(False)
             return
         self.point, self.error = point, ""
         fig = explorer_figure(point, self.mc, n_rep=self.mc_reps if self.mc else None)
@@ -277,6 +296,7 @@ class Explorer:
         self.message.value = (f"<div style='padding:8px;font-size:14px'>P(ACCEPT) "
                               f"<b>{oc.p_accept:.1%}</b><br>expected units "
                               f"{oc.expected_units:.1f}{mc}<br>redraws {self.redraws}</div>")
+        self._stale(False)
 
     def _ipython_display_(self) -> None:
         from IPython.display import display
@@ -293,6 +313,7 @@ class Explorer:
                                   f"{html.escape(str(exc))}</span>")
             return False
         self.message.value = f"running the Monte Carlo check ({self.mc_reps:,} runs) ..."
+        self._stale(True)
         self.point = point
         self.mc = monte_carlo_check(point, self.mc_reps)
         self.redraw()
@@ -302,7 +323,8 @@ class Explorer:
 def _sliders(w: Any, point: Point) -> dict[str, Any]:
     """One slider per parameter of `SLIDERS`, then the assumed p_win and discordance."""
     p = point.params
-    style = {"description_width": "120px"}
+    longest = max([len(label) for _, label, *_ in SLIDERS] + [len("assumed discordance")])
+    style = {"description_width": f"{8 * longest + 8}px"}  # 120 px cut "assumed discordance"
     out: dict[str, Any] = {}
     for name, label, lo, hi, step in SLIDERS:
         cls = w.IntSlider if isinstance(step, int) else w.FloatSlider

@@ -148,13 +148,23 @@ def render_figure(snap: LiveSnapshot, layout: str = "panels",
     if snap.forecast is not None and snap.forecast.eta_s is not None:
         title += f"; {snap.forecast.text()}"
     if layout == "panels":
-        notes = ({t: f.label() for t, f in snap.forecast.types.items()}
+        notes = ({t: panel_note(f) for t, f in snap.forecast.types.items()}
                  if snap.forecast is not None else None)
+        if notes:
+            title += "; → each running type's likeliest exit (forecast)"
         draw_type_panels(fig, snap.series, snap.params, title=title, n_max=snap.params.n_max,
                          notes=notes)
     else:
         draw_overview(fig, snap.series, snap.params, title=title, n_max=snap.params.n_max)
     return fig
+
+
+def panel_note(f: Any) -> str:
+    """A running type's forecast under its panel title, short enough for a quarter of a
+    1280 px figure (``forecast: PROVISIONAL 44%, ~20 to go`` ran into the next panel)."""
+    a, p = f.likeliest()
+    chance = ">99%" if p > 0.995 else f"{p:.0%}"
+    return f"→ {a} {chance}, ~{f.oc.expected_units:.0f} to go"
 
 
 def render_png(snap: LiveSnapshot, layout: str = "panels",
@@ -165,17 +175,23 @@ def render_png(snap: LiveSnapshot, layout: str = "panels",
     return buf.getvalue()
 
 
-_CELL = "padding:2px 10px;font-variant-numeric:tabular-nums;white-space:nowrap"
+_CELL = "padding:2px 8px;font-variant-numeric:tabular-nums;white-space:nowrap"
 _NUM = f"{_CELL};text-align:right"
 _TXT = f"{_CELL};text-align:left"
+_WRAP = "padding:2px 8px;text-align:left;white-space:normal;min-width:12em"
+"""The last text column wraps instead of being cut at the output's edge (1280 px)."""
 
 
 def _table_html(head: Sequence[tuple[str, bool]], body: Sequence[Sequence[str]]) -> str:
-    """An HTML table with every row shown; numeric columns right-aligned (flag per column)."""
-    th = "".join(f"<th style='{_NUM if num else _TXT}'>{html.escape(h)}</th>"
-                 for h, num in head)
-    tr = "".join("<tr>" + "".join(f"<td style='{_NUM if num else _TXT}'>{cell}</td>"
-                                  for cell, (_, num) in zip(row, head, strict=True)) + "</tr>"
+    """An HTML table with every row shown; numeric columns right-aligned (flag per column),
+    a last text column wrapping within the output's width."""
+    styles = [_NUM if num else _TXT for _, num in head]
+    if head and not head[-1][1]:
+        styles[-1] = _WRAP
+    th = "".join(f"<th style='{st}'>{html.escape(h)}</th>"
+                 for (h, _), st in zip(head, styles, strict=True))
+    tr = "".join("<tr>" + "".join(f"<td style='{st}'>{cell}</td>"
+                                  for cell, st in zip(row, styles, strict=True)) + "</tr>"
                  for row in body)
     return (f"<table class='vtrm-table' style='border-collapse:collapse;font-size:13px'>"
             f"<thead><tr>{th}</tr></thead><tbody>{tr}</tbody></table>")
@@ -226,13 +242,13 @@ def _forecast_cell(snap: LiveSnapshot, task_type: str) -> str:
 def progress_html(snap: LiveSnapshot) -> str:
     """Per type: a progress bar, consumed / ladder, in flight, W, L, E+, E−, the decision
     or, while undecided, the forecast (likeliest exit from here, units expected still)."""
-    head = [("type", False), ("progress", False), ("consumed / ladder", True),
+    head = [("type", False), ("progress", False), ("units", True),
             ("in flight", True), ("W", True), ("L", True), ("E+", True), ("E−", True),
             ("decision / forecast", False)]
     body = []
     for i, r in enumerate(snap.rows):
         share = r["consumed"] / r["n_ladder"] if r["n_ladder"] else 1.0
-        bar = (f"<div style='width:110px;height:9px;background:#e6e6e6'><div style='width:"
+        bar = (f"<div style='width:80px;height:9px;background:#e6e6e6'><div style='width:"
                f"{100 * share:.0f}%;height:9px;background:{to_hex(type_colour(i))}'>"
                f"</div></div>")
         body.append([f"{_swatch(i)}{html.escape(r['task_type'])}", bar,
@@ -325,6 +341,8 @@ class LiveGateView:
         self._widgets: dict[str, Any] | None = None
         self._handles: tuple[Any, Any] | None = None
         self._watched = False
+        self.planned: tuple[tuple[str, int], ...] = ()
+        """(type, ladder units) of the gate to come: the first frame's placeholder shows it."""
         self.static = False
         """True once the displayed widgets were replaced by the plain final outputs."""
 
@@ -483,7 +501,8 @@ class LiveGateView:
             status = w.HTML()
             bar = w.IntProgress(value=0, min=0, max=1, description="units",
                                 layout=w.Layout(width="60%"))
-            image = w.Image(format="png", layout=w.Layout(max_width="100%"))
+            # hidden until its first PNG lands: an empty image showed a broken-image icon
+            image = w.Image(format="png", layout=w.Layout(max_width="100%", display="none"))
             table = w.HTML()
             box = w.VBox([status, bar, image, table])
             box.add_class("vtrm-live")
@@ -523,11 +542,32 @@ class LiveGateView:
         self._trailing = None
         self._draw()
 
+    def expect(self, plans: Sequence[TypePlan]) -> LiveGateView:
+        """Name the gate to come (its types and ladders) for the first frame's placeholder."""
+        self.planned = tuple((p.task_type, len(p.units)) for p in plans)
+        return self
+
+    def placeholder_html(self) -> str:
+        """Before the gate starts: the plan (types, ladder units) and what comes next, instead
+        of an empty "0/0 types" frame."""
+        n = sum(u for _, u in self.planned)
+        head = (f"gate starting: {len(self.planned)} types, {n} ladder units"
+                if self.planned else "waiting for the gate to start")
+        body = [[f"{_swatch(i)}{html.escape(t)}", str(u), "waiting"]
+                for i, (t, u) in enumerate(sorted(self.planned))]
+        table = _table_html([("type", False), ("ladder units", True), ("state", False)], body)
+        return (f"<b>{html.escape(head)}</b><div style='font-size:12px'>the E+/E− panels "
+                f"appear with the first results</div>" + (table if body else ""))
+
     def _draw(self) -> None:
         assert self._widgets is not None
         if self._trailing is not None:
             self._trailing.cancel()
             self._trailing = None
+        if not self.types:  # nothing started yet: the plan, not an empty figure
+            self._widgets["status"].value = self.placeholder_html()
+            self._widgets["bar"].max = max(sum(u for _, u in self.planned), 1)
+            return
         if self._rendering is not None:  # one render at a time; redo when it lands
             self._dirty = True
             return
@@ -573,6 +613,7 @@ class LiveGateView:
         wd["bar"].max = max(snap.n_ladder, 1)
         wd["bar"].value = snap.consumed
         wd["image"].value = png
+        wd["image"].layout.display = None
         wd["table"].value = (decision_html(snap, status=False) if snap.finished
                              else progress_html(snap))
         if snap.finished and not self._dirty and not self._watched:
@@ -661,6 +702,7 @@ def show_live(plans: Sequence[TypePlan], infer: Infer, *, view: LiveGateView | N
     re-launch from Redis, wrap ``infer`` with `vtrm_gate.cache.cached_infer` (see the README).
     """
     view = view or LiveGateView(kw.get("params"), layout=layout, endpoints=endpoints)
+    view.expect(plans)
     subs = [view, *kw.pop("subscribers", ())]
     handle = launch(plans, infer, subscribers=subs, **kw)
     view.source = handle

@@ -15,75 +15,109 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
 from ._figures import GateFigure, new_figure
-from ._style import BAD, EXIT_COLOURS, MUTED, OLD, SLIDE, TYPE_COLOURS, V3, styled
+from ._style import BAD, BOUND, EXIT_COLOURS, MUTED, OLD, SLIDE, TYPE_COLOURS, V3, styled
 
-MARKS = {"accepted": ("^", EXIT_COLOURS["ACCEPT"], 0.27),
-         "provisional": ("D", EXIT_COLOURS["PROVISIONAL"], 0.16),
-         "rolled_back": ("v", BAD, 0.05)}
-"""Per decision kind: marker, colour and its own row (y) near the panel's floor, so an
-application and its rollback in one epoch never cover each other."""
+MARKS = {"accepted": ("^", EXIT_COLOURS["ACCEPT"], 2),
+         "provisional": ("D", EXIT_COLOURS["PROVISIONAL"], 1),
+         "rolled_back": ("v", BAD, 0)}
+"""Per decision kind: marker, colour and its row in the panel's decision strip (under the
+accuracy axis, never on it), so an application and its rollback never cover each other."""
+FEW_HELD_OUT = 5
+"""Fewer held-out units than this: the measured accuracy of a type is drawn faint and its
+title says so (1 unit measures 0 or 1)."""
 
 
-def _decision_rows(ax: Axes, d: pl.DataFrame) -> None:
+def _decision_strip(ax: Axes, d: pl.DataFrame) -> None:
     """The epoch's decisions as markers in fixed rows, with the count when more than one."""
     for name, (m, c, y) in MARKS.items():
         hit = d.filter(pl.col(name) > 0)
         if not hit.height:
             continue
         xs = hit["epoch"].to_numpy()
-        ax.scatter(xs, np.full(len(xs), y), marker=m, color=c, s=46, zorder=3,
+        ax.scatter(xs, np.full(len(xs), y), marker=m, color=c, s=34, zorder=3,
                    edgecolor="#222222", linewidth=0.5, gid=f"decision:{name}")
         for x, k in zip(xs, hit[name].to_list(), strict=True):
             if k > 1:
                 ax.annotate(f"×{k}", (x, y), xytext=(6, 0), textcoords="offset points",
                             va="center", fontsize="small", color=c)
+    ax.set_ylim(-0.7, 2.7)
+    ax.set_yticks([])
+    ax.grid(True, axis="x", alpha=0.4)
 
 
 def _curve_panel(ax: Axes, t: str, d: pl.DataFrame, n: int | None) -> None:
+    few = n is not None and n < FEW_HELD_OUT
     if d["true"].null_count() < d.height:  # a real workspace has no true accuracy
         ax.plot(d["epoch"], d["true"], "-", color=V3, lw=2, label="true (simulator)")
-    ax.plot(d["epoch"], d["measured"], "--", color=MUTED, lw=1.6, marker="o", ms=3,
-            label="measured on the held-out split")
-    _decision_rows(ax, d)
-    ax.set_title(t if n is None else f"{t} (n={n} held out)", fontsize="small", loc="left")
+    ax.plot(d["epoch"], d["measured"], ":" if few else "--", color=MUTED, lw=1.6,
+            marker="o", ms=3, alpha=0.45 if few else 1.0, gid="measured:few" if few else
+            "measured", label="measured on the held-out split")
+    title = t if n is None else f"{t}: only {n} held out" if few else f"{t}: {n} held out"
+    ax.set_title(title, fontsize="small", loc="left")
     ax.set_ylim(0, 1.02)
     ax.grid(True, alpha=0.4)
+    ax.tick_params(labelbottom=False)
 
 
-def _legend(fig: GateFigure) -> None:
+def _legend(fig: GateFigure, few: bool) -> None:
     handles = [Line2D([], [], color=V3, lw=2, label="true accuracy (simulator)"),
                Line2D([], [], color=MUTED, lw=1.6, ls="--", marker="o", ms=3,
                       label="measured on the held-out split"),
+               *([Line2D([], [], color=MUTED, lw=1.6, ls=":", marker="o", ms=3, alpha=0.45,
+                         label=f"measured on < {FEW_HELD_OUT} units: too few to read")]
+                 if few else []),
                *(Line2D([], [], ls="", marker=m, color=c, mec="#222222", mew=0.5, ms=7,
-                        label=name.replace("_", " ")) for name, (m, c, _) in MARKS.items())]
-    fig.legend(handles=handles, loc="outside lower center", ncols=5, fontsize="small")
+                        label=name.replace("_", " ") + " (strip under each panel)")
+                 for name, (m, c, _) in MARKS.items())]
+    fig.legend(handles=handles, loc="outside lower center", ncols=-(-len(handles) // 2),
+               fontsize="small")
+
+
+def _panels(fig: GateFigure, n: int, cols: int) -> list[tuple[Axes, Axes]]:
+    """Per type: an accuracy axes over a thin decision strip, all on one epoch axis."""
+    rows = max(1, -(-n // cols))
+    grid = fig.add_gridspec(rows, min(cols, n))
+    out: list[tuple[Axes, Axes]] = []
+    for i in range(n):  # the strip about 0.6 inch high whatever the number of rows
+        pair = grid[i // grid.ncols, i % grid.ncols].subgridspec(
+            2, 1, height_ratios=(max(1.5, 6 / rows), 1), hspace=0.0)
+        first = out[0] if out else None
+        acc = fig.add_subplot(pair[0], sharex=first[0] if first else None,
+                              sharey=first[0] if first else None)
+        strip = fig.add_subplot(pair[1], sharex=acc, sharey=first[1] if first else None)
+        out.append((acc, strip))
+    return out
 
 
 @styled
 def plot_training_curve(curve: pl.DataFrame, cols: int = 4, *,
-                        n_heldout: Mapping[str, int] | None = None) -> GateFigure:
+                        n_heldout: Mapping[str, int] | None = None,
+                        run: str | None = None) -> GateFigure:
     """One panel per type: true (line) and measured held-out (dashed) accuracy per epoch,
-    with each epoch's accepts, provisional applications and rollbacks in their own rows.
+    and under it a strip with each epoch's accepts, provisional applications and rollbacks.
     ``n_heldout`` (units per type, e.g. from `vtrm_gate.harness.read_heldout`) goes in each
-    panel's title: the count its measured rate comes from."""
+    panel's title: the count its measured rate comes from (under 5: drawn faint). ``run``
+    (e.g. "seed 2, 3 epochs × 5 steps") ends the title."""
     types = curve["task_type"].unique(maintain_order=True).to_list()
-    rows = max(1, -(-len(types) // cols))
     fig = new_figure(SLIDE)
-    axes = fig.subplots(rows, min(cols, len(types)), squeeze=False, sharex=True, sharey=True)
-    for ax, t in zip(axes.flat, types, strict=False):
-        _curve_panel(ax, t, curve.filter(pl.col("task_type") == t).sort("epoch"),
-                     (n_heldout or {}).get(t))
-        epochs = sorted(set(curve["epoch"].to_list()))
-        ax.set_xticks(epochs)
-        ax.set_xlim(epochs[0] - 0.25, epochs[-1] + 0.45)  # room for the last epoch's "×k"
-    for ax in list(axes.flat)[len(types):]:
-        ax.set_visible(False)
-    ncols = axes.shape[1]
-    for i, ax in enumerate(axes.flat):  # the lowest visible panel of each column
-        if i < len(types) and i + ncols >= len(types):
-            ax.set_xlabel("epoch (0 = initial skills)", fontsize="small")
+    panels = _panels(fig, len(types), cols)
+    epochs = sorted(set(curve["epoch"].to_list()))
+    held = n_heldout or {}
+    for (acc, strip), t in zip(panels, types, strict=True):
+        d = curve.filter(pl.col("task_type") == t).sort("epoch")
+        _curve_panel(acc, t, d, held.get(t))
+        _decision_strip(strip, d)
+    acc0 = panels[0][0]
+    acc0.set_xticks(epochs)
+    acc0.set_xlim(epochs[0] - 0.25, epochs[-1] + 0.45)  # room for the last epoch's "×k"
+    ncols = min(cols, len(types))
+    for i, (_, strip) in enumerate(panels):  # the lowest panel of each column
+        if i + ncols >= len(types):
+            strip.set_xlabel("epoch (0 = initial skills)", fontsize="small")
+        else:
+            strip.tick_params(labelbottom=False)
     fig.supylabel("accuracy", fontsize="small")
-    _legend(fig)
+    _legend(fig, any(held.get(t, FEW_HELD_OUT) < FEW_HELD_OUT for t in types))
     first, last = curve["epoch"].min(), curve["epoch"].max()
     y = "true" if curve["true"].null_count() < curve.height else "measured"
     t0 = curve.filter(pl.col("epoch") == first)[y].mean()
@@ -92,16 +126,19 @@ def plot_training_curve(curve: pl.DataFrame, cols: int = 4, *,
         curve.filter(pl.col("epoch") == first), on="task_type", suffix="_0").filter(
         pl.col(y) > pl.col(f"{y}_0") + 0.01).height
     what = "true" if y == "true" else "held-out"
-    fig.suptitle(f"Training run: mean {what} accuracy {t0:.1%} → {t1:.1%} over {last} epochs;"
-                 f" {up} of {len(types)} types improved", x=0.01, ha="left")
+    fig.suptitle(f"Training run{f' ({run})' if run else ''}: mean {what} accuracy {t0:.1%} → "
+                 f"{t1:.1%} over {last} epochs; {up} of {len(types)} types improved",
+                 x=0.01, ha="left")
     return fig
 
 
 @styled
 def plot_phase_times(old: Mapping[str, float] | None, new: Mapping[str, float], *,
-                     unit: str = "simulated hours (virtual clock)") -> GateFigure:
+                     unit: str = "simulated hours (virtual clock)",
+                     run: str | None = None) -> GateFigure:
     """Side-by-side bars: hours per phase, old serial (grey) vs v3 (blue); ``old`` None (a
-    real run, no simulator to replay the old gate on): v3's bars alone."""
+    real run, no simulator to replay the old gate on): v3's bars alone. The title's speed-up
+    is the run's total time ratio, named with ``run`` (e.g. "seed 2, 3 epochs × 5 steps")."""
     fig = new_figure(SLIDE)
     ax = fig.subplots()
     phases = list(new)
@@ -117,9 +154,12 @@ def plot_phase_times(old: Mapping[str, float] | None, new: Mapping[str, float], 
     ax.set_xlabel("phase of the training run (summed over every step and epoch)")
     ax.set_ylabel(unit)
     tot_o, tot_n = sum((old or {}).values()) / 3600, sum(new.values()) / 3600
-    ax.set_title(f"The training run takes {tot_n:.1f} h with v3 vs {tot_o:.1f} h with the old "
-                 f"serial gate (×{tot_o / tot_n:.1f})" if tot_n and old is not None else
-                 f"The training run takes {tot_n:.2f} h with v3 (time per phase)", loc="left")
+    which = f" ({run})" if run else ""
+    ax.set_title(f"The training run{which} takes {tot_n:.1f} h with v3 vs {tot_o:.1f} h with "
+                 f"the old serial gate\n×{tot_o / tot_n:.1f} = old total / v3 total, simulated "
+                 f"hours of every phase" if tot_n and old is not None else
+                 f"The training run{which} takes {tot_n:.2f} h with v3 (time per phase)",
+                 loc="left")
     ax.legend(loc="upper right")
     ax.set_ylim(0, max([*(old or {}).values(), *new.values(), 1.0]) / 3600 * 1.12)
     return fig
@@ -129,14 +169,35 @@ def plot_phase_times(old: Mapping[str, float] | None, new: Mapping[str, float], 
 def plot_power_frontier(result: Mapping[str, object]) -> GateFigure:
     """Final true accuracy against simulated training time, one point per configuration
     with 95% seed-level intervals on both axes (`benchmarks.bench_power`'s result), the old
-    serial gate's point marked, the initial skills and the oracle gate as lines."""
+    serial gate's point marked. The time axis is broken between the v3 configurations and
+    the old gate (one log axis left most of the figure empty), and the accuracy axis spans
+    the points; the initial skills and the oracle gate are named in the caption."""
     fig = new_figure(SLIDE)
-    ax = fig.subplots()
     summary = list(result["summary"])  # type: ignore[call-overload]
     old, rec = result["old"], result["recommended"]
+    near, far = fig.subplots(1, 2, sharey=True, width_ratios=(5, 1))
+    fig.get_layout_engine().set(wspace=0.01)  # type: ignore[union-attr]
+    for ax in (near, far):
+        _frontier_errorbars(ax, summary, old, rec)  # type: ignore[arg-type]
+    _break_time_axis(near, far, summary, old)  # type: ignore[arg-type]
+    lo = min(100 * e["accuracy"][1] for e in summary)
+    hi = max(100 * e["accuracy"][2] for e in summary)
+    near.set_ylim(lo - 0.1 * (hi - lo), hi + 0.1 * (hi - lo))
+    near.set_ylabel("final true accuracy (points, mean over 12 types)")
+    near.set_xlabel("simulated training time, hours (all phases)")
+    far.set_xlabel("old gate, hours")
+    fig.suptitle(_frontier_claim(result, summary), x=0.01, ha="left")
+    handles, labels = near.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=2, fontsize="small",
+               title=_frontier_caption(result, summary), title_fontsize="small")
+    return fig
+
+
+def _frontier_errorbars(ax: Axes, summary: list[dict], old: str, rec: str) -> None:
+    """Every configuration's point with its intervals (drawn on both halves of the axis)."""
     # type colours, less the teal too close to the 6-epoch point's green
     others = iter([c for c in TYPE_COLOURS if c != "#009988"] * 2)
-    for e, label in _frontier_points(summary, rec):  # type: ignore[arg-type]
+    for e, label in _frontier_points(summary, rec):
         (x, x0, x1), (y, y0, y1) = e["wall_h"], e["accuracy"]
         is_old, is_default = e["config"] == old, "(default)" in e["config"]
         longer = "epochs" in e["config"]  # the saved time spent on more training
@@ -147,22 +208,31 @@ def plot_power_frontier(result: Mapping[str, object]) -> GateFigure:
                     if longer else next(others),
                     markersize=16 if longer else 11 if is_old or is_default else 7,
                     capsize=3, label=label)
-    ax.set_xscale("log")
-    lo, hi = ax.get_xlim()
-    ticks = [t for t in (2, 5, 10, 20, 50, 100, 200, 500) if lo <= t <= hi]
-    ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
-    ax.minorticks_off()
-    for key, style, name in (("initial", ":", "initial skills"), ("oracle", "--",
-                                                                    "oracle gate")):
-        y = 100 * result[key][0]  # type: ignore[index]
-        ax.axhline(y, linestyle=style, color=MUTED)
-        ax.annotate(f"{name} {y:.1f}", (0.01, y), xycoords=("axes fraction", "data"),
-                    ha="left", va="bottom", color=MUTED)
-    ax.set_xlabel("simulated training time, hours (log scale; all phases)")
-    ax.set_ylabel("final true accuracy (points, mean over 12 types)")
-    ax.set_title(_frontier_claim(result, summary), loc="left")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2)
-    return fig
+    ax.grid(True, alpha=0.4)
+
+
+def _break_time_axis(near: Axes, far: Axes, summary: list[dict], old: str) -> None:
+    """Left: the v3 configurations' hours; right: the old gate's; diagonal marks at the
+    break."""
+    def span(entries: list[dict]) -> tuple[float, float]:
+        lo = min(e["wall_h"][1] for e in entries)
+        hi = max(e["wall_h"][2] for e in entries)
+        pad = 0.08 * max(hi - lo, 1.0)
+        return lo - pad, hi + pad
+
+    v3 = [e for e in summary if e["config"] != old] or summary
+    near.set_xlim(*span(v3))
+    far.set_xlim(*span([e for e in summary if e["config"] == old] or summary))
+    from matplotlib.ticker import MaxNLocator
+
+    far.xaxis.set_major_locator(MaxNLocator(2, integer=True))
+    near.spines["right"].set_visible(False)
+    far.spines["left"].set_visible(False)
+    far.tick_params(left=False)
+    d = dict(marker=[(-1, -1.5), (1, 1.5)], markersize=10, linestyle="none", color=BOUND,
+             mec=BOUND, mew=1, clip_on=False)
+    near.plot([1, 1], [0, 1], transform=near.transAxes, **d)
+    far.plot([0, 0], [0, 1], transform=far.transAxes, **d)
 
 
 def _frontier_points(summary: list[dict], rec: str) -> list[tuple[dict, str]]:
@@ -266,3 +336,19 @@ def _progress_claim(points: pl.DataFrame) -> str:
     if measured.len():
         return f"Training run after {where}: held-out accuracy {measured[-1]:.1%}"
     return f"Training run after {where}"
+
+
+def _frontier_caption(result: Mapping[str, object], summary: list[dict]) -> str:
+    """What the frontier's speed-up is (its definition and runs) and where the initial
+    skills and the oracle gate lie (off the accuracy axis)."""
+    by = {e["config"]: e for e in summary}
+    old = by.get(result["old"])  # type: ignore[call-overload]
+    default = next((e for e in summary if "(default)" in e["config"]), None)
+    init, oracle = (100 * result[k][0] for k in ("initial", "oracle"))  # type: ignore[index]
+    where = f"initial skills {init:.1f} points, oracle gate {oracle:.1f}"
+    if old is None or default is None or not default["wall_h"][0]:
+        return where
+    speed = old["wall_h"][0] / default["wall_h"][0]
+    return (f"{speed:.0f}× = the old gate's mean simulated training time / the default v3's, "
+            f"{result['epochs']} epochs × {result['steps']} steps, {result['seeds']} seeds; "
+            f"{where}; the time axis is broken")

@@ -137,14 +137,19 @@ def training_curve(rp: ReviewParams) -> Figure:
     from ._train_figures import plot_training_curve
 
     run = simulated_training(rp.sim_seed, rp.epochs, rp.steps_per_epoch, rp.concurrency)
-    return plot_training_curve(run["curve"], n_heldout=run["n_heldout"])
+    return plot_training_curve(run["curve"], n_heldout=run["n_heldout"], run=_run_name(rp))
+
+
+def _run_name(rp: ReviewParams) -> str:
+    """The deck's training run, as its figures' titles name it."""
+    return f"seed {rp.sim_seed}, {rp.epochs} epochs × {rp.steps_per_epoch} steps"
 
 
 def training_phase_times(rp: ReviewParams) -> Figure:
     from ._train_figures import plot_phase_times
 
     run = simulated_training(rp.sim_seed, rp.epochs, rp.steps_per_epoch, rp.concurrency)
-    return plot_phase_times(run["old"], run["new"])
+    return plot_phase_times(run["old"], run["new"], run=_run_name(rp))
 
 
 def power_frontier(rp: ReviewParams) -> Figure:
