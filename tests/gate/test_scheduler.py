@@ -391,6 +391,30 @@ def test_no_plans_returns_at_once():
     assert res.outcomes == {} and res.peak_in_flight == 0
 
 
+def test_correct_none_with_infra_is_an_infra_result():
+    """Issue 27 #6: ``UnitResult(correct=None, infra=True)`` says "no answer, the
+    infrastructure failed": INFRA for the guard, stored as INFRA, never a failed gate."""
+    async def down(task):
+        if task.ladder_rank == 1 and task.arm == "cand":
+            return UnitResult(correct=None, infra=True, error="503")  # type: ignore[arg-type]
+        return UnitResult(correct=True, tokens=1)
+
+    sink = ListSink()
+    res = run(run_gate([TypePlan("A", [f"u{i}" for i in range(6)])], down, PATIENT,
+                       sink=sink, guard=GuardParams(max_ratio=0.5)))
+    assert res.counters["A"].infra_units == 1 and res.outcomes["A"].n_used == 5
+    stored = [r for t, r, _ in sink.results if t.ladder_rank == 1 and t.arm == "cand"]
+    assert stored == [UnitResult(correct=False, infra=True, error="503")]
+
+
+def test_correct_none_without_infra_still_fails_the_gate():
+    async def bug(task):
+        return UnitResult(correct=None, tokens=1)  # type: ignore[arg-type]
+
+    with pytest.raises(TypeError, match=r"UnitResult.correct=None .*unit 'u0'"):
+        run(run_gate([TypePlan("A", ["u0"])], bug))
+
+
 def test_infer_returning_wrong_type_fails_the_gate():
     async def bad(task):
         return {"correct": True}
