@@ -960,3 +960,35 @@ def test_a_subscriber_declaring_what_is_no_event_class_is_refused_before_any_cal
     with pytest.raises(TypeError, match=r"gate_events must be a tuple of GateEvent classes"):
         run(run_gate(table.plans(), table, PATIENT, concurrency=2, subscribers=[bad]))
     assert table.calls == []
+
+
+# ---- Python API validation (issue 27 #12) -------------------------------------------
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("base_skill", None), ("cand_skill", 3), ("step_run_id", None), ("cand_run_id", 7),
+    ("target_file", b"x.md"), ("attempt", -1), ("attempt", True)])
+def test_a_plan_field_of_the_wrong_type_is_refused_naming_it(field, value):
+    with pytest.raises((TypeError, ValueError), match=rf"TypePlan\.{field}"):
+        TypePlan("A", ["u"], **{field: value})
+
+
+def test_a_string_as_units_is_refused_not_split_into_characters():
+    with pytest.raises(TypeError, match=r"TypePlan 'A': units must be a sequence of unit "
+                                        r"ids, got a str"):
+        TypePlan("A", "u01")
+
+
+def test_a_type_name_with_a_lone_surrogate_is_refused_naming_the_field():
+    with pytest.raises(ValueError, match=r"TypePlan\.task_type .*not valid Unicode"):
+        TypePlan("Count\ud800", ["u"])
+    with pytest.raises(ValueError, match=r"TypePlan\.task_type"):
+        run(run_gate([TypePlan("A", ["u"]), TypePlan("B\udfff", ["v"])],
+                     OutcomeTable({"A": [TIE]})))
+
+
+@pytest.mark.parametrize("value", [float("nan"), -1, float("inf"), "1", True])
+def test_a_bad_subscriber_timeout_is_refused_before_any_call(value):
+    table = OutcomeTable({"A": [TIE]})
+    with pytest.raises((TypeError, ValueError), match="subscriber_timeout_s"):
+        run(run_gate(table.plans(), table, subscriber_timeout_s=value))
+    assert table.calls == []

@@ -20,7 +20,7 @@ from ..stats import (
     TypeOutcome,
     infra_e_value,
 )
-from ._ladder import check_unit_ids
+from ._ladder import check_unit_ids, is_unicode
 
 if TYPE_CHECKING:
     from ._events import (
@@ -96,8 +96,9 @@ _EXPECTED = {"correct": "a bool (None only with infra=True)", "infra": "a bool",
 def checked_result(task: UnitTask, res: object) -> UnitResult:
     """What ``infer`` returned for ``task``, checked: a `UnitResult` with bool flags, a
     non-negative integer ``tokens``, finite ``latency_s`` and text or None (numpy scalars
-    become Python values; ``correct=None`` of an INFRA result becomes False). `InvalidResultError` naming unit, arm, field and value otherwise:
-    an arm-dependent bug (``correct=None``, ``"no"``, NaN) must fail the gate, never count."""
+    become Python values; ``correct=None`` of an INFRA result becomes False).
+    `InvalidResultError` naming unit, arm, field and value otherwise: an arm-dependent bug
+    (``correct=None`` without ``infra``, ``"no"``, NaN) must fail the gate, never count."""
     where = f"type {task.task_type!r}, unit {task.unit_id!r} ({task.arm} arm)"
     if not isinstance(res, UnitResult):
         raise InvalidResultError(f"infer returned {type(res).__name__}, expected UnitResult, "
@@ -136,9 +137,26 @@ class TypePlan:
         if not isinstance(self.task_type, str) or not self.task_type.strip():
             raise ValueError(f"TypePlan.task_type must be a non-empty string, "
                              f"got {self.task_type!r}")
+        if not is_unicode(self.task_type):
+            raise ValueError(f"TypePlan.task_type {self.task_type!r} is not valid Unicode "
+                             f"(a lone surrogate): it names files and database rows")
         slugify(self.task_type)
+        self._check_fields()
         units = check_unit_ids(self.units, f"TypePlan {self.task_type!r}: ")
         object.__setattr__(self, "units", units)
+
+    def _check_fields(self) -> None:
+        """TypeError naming the first text field that is not text (``base_skill=None``)."""
+        for name in ("base_skill", "cand_skill", "step_run_id", "base_run_id", "cand_run_id",
+                     "target_file", "cand_dir"):
+            v = getattr(self, name)
+            optional = name not in ("base_skill", "cand_skill", "step_run_id")
+            if not (isinstance(v, str) or (optional and v is None)):
+                raise TypeError(f"TypePlan.{name} must be a string"
+                                f"{' or None' if optional else ''}, got {type(v).__name__}")
+        a = self.attempt
+        if isinstance(a, bool) or not isinstance(a, int) or a < 0:
+            raise ValueError(f"TypePlan.attempt must be an integer >= 0, got {a!r}")
 
     @property
     def slug(self) -> str:
