@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
@@ -98,6 +98,21 @@ def scrub_credentials(text: str, secrets: Iterable[str | None] = ()) -> str:
     text = _CREDENTIAL_FIELD.sub(
         lambda m: f"{m[1]}{m[2]}{m[3] + ' ' if m[3] else ''}***", text)
     return _BEARER.sub(lambda m: f"{m[1]} ***", text)
+
+
+SECRET_MARGIN = 8192
+"""Characters a cut text loses before its cut: a secret the cut would split (one up to this
+long: keys, tokens, a PEM key) goes whole instead of leaving its first half."""
+
+
+def capped(text: str, cap: int, scrub: Callable[[str], str], what: str = "") -> str:
+    """``text`` scrubbed, at most ``cap`` characters: over it, its head (less `SECRET_MARGIN`)
+    and a note naming the length and the cap, so an unbounded text is never scrubbed, stored
+    or printed whole."""
+    if len(text) <= cap:
+        return scrub(text)
+    note = f" ... [truncated{what}: {len(text)} characters, over the cap of {cap}]"
+    return scrub(text[:max(0, cap - SECRET_MARGIN - len(note))]) + note
 
 
 # Names that hold a credential: a segment (split at _, -, . and camelCase) such as KEY,

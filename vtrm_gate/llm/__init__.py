@@ -61,6 +61,8 @@ from ._limit import GradientLimit as GradientLimit
 from ._limit import LimitParams as LimitParams
 from ._media import MediaResolver as MediaResolver
 from ._media import data_uri as data_uri
+from ._plugin import MAX_TEXT_CHARS as MAX_TEXT_CHARS
+from ._plugin import MAX_TRACE_CHARS as MAX_TRACE_CHARS
 from ._plugin import AgentBackend as AgentBackend
 from ._plugin import BackendContext as BackendContext
 from ._plugin import BackendFactory as BackendFactory
