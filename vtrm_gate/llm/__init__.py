@@ -33,11 +33,13 @@ from ._agent import LLMAgent as LLMAgent
 from ._agent import RetryPolicy as RetryPolicy
 from ._agent import parse_body as parse_body
 from ._agent import parse_retry_after as parse_retry_after
+from ._backend import PROBE_TIMEOUT_S as PROBE_TIMEOUT_S
 from ._backend import ROLLOUT_UNITS as ROLLOUT_UNITS
 from ._backend import LLMBackend as LLMBackend
 from ._backend import Rollout as Rollout
 from ._backend import check_endpoint as check_endpoint
 from ._backend import llm_backend as llm_backend
+from ._backend import probe_endpoint as probe_endpoint
 from ._backend import rollout_cases as rollout_cases
 from ._backend import workspace_units as workspace_units
 from ._endpoints import DEFAULT_CAP as DEFAULT_CAP

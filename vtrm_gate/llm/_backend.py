@@ -24,6 +24,7 @@ import httpx
 from .._env import api_key as _api_key
 from .._env import environment, mask_url
 from .._ids import content_hash, rollout_run_id, step_run_id
+from .._sync import run_sync
 from ..cache import CacheStats, ResponseCache, cache_namespace
 from ..errors import CasesUnavailable, EndpointUnreachableError, WorkspaceError
 from ..gate import GuardParams, Infer, UnitTask, shuffle_key
@@ -38,17 +39,31 @@ ROLLOUT_UNITS = 8
 
 
 
-def check_endpoint(base_url: str, timeout: float = 5.0) -> None:
-    """Raise `EndpointUnreachableError` unless ``base_url`` answers HTTP (any status counts:
-    a 401 or 404 still proves the server is there). Sends no key and costs no tokens."""
+PROBE_TIMEOUT_S = 5.0
+"""The endpoint probe's total deadline (connect, request and the answer's head together)."""
+
+
+async def probe_endpoint(base_url: str, timeout: float = PROBE_TIMEOUT_S) -> int:
+    """The HTTP status ``base_url``'s ``GET /models`` answers with (any status proves the
+    server is there: a 401 or 404 too). Only the head is read, never the body, and the
+    whole probe ends within ``timeout`` seconds: `EndpointUnreachableError` (URL masked)
+    otherwise. Sends no key and costs no tokens."""
     url = base_url.rstrip("/") + "/models"
     try:
-        httpx.get(url, timeout=timeout)
+        async with asyncio.timeout(timeout), httpx.AsyncClient(timeout=timeout) as client, \
+                client.stream("GET", url) as r:
+            return r.status_code  # leaving the block closes the connection unread
+    except TimeoutError:
+        why = f"no answer within {timeout:g} s"
     except httpx.HTTPError as exc:
-        raise EndpointUnreachableError(
-            f"chat endpoint {mask_url(base_url)} is unreachable ({type(exc).__name__}: "
-            f"{str(exc) or 'no answer'})") from None
+        why = f"{type(exc).__name__}: {str(exc) or 'no answer'}"
+    raise EndpointUnreachableError(f"chat endpoint {mask_url(base_url)} is unreachable "
+                                   f"({why})")
 
+
+def check_endpoint(base_url: str, timeout: float = PROBE_TIMEOUT_S) -> int:
+    """`probe_endpoint`, from sync code (a script or a notebook cell)."""
+    return run_sync(probe_endpoint(base_url, timeout))
 
 
 @dataclass(frozen=True)
