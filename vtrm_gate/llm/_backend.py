@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 
 from .._env import api_key as _api_key
-from .._env import environment, mask_url
+from .._env import environment, mask_url, secret_values
 from .._ids import content_hash, rollout_run_id, step_run_id
 from .._sync import run_sync
 from ..cache import CacheStats, ResponseCache, cache_namespace
@@ -231,7 +231,7 @@ def llm_backend(workspace: Workspace, options: RunOptions | None = None, *,
     a = dict(workspace.config.agent)
     budgets = options.max_tokens(a)
     agent = _agent(workspace, options, budgets, endpoints, api_key=api_key, cache=cache,
-                   retry=retry, timeout=timeout, on_event=on_event)
+                   retry=retry, timeout=timeout, on_event=on_event, env=e)
     rollout = Rollout(agent, workspace.pool, agent.units, workspace.config.seed,
                       rollout_units, options.slots,
                       fault=workspace.media_fault if agent.media is not None else None)
@@ -250,8 +250,8 @@ def llm_backend(workspace: Workspace, options: RunOptions | None = None, *,
 
 def _agent(workspace: Workspace, options: RunOptions, budgets: Mapping[str, int],
            endpoints: EndpointPool | None, **kw: Any) -> LLMAgent:
-    """The workspace's `LLMAgent` with the run's call settings (``kw``: key, cache, on_event
-    and the ``retry`` / ``timeout`` overrides)."""
+    """The workspace's `LLMAgent` with the run's call settings (``kw``: key, cache, on_event,
+    the environment whose secrets every reply is scrubbed of, ``retry`` / ``timeout``)."""
     a = workspace.config.agent
     if endpoints is None and (isinstance(a.get("base_url"), list) or a.get("endpoints_file")):
         endpoints = EndpointPool(agent_endpoints(a, workspace.root), adaptive=options.adaptive,
@@ -262,6 +262,7 @@ def _agent(workspace: Workspace, options: RunOptions, budgets: Mapping[str, int]
     kw["retry"] = kw["retry"] or RetryPolicy(max_attempts=options.max_retries + 1,
                                              max_total_s=options.deadline)
     kw["timeout"] = kw["timeout"] or options.timeout
+    kw["secrets"] = secret_values(kw.pop("env"))
     return LLMAgent(workspace_units(workspace), base_url=None if endpoints else a["base_url"],
                     model=a["model"], endpoints=endpoints, media=media,
                     think=bool(a.get("think", True)),

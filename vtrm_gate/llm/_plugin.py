@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._env import capped, credential_keys, scrub_credentials, secret_values
+from .._env import capped, credential_keys, scrub_credentials, scrub_json, secret_values
 from .._ids import canonical_json
 from ..cache import CacheStats, ResponseCache, cache_namespace
 from ..errors import BackendError, CasesUnavailable, RepeatedCandidate
@@ -163,7 +163,7 @@ def with_identity(workspace: Workspace, spec: str, backend: AgentBackend,
         raise BackendError(f"backend {spec!r}: identity must not hold credentials (found "
                            f"{', '.join(repr(k) for k in secret)}); it is written to every "
                            f"manifest: read secrets from ctx.env inside your factory")
-    agent = {**workspace.config.agent, "backend": spec, **_scrubbed_json(identity, scrub)}
+    agent = {**workspace.config.agent, "backend": spec, **scrub_json(identity, scrub)}
     try:
         workspace.config = dataclasses.replace(workspace.config, agent=agent)
     except ValueError as exc:
@@ -192,17 +192,6 @@ async def open_factory_backend(workspace: Workspace, spec: str, ctx: BackendCont
 # ---- what a backend hands back, scrubbed and checked ----------------------------------------
 
 
-def _scrubbed_json(value: Any, scrub: Callable[[str], str]) -> Any:
-    """``value`` (JSON-like) with every string scrubbed."""
-    if isinstance(value, str):
-        return scrub(value)
-    if isinstance(value, Mapping):
-        return {k: _scrubbed_json(v, scrub) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return type(value)(_scrubbed_json(v, scrub) for v in value)
-    return value
-
-
 MAX_TEXT_CHARS = 1 << 16
 """A bring-your-own ``UnitResult.prediction`` or ``error`` longer than this is truncated
 (the stored text ends with a note saying so): an unbounded text would stall the gate."""
@@ -224,7 +213,7 @@ def _capped_trace(trace: Any, scrub: Callable[[str], str]) -> Any:
     except (ValueError, RecursionError) as exc:  # circular, or nested too deeply
         return {"dropped": f"the trace is not JSON ({type(exc).__name__})"}
     if len(text) <= MAX_TRACE_CHARS:
-        return _scrubbed_json(trace, scrub)
+        return scrub_json(trace, scrub)
     # the head is quoted inside the stored JSON: at most half the cap, so escapes still fit
     return {"truncated": f"trace of {len(text)} characters of JSON, over the cap of "
                          f"{MAX_TRACE_CHARS}",
