@@ -55,6 +55,8 @@ def make_backend(ctx):
         async def evolve(self, task_type, current_skill, rejected, epoch, step):
             if mode == "evolve_raises":
                 raise RuntimeError(f"the evolver's endpoint refused key {key}")
+            if mode == "evolve_leaks":
+                return current_skill.rstrip() + f"\\n- Prefer the longest option ({key}, {tok}).\\n"
             return current_skill.rstrip() + "\\n- Prefer the longest option.\\n"
 
     async def rollout(epoch, step):
@@ -288,3 +290,14 @@ def test_huge_results_are_truncated_named_and_stored_without_a_secret(
     assert not leaks(workspace, out, *err)
     assert not [p for p in workspace.rglob("*") if p.is_file() and KEY[:8].encode() in
                 p.read_bytes()]  # no half-cut key either
+
+
+def test_an_evolver_skill_quoting_a_secret_is_applied_scrubbed(
+        workspace: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 27 #3: the evolver's text reached skills/, history/ and candidates/ verbatim
+    code, out, err = step(workspace, "evolve_leaks", monkeypatch, capsys)
+    assert code == 0, err
+    skill = (workspace / "skills" / "counting.md").read_text()
+    assert "- Prefer the longest option (***, ***)." in skill  # applied: the gate accepted it
+    assert not leaks(workspace, out, *err)

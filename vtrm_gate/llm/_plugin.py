@@ -297,7 +297,8 @@ async def within_deadline(call: Awaitable[UnitResult], deadline: float | None) -
 
 def guarded(backend: AgentBackend, workspace: Workspace, spec: str,
             scrub: Callable[[str], str], deadline: float | None = None) -> AgentBackend:
-    """``backend`` with every text it returns or raises scrubbed and its rollout checked;
+    """``backend`` with every text it returns or raises scrubbed (the evolver's skill too)
+    and its rollout checked;
     with a ``deadline`` (seconds, the run's ``deadline``) a call of ``infer`` still running
     past it is an INFRA result (`within_deadline`).
 
@@ -320,9 +321,10 @@ def guarded(backend: AgentBackend, workspace: Workspace, spec: str,
     class ScrubbedEvolver:
         async def evolve(self, *args: Any, **kwargs: Any) -> str:
             try:
-                return await evolver.evolve(*args, **kwargs)
+                skill = await evolver.evolve(*args, **kwargs)
             except Exception as exc:
                 raise scrubbed_exception(exc, scrub) from None
+            return scrub(skill) if isinstance(skill, str) else skill  # else refused later
 
     async def checked_rollout(epoch: int, step: int) -> Mapping[str, Any]:
         try:
