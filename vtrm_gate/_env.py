@@ -6,11 +6,14 @@ Shared by `vtrm_gate.options` and `vtrm_gate.cache` (and so by the fast-starting
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import functools
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
@@ -84,12 +87,41 @@ substring it would mangle ordinary words ("ma***imum"); an environment value tha
 a credential-like name (`secret_values`) is not scrubbed at all below it."""
 
 
+_URLSAFE = str.maketrans("+/", "-_")
+
+
+def _base64_forms(raw: bytes) -> set[str]:
+    """``raw``'s base64 text wherever it starts in an encoded stream (offset 0, 1 or 2 of a
+    3-byte group): whole, and the part of whole groups it alone decides (the edge groups
+    mix in unknown neighbours); standard and URL-safe alphabets."""
+    whole = base64.b64encode(raw).decode()
+    out = {whole, whole.rstrip("=")}
+    for k in range(3):
+        enc = base64.b64encode(b"\0" * k + raw).decode()
+        out.add(enc[4 if k else 0:(k + len(raw)) // 3 * 4])
+    return {f for x in out if len(x) >= SHORT_SECRET for f in (x, x.translate(_URLSAFE))}
+
+
+@functools.lru_cache(maxsize=64)
+def secret_forms(secret: str) -> frozenset[str]:
+    """The texts that give ``secret`` away: itself, percent-encoded (only where needed, or
+    every byte, in either case), reversed and base64-encoded (`_base64_forms`); a secret
+    shorter than `SHORT_SECRET` only itself and percent-encoded."""
+    forms = {secret, quote(secret, safe="")}
+    if len(secret) >= SHORT_SECRET:
+        raw = secret.encode()
+        every = "".join(f"%{b:02X}" for b in raw)
+        forms |= {every, every.lower(), secret[::-1], *_base64_forms(raw)}
+    return frozenset(forms)
+
+
 def scrub_credentials(text: str, secrets: Iterable[str | None] = ()) -> str:
-    """``text`` with every ``secrets`` value (raw or percent-encoded), every credential
-    header's value (Authorization, api-key, x-api-key) and every Bearer/Basic token replaced
-    by ``***``: apply to any error text before it is logged, stored or raised. A secret
-    shorter than `SHORT_SECRET` characters is replaced where it stands alone as a token."""
-    literals = {x for s in secrets if s for x in (s, quote(s, safe=""))}
+    """``text`` with every ``secrets`` value (raw, percent-encoded, base64-encoded or
+    reversed: `secret_forms`), every credential header's value (Authorization, api-key,
+    x-api-key) and every Bearer/Basic token replaced by ``***``: apply to any text from
+    outside before it is logged, stored or raised. A secret shorter than `SHORT_SECRET`
+    characters is replaced where it stands alone as a token."""
+    literals = {x for s in secrets if s for x in secret_forms(s)}
     for lit in sorted(literals, key=len, reverse=True):
         if len(lit) >= SHORT_SECRET:
             text = text.replace(lit, "***")
@@ -98,6 +130,33 @@ def scrub_credentials(text: str, secrets: Iterable[str | None] = ()) -> str:
     text = _CREDENTIAL_FIELD.sub(
         lambda m: f"{m[1]}{m[2]}{m[3] + ' ' if m[3] else ''}***", text)
     return _BEARER.sub(lambda m: f"{m[1]} ***", text)
+
+
+SECRET_MARGIN = 8192
+"""Characters a cut text loses before its cut: a secret the cut would split (one up to this
+long: keys, tokens, a PEM key) goes whole instead of leaving its first half."""
+
+
+def capped(text: str, cap: int, scrub: Callable[[str], str], what: str = "") -> str:
+    """``text`` scrubbed, at most ``cap`` characters: over it, its head (less `SECRET_MARGIN`)
+    and a note naming the length and the cap, so an unbounded text is never scrubbed, stored
+    or printed whole."""
+    if len(text) <= cap:
+        return scrub(text)
+    note = f" ... [truncated{what}: {len(text)} characters, over the cap of {cap}]"
+    return scrub(text[:max(0, cap - SECRET_MARGIN - len(note))]) + note
+
+
+def scrub_json(value: Any, scrub: Callable[[str], str]) -> Any:
+    """``value`` (JSON-like: a parsed reply, a trace) with every string scrubbed, keys too."""
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, Mapping):
+        return {scrub(k) if isinstance(k, str) else k: scrub_json(v, scrub)
+                for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(scrub_json(v, scrub) for v in value)
+    return value
 
 
 # Names that hold a credential: a segment (split at _, -, . and camelCase) such as KEY,

@@ -148,13 +148,14 @@ class RunOptions:
     """LLM calls: each call's deadline in seconds, every attempt and wait included."""
     max_retries: int = 5
     """LLM calls: retries after the first attempt (429, 5xx, timeouts, dropped bodies)."""
-    max_tokens_think: int | Unset = UNSET
+    max_tokens_think: int | Unset | None = UNSET
     """The think step's reply budget (`UNSET`: the workspace's ``agent.max_tokens``, else
-    512; 0: none sent). It changes answers, so it keys the caches (the agent config)."""
-    max_tokens_answer: int | Unset = UNSET
-    """The answer step's reply budget (`UNSET`: ``agent.max_tokens``, else 64; 0: none)."""
-    max_tokens_evolve: int | Unset = UNSET
-    """The evolver's reply budget (`UNSET`: 2048; 0: none sent)."""
+    512; None: none sent, 0 in a flag, variable or file). It changes answers, so it keys the
+    caches (the agent config)."""
+    max_tokens_answer: int | Unset | None = UNSET
+    """The answer step's reply budget (`UNSET`: ``agent.max_tokens``, else 64; None: none)."""
+    max_tokens_evolve: int | Unset | None = UNSET
+    """The evolver's reply budget (`UNSET`: 2048; None: none sent)."""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     """Where each resolved value came from: ``flag --x``, ``env X``, ``file P``, ``default``."""
 
@@ -203,9 +204,9 @@ class RunOptions:
                               f"got {self.max_retries!r}")
         for name in MAX_TOKENS_FIELDS:
             v = getattr(self, name)
-            if v is not UNSET and (not _whole(v) or not 0 <= v <= 1_000_000):
-                raise ConfigError(f"{name} must be an integer from 0 (none sent) to "
-                                  f"1000000, got {v!r}")
+            if v is not UNSET and v is not None and (not _whole(v) or not 1 <= v <= 1_000_000):
+                raise ConfigError(f"{name} must be an integer from 1 to 1000000, or None "
+                                  f"(none sent; 0 in a flag, variable or file), got {v!r}")
 
     def max_tokens(self, agent: Mapping[str, Any] | None = None) -> dict[str, int]:
         """Each agent step's ``max_tokens`` (``think``, ``answer``, ``evolve``): the value
@@ -218,7 +219,7 @@ class RunOptions:
             v = getattr(self, name)
             if v is UNSET:
                 v = legacy if _whole(legacy) and step != "evolve" else default
-            out[step] = int(v)  # type: ignore[arg-type]
+            out[step] = 0 if v is None else int(v)  # type: ignore[arg-type]
         return out
 
     def _check_cache(self) -> None:
@@ -431,6 +432,8 @@ def _field(key: str, value: Any, source: str | None) -> Any:
     try:
         if key in ("concurrency", "redis_cache_ttl", "max_retries", *MAX_TOKENS_FIELDS):
             value = _coerce_int(key, value)
+            if key in MAX_TOKENS_FIELDS and value == 0:
+                value = None  # "0: none sent" in a flag, a variable or a file
         elif key in ("cache_enabled", "cancel_after_freeze", "adaptive"):
             value = _coerce_bool(key, value)
         elif key in ("timeout", "deadline"):

@@ -7,7 +7,12 @@ import uuid
 import redis.asyncio as aredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import AuthenticationError, RedisError, ResponseError
+from redis.exceptions import (
+    AuthenticationError,
+    OutOfMemoryError,
+    RedisError,
+    ResponseError,
+)
 
 from .._env import (
     check_redis_url,
@@ -71,9 +76,10 @@ async def check_redis_access(url: str, prefix: str, *, socket_timeout: float = 2
 
     Raises `RedisAccessError` (password masked, the fix named) when Redis answers and
     refuses: a wrong or missing password, an ACL user without GET/SET, a database number
-    out of range. Returns None when it works, or the reason when Redis cannot be reached
-    at all (the cache then fails open: calls go uncached with a warning). It writes one
-    probe key under ``prefix`` that expires within a minute.
+    out of range, a server full past its ``maxmemory`` that evicts nothing. Returns None
+    when it works, or the reason when Redis cannot be reached at all (the cache then fails
+    open: calls go uncached with a warning). It writes one probe key under ``prefix`` that
+    expires within a minute.
     """
     client = connect(url, socket_timeout=socket_timeout)
     key = f"{prefix}:access-check:{uuid.uuid4().hex}"
@@ -86,6 +92,11 @@ async def check_redis_access(url: str, prefix: str, *, socket_timeout: float = 2
         if refused is None:
             return text
         reason = scrub(str(refused), url)
+        if isinstance(refused, OutOfMemoryError) or "maxmemory" in reason:
+            raise RedisAccessError(
+                f"Redis at {mask_url(url)} ({where}) is full: {reason} (its maxmemory-policy "
+                f"evicts nothing); raise maxmemory, or set maxmemory-policy volatile-lru (or "
+                f"allkeys-lru): every cached reply has a TTL, so old ones go first") from None
         hint = next((h for k, h in _HINTS if k in reason.lower()), "check the URL")
         raise RedisAccessError(f"Redis at {mask_url(url)} ({where}) refused the response "
                                f"cache: {reason}; {hint}") from None

@@ -167,6 +167,8 @@ def frame_path(root: str | os.PathLike[str], image: str) -> Path:
     """The file a local frame names, resolved (symlinks followed); `MediaError` unless it
     is a relative path that stays inside ``root`` (no ``..``, no absolute path, no symlink
     out of it), so no file elsewhere on the machine is ever read or sent."""
+    if "\x00" in image:  # no file has such a name; the OS calls would raise a bare ValueError
+        raise MediaError(f"frame {image!r}: the path holds a NUL byte")
     rel = Path(image)
     if rel.is_absolute() or ".." in rel.parts:
         raise MediaError(f"frame {image!r}: must be a path inside the units directory "

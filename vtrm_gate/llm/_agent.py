@@ -20,14 +20,14 @@ import logging
 import os
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import httpx
 
 from .._env import api_key as _api_key
-from .._env import environment, mask_url, scrub_credentials
+from .._env import environment, mask_url, scrub_credentials, scrub_json, secret_values
 from ..cache import KeyParts, ResponseCache, protocol_failure, validate_response
 from ..cache._keys import PROTOCOL_FAILURES, Validator
 from ..errors import ContextOverflowError, LLMInfraError, MediaError
@@ -231,7 +231,8 @@ class LLMAgent:
     """Answers `MCQ` units over an OpenAI-compatible ``/chat/completions`` endpoint.
 
     The API key defaults to ``OPENAI_API_KEY`` (or ``VTRM_API_KEY``) and is never shown:
-    every error text is scrubbed of it (and of any credential header value).
+    every reply (a 200's too) and error text is scrubbed of it, of ``secrets`` (default: the
+    process environment's, `secret_values`) and of any credential header value.
     ``retry.max_total_s`` is each call's deadline, ``max_response_bytes`` its size cap;
     ``timeout`` is each attempt's timeout, longer when the endpoint is observed slower
     (`EndpointPool.attempt_timeout`), always ending before the call's deadline.
@@ -260,7 +261,8 @@ class LLMAgent:
                  endpoints: EndpointPool | None = None,
                  media: MediaResolver | None = None, adaptive: bool = False,
                  max_concurrency: int | None = None,
-                 task_description: str | None = None) -> None:
+                 task_description: str | None = None,
+                 secrets: Iterable[str] | None = None) -> None:
         if endpoints is not None:  # several endpoints: the key holds the pool's identity
             base_url = base_url or endpoints.identity
         if not base_url or not model:
@@ -281,6 +283,8 @@ class LLMAgent:
         if api_key is None:
             api_key = _api_key(dict(os.environ)) or None
         self._api_key = api_key
+        self._secrets = (api_key, *(secret_values(dict(os.environ)) if secrets is None
+                                    else secrets))
         self.cache, self.timeout = cache, timeout
         self.retry = retry or RetryPolicy()
         self.think = think
@@ -468,7 +472,8 @@ class LLMAgent:
             ex.outcome = "malformed"
             raise _Retryable(f"HTTP {r.status_code} with a malformed JSON body: {exc}") \
                 from None
-        doc = doc if isinstance(doc, dict) else {"unexpected": doc}
+        # the reply may repeat a credential (a gateway quoting the request): never kept
+        doc = scrub_json(doc if isinstance(doc, dict) else {"unexpected": doc}, self.scrub)
         if protocol_failure(doc) is not None:
             ex.outcome = "malformed"  # a 200 that is no chat completion: the endpoint's fault
         else:
@@ -476,9 +481,10 @@ class LLMAgent:
         return doc
 
     def scrub(self, text: str) -> str:
-        """``text`` without the API key or any credential header value (see
-        `scrub_credentials`): every error text passes here before it leaves the agent."""
-        return scrub_credentials(text, [self._api_key])
+        """``text`` without the API key, the environment's secrets (``secrets``) or any
+        credential header value (see `scrub_credentials`): every reply, 200 or error, passes
+        here before it is parsed, cached, stored or shown."""
+        return scrub_credentials(text, self._secrets)
 
     async def chat(self, body: Mapping[str, Any], *, run_id: str = "", unit_id: str = "",
                    step: str = "answer") -> dict[str, Any]:
