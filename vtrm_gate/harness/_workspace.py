@@ -54,6 +54,8 @@ T = TypeVar("T")
 
 
 PROBATION_ORDERS = ("shuffle", "seed_wrong_first")
+LEGACY_PROBATION_RULE = "w_net"
+"""The rule of a workspace.json without ``probation_rule`` (the default until issue 27)."""
 
 
 @dataclass(frozen=True)
@@ -73,8 +75,9 @@ class WorkspaceConfig:
     rejected_max: int = 5
     probation_min_w_net: int = 0
     probation_units: int = 40
-    probation_rule: str = "w_net"
-    """How the epoch-end settlement decides: w_net | e_continue | e_harm (see harness.probation)."""
+    probation_rule: str = "e_continue"
+    """How the epoch-end settlement decides: e_continue (the default, as ``init``'s: a neutral
+    candidate is kept with probability <= 1/e_confirm) | e_harm | w_net (a bet, no bound)."""
     probation_order: str = "shuffle"
     """The probe's order: ``shuffle`` (a seeded shuffle of the fresh units) or
     ``seed_wrong_first`` (the ladder's order: units the seed baseline got wrong first)."""
@@ -475,6 +478,8 @@ def _read_config(root: Path) -> WorkspaceConfig:
     if unknown:
         raise WorkspaceError(f"workspace.json: unknown keys {sorted(unknown)}; valid keys: "
                              f"{sorted(known)}")
+    # A file written before the default became e_continue keeps the rule it ran with.
+    raw.setdefault("probation_rule", LEGACY_PROBATION_RULE)
     try:
         return WorkspaceConfig(**raw)
     except ValueError as exc:
