@@ -64,3 +64,13 @@ def test_io_error_of_a_real_file_and_a_damaged_database_exit_2(tmp_path) -> None
     with pytest.raises(sqlite3.OperationalError) as bad_sql, sqlite3.connect(":memory:") as c:
         c.execute("SELEC 1")
     assert exit_code(bad_sql.value) is None
+
+
+def test_a_redis_url_redis_py_refuses_is_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
+    # redis-py raises a builtin ValueError for a query value it cannot read: the URL is the
+    # user's, so it is exit 2 naming it (not a bug report).
+    url = "redis://localhost/0?socket_timeout=abc"
+    assert _main.main(["cache", "stats", "--url", url]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert "invalid Redis URL" in err and "socket_timeout" in err
