@@ -194,7 +194,9 @@ def test_rollout_and_evolver_calls_wait_for_room_before_their_deadline_starts(
 
         cases, evolved = asyncio.run(go())
     assert all(isinstance(c, list) for c in cases.values())  # no rollout_error
-    assert len(evolved) == 2 and server.peak_waiting <= 4
+    # no request waited at the server as long as a call's 1 s deadline (measured; 64 calls
+    # sent at once would queue ~1.9 s): a fixed `peak_waiting <= 4` is load-sensitive
+    assert len(evolved) == 2 and server.peak_wait_s < 1.0
 
 
 def test_attempt_timeouts_follow_the_observed_latency_and_the_reply_budget() -> None:
