@@ -46,7 +46,7 @@ def _config_fault(config: dict[str, Any]) -> str | None:
     """What is wrong with the fields of ``config`` a command reads (the others are only
     compared with a new run's, so a damaged one is refused as a change)."""
     n = config.get("steps_per_epoch")
-    if "steps_per_epoch" in config and (not _whole(n) or n < 1):
+    if "steps_per_epoch" in config and not (isinstance(n, int) and _whole(n) and n >= 1):
         return f"config.steps_per_epoch must be an integer >= 1, got {shown(n)}"
     if "evaluate" in config and not isinstance(config["evaluate"], bool):
         return f"config.evaluate must be true or false, got {shown(config['evaluate'])}"
