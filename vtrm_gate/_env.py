@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
+from .errors import ConfigError, shown
+
 REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 DEFAULT_TTL = 604800  # 7 days
 MAX_TTL = 2**31 - 1
@@ -214,15 +216,15 @@ def check_redis_url(url: str) -> str:
         p = urlsplit(url)
         _ = p.port  # raises ValueError on a bad port
     except ValueError as exc:
-        raise ValueError(f"invalid Redis URL {mask_url(url)!r}: {scrub(str(exc), url)}") \
+        raise ConfigError(f"invalid Redis URL {mask_url(url)!r}: {scrub(str(exc), url)}") \
             from None
     if p.scheme not in REDIS_SCHEMES:
-        raise ValueError(f"invalid Redis URL {mask_url(url)!r}: scheme must be one of "
+        raise ConfigError(f"invalid Redis URL {mask_url(url)!r}: scheme must be one of "
                          f"redis://, rediss://, unix://, redis+cluster://, rediss+cluster://")
     if p.scheme == "unix" and not p.path:
-        raise ValueError(f"invalid Redis URL {mask_url(url)!r}: unix:// needs a socket path")
+        raise ConfigError(f"invalid Redis URL {mask_url(url)!r}: unix:// needs a socket path")
     if p.scheme != "unix" and not p.hostname:
-        raise ValueError(f"invalid Redis URL {mask_url(url)!r}: no host")
+        raise ConfigError(f"invalid Redis URL {mask_url(url)!r}: no host")
     return url
 
 
@@ -237,7 +239,7 @@ def read_dotenv(path: str | os.PathLike[str]) -> dict[str, str]:
     except OSError:
         return out
     except UnicodeDecodeError as exc:  # a ValueError: the CLI exits 2 with this one line
-        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") \
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") \
             from None
     for raw in text.splitlines():
         line = raw.strip()
@@ -285,10 +287,10 @@ def parse_ttl(value: str | int | None, default: int = DEFAULT_TTL) -> int:
     try:
         ttl = int(value)
     except (TypeError, ValueError):
-        raise ValueError(f"REDIS_CACHE_TTL must be a whole number of seconds > 0, "
-                         f"got {value!r}") from None
+        raise ConfigError(f"REDIS_CACHE_TTL must be a whole number of seconds > 0, "
+                         f"got {shown(value)}") from None
     if not 0 < ttl <= MAX_TTL:
-        raise ValueError(f"REDIS_CACHE_TTL must be from 1 to {MAX_TTL} seconds, got {ttl}")
+        raise ConfigError(f"REDIS_CACHE_TTL must be from 1 to {MAX_TTL} seconds, got {ttl}")
     return ttl
 
 

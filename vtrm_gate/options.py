@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ._env import DEFAULT_TTL, MAX_TTL, check_redis_url, mask_url, read_dotenv
-from .errors import ConfigError
+from .errors import ConfigError, shown
 from .gate import DEFAULT_DISPATCH, DISPATCH_NAMES, PAST_STOP_POLICIES, GuardParams
 from .stats import DECISION_RULES, PROBATION_RULES, GateParams
 
@@ -162,26 +162,26 @@ class RunOptions:
     def __post_init__(self) -> None:
         c = self.concurrency
         if c is not UNSET and (not _whole(c) or c < 1):  # type: ignore[operator]
-            raise ConfigError(f"concurrency must be an integer >= 1, got {c!r}")
+            raise ConfigError(f"concurrency must be an integer >= 1, got {shown(c)}")
         if not isinstance(self.gate, GateParams) or not isinstance(self.guard, GuardParams):
             raise ConfigError("gate and guard must be GateParams and GuardParams")
         if self.decision_rule not in DECISION_RULES:
             raise ConfigError(f"decision_rule must be one of {', '.join(DECISION_RULES)}, "
-                              f"got {self.decision_rule!r}")
+                              f"got {shown(self.decision_rule)}")
         if self.dispatch not in DISPATCH_NAMES:
             raise ConfigError(f"dispatch must be one of {', '.join(DISPATCH_NAMES)}, "
-                              f"got {self.dispatch!r}")
+                              f"got {shown(self.dispatch)}")
         if self.past_stop not in PAST_STOP_POLICIES:
             raise ConfigError(f"past_stop must be one of {', '.join(PAST_STOP_POLICIES)}, "
-                              f"got {self.past_stop!r}")
+                              f"got {shown(self.past_stop)}")
         for name in ("cancel_after_freeze", "cache_enabled"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be on/off (true/false), "
-                                  f"got {getattr(self, name)!r}")
+                                  f"got {shown(getattr(self, name))}")
         ts = self.time_scale
         if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int | float)
                                or not math.isfinite(ts) or ts < 0):
-            raise ConfigError(f"time_scale must be a finite number >= 0, got {ts!r}")
+            raise ConfigError(f"time_scale must be a finite number >= 0, got {shown(ts)}")
         self._check_cache()
         self._check_agent()
         if self.backend is not None and (not isinstance(self.backend, str)
@@ -189,24 +189,24 @@ class RunOptions:
             raise ConfigError(f"backend {self.backend!r}: expected 'package.module:function'")
         if self.probation_rule is not UNSET and self.probation_rule not in PROBATION_RULES:
             raise ConfigError(f"probation_rule must be one of {', '.join(PROBATION_RULES)}, "
-                              f"got {self.probation_rule!r}")
+                              f"got {shown(self.probation_rule)}")
 
     def _check_agent(self) -> None:
         if not isinstance(self.adaptive, bool):
-            raise ConfigError(f"adaptive must be on/off (true/false), got {self.adaptive!r}")
+            raise ConfigError(f"adaptive must be on/off (true/false), got {shown(self.adaptive)}")
         for name in ("timeout", "deadline"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) \
                     or v <= 0:
-                raise ConfigError(f"{name} must be a number of seconds > 0, got {v!r}")
+                raise ConfigError(f"{name} must be a number of seconds > 0, got {shown(v)}")
         if not _whole(self.max_retries) or not 0 <= self.max_retries <= 100:
             raise ConfigError(f"max_retries must be an integer from 0 to 100, "
-                              f"got {self.max_retries!r}")
+                              f"got {shown(self.max_retries)}")
         for name in MAX_TOKENS_FIELDS:
             v = getattr(self, name)
             if v is not UNSET and v is not None and (not _whole(v) or not 1 <= v <= 1_000_000):
                 raise ConfigError(f"{name} must be an integer from 1 to 1000000, or None "
-                                  f"(none sent; 0 in a flag, variable or file), got {v!r}")
+                                  f"(none sent; 0 in a flag, variable or file), got {shown(v)}")
 
     def max_tokens(self, agent: Mapping[str, Any] | None = None) -> dict[str, int]:
         """Each agent step's ``max_tokens`` (``think``, ``answer``, ``evolve``): the value
@@ -225,16 +225,16 @@ class RunOptions:
     def _check_cache(self) -> None:
         if not _whole(self.redis_cache_ttl) or not 1 <= self.redis_cache_ttl <= MAX_TTL:
             raise ConfigError(f"redis_cache_ttl must be an integer from 1 to {MAX_TTL} "
-                              f"(seconds), got {self.redis_cache_ttl!r}")
+                              f"(seconds), got {shown(self.redis_cache_ttl)}")
         if not isinstance(self.cache_prefix, str) or not self.cache_prefix \
                 or any(c in self.cache_prefix for c in "*?[] "):
             raise ConfigError(f"cache_prefix must be a non-empty string without glob "
-                              f"characters or spaces, got {self.cache_prefix!r}")
+                              f"characters or spaces, got {shown(self.cache_prefix)}")
         share = self.cache_share
         if share is not None and (not isinstance(share, str) or not share.strip()
                                   or any(c.isspace() for c in share)):
             raise ConfigError(f"cache.share must be a non-empty name without spaces, "
-                              f"got {share!r}")
+                              f"got {shown(share)}")
         if self.redis_url is not None:
             if not isinstance(self.redis_url, str):
                 raise ConfigError(f"redis_url must be a string (a redis://, rediss:// or "
@@ -358,7 +358,7 @@ def _coerce_bool(name: str, v: Any) -> bool:
         return True
     if s in ("0", "false", "no", "off"):
         return False
-    raise ConfigError(f"{name} must be on/off (true/false), got {v!r}")
+    raise ConfigError(f"{name} must be on/off (true/false), got {shown(v)}")
 
 
 def _coerce_int(name: str, v: Any) -> int:
@@ -367,7 +367,7 @@ def _coerce_int(name: str, v: Any) -> int:
     try:
         return int(str(v).strip())
     except ValueError:
-        raise ConfigError(f"{name} must be an integer, got {v!r}") from None
+        raise ConfigError(f"{name} must be an integer, got {shown(v)}") from None
 
 
 def _coerce_float(name: str, v: Any) -> float:
@@ -376,7 +376,7 @@ def _coerce_float(name: str, v: Any) -> float:
     try:
         return float(str(v).strip())
     except ValueError:
-        raise ConfigError(f"{name} must be a number of seconds, got {v!r}") from None
+        raise ConfigError(f"{name} must be a number of seconds, got {shown(v)}") from None
 
 
 def _read_file(path: Path) -> dict[str, Any]:

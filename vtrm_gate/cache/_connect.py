@@ -19,7 +19,7 @@ from .._env import (
     mask_url,
     scrub,
 )
-from ..errors import RedisAccessError
+from ..errors import ConfigError, RedisAccessError
 from . import _cluster as cluster
 
 # ---- connection -----------------------------------------------------------------------
@@ -38,13 +38,18 @@ def connect(url: str, *, socket_timeout: float = 0.5, retries: int = 1) -> aredi
         return cluster.connect_cluster(url, socket_timeout=socket_timeout, retries=retries)
     # A bounded pool that waits for a free connection: the default pool raises "Too many
     # connections" past 100 concurrent commands, which would turn a busy gate into an outage.
-    pool = aredis.BlockingConnectionPool.from_url(
-        url, max_connections=MAX_CONNECTIONS, timeout=max(socket_timeout, 5.0),
-        socket_timeout=socket_timeout, socket_connect_timeout=socket_timeout,
-        retry=Retry(NoBackoff(), retries), health_check_interval=0,
-        # No CLIENT SETINFO per new connection: building it reads redis-py's package
-        # metadata from disk each time (~1 ms per connection, 256 of them at 256 in flight).
-        driver_info=None)
+    try:
+        pool = aredis.BlockingConnectionPool.from_url(
+            url, max_connections=MAX_CONNECTIONS, timeout=max(socket_timeout, 5.0),
+            socket_timeout=socket_timeout, socket_connect_timeout=socket_timeout,
+            retry=Retry(NoBackoff(), retries), health_check_interval=0,
+            # No CLIENT SETINFO per new connection: building it reads redis-py's package
+            # metadata from disk each time (~1 ms per connection, 256 of them at 256 in
+            # flight).
+            driver_info=None)
+    except ValueError as exc:  # redis-py refuses a query value of the URL (socket_timeout=x)
+        raise ConfigError(f"invalid Redis URL {mask_url(url)!r}: {scrub(str(exc), url)}") \
+            from None
     return aredis.Redis(connection_pool=pool)
 
 
