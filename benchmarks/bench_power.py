@@ -15,8 +15,11 @@ by each type's pool); the best fixed lambda and the lambda mixture (an adaptive 
 n_max 40; the probe in seed-wrong-first order; and the recommended combination. The best
 lambda and the recommendation are chosen on tuning seeds (100+) and reported on seeds 0+.
 
-Run: ``python -m benchmarks.bench_power [--quick] [--seeds N] [--tune-seeds N] [--jobs J]``;
-the results land in ``benchmarks/results/bench_power.json`` (the frontier figure's input:
+Run: ``python -m benchmarks.bench_power [--quick] [--seeds N] [--tune-seeds N] [--jobs J]
+[--scheduler tcp://HOST:PORT]``: the runs go to J local processes (default: every core; they
+end with this process) or to a Dask cluster's workers (which must import this checkout's
+``benchmarks`` and ``vtrm_gate``); a run is seeded, so the engine never changes a number. The
+results land in ``benchmarks/results/bench_power.json`` (the frontier figure's input:
 ``python -m vtrm_gate.views.review --only 06_power_frontier``).
 """
 
@@ -28,7 +31,9 @@ import statistics
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Iterator
+from concurrent.futures import Executor
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -36,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks._common import machine, print_table
+from vtrm_gate.errors import VtrmError
 
 EPOCHS, STEPS = 3, 5
 TUNE_SEED0 = 100
@@ -59,6 +65,7 @@ class Config:
     """Timed as the old serial gate (types, blocks of 8 and arms one after another)."""
     epochs: int = EPOCHS
     """Epochs of the run (more: the saved time spent on more training)."""
+    steps: int = STEPS
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
@@ -85,7 +92,7 @@ def run(cfg: Config, seed: int) -> dict[str, Any]:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as d:
         ws, _, s = run_simulated_training(Path(d) / "ws", SimConfig(seed=seed), cfg.epochs,
-                                            STEPS, options, probation_rule="e_continue",
+                                            cfg.steps, options, probation_rule="e_continue",
                                             probation_order=cfg.probation_order)
         probes = ws.log.select("step_report", ["task_type", "n_ladder", "n_consumed"],
                                step=0, status="probation")
@@ -109,12 +116,37 @@ def _run_star(args: tuple[Config, int]) -> dict[str, Any]:
     return run(*args)
 
 
-def run_all(cfgs: list[Config], seeds: list[int], jobs: int) -> list[dict[str, Any]]:
-    work = [(c, s) for c in cfgs for s in seeds]
-    if jobs <= 1:
-        return [run(c, s) for c, s in work]
-    with ProcessPoolExecutor(jobs) as pool:
-        return list(pool.map(_run_star, work))
+def run_all(cfgs: list[Config], seeds: list[int], engine: Executor | None
+            ) -> list[dict[str, Any]]:
+    """Every configuration on every seed, on ``engine`` (None: serially, here), in order."""
+    from vtrm_gate.sim import sweep_map
+
+    return sweep_map(_run_star, [(c, s) for c in cfgs for s in seeds], engine)
+
+
+def where(jobs: int | None, scheduler: str | None) -> str:
+    """The engine in words, for the header."""
+    from vtrm_gate.sim import local_workers
+
+    if scheduler:
+        return f"the Dask cluster at {scheduler}"
+    n = local_workers() if jobs is None else jobs
+    return "this process, serially" if n == 1 else f"{n} local processes"
+
+
+@contextmanager
+def engine(jobs: int | None = None, scheduler: str | None = None
+           ) -> Iterator[Executor | None]:
+    """Where the runs go: the Dask cluster at ``scheduler``, else ``jobs`` local processes
+    (default every core; 1: serially in this process)."""
+    from vtrm_gate.sim import sweep_executor
+
+    if jobs == 1 and not scheduler:
+        with nullcontext(None) as none:
+            yield none
+        return
+    with sweep_executor(scheduler, jobs) as ex:
+        yield ex
 
 
 def boot(xs: list[float], reps: int = 2000) -> tuple[float, float, float]:
@@ -173,11 +205,11 @@ def probe_sizes(rows: list[dict[str, Any]], cfgs: list[Config]) -> list[dict[str
     return out
 
 
-def tune(seeds: list[int], jobs: int) -> tuple[Config, Config, list[dict[str, Any]]]:
+def tune(seeds: list[int], ex: Executor | None) -> tuple[Config, Config, list[dict[str, Any]]]:
     """The best fixed lambda and the recommended configuration, on tuning seeds only: the
     most accurate one whose training time stays within the old serial gate's."""
     lam_cfgs = [Config(f"v3 n_max 40, lambda {lam}", lambda_dir=lam) for lam in LAMBDAS]
-    rows = run_all([OLD, DEFAULT, *ONE_FACTOR, *lam_cfgs], seeds, jobs)
+    rows = run_all([OLD, DEFAULT, *ONE_FACTOR, *lam_cfgs], seeds, ex)
 
     def mean_of(c: Config, key: str) -> float:
         return statistics.mean(r[key] for r in rows if r["config"] == c.name)
@@ -194,7 +226,7 @@ def tune(seeds: list[int], jobs: int) -> tuple[Config, Config, list[dict[str, An
     combo = Config(f"combined: n_max {n_best}, {bet_name}, probe {order}", n_max=n_best,
                    lambda_dir=bet.lambda_dir, decision_rule=bet.decision_rule,
                    probation_order=order)
-    rows += run_all([combo], seeds, jobs)
+    rows += run_all([combo], seeds, ex)
     old_wall = mean_of(OLD, "wall_h")
     pool = [c for c in (DEFAULT, *ONE_FACTOR, best_lam, combo) if mean_of(c, "wall_h") <= old_wall]
     rec = max(pool, key=acc)
@@ -203,22 +235,24 @@ def tune(seeds: list[int], jobs: int) -> tuple[Config, Config, list[dict[str, An
 
 
 def main(quick: bool = False, seeds: int | None = None, tune_seeds: int | None = None,
-         jobs: int = 2, out: Path | None = None) -> None:
+         jobs: int | None = None, out: Path | None = None, scheduler: str | None = None
+         ) -> None:
     out = out or (QUICK_RESULTS if quick else RESULTS)
     n = seeds or (3 if quick else 20)
     nt = tune_seeds or (2 if quick else 8)
     print(f"machine: {machine()}")
     print(f"{EPOCHS} epochs x {STEPS} steps, 12 types, e_continue, 20% held out, virtual "
           f"clock; tuning seeds {TUNE_SEED0}-{TUNE_SEED0 + nt - 1}, reported seeds 0-{n - 1}; "
-          f"{jobs} processes")
+          f"runs on {where(jobs, scheduler)}")
     t0 = time.perf_counter()
-    best_lam, rec, tune_rows = tune(list(range(TUNE_SEED0, TUNE_SEED0 + nt)), jobs)
+    with engine(jobs, scheduler) as ex:
+        best_lam, rec, tune_rows = tune(list(range(TUNE_SEED0, TUNE_SEED0 + nt)), ex)
+        cfgs = [OLD, DEFAULT, *ONE_FACTOR, best_lam, LONGER]
+        if rec.name not in {c.name for c in cfgs}:
+            cfgs.append(rec)
+        rows = run_all(cfgs, list(range(n)), ex)
     print(f"chosen on tuning seeds: best fixed lambda {best_lam.lambda_dir}; recommended "
           f"{rec.name!r}")
-    cfgs = [OLD, DEFAULT, *ONE_FACTOR, best_lam, LONGER]
-    if rec.name not in {c.name for c in cfgs}:
-        cfgs.append(rec)
-    rows = run_all(cfgs, list(range(n)), jobs)
     summary = summarise(rows, cfgs)
     print_table(f"the power frontier, {n} reported seeds (mean [95% bootstrap interval over "
                 f"seeds]; accuracy in points; wall in simulated hours of training)",
@@ -255,8 +289,16 @@ if __name__ == "__main__":
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--seeds", type=int, default=None)
     ap.add_argument("--tune-seeds", type=int, default=None)
-    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--jobs", type=int, default=None,
+                    help="local worker processes (default: every core; 1: serially)")
+    ap.add_argument("--scheduler", default=None, metavar="tcp://HOST:PORT",
+                    help="run on this Dask distributed cluster instead")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
-    main(quick=a.quick, seeds=a.seeds, tune_seeds=a.tune_seeds, jobs=a.jobs, out=a.out)
+    try:
+        main(quick=a.quick, seeds=a.seeds, tune_seeds=a.tune_seeds, jobs=a.jobs, out=a.out,
+             scheduler=a.scheduler)
+    except VtrmError as e:
+        print(f"bench_power: {e}", file=sys.stderr)
+        sys.exit(2)
     sys.exit(0)
