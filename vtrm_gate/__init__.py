@@ -32,6 +32,8 @@ __all__ = [  # noqa: RUF022 - grouped by audience, alphabetical within a group
     "RunOptions", "UNSET", "resolve_options", "open_backend", "step_workspace",
     "step_workspace_sync", "train_workspace", "train_workspace_sync", "settle_workspace",
     "settle_workspace_sync",
+    # outcomes from outside (vtrm_gate.harness) and the world they come from (vtrm_gate.sim)
+    "read_outcomes", "replay_outcomes", "write_outcomes", "World",
     # bring your own agent, and the response cache
     "AgentBackend", "BackendContext", "BackendError", "ResponseCache", "cached_infer",
     "__version__",
@@ -50,6 +52,8 @@ _HOME = {
                      "train_workspace", "train_workspace_sync", "settle_workspace",
                      "settle_workspace_sync"), "backends"),
     **dict.fromkeys(("AgentBackend", "BackendContext"), "llm"),
+    **dict.fromkeys(("read_outcomes", "replay_outcomes", "write_outcomes"), "harness"),
+    **dict.fromkeys(("World",), "sim"),
     **dict.fromkeys(("ResponseCache", "cached_infer"), "cache"),
 }
 

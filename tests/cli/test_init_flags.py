@@ -79,7 +79,7 @@ APPLIED: dict[str, tuple[Callable[[Path], str | None], Check]] = {
         _agent(ws)["backend"] == "tests.cli.test_init_flags:factory")),
     "--json": (lambda t: None, lambda ws, t: None),
 }
-REFUSED = {"--infra-rate": "0.1"}
+REFUSED = {"--infra-rate": "0.1", "--world": "mostly_harmful"}
 NOT_FLAGS = {"-h", "--help"}
 
 

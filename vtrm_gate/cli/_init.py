@@ -12,7 +12,7 @@ from ._args import emit, nonneg_int, positive_int, rate
 
 LLM_ONLY = ("units", "base_url", "model", "skills", "seed_record", "backend", "endpoints",
             "max_frames", "max_side")
-SIMULATED_ONLY = ("infra_rate",)
+SIMULATED_ONLY = ("infra_rate", "world")
 
 
 def register(sub: Any) -> None:
@@ -23,6 +23,10 @@ def register(sub: Any) -> None:
     i.add_argument("--infra-rate", type=rate, default=None,
                    help="simulated workspaces only: the simulator's INFRA failure rate per "
                         "call after retries (default 0.0004: vtrm_gate.sim.DEFAULT_INFRA_RATE)")
+    i.add_argument("--world", default=None,
+                   help="simulated workspaces only: the distribution of candidate effects, a "
+                        "JSON file of vtrm_gate.sim.World fields or a preset (default, "
+                        "mostly_harmful, mostly_neutral, mostly_helpful; see docs/worlds.md)")
     i.add_argument("--heldout-fraction", type=rate, default=None,
                    help="share of each type's units held out for the epoch-end evaluation "
                         "(never gated; default 0.2, 0 with --llm)")
@@ -70,17 +74,23 @@ def cmd_init(args: argparse.Namespace) -> int:
     given = [f"--{n.replace('_', '-')}" for n in LLM_ONLY if getattr(args, n) is not None]
     if given:
         raise CliError(f"{', '.join(given)} need --llm (an LLM workspace)")
-    from ..sim import SimConfig, init_simulated
+    from ..sim import SimConfig, World, init_simulated
 
-    sim = SimConfig(seed=args.seed, **({} if args.infra_rate is None
-                                      else {"infra_rate": args.infra_rate}))
+    given = {k: v for k, v in (("infra_rate", args.infra_rate),
+                               ("world", args.world and World.from_json(args.world)))
+             if v is not None}
+    sim = SimConfig(seed=args.seed, **given)
     ws = init_simulated(root, sim, heldout_fraction=0.2 if args.heldout_fraction is None
                         else args.heldout_fraction, probation_rule=args.probation_rule,
                         probation_order=args.probation_order)
     ws.close()
-    out = {"workspace": str(root), "types": len(sim.resolved_pool_sizes()), "seed": args.seed}
+    out = {"workspace": str(root), "types": len(sim.resolved_pool_sizes()), "seed": args.seed,
+           "world": sim.resolved_world().to_dict()}
+    w = sim.resolved_world()
     emit(args, out, f"created simulated workspace {root} ({out['types']} types, "
-                    f"seed {args.seed})")
+                    f"seed {args.seed}; candidates {w.p_harmful:.0%} harmful, "
+                    f"{w.p_neutral:.0%} neutral, {w.p_helpful:.0%} helpful, drawn per "
+                    f"{w.scope})")
     return 0
 
 

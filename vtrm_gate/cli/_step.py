@@ -37,10 +37,13 @@ def register(sub: Any) -> None:
     add_run_flags(d, backend=False)
     d.set_defaults(func=cmd_demo)
 
-    r = sub.add_parser("replay", help="prefix vs block replay of a recorded step")
-    r.add_argument("--workspace", required=True)
-    r.add_argument("--epoch", type=positive_int, required=True)
-    r.add_argument("--step", type=positive_int, required=True)
+    r = sub.add_parser("replay", help="prefix vs block replay of a recorded step, or of "
+                                      "every gate of an outcomes file")
+    r.add_argument("--workspace", help="the workspace (with --epoch and --step)")
+    r.add_argument("--epoch", type=positive_int)
+    r.add_argument("--step", type=positive_int)
+    r.add_argument("--outcomes", help="an outcomes table (.csv, .parquet, .jsonl; schema in "
+                                      "docs/worlds.md) instead of a workspace: every gate")
     r.add_argument("--block", type=positive_int, default=8)
     r.add_argument("--json", action="store_true", help="machine-readable output")
     r.set_defaults(func=cmd_replay)
@@ -206,6 +209,11 @@ def _demo_figures(res: Any, figdir: Path) -> list[Path]:
 def cmd_replay(args: argparse.Namespace) -> int:
     from ..harness import replay_step
 
+    if args.outcomes is not None:
+        return _replay_outcomes(args)
+    missing = [f"--{n}" for n in ("workspace", "epoch", "step") if getattr(args, n) is None]
+    if missing:
+        raise CliError(f"replay needs {', '.join(missing)} (or --outcomes FILE)")
     df = replay_step(args.workspace, args.epoch, args.step, block=args.block)
     rows = df.to_dicts()
     get = lambda k: tuple("" if r.get(k) is None else str(r[k]) for r in rows)  # noqa: E731
@@ -224,4 +232,31 @@ def cmd_replay(args: argparse.Namespace) -> int:
                                              "replay decided; --json for every column", width)
     emit(args, {"epoch": args.epoch, "step": args.step, "block": args.block,
                 "types": df.to_dicts()}, text)
+    return 0
+
+
+def _replay_outcomes(args: argparse.Namespace) -> int:
+    """``replay --outcomes FILE``: every gate of the file; --json prints a list of objects."""
+    from ..harness import replay_outcomes
+
+    given = [f"--{n}" for n in ("workspace", "epoch", "step") if getattr(args, n) is not None]
+    if given:
+        raise CliError(f"--outcomes replays a file; drop {', '.join(given)}")
+    rows = replay_outcomes(Path(args.outcomes), block=args.block).to_dicts()
+    if args.json:
+        print(json.dumps(rows, indent=2, default=str))
+        return 0
+    get = lambda k: tuple("" if r.get(k) is None else str(r[k]) for r in rows)  # noqa: E731
+    cols = [Column("gate", tuple(f"e{r['epoch']} s{r['step']}" for r in rows)),
+            Column("type", get("task_type")), Column("prefix_action", get("prefix_action")),
+            Column("units", get("prefix_units"), True),
+            Column("block_action", get("block_action")),
+            Column("units", get("block_units"), True, drop_rank=1),
+            Column("saved", get("units_saved"), True, drop_rank=2)]
+    saved = [r["units_saved"] for r in rows if r["units_saved"] is not None]
+    width = terminal_width()
+    print(render(cols, width) + "\n" + wrap(
+        f"{len(rows)} gates; the prefix rule used {sum(saved)} fewer units than blocks of "
+        f"{args.block} where both decided ({len(saved)} gates); --json for every column",
+        width))
     return 0

@@ -12,6 +12,7 @@ no simulator. LLM and simulated workspaces are created and driven from `vtrm_gat
 - `_settle`, `_evaluate`, `_train`: probation settlement, held-out evaluation, the run
 - `_audit`: how each standing version came to stand, rebuilt from the log
 - `_replay`: prefix vs block replay of a recorded step
+- `_outcomes`: ladder outcomes as a table (CSV / Parquet / JSONL): read, write, replay
 """
 
 from __future__ import annotations
@@ -55,6 +56,14 @@ from ._log import HarnessLog as HarnessLog
 from ._manifest import check_agent_unchanged as check_agent_unchanged
 from ._manifest import read_manifest as read_manifest
 from ._manifest import recorded_manifests as recorded_manifests
+from ._outcomes import MAX_OUTCOME_ROWS as MAX_OUTCOME_ROWS
+from ._outcomes import OPTIONAL_COLUMNS as OPTIONAL_COLUMNS
+from ._outcomes import OUTCOME_COLUMNS as OUTCOME_COLUMNS
+from ._outcomes import OutcomesError as OutcomesError
+from ._outcomes import read_outcomes as read_outcomes
+from ._outcomes import replay_outcomes as replay_outcomes
+from ._outcomes import workspace_outcomes as workspace_outcomes
+from ._outcomes import write_outcomes as write_outcomes
 from ._replay import replay_step as replay_step
 from ._results import StepResult as StepResult
 from ._results import TypeStep as TypeStep

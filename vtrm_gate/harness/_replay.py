@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -68,17 +69,10 @@ def _replay(ws: Workspace, epoch: int, step: int, block: int) -> pl.DataFrame:
         if c.get("status") != "gated":
             continue
         ladder = manifest["inputs"]["ladders"][t]
-        arms = {arm: ws.log.run_results(arm_run_id(srid, t, arm)) for arm in ("base", "cand")}
-        known: list[bool] = []
-        pairs: list[tuple[bool, bool] | None] = []
-        tokens: list[int] = []
-        for u in ladder:
-            b, k = arms["base"].get(u), arms["cand"].get(u)
-            infra = bool((b and b[1]) or (k and k[1]))
-            known.append(infra or (b is not None and k is not None))
-            pairs.append(None if infra or b is None or k is None
-                         else (bool(b[0]), bool(k[0])))
-            tokens.append((b[2] if b else 0) + (k[2] if k else 0))
+        units = ladder_units(ws, srid, t, ladder)
+        known = [u.known for u in units]
+        pairs = [u.pair for u in units]
+        tokens = [u.tokens for u in units]
         status, live_action, live_stop = live.get(t, (None, None, None))
         prefix = _replay_known(pairs, known, params, None)
         blocks = _replay_known(pairs, known, params, block)
@@ -94,6 +88,33 @@ def _replay(ws: Workspace, epoch: int, step: int, block: int) -> pl.DataFrame:
             "agree": None if blocks["needs"] else prefix["action"] == blocks["action"],
         })
     return pl.DataFrame(rows, infer_schema_length=None)
+
+
+@dataclass(frozen=True)
+class LadderUnit:
+    """What a recorded step logged for one ladder unit: whether its outcome is known (both
+    arms ran, or one failed for INFRA), the pair (None: INFRA or unknown), tokens of both."""
+
+    unit_id: str
+    known: bool
+    infra: bool
+    pair: tuple[bool, bool] | None
+    tokens: int
+
+
+def ladder_units(ws: Workspace, step_run_id: str, task_type: str,
+                 ladder: Sequence[str]) -> list[LadderUnit]:
+    """Every ladder unit of one gated type of a recorded step, in ladder order."""
+    arms = {arm: ws.log.run_results(arm_run_id(step_run_id, task_type, arm))
+            for arm in ("base", "cand")}
+    out = []
+    for u in ladder:
+        b, k = arms["base"].get(u), arms["cand"].get(u)
+        infra = bool((b and b[1]) or (k and k[1]))
+        known = infra or (b is not None and k is not None)
+        pair = None if infra or b is None or k is None else (bool(b[0]), bool(k[0]))
+        out.append(LadderUnit(u, known, infra, pair, (b[2] if b else 0) + (k[2] if k else 0)))
+    return out
 
 
 def _replay_columns(name: str, r: Mapping[str, Any], tokens: Sequence[int]) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """The simulator (SPEC §6): a seeded 12-type world that knows the truth, its agent and
 evolver, the virtual clock, simulated workspaces, and decision quality against ground truth.
 
+- `_effects`: `World`, the distribution of candidate effects (JSON file, presets)
 - `_world`: `SimConfig`, `SimWorld` (agent, latencies, INFRA, true effects), `SimEvolver`
 - `_virtual`: `run_virtual` (a looptime loop: hours of inference in seconds, exact makespans)
 - `_schedules`: a step's plans, the old block-serial vs v3 continuous schedules, policies
@@ -14,6 +15,8 @@ evolver, the virtual clock, simulated workspaces, and decision quality against g
 
 from __future__ import annotations
 
+from ._effects import PRESETS as PRESETS
+from ._effects import World as World
 from ._eta import EtaCheck as EtaCheck
 from ._eta import eta_checks as eta_checks
 from ._quality import CLASSES as CLASSES

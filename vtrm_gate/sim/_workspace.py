@@ -24,17 +24,22 @@ from ..harness import (
     split_heldout,
     step_input_state,
 )
+from ._effects import World
 from ._world import SimConfig, SimEvolver, SimWorld
 
 # ---- simulated workspaces -------------------------------------------------------------
 
 
 def sim_json(sim_config: SimConfig) -> dict[str, Any]:
-    """A SimConfig as plain JSON values (mappings become objects)."""
+    """A SimConfig as plain JSON values (mappings become objects; no ``world`` key for the
+    default world, so workspaces from before worlds read the same)."""
     out = {}
     for f in dataclasses.fields(sim_config):
         v = getattr(sim_config, f.name)
-        out[f.name] = dict(v) if isinstance(v, Mapping) else v
+        if isinstance(v, World):
+            out[f.name] = v.to_dict()
+        elif f.name != "world" or v is not None:
+            out[f.name] = dict(v) if isinstance(v, Mapping) else v
     return out
 
 

@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 from .._ids import content_hash, slugify
 from ..gate import UnitResult, UnitTask
+from ._effects import PRESETS, World
 
 Effect = Literal["harmful", "neutral", "helpful"]
 
@@ -74,7 +75,8 @@ MAX_STEPS = 40
 ROLLOUT_BATCH = 6
 """Units per type in a step's rollout; the wrong ones are that step's evolution cases."""
 EFFECT_SIZE = (0.3, 0.9)
-"""Range of |ability shift| of a helpful or harmful candidate (a neutral one shifts 0)."""
+"""Range of |ability shift| of a helpful or harmful candidate (a neutral one shifts 0) in the
+``default`` world (`World.size_min`, `World.size_max`)."""
 
 DEFAULT_INFRA_RATE = 0.0004
 """The simulator's default INFRA rate per call *after* the agent's retries (the LLM agent
@@ -141,11 +143,15 @@ class SimConfig:
     mean_latency_s: float = 120.0
     """Mean simulated seconds of an inference whose agent took REF_STEPS (8) steps."""
     effects: Mapping[str, str] | None = None
-    """Per type the evolver's true effect: harmful / neutral / helpful. Default: a seeded mix."""
+    """Per type the evolver's true effect, fixed for the run: harmful / neutral / helpful.
+    The other types draw theirs from ``world``."""
     no_change_rate: float = 0.1
     """Probability that the evolver returns the current text unchanged."""
     unit_correlation: float = 0.7
     """Correlation of two runs' latents on one unit: higher means more concordant pairs."""
+    world: World | None = None
+    """The distribution candidate effects are drawn from (a `World`, its JSON object or a
+    preset name). None: the preset ``default``, the original per-type world."""
 
     def __post_init__(self) -> None:
         if not _is_int(self.seed):
@@ -183,19 +189,35 @@ class SimConfig:
                 _fail("effects", f"one of {list(EFFECTS)} (type {name!r})", eff)
         if self.effects is not None:
             object.__setattr__(self, "effects", dict(given))
+        if self.world is not None:
+            world = self.world if isinstance(self.world, World) else World.from_dict(
+                self.world, "SimConfig.world")
+            unknown = [t for t in world.types if t not in pools]
+            if unknown:
+                _fail("world", f"keyed (types) by the world's task types {list(pools)}",
+                      unknown[0])
+            object.__setattr__(self, "world", world)
+
+    def resolved_world(self) -> World:
+        """The effects distribution: ``world``, or the preset ``default``."""
+        return PRESETS["default"] if self.world is None else self.world
 
     def resolved_pool_sizes(self) -> dict[str, int]:
         """Units per type with the default filled in; its order is the world's type order."""
         return dict(DEFAULT_POOL_SIZES if self.pool_sizes is None else self.pool_sizes)
 
     def resolved_effects(self) -> dict[str, str]:
-        """Each type's evolver effect: the given ones, the rest a seeded mix."""
+        """The types whose evolver effect is fixed for the run: the given ones, and, in a
+        world of scope ``type``, every other type's seeded draw from the world's shares
+        (a world of scope ``candidate`` draws the rest per candidate)."""
         given = self.effects or {}
+        world = self.resolved_world()
         out = {}
         for name in self.resolved_pool_sizes():
-            u = _uniform(self.seed, "effect", name)
-            out[name] = given.get(name, "helpful" if u < 0.4 else
-                                  "neutral" if u < 0.75 else "harmful")
+            if name in given:
+                out[name] = given[name]
+            elif world.scope == "type":
+                out[name] = world.classify(_uniform(self.seed, "effect", name), name)
         return out
 
 
@@ -241,7 +263,9 @@ class SimWorld:
         self.config = config
         sizes = config.resolved_pool_sizes()
         self.task_types: tuple[str, ...] = tuple(sizes)
+        self.world: World = config.resolved_world()
         self.effects: Mapping[str, str] = MappingProxyType(config.resolved_effects())
+        """Types whose effect is fixed for the run (all of them in a per-type world)."""
         seed = config.seed
         self._units: dict[str, dict[str, _Unit]] = {}
         for t in self.task_types:
@@ -481,8 +505,9 @@ _PHRASES: Mapping[str, tuple[str, ...]] = MappingProxyType({
 
 
 class SimEvolver:
-    """Simulated evolver: a candidate skill text whose true effect is the type's configured
-    one (helpful / neutral / harmful), with a seeded magnitude written into the text."""
+    """Simulated evolver: a candidate skill text whose true effect (helpful / neutral /
+    harmful) is the type's fixed one or, in a per-candidate world, the candidate's own draw,
+    with a seeded magnitude from the world; both are written into the text."""
 
     def __init__(self, world: SimWorld) -> None:
         self.world = world
@@ -495,9 +520,9 @@ class SimEvolver:
         key = (w.config.seed, "evolve", task_type, epoch, step, len(rejected))
         if _uniform(*key, "no-change") < w.config.no_change_rate:
             return current_skill
-        effect = w.effects[task_type]
-        lo, hi = EFFECT_SIZE
-        size = lo + (hi - lo) * _uniform(*key, "size")
+        effect = w.effects.get(task_type) or w.world.classify(_uniform(*key, "effect"),
+                                                              task_type)
+        size = w.world.size(_uniform(*key, "size"))
         shift = {"helpful": size, "neutral": 0.0, "harmful": -size}[effect]
         ability = w.skill_ability(current_skill) + shift
         rev = f"e{epoch}s{step}r{len(rejected)}"

@@ -1,0 +1,110 @@
+"""``vtrm-gate replay --outcomes FILE``: a JSON list, one object per gate; every bad file is
+exit 2 and one line naming the file, the row and the column, never a traceback or a hang."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vtrm_gate.cli._main import main
+from vtrm_gate.harness import MAX_OUTCOME_ROWS
+
+HEAD = "epoch,step,task_type,unit_id,ladder_rank,base_correct,cand_correct,infra\n"
+GOOD = ["1,1,OCR,u0,0,0,1,0", "1,1,OCR,u1,1,1,1,0", "1,1,OCR,u2,2,,,1",
+        "1,1,Counting,u0,0,true,false,false", "2,1,OCR,u0,0,1,0,0"]
+
+
+def _write(tmp: Path, lines: list[str], head: str = HEAD, name: str = "o.csv") -> Path:
+    path = tmp / name
+    path.write_text(head + "".join(f"{x}\n" for x in lines))
+    return path
+
+
+def test_replay_outcomes_prints_one_object_per_gate(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, GOOD)
+    assert main(["replay", "--outcomes", str(path), "--json", "--block", "2"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["epoch"], r["step"], r["task_type"]) for r in rows] == [
+        (1, 1, "Counting"), (1, 1, "OCR"), (2, 1, "OCR")]
+    need = {"prefix_action", "prefix_stop_rank", "block_action", "block_stop_rank",
+            "units_saved"}
+    assert all(need <= set(r) for r in rows)
+    ocr = rows[1]
+    assert (ocr["prefix_W"], ocr["prefix_L"], ocr["prefix_stop_rank"]) == (1, 0, 2)
+    assert main(["replay", "--outcomes", str(path)]) == 0
+    assert "3 gates" in capsys.readouterr().out
+
+
+BAD = [
+    (HEAD.replace(",infra", ""), [x.rsplit(",", 1)[0] for x in GOOD], None, "'infra'"),
+    (HEAD, [*GOOD[:2], "1,1,OCR,u2,2,0,1,0,7"], 3, "9 fields"),
+    (HEAD, [*GOOD[:2], "1,1,OCR,u2,2,yes,1,0"], 3, "'base_correct'"),
+    (HEAD, [*GOOD[:2], "1,1,OCR,u2,2,0,,0"], 3, "'cand_correct'"),
+    (HEAD, [*GOOD[:2], "1,1,OCR,u2,2,0,1,maybe"], 3, "'infra'"),
+    (HEAD, [*GOOD[:2], "1,1,OCR,u9,1,0,1,0"], 3, "duplicate rank"),
+    (HEAD, [*GOOD[:2], "1,1,OCR,u3,3,0,1,0"], 3, "gap"),
+    (HEAD, [*GOOD[:2], "1,1,OCR,u1,2,0,1,0"], 3, "unit twice"),
+    (HEAD, [*GOOD[:2], "1,1,???,u0,0,0,1,0"], 3, "unknown type"),
+    (HEAD, [*GOOD[:2], "1,1,ocr,u0,0,0,1,0"], 3, "unknown type"),
+    (HEAD, [*GOOD[:2], "1,1,OCR,u2,-2,0,1,0"], 3, "'ladder_rank'"),
+    (HEAD, [*GOOD[:2], "x,1,OCR,u2,2,0,1,0"], 3, "'epoch'"),
+    (HEAD, [*GOOD[:2], "1,1,,u2,2,0,1,0"], 3, "'task_type'"),
+    (HEAD, [f"1,1,OCR,u{i},{i},0,1,0" for i in range(41)], 41, "n_max"),
+    (HEAD, [], None, "no rows"),
+]
+
+
+@pytest.mark.parametrize(("head", "lines", "row", "what"), BAD)
+def test_a_bad_outcomes_file_is_one_line_naming_file_row_and_column(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], head: str, lines: list[str],
+        row: int | None, what: str) -> None:
+    path = _write(tmp_path, lines, head)
+    assert main(["replay", "--outcomes", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(path) in err and what in err, err
+    if row is not None:
+        assert f"row {row}," in err, err
+
+
+@pytest.mark.parametrize(("name", "data", "what"), [
+    ("o.txt", b"x", "unknown outcomes format"),
+    ("o.parquet", b"PAR1 not really", "cannot read as PARQUET"),
+    ("o.jsonl", b'{"epoch": 1, \n', "cannot read as JSONL"),
+    ("o.csv", b"\xff\xfe\x00garbage\x00\n\x01", "o.csv"),
+    ("none.csv", None, "no such outcomes file"),
+])
+def test_an_unreadable_outcomes_file_is_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, data: bytes | None,
+        what: str) -> None:
+    path = tmp_path / name
+    if data is not None:
+        path.write_bytes(data)
+    assert main(["replay", "--outcomes", str(path), "--json"]) == 2
+    out = json.loads(capsys.readouterr().out)
+    assert out["exit"] == 2 and what in out["error"], out
+
+
+def test_too_many_rows_is_refused_without_reading_the_rest(tmp_path: Path) -> None:
+    """One row past the cap (the file is read lazily: a 10^7-row file reads no further)."""
+    path = tmp_path / "big.csv"
+    with path.open("w") as f:
+        f.write(HEAD)
+        f.write("1,1,OCR,u0,0,0,1,0\n" * (MAX_OUTCOME_ROWS + 1))
+    r = subprocess.run([sys.executable, "-m", "vtrm_gate", "replay", "--outcomes", str(path)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert f"row {MAX_OUTCOME_ROWS + 1}" in r.stderr and str(path) in r.stderr
+
+
+def test_replay_needs_a_workspace_or_outcomes_not_both(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", "--epoch", "1", "--step", "1"]) == 2
+    assert "--workspace" in capsys.readouterr().err
+    path = _write(tmp_path, GOOD)
+    assert main(["replay", "--outcomes", str(path), "--epoch", "1"]) == 2
+    assert "--epoch" in capsys.readouterr().err

@@ -1,0 +1,287 @@
+"""Ladder outcomes as a table (docs/worlds.md): read a CSV / Parquet / JSONL file of them
+(validated: a bad row names file, row and column), write a workspace's in the same schema,
+and replay every gate of a table the prefix (v3) and the block (old) way.
+
+One row per ladder unit of a gate; a gate is one (epoch, step, task_type). Columns:
+``epoch, step, task_type, unit_id, ladder_rank, base_correct, cand_correct, infra``, and
+optionally ``latency_s, tokens, block_idx, n_ladder`` (``n_ladder``: the ladder's length
+when the table holds only the measured prefix of a longer ladder, as a workspace's does).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .._ids import slugify
+from ..errors import InputError
+from ..stats import GateParams
+from ._access import for_reading
+from ._manifest import recorded_manifests
+from ._replay import _replay_columns, _replay_known, ladder_units
+from ._workspace import Workspace
+
+if TYPE_CHECKING:
+    import polars as pl
+
+GATE_KEY: tuple[str, ...] = ("epoch", "step", "task_type")
+OUTCOME_COLUMNS: tuple[str, ...] = ("epoch", "step", "task_type", "unit_id", "ladder_rank",
+                                    "base_correct", "cand_correct", "infra")
+OPTIONAL_COLUMNS: tuple[str, ...] = ("latency_s", "tokens", "block_idx", "n_ladder")
+MAX_OUTCOME_ROWS = 2_000_000
+"""Rows one outcomes file may hold (50,000 gates of 40 units); more is refused, read lazily
+so a larger file costs no more than this many rows."""
+FORMATS = {".csv": "csv", ".parquet": "parquet", ".jsonl": "jsonl", ".ndjson": "jsonl"}
+_TRUE, _FALSE = ("1", "true"), ("0", "false")
+_INTS = ("epoch", "step", "ladder_rank", "tokens", "block_idx", "n_ladder")
+
+
+class OutcomesError(InputError):
+    """An outcomes table is malformed; the message names the file, the row and the column."""
+
+
+def _format(path: Path) -> str:
+    fmt = FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise OutcomesError(f"{path}: unknown outcomes format {path.suffix!r}; use one of "
+                            f"{sorted(FORMATS)}")
+    return fmt
+
+
+def _scan(path: Path) -> pl.DataFrame:
+    """At most ``MAX_OUTCOME_ROWS + 1`` rows of the file, every column as text."""
+    import polars as pl
+
+    fmt = _format(path)
+    if not path.is_file():
+        raise OutcomesError(f"{path}: no such outcomes file")
+    try:
+        if fmt == "csv":
+            lazy = pl.scan_csv(path, infer_schema=False)
+        elif fmt == "parquet":
+            lazy = pl.scan_parquet(path)
+        else:
+            lazy = pl.scan_ndjson(path, infer_schema_length=None)
+        df = lazy.head(MAX_OUTCOME_ROWS + 1).collect()
+        return df.select(pl.all().cast(pl.String))
+    except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
+        if fmt == "csv":
+            _ragged_row(path)
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise OutcomesError(f"{path}: cannot read as {fmt.upper()}: {first}") from None
+
+
+def _ragged_row(path: Path) -> None:
+    """Name the first CSV row whose field count differs from the header's, if there is one."""
+    import csv
+
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            reader = csv.reader(f)
+            width = len(next(reader, []))
+            for i, fields in enumerate(reader, start=1):
+                if len(fields) != width and fields:
+                    raise OutcomesError(f"{path}: row {i}, all columns: {len(fields)} "
+                                        f"fields, the header has {width}")
+                if i > MAX_OUTCOME_ROWS:
+                    return
+    except (UnicodeDecodeError, csv.Error):
+        return
+
+
+def _bad(path: Path, df: pl.DataFrame, ok: pl.Expr, column: str, what: str) -> None:
+    """Raise naming the first row (1-based) where ``ok`` is false."""
+    import polars as pl
+
+    hit = df.select(pl.int_range(pl.len()).alias("_i"), pl.col(column).alias("_v"),
+                    ok.fill_null(False).alias("_ok")).filter(~pl.col("_ok")).head(1)
+    if hit.height:
+        row, value = hit.row(0)[:2]
+        raise OutcomesError(f"{path}: row {row + 1}, column {column!r}: {what}, got "
+                            f"{'empty' if value in (None, '') else repr(value)}")
+
+
+def _typed(path: Path, raw: pl.DataFrame) -> pl.DataFrame:
+    """Check every cell and convert the columns to their types."""
+    import polars as pl
+
+    missing = [c for c in OUTCOME_COLUMNS if c not in raw.columns]
+    if missing:
+        raise OutcomesError(f"{path}: missing column {missing[0]!r}; an outcomes table has "
+                            f"{list(OUTCOME_COLUMNS)}")
+    if raw.height > MAX_OUTCOME_ROWS:
+        raise OutcomesError(f"{path}: row {MAX_OUTCOME_ROWS + 1}: more than "
+                            f"{MAX_OUTCOME_ROWS:,} rows (split the file)")
+    if raw.height == 0:
+        raise OutcomesError(f"{path}: no rows")
+    df = raw.select([c for c in (*OUTCOME_COLUMNS, *OPTIONAL_COLUMNS) if c in raw.columns])
+    txt = {c: pl.col(c).str.strip_chars() for c in df.columns}
+    low = {c: e.str.to_lowercase() for c, e in txt.items()}
+    empty = {c: e.is_null() | (e == "") for c, e in txt.items()}
+    for c in ("task_type", "unit_id"):
+        _bad(path, df, ~empty[c], c, "must not be empty")
+    _bad(path, df, low["infra"].is_in([*_TRUE, *_FALSE]), "infra", "must be 0/1 or true/false")
+    infra = low["infra"].is_in(_TRUE)
+    for c in ("base_correct", "cand_correct"):
+        _bad(path, df, low[c].is_in([*_TRUE, *_FALSE]) | (infra & empty[c]), c,
+             "must be 0/1 or true/false (empty only on an INFRA row)")
+    for c in _INTS:
+        if c in df.columns:
+            whole = txt[c].str.contains(r"^\d{1,9}$")
+            if c in OUTCOME_COLUMNS:
+                _bad(path, df, whole, c, "must be an integer >= 0")
+            else:
+                _bad(path, df, whole | empty[c], c, "must be an integer >= 0 or empty")
+    if "latency_s" in df.columns:
+        secs = txt["latency_s"].cast(pl.Float64, strict=False)
+        _bad(path, df, empty["latency_s"] | (secs.is_finite() & (secs >= 0)), "latency_s",
+             "must be a number >= 0 or empty")
+    bool_of = {c: pl.when(empty[c]).then(None).otherwise(low[c].is_in(_TRUE)).alias(c)
+               for c in ("base_correct", "cand_correct")}
+    return df.with_columns(
+        *[txt[c].cast(pl.Int64, strict=False).alias(c) for c in _INTS if c in df.columns],
+        txt["task_type"].alias("task_type"), txt["unit_id"].alias("unit_id"),
+        infra.alias("infra"), *bool_of.values(),
+        *([txt["latency_s"].cast(pl.Float64, strict=False).alias("latency_s")]
+          if "latency_s" in df.columns else []),
+    ).with_columns(  # an INFRA row's outcomes mean nothing: drop them
+        *[pl.when(pl.col("infra")).then(None).otherwise(pl.col(c)).alias(c)
+          for c in ("base_correct", "cand_correct")])
+
+
+def _check_gates(path: Path, df: pl.DataFrame, params: GateParams,
+                 task_types: Sequence[str] | None) -> pl.DataFrame:
+    """Types known, ranks 0..n-1 once each per gate, units once each, within n_max."""
+    import polars as pl
+
+    df = df.with_row_index("_row")
+    types = df["task_type"].unique(maintain_order=True).to_list()
+    by_slug: dict[str, str] = {}
+    for t in types:
+        s = slugify(t) if re.search(r"[A-Za-z0-9]", t) else ""
+        why = ("has no letter or digit" if not s else
+               f"is not one of {list(task_types)}" if task_types is not None
+               and t not in task_types else
+               f"has the slug of {by_slug[s]!r} (one type, two spellings)" if s in by_slug
+               else None)
+        if why:
+            _bad(path, df, pl.col("task_type") != t, "task_type", f"unknown type: {t!r} {why}")
+        by_slug[s] = t
+    df = df.sort([*GATE_KEY, "ladder_rank", "_row"])
+    gate = list(GATE_KEY)
+    pos = pl.int_range(pl.len()).over(gate)
+    checks = [
+        (pl.col("ladder_rank") >= pos, "ladder_rank", "duplicate rank in its gate"),
+        (pl.col("ladder_rank") <= pos, "ladder_rank",
+         "gap in its gate's ranks (each gate's ranks are 0, 1, 2, ... with none missing)"),
+        (pl.col("ladder_rank") < params.n_max, "ladder_rank",
+         f"beyond the ladder cap GateParams.n_max = {params.n_max}"),
+        (pl.int_range(pl.len()).over([*gate, "unit_id"]) == 0, "unit_id",
+         "unit twice in its gate"),
+    ]
+    if "n_ladder" in df.columns:
+        checks += [(pl.col("n_ladder").n_unique().over(gate) == 1, "n_ladder",
+                    "must be the same on every row of a gate"),
+                   (pl.col("n_ladder").is_null() | (pl.col("n_ladder") >= pl.len().over(gate))
+                    & (pl.col("n_ladder") <= params.n_max), "n_ladder",
+                    f"must cover the gate's rows and be <= n_max = {params.n_max}")]
+    for ok, column, what in checks:
+        bad = df.with_columns(ok.alias("_ok")).filter(~pl.col("_ok").fill_null(False))
+        if bad.height:
+            row = bad.sort("_row").row(0, named=True)
+            value = row[column]
+            raise OutcomesError(f"{path}: row {row['_row'] + 1}, column {column!r}: {what} "
+                                f"(gate e{row['epoch']} s{row['step']} {row['task_type']!r}), "
+                                f"got {value!r}")
+    return df.drop("_row")
+
+
+def read_outcomes(path: str | Path, *, task_types: Sequence[str] | None = None,
+                  params: GateParams | None = None) -> pl.DataFrame:
+    """An outcomes table (CSV, Parquet or JSONL by extension) as a polars frame in gate and
+    ladder order, validated: a bad cell, a missing column, a duplicate or missing rank, an
+    unknown type (``task_types`` given, or a name without letters) raise `OutcomesError`
+    naming file, row (1-based, data rows) and column."""
+    p = Path(path)
+    return _check_gates(p, _typed(p, _scan(p)), params or GateParams(), task_types)
+
+
+def workspace_outcomes(workspace: Workspace | str | Path) -> pl.DataFrame:
+    """A workspace's recorded gates in the outcomes schema: each gated type's ladder from
+    rank 0 up to its first unit without a known outcome, with ``n_ladder`` (so a replay needs
+    no unrun unit without saying so) and ``tokens`` (both arms)."""
+    import polars as pl
+
+    ws = for_reading(workspace)
+    try:
+        rows: list[dict[str, Any]] = []
+        for m in recorded_manifests(ws):
+            for t, c in sorted(m["candidates"].items()):
+                if c.get("status") != "gated":
+                    continue
+                ladder = m["inputs"]["ladders"][t]
+                for rank, u in enumerate(ladder_units(ws, m["step_run_id"], t, ladder)):
+                    if not u.known:
+                        break
+                    rows.append({"epoch": m["epoch"], "step": m["step"], "task_type": t,
+                                 "unit_id": u.unit_id, "ladder_rank": rank,
+                                 "base_correct": u.pair and u.pair[0],
+                                 "cand_correct": u.pair and u.pair[1], "infra": u.infra,
+                                 "tokens": u.tokens, "n_ladder": len(ladder)})
+    finally:
+        if ws is not workspace:
+            ws.close()
+    schema = {"epoch": pl.Int64, "step": pl.Int64, "task_type": pl.String,
+              "unit_id": pl.String, "ladder_rank": pl.Int64, "base_correct": pl.Boolean,
+              "cand_correct": pl.Boolean, "infra": pl.Boolean, "tokens": pl.Int64,
+              "n_ladder": pl.Int64}
+    return pl.DataFrame(rows, schema=schema)
+
+
+def write_outcomes(outcomes: pl.DataFrame | Workspace | str | Path, path: str | Path) -> Path:
+    """Write an outcomes frame (or a workspace's, `workspace_outcomes`) to ``path``, its
+    format chosen by the extension (.csv, .parquet, .jsonl); booleans as true/false."""
+    import polars as pl
+
+    out = Path(path)
+    fmt = _format(out)
+    df = outcomes if isinstance(outcomes, pl.DataFrame) else workspace_outcomes(outcomes)
+    tmp = out.with_name(f".{out.name}.tmp")
+    {"csv": df.write_csv, "parquet": df.write_parquet, "jsonl": df.write_ndjson}[fmt](tmp)
+    tmp.replace(out)
+    return out
+
+
+def replay_outcomes(outcomes: pl.DataFrame | str | Path, *, block: int = 8,
+                    params: GateParams | None = None) -> pl.DataFrame:
+    """Prefix (v3) and block (old gate) replay of every gate of an outcomes table, one row per
+    (epoch, step, task_type): exactly `replay_prefix` / `replay_blocks` of its rows in ladder
+    order (``n_ladder`` beyond the rows: ``UNKNOWN (needs k unrun units)`` where an unrun unit
+    would be needed), and ``units_saved``, block units minus prefix units."""
+    import polars as pl
+
+    params = params or GateParams()
+    df = outcomes if isinstance(outcomes, pl.DataFrame) else read_outcomes(outcomes,
+                                                                          params=params)
+    rows = []
+    for key, g in df.partition_by(list(GATE_KEY), maintain_order=True, as_dict=True).items():
+        n_rows = g.height
+        n = int(g["n_ladder"][0]) if "n_ladder" in g.columns and g["n_ladder"][0] else n_rows
+        pairs: list[tuple[bool, bool] | None] = [
+            None if i else (bool(b), bool(c)) for b, c, i in
+            zip(g["base_correct"], g["cand_correct"], g["infra"], strict=True)]
+        pairs += [None] * (n - n_rows)
+        known = [True] * n_rows + [False] * (n - n_rows)
+        tokens = (g["tokens"].fill_null(0).to_list() if "tokens" in g.columns
+                  else [0] * n_rows) + [0] * (n - n_rows)
+        prefix = _replay_known(pairs, known, params, None)
+        blocks = _replay_known(pairs, known, params, block)
+        saved = (None if prefix["units"] is None or blocks["units"] is None
+                 else blocks["units"] - prefix["units"])
+        rows.append({"epoch": key[0], "step": key[1], "task_type": key[2], "n_ladder": n,
+                     "n_rows": n_rows, **_replay_columns("prefix", prefix, tokens),
+                     **_replay_columns("block", blocks, tokens),
+                     "block_unrun_needed": blocks["needs"], "units_saved": saved})
+    return pl.DataFrame(rows, infer_schema_length=None)
