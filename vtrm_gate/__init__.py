@@ -33,7 +33,7 @@ __all__ = [  # noqa: RUF022 - grouped by audience, alphabetical within a group
     "step_workspace_sync", "train_workspace", "train_workspace_sync", "settle_workspace",
     "settle_workspace_sync",
     # outcomes from outside (vtrm_gate.harness) and the world they come from (vtrm_gate.sim)
-    "read_outcomes", "replay_outcomes", "write_outcomes", "World",
+    "read_outcomes", "replay_outcomes", "write_outcomes", "World", "fit_world",
     # bring your own agent, and the response cache
     "AgentBackend", "BackendContext", "BackendError", "ResponseCache", "cached_infer",
     "__version__",
@@ -53,7 +53,7 @@ _HOME = {
                      "settle_workspace_sync"), "backends"),
     **dict.fromkeys(("AgentBackend", "BackendContext"), "llm"),
     **dict.fromkeys(("read_outcomes", "replay_outcomes", "write_outcomes"), "harness"),
-    **dict.fromkeys(("World",), "sim"),
+    **dict.fromkeys(("World", "fit_world"), "sim"),
     **dict.fromkeys(("ResponseCache", "cached_infer"), "cache"),
 }
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import pickle
 import re
 from pathlib import Path
 
@@ -82,6 +83,15 @@ def test_sizes_come_from_the_world_and_per_type_shares_override() -> None:
         for step in range(20):
             a = w.skill_ability(ev.propose(t, w.initial_skill(t), [], 1, step))
             assert 1.5 <= abs(a) <= 2.0 and (a < 0) == (t == "OCR Problems")
+
+
+def test_a_world_pickles_for_other_processes() -> None:
+    """Sweeps send worlds to worker processes (a process pool, a Dask cluster)."""
+    for world in (*PRESETS.values(), World(types={"A": {"p_harmful": 1.0, "p_neutral": 0.0,
+                                                        "p_helpful": 0.0}})):
+        assert pickle.loads(pickle.dumps(world)) == world
+        cfg = SimConfig(world=world, pool_sizes={"A": 3})
+        assert pickle.loads(pickle.dumps(cfg)) == cfg
 
 
 def test_a_world_round_trips_through_json(tmp_path: Path) -> None:

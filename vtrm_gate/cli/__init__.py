@@ -1,7 +1,8 @@
 """The ``vtrm-gate`` command line, one module per command group behind `main`:
 
 - `_init`: ``init`` (simulated, or ``--llm`` units + endpoint / your own agent)
-- `_step`: ``step``, ``demo``, ``replay``
+- `_step`: ``step``, ``demo``, ``replay`` (a step, or every gate of an outcomes file)
+- `_fit`: ``fit`` (the world behind a workspace or an outcomes file)
 - `_train`: ``train``, ``settle``
 - `_cache`: ``cache renew | stats | stop``
 - `_options`: ``options`` (every resolved run option and where it came from)

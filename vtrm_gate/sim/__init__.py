@@ -2,6 +2,7 @@
 evolver, the virtual clock, simulated workspaces, and decision quality against ground truth.
 
 - `_effects`: `World`, the distribution of candidate effects (JSON file, presets)
+- `_fit`: `fit_world`, a World fitted to outcomes by empirical Bayes across gates
 - `_world`: `SimConfig`, `SimWorld` (agent, latencies, INFRA, true effects), `SimEvolver`
 - `_virtual`: `run_virtual` (a looptime loop: hours of inference in seconds, exact makespans)
 - `_schedules`: a step's plans, the old block-serial vs v3 continuous schedules, policies
@@ -19,6 +20,10 @@ from ._effects import PRESETS as PRESETS
 from ._effects import World as World
 from ._eta import EtaCheck as EtaCheck
 from ._eta import eta_checks as eta_checks
+from ._fit import TypeFit as TypeFit
+from ._fit import WorldFit as WorldFit
+from ._fit import fit_world as fit_world
+from ._fit import logit_per_theta as logit_per_theta
 from ._quality import CLASSES as CLASSES
 from ._quality import quality_report as quality_report
 from ._quality import record_ground_truth as record_ground_truth

@@ -83,8 +83,8 @@ class World:
                 raise ConfigError(f"World.types[{t!r}] must be an object with exactly "
                                   f"{list(SHARES)}, got {shares!r}")
             _check_shares(f"World.types[{t!r}].", shares)
-            copy[str(t)] = MappingProxyType({k: float(shares[k]) for k in SHARES})
-        object.__setattr__(self, "types", MappingProxyType(copy))
+            copy[str(t)] = {k: float(shares[k]) for k in SHARES}
+        object.__setattr__(self, "types", copy)  # a private copy; plain dicts pickle
 
     def shares(self, task_type: str | None = None) -> tuple[float, float, float]:
         """``(p_harmful, p_neutral, p_helpful)`` of ``task_type`` (its override, if any)."""

@@ -15,6 +15,8 @@ storage or plotting. One private module per concern:
 - `_paired`: paired accuracy differences with Newcombe / MOVER intervals (evaluation)
 - `_guard`: the INFRA guard's sequential test and its exact trip probability
 - `_rules` (`_mixture`, `_blocks`): the opt-in decision rules, exact OC of any rule
+- `_effects`: empirical Bayes over gates: the shares of harmful / neutral / helpful
+  candidates from each gate's discordant pairs, bootstrap over gates
 - `_montecarlo`: seeded paired outcomes, correlated latencies, false-accept and units curves
 """
 
@@ -25,6 +27,9 @@ from ._batch import replay_arrival_batch as replay_arrival_batch
 from ._batch import replay_blocks_batch as replay_blocks_batch
 from ._batch import replay_prefix_batch as replay_prefix_batch
 from ._blocks import BlockEnd as BlockEnd
+from ._effects import EffectsFit as EffectsFit
+from ._effects import bootstrap_effects as bootstrap_effects
+from ._effects import fit_effects as fit_effects
 from ._forecast import ForecastPrior as ForecastPrior
 from ._forecast import StateOC as StateOC
 from ._forecast import forecast_rates as forecast_rates

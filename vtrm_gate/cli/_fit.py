@@ -1,0 +1,82 @@
+"""``vtrm-gate fit``: the world behind a workspace's gates or an outcomes file (per-type
+baseline accuracy and discordance, the shares of harmful / neutral / helpful candidates by
+empirical Bayes across gates), optionally written as a `vtrm_gate.sim.World` file."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ..errors import CliError
+from ._args import emit, nonneg_int, positive_int
+from ._table import Column, render, terminal_width, wrap
+
+
+def register(sub: Any) -> None:
+    """Add ``fit`` to the ``vtrm-gate`` subcommands."""
+    f = sub.add_parser("fit", help="fit the world (shares of harmful / neutral / helpful "
+                                   "candidates) to a workspace or an outcomes file")
+    src = f.add_mutually_exclusive_group(required=True)
+    src.add_argument("--workspace", help="a workspace: its recorded gates")
+    src.add_argument("--outcomes", help="an outcomes table (.csv, .parquet, .jsonl)")
+    f.add_argument("--out", help="write the fitted world here (a World JSON file for "
+                                 "init --world)")
+    f.add_argument("--boot", type=positive_int, default=200,
+                   help="bootstrap resamples of the gates (default 200)")
+    f.add_argument("--seed", type=nonneg_int, default=0, help="the bootstrap's seed")
+    f.add_argument("--free-sizes", action="store_true",
+                   help="fit the effect sizes too (default: the simulator's 0.3-0.9 logit; "
+                        "needs a few hundred gates, see docs/worlds.md)")
+    f.add_argument("--json", action="store_true", help="machine-readable output")
+    f.set_defaults(func=cmd_fit)
+
+
+def cmd_fit(args: argparse.Namespace) -> int:
+    from ..harness import Workspace
+    from ..sim import fit_world
+
+    if args.workspace is not None:
+        root = Path(args.workspace)
+        Workspace.open(root, readonly=True).close()  # a missing or broken one: one line
+        source: Any = root
+    else:
+        source = Path(args.outcomes)
+        if source.is_dir():
+            raise CliError(f"{source}: is a directory; --outcomes takes a file (a workspace: "
+                           f"--workspace)")
+    try:
+        fit = fit_world(source, n_boot=args.boot, seed=args.seed, free_sizes=args.free_sizes)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    if args.out:
+        fit.world.to_json(args.out)
+    data = fit.to_dict()
+    emit(args, data, _text(data, args.out))
+    return 0
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def _text(d: dict[str, Any], out: str | None) -> str:
+    ci = d["intervals"]
+    head = (f"{d['n_gates']} gates: candidates "
+            + ", ".join(f"{_pct(d[k])} {k[2:]} ({_pct(ci[k][0])}-{_pct(ci[k][1])})"
+                        for k in ("p_harmful", "p_neutral", "p_helpful"))
+            + f"; {round(100 * d['level'])}% bootstrap intervals over gates")
+    rows = d["types"]
+    get = lambda k, f: tuple(f(r[k]) for r in rows)  # noqa: E731
+    cols = [Column("type", get("task_type", str)), Column("gates", get("n_gates", str), True),
+            Column("units", get("n_units", str), True),
+            Column("base acc", get("base_accuracy", lambda x: f"{x:.2f}"), True),
+            Column("discordance", get("discordance", lambda x: f"{x:.2f}"), True),
+            Column("harmful", get("p_harmful", _pct), True, drop_rank=1),
+            Column("neutral", get("p_neutral", _pct), True, drop_rank=1),
+            Column("helpful", get("p_helpful", _pct), True, drop_rank=1)]
+    width = terminal_width()
+    tail = ("per type: accuracy and discordance on the units its gates consumed; shares: "
+            "its gates' mean posterior under the shared fit"
+            + (f"; world written to {out}" if out else ""))
+    return wrap(head, width) + "\n" + render(cols, width) + "\n" + wrap(tail, width)

@@ -1,0 +1,178 @@
+"""Fit a `World` to a run: per-type baseline accuracy and discordance, and the shares of
+harmful / neutral / helpful candidates by empirical Bayes across gates (docs/worlds.md
+states every assumption), with bootstrap intervals over gates.
+
+Each gate contributes the paired outcomes its prefix replay consumed (ranks up to its stop),
+the data its stopping rule saw; its likelihood in the candidate's effect does not depend on
+that rule. The effect scale of the fit is theta, the log-odds that the candidate wins a
+discordant pair; the fitted `World` converts it to the simulator's ability (logit) scale with
+``logit_per_theta``, measured on the simulator itself.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..harness import Workspace, read_outcomes, replay_outcomes, workspace_outcomes
+from ..stats import GateParams, bootstrap_effects, fit_effects
+from ._effects import SHARES, World
+from ._world import SimConfig, SimWorld
+
+if TYPE_CHECKING:
+    import polars as pl
+
+GATE = ["epoch", "step", "task_type"]
+_PROBE_SHIFT = 0.6
+
+
+@dataclass(frozen=True)
+class TypeFit:
+    """One type's figures: its gates' base-arm accuracy and discordance on the consumed
+    ladder units (percentile bootstrap over its gates), and its gates' mean posterior class
+    probabilities under the shared fit."""
+
+    task_type: str
+    n_gates: int
+    n_units: int
+    base_accuracy: float
+    base_accuracy_ci: tuple[float, float]
+    discordance: float
+    discordance_ci: tuple[float, float]
+    p_harmful: float
+    p_neutral: float
+    p_helpful: float
+
+
+@dataclass(frozen=True)
+class WorldFit:
+    """A fitted world: shares with bootstrap intervals, |theta| bounds, the `World`."""
+
+    source: str
+    n_gates: int
+    p_harmful: float
+    p_neutral: float
+    p_helpful: float
+    intervals: Mapping[str, tuple[float, float]]
+    theta_min: float
+    theta_max: float
+    logit_per_theta: float
+    world: World
+    types: tuple[TypeFit, ...]
+    n_boot: int
+    level: float
+    seed: int
+    free_sizes: bool
+    scale: str = field(default="theta: log-odds that the candidate wins a discordant pair")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON values (``world``: the `World` file's object)."""
+        out = asdict(replace(self, world=None))  # type: ignore[arg-type]
+        out["world"] = self.world.to_dict()
+        out["intervals"] = {k: list(v) for k, v in self.intervals.items()}
+        return out
+
+
+def logit_per_theta(config: SimConfig | None = None) -> float:
+    """theta per unit of the simulator's ability shift: the mean over its types of
+    ``logit(p_win) / shift`` at a shift of 0.6 (about 1.9 at ``unit_correlation`` 0.7)."""
+    world = SimWorld(config or SimConfig())
+    ratios = []
+    for t in world.task_types:
+        base = world.initial_skill(t)
+        cand = base.replace("ability=+0.000", f"ability={_PROBE_SHIFT:+.3f}")
+        p = world.true_effect(t, base, cand).p_win
+        ratios.append(math.log(p / (1 - p)) / _PROBE_SHIFT)
+    return float(np.mean(ratios))
+
+
+def _gates(frame: pl.DataFrame, params: GateParams) -> pl.DataFrame:
+    """Per gate: W, L, pairs and base-arm successes over the ranks its prefix consumed."""
+    import polars as pl
+
+    stops = replay_outcomes(frame, params=params).select(
+        *GATE, pl.col("prefix_stop_rank").alias("_stop"))
+    used = frame.join(stops, on=GATE, how="left", maintain_order="left").filter(
+        (pl.col("_stop").is_null() | (pl.col("ladder_rank") <= pl.col("_stop")))
+        & ~pl.col("infra"))
+    return used.group_by(GATE, maintain_order=True).agg(
+        (pl.col("cand_correct") & ~pl.col("base_correct")).sum().alias("W"),
+        (pl.col("base_correct") & ~pl.col("cand_correct")).sum().alias("L"),
+        pl.len().alias("n"), pl.col("base_correct").sum().alias("base"))
+
+
+def _ratio_ci(num: np.ndarray, den: np.ndarray, rng: np.random.Generator, n_boot: int,
+              level: float) -> tuple[float, float]:
+    """Percentile bootstrap over gates of sum(num) / sum(den)."""
+    idx = rng.integers(0, len(num), (n_boot, len(num)))
+    stats = num[idx].sum(axis=1) / np.maximum(den[idx].sum(axis=1), 1)
+    q = (1 - level) / 2
+    return float(np.quantile(stats, q)), float(np.quantile(stats, 1 - q))
+
+
+def _type_rows(gates: pl.DataFrame, post: np.ndarray, rng: np.random.Generator, n_boot: int,
+               level: float) -> tuple[TypeFit, ...]:
+    rows = []
+    types = gates["task_type"].to_list()
+    for t in sorted(set(types)):
+        mask = np.array([x == t for x in types])
+        g = gates.filter(mask)
+        n = g["n"].to_numpy().astype(float)
+        base = g["base"].to_numpy().astype(float)
+        disc = (g["W"] + g["L"]).to_numpy().astype(float)
+        p = post[mask].mean(axis=0)
+        rows.append(TypeFit(t, g.height, int(n.sum()), float(base.sum() / max(n.sum(), 1)),
+                            _ratio_ci(base, n, rng, n_boot, level),
+                            float(disc.sum() / max(n.sum(), 1)),
+                            _ratio_ci(disc, n, rng, n_boot, level),
+                            float(p[0]), float(p[1]), float(p[2])))
+    return tuple(rows)
+
+
+def _frame(source: pl.DataFrame | Workspace | str | Path) -> tuple[pl.DataFrame, str]:
+    import polars as pl
+
+    if isinstance(source, pl.DataFrame):
+        return source, "frame"
+    if isinstance(source, Workspace) or Path(source).is_dir():
+        root = source.root if isinstance(source, Workspace) else source
+        return workspace_outcomes(source), str(root)
+    return read_outcomes(source), str(source)
+
+
+def fit_world(source: pl.DataFrame | Workspace | str | Path, *, n_boot: int = 200,
+              seed: int = 0, level: float = 0.95, params: GateParams | None = None,
+              free_sizes: bool = False) -> WorldFit:
+    """Fit the world behind an outcomes table, a file of one, or a workspace's gates.
+
+    Effect sizes are the simulator's default ones (0.3..0.9 logit) unless ``free_sizes``: then
+    they are profiled too and replace the reference when a likelihood ratio test rejects it
+    (unstable below a few hundred gates: docs/worlds.md)."""
+    frame, name = _frame(source)
+    params = params or GateParams()
+    gates = _gates(frame, params)
+    if gates.height == 0:
+        raise ValueError(f"{name}: no gate with a measured pair to fit")
+    w, l = gates["W"].to_numpy(), gates["L"].to_numpy()
+    k = logit_per_theta()
+    sizes = World()
+    ref = (sizes.size_min * k, sizes.size_max * k)
+    bounds = None if free_sizes else ref
+    fit = fit_effects(w, l, bounds, ref)
+    boot = bootstrap_effects(w, l, n_boot, seed, bounds, ref)
+    q = (1 - level) / 2
+    intervals = {s: (round(float(np.quantile(boot[:, i], q)), 4),
+                     round(float(np.quantile(boot[:, i], 1 - q)), 4))
+                 for i, s in enumerate(SHARES)}
+    world = World(p_harmful=fit.p_harmful, p_neutral=fit.p_neutral, p_helpful=fit.p_helpful,
+                  size_min=round(fit.theta_min / k, 4), size_max=round(fit.theta_max / k, 4))
+    rng = np.random.default_rng(seed + 1)
+    return WorldFit(name, gates.height, fit.p_harmful, fit.p_neutral, fit.p_helpful,
+                    intervals, fit.theta_min, fit.theta_max, round(k, 4), world,
+                    _type_rows(gates, fit.posterior, rng, n_boot, level), n_boot, level, seed,
+                    free_sizes)
