@@ -251,7 +251,11 @@ the old serial gate, v3 (default)."""
 PRESET_WORLDS = ("mostly_harmful", "mostly_neutral", "mostly_helpful")
 HARMFUL_SHARES = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
 """The crossover sweep: the share of harmful candidates; helpful : neutral stays 40 : 35."""
-SECTIONS = ("frontier", "baselines", "harmful")
+SECTIONS = ("frontier", "baselines", "harmful", "levers")
+LEVERS = (Config("v3 lambda 0.7", lambda_dir=0.7), Config("v3 n_max 80", n_max=80),
+          Config("v3 probe seed-wrong-first", probation_order="seed_wrong_first"))
+"""Ways to spend the speed on information that keep the validity guarantee (opt-in): a
+larger bet (worst-case false accept 4.35% <= 5%), longer ladders, the probe's order."""
 
 
 def harmful_world(share: float) -> dict[str, Any]:
@@ -377,6 +381,40 @@ def _share(v: float | None) -> str:
     return "beyond the grid" if v is None else f"{100 * v:.0f}%"
 
 
+def run_levers(worlds: dict[str, dict[str, Any]], seeds: list[int], ex: Executor | None,
+               v3: dict[str, list[float]]) -> dict[str, Any]:
+    """Each lever on each preset world against v3 at the SPEC's defaults, paired by seed
+    (``v3``: world -> the default's accuracy per seed, from the baselines section)."""
+    from vtrm_gate.sim import sweep_map
+
+    work = [(c, s, w) for w in worlds.values() for c in LEVERS for s in seeds]
+    rows = sweep_map(_run_star, work, ex)
+    out: dict[str, Any] = {}
+    k = len(LEVERS) * len(seeds)
+    for i, name in enumerate(worlds):
+        rs, ref = rows[i * k:(i + 1) * k], v3[name]
+        entries = []
+        for c in LEVERS:
+            mine = [r for r in rs if r["config"] == c.name]
+            entries.append({"label": c.name.replace(" ", "_"), "config": c.name,
+                            "seeds": len(mine),
+                            "accuracy": boot([r["accuracy"] for r in mine]),
+                            "vs_v3": boot([r["accuracy"] - ref[j] for j, r in enumerate(mine)]),
+                            "better_applied": boot([r["better_applied"] for r in mine]),
+                            "leak": boot([r["leak"] for r in mine]),
+                            "wall_h": boot([r["wall_h"] for r in mine]),
+                            "violations": sum(r["violations"] for r in mine)})
+        out[name] = entries
+        print_table(f"{name}: levers vs v3 at the SPEC's defaults (points; paired by seed)",
+                    [{"lever": e["config"], "accuracy": f"{100 * e['accuracy'][0]:.1f}",
+                      "vs v3 (paired)": "{:+.1f} [{:+.1f}, {:+.1f}]".format(
+                          *(100 * v for v in e["vs_v3"])),
+                      "better applied": f"{e['better_applied'][0]:.1f}",
+                      "leak": f"{e['leak'][0]:.1f}", "wall h": f"{e['wall_h'][0]:.1f}"}
+                     for e in entries])
+    return out
+
+
 # ---- the benchmark ------------------------------------------------------------------------
 
 
@@ -426,6 +464,20 @@ def read_worlds(sources: list[str]) -> dict[str, dict[str, Any]]:
             for s in sources}
 
 
+def _levers(result: dict[str, Any], worlds: dict[str, dict[str, Any]], seeds: list[int],
+            ex: Executor | None) -> dict[str, Any]:
+    """The levers on the preset worlds, paired with the baselines section's v3 runs (run
+    again when that section has other seeds)."""
+    presets = {k: worlds[k] for k in PRESET_WORLDS}
+    base = result.get("baselines", {})
+    v3 = {}
+    for name, w in presets.items():
+        b = base.get(name)
+        v3[name] = (b["per_seed"]["v3"] if b and b["seeds"] == len(seeds) else
+                    [r["accuracy"] for r in run_all([DEFAULT], seeds, ex, w)])
+    return run_levers(presets, seeds, ex, v3)
+
+
 def main(quick: bool = False, seeds: int | None = None, tune_seeds: int | None = None,
          jobs: int | None = None, out: Path | None = None, scheduler: str | None = None,
          worlds: list[str] | None = None, sections: list[str] | None = None) -> None:
@@ -453,6 +505,8 @@ def main(quick: bool = False, seeds: int | None = None, tune_seeds: int | None =
             result["baselines"] = run_baselines(world_set, list(range(n)), ex)
         if "harmful" in sections:
             result["harmful_sweep"] = harmful_sweep(list(range(n)), ex)
+        if "levers" in sections:
+            result["levers"] = _levers(result, world_set, list(range(n)), ex)
     print(f"wall time of this benchmark: {time.perf_counter() - t0:.0f} s")
     result.update({"machine": machine(), "epochs": EPOCHS, "steps": STEPS})
     out.parent.mkdir(parents=True, exist_ok=True)

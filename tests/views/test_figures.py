@@ -12,6 +12,7 @@ import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -283,3 +284,43 @@ def test_the_recorded_power_frontier_is_a_deck_figure_whose_title_is_its_claim()
     speed = by[result["old"]]["wall_h"][0] / default["wall_h"][0]
     title = fig.axes[0].get_title(loc="left")
     assert f"step for step: {speed:.0f}× faster" in title and "twice the epochs" in title
+
+
+def _sweep_result(v3_gaps):
+    """A bench_power result whose harmful sweep has v3 - no gate = ``v3_gaps`` per share."""
+    from benchmarks.bench_power import crossover_interval
+
+    shares = [0.1 * i for i in range(len(v3_gaps))]
+    points = []
+    for s, g in zip(shares, v3_gaps, strict=True):
+        acc = {"no_gate": 0.7 - s, "v3": 0.7 - s + g, "old": 0.7 - s + g + 0.01,
+               "oracle": 0.78}
+        points.append({"p_harmful": s, "summary": [
+            {"label": k, "accuracy": [a, a - 0.02, a + 0.02],
+             "vs_no_gate": [a - acc["no_gate"]] * 3} for k, a in acc.items()]})
+    diffs = np.array([[g - 0.01, g + 0.01] for g in v3_gaps])
+    return {"harmful_sweep": {"shares": shares, "seeds": 2, "points": points,
+                              "crossover": {"v3": crossover_interval(shares, diffs, reps=200),
+                                            "old": [None, None, None]}}}
+
+
+def test_the_crossover_figure_draws_four_baselines_and_marks_where_v3_pays():
+    from vtrm_gate.views import figure_problems, plot_harmful_crossover
+
+    fig = plot_harmful_crossover(_sweep_result([-0.04, -0.02, 0.02, 0.06]))
+    assert figure_problems(fig) == []
+    ax = fig.axes[0]
+    labels = ax.get_legend_handles_labels()[1]
+    assert labels == ["no gate (apply every candidate)", "old serial gate", "v3 gate (default)",
+                      "oracle (apply exactly the truly better ones)"]
+    v3 = ax.lines[2].get_xydata()
+    assert v3[:, 0] == pytest.approx([0.0, 10.0, 20.0, 30.0])
+    assert v3[:, 1] == pytest.approx([66.0, 58.0, 52.0, 46.0])
+    cross = [ln for ln in ax.lines if ln.get_linestyle() == ":"]
+    assert len(cross) == 1 and cross[0].get_xdata()[0] == pytest.approx(15.0)
+    title = ax.get_title(loc="left")
+    assert "pays for itself once ≥ 15%" in title
+    assert "at 0% harmful v3 is −4.0 points vs no gate, at 30% +6.0" in title
+    never = plot_harmful_crossover(_sweep_result([-0.04, -0.03, -0.02, -0.01]))
+    assert "never beats applying every candidate up to 30% harmful" in \
+        never.axes[0].get_title(loc="left")
