@@ -15,12 +15,26 @@ by each type's pool); the best fixed lambda and the lambda mixture (an adaptive 
 n_max 40; the probe in seed-wrong-first order; and the recommended combination. The best
 lambda and the recommendation are chosen on tuning seeds (100+) and reported on seeds 0+.
 
+Honest baselines (section ``baselines``): on today's world and the presets
+``mostly_harmful`` / ``mostly_neutral`` / ``mostly_helpful`` (and every ``--world FILE``),
+the JSON rows ``no_gate`` (apply every candidate), ``oracle`` (apply exactly the truly better
+ones, reject the rest like the gate, cooldown included: not an upper bound), ``old`` and
+``v3``, on the same seeds, each with its accuracy's difference from no gate and from v3
+paired by seed; no gate and the oracle are `simulate_policy` runs of the same seed, as in
+the training summary. Section ``harmful``: the four as the share of harmful candidates grows
+0 -> 60% (helpful : neutral 40 : 35, drawn per candidate) and the share where each gate starts
+beating no gate (bootstrap over seeds). Section ``levers``: lambda 0.7, n_max 80 and the
+seed-wrong-first probe on the presets, paired with v3. ``--quick``: the baselines on the three
+presets, 3 seeds.
+
 Run: ``python -m benchmarks.bench_power [--quick] [--seeds N] [--tune-seeds N] [--jobs J]
-[--scheduler tcp://HOST:PORT]``: the runs go to J local processes (default: every core; they
-end with this process) or to a Dask cluster's workers (which must import this checkout's
-``benchmarks`` and ``vtrm_gate``); a run is seeded, so the engine never changes a number. The
-results land in ``benchmarks/results/bench_power.json`` (the frontier figure's input:
-``python -m vtrm_gate.views.review --only 06_power_frontier``).
+[--scheduler tcp://HOST:PORT] [--world FILE|PRESET ...] [--sections frontier,baselines,
+harmful,levers]`` (a section not run keeps its recorded result in the output file). The
+runs go to J local processes (default: every core; they end with this process) or to a Dask
+cluster's workers (which must import this checkout's ``benchmarks`` and ``vtrm_gate``); a
+run is seeded, so the engine never changes a number. The results land in
+``benchmarks/results/bench_power.json`` (the input of the figures ``06_power_frontier`` and
+``06_harmful_crossover``: ``python -m vtrm_gate.views.review --only NAME``).
 """
 
 from __future__ import annotations
@@ -466,14 +480,14 @@ def read_worlds(sources: list[str]) -> dict[str, dict[str, Any]]:
 
 def _levers(result: dict[str, Any], worlds: dict[str, dict[str, Any]], seeds: list[int],
             ex: Executor | None) -> dict[str, Any]:
-    """The levers on the preset worlds, paired with the baselines section's v3 runs (run
-    again when that section has other seeds)."""
+    """The levers on the preset worlds, paired with the baselines section's v3 runs on the
+    same seeds 0..n-1 (run again when that section has fewer)."""
     presets = {k: worlds[k] for k in PRESET_WORLDS}
     base = result.get("baselines", {})
     v3 = {}
     for name, w in presets.items():
         b = base.get(name)
-        v3[name] = (b["per_seed"]["v3"] if b and b["seeds"] == len(seeds) else
+        v3[name] = (b["per_seed"]["v3"][:len(seeds)] if b and b["seeds"] >= len(seeds) else
                     [r["accuracy"] for r in run_all([DEFAULT], seeds, ex, w)])
     return run_levers(presets, seeds, ex, v3)
 
