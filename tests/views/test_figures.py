@@ -319,8 +319,26 @@ def test_the_crossover_figure_draws_four_baselines_and_marks_where_v3_pays():
     cross = [ln for ln in ax.lines if ln.get_linestyle() == ":"]
     assert len(cross) == 1 and cross[0].get_xdata()[0] == pytest.approx(15.0)
     title = ax.get_title(loc="left")
-    assert "pays for itself once ≥ 15%" in title
+    assert "v3 beats applying every candidate once ≥ 15%" in title
     assert "at 0% harmful v3 is −4.0 points vs no gate, at 30% +6.0" in title
     never = plot_harmful_crossover(_sweep_result([-0.04, -0.03, -0.02, -0.01]))
     assert "never beats applying every candidate up to 30% harmful" in \
         never.axes[0].get_title(loc="left")
+
+
+def test_the_recorded_crossover_is_a_deck_figure_whose_title_is_its_claim():
+    import json
+
+    from vtrm_gate.views import figure_problems, plot_harmful_crossover
+
+    path = Path(__file__).parents[2] / "benchmarks" / "results" / "bench_power.json"
+    result = json.loads(path.read_text(encoding="utf-8"))
+    sweep = result["harmful_sweep"]
+    assert sweep["shares"][0] == 0.0 and sweep["shares"][-1] == 0.6
+    assert [e["label"] for e in sweep["points"][0]["summary"]] == ["no_gate", "oracle", "old",
+                                                                  "v3"]
+    fig = plot_harmful_crossover(result)
+    assert figure_problems(fig) == []
+    c = sweep["crossover"]["v3"][0]
+    title = fig.axes[0].get_title(loc="left")
+    assert (f"≥ {100 * c:.0f}%" if c is not None else "never beats") in title

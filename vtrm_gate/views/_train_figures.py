@@ -218,17 +218,21 @@ def plot_harmful_crossover(result: Mapping[str, object]) -> GateFigure:
     for label, (name, colour, marker, style) in CROSSOVER_LINES.items():
         acc = np.array([next(e["accuracy"] for e in p["summary"] if e["label"] == label)
                         for p in sweep["points"]]) * 100
-        ax.fill_between(xs, acc[:, 1], acc[:, 2], color=colour, alpha=0.15, linewidth=0)
+        ax.fill_between(xs, acc[:, 1], acc[:, 2], color=colour, linewidth=0,
+                        alpha=0.06 if label == "oracle" else 0.15)
         ax.plot(xs, acc[:, 0], linestyle=style, marker=marker or None, color=colour, lw=2,
                 label=name)
-    c, lo, hi = sweep["crossover"]["v3"]
-    if c is not None:
-        ax.axvline(100 * c, color=V3, linestyle=":", lw=1.5)
-        if lo is not None and hi is not None:
+    for gate, colour, side in (("v3", V3, 1), ("old", OLD, -1)):  # old's label to the left
+        c, lo, hi = sweep["crossover"].get(gate) or (None, None, None)
+        if c is None:
+            continue
+        ax.axvline(100 * c, color=colour, linestyle=":", lw=1.5)
+        if gate == "v3" and lo is not None and hi is not None:
             ax.axvspan(100 * lo, 100 * hi, color=V3, alpha=0.08, linewidth=0)
-        ax.annotate(f"v3 pays for itself from {100 * c:.0f}% harmful", (100 * c, 0.03),
-                    xycoords=("data", "axes fraction"), xytext=(6, 0),
-                    textcoords="offset points", color=V3, fontsize="small")
+        ax.annotate(f"{gate} beats no gate from {100 * c:.0f}% harmful", (100 * c, 0.03),
+                    xycoords=("data", "axes fraction"), xytext=(6 * side, 0),
+                    textcoords="offset points", color=colour, fontsize="small",
+                    ha="left" if side > 0 else "right")
     ax.set_xlabel("share of harmful candidates (%; helpful : neutral stays 40 : 35)")
     ax.set_ylabel("final true accuracy (points, mean over 12 types)")
     ax.set_xlim(min(xs) - 1, max(xs) + 1)
@@ -255,5 +259,7 @@ def _crossover_claim(sweep: Mapping) -> str:
         return f"v3 never beats applying every candidate up to {100 * last['p_harmful']:.0f}% " \
                f"harmful ({ends})\n{runs}"
     span = "" if lo is None or hi is None else f" [95%: {100 * lo:.0f}–{100 * hi:.0f}%]"
-    return (f"The gate pays for itself once ≥ {100 * c:.0f}%{span} of candidates are harmful"
-            f"\n({ends}; {runs})")
+    old = (sweep["crossover"].get("old") or [None])[0]
+    also = "" if old is None else f" (the old gate: ≥ {100 * old:.0f}%)"
+    return (f"v3 beats applying every candidate once ≥ {100 * c:.0f}%{span} of candidates "
+            f"are harmful{also}\n({ends}; {runs})")
