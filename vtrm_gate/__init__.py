@@ -32,6 +32,8 @@ __all__ = [  # noqa: RUF022 - grouped by audience, alphabetical within a group
     "RunOptions", "UNSET", "resolve_options", "open_backend", "step_workspace",
     "step_workspace_sync", "train_workspace", "train_workspace_sync", "settle_workspace",
     "settle_workspace_sync",
+    # reading a workspace in a notebook (vtrm_gate.views)
+    "open_workspace",
     # outcomes from outside (vtrm_gate.harness) and the world they come from (vtrm_gate.sim)
     "read_outcomes", "replay_outcomes", "write_outcomes", "World", "fit_world",
     # bring your own agent, and the response cache
@@ -55,6 +57,7 @@ _HOME = {
     **dict.fromkeys(("read_outcomes", "replay_outcomes", "write_outcomes"), "harness"),
     **dict.fromkeys(("World", "fit_world"), "sim"),
     **dict.fromkeys(("ResponseCache", "cached_infer"), "cache"),
+    "open_workspace": "views",
 }
 
 

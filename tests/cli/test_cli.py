@@ -42,6 +42,15 @@ def test_step_json_summary_and_decisions(stepped):
     assert ev.height == sum(t["stop_rank"] + 1 for t in gated)
 
 
+def test_a_step_records_its_gate_makespan_in_timings(stepped):
+    ws, out = stepped
+    from vtrm_gate.harness import HarnessLog
+
+    with HarnessLog(ws / "harness.sqlite", readonly=True) as log:
+        rows = log.frame("timings").select("epoch", "step", "phase", "seconds").rows()
+    assert rows == [(1, 1, "gate", out["makespan_s"])]
+
+
 def test_rerun_gives_same_decisions_and_hits_the_baseline_cache(stepped):
     ws, first = stepped
     r = cli("step", "--workspace", str(ws), "--epoch", "1", "--step", "1", "--json")

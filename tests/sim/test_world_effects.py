@@ -151,7 +151,9 @@ def test_init_world_builds_a_workspace_in_that_world(tmp_path: Path,
 
 
 @pytest.mark.parametrize("text", ['{"p_harmful": 0.7, "p_neutral": 0.2, "p_helpful": 0.2}',
-                                  '{"size_min": -1}', "nonsense"])
+                                  '{"size_min": -1}', "nonsense",
+                                  '{"types": {"Cooking": {"p_harmful": 1, "p_neutral": 0, '
+                                  '"p_helpful": 0}}}'])
 def test_init_refuses_a_bad_world_file_and_writes_nothing(
         tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "w.json"

@@ -56,10 +56,12 @@ def _free_port() -> int:
 NOTEBOOKS = sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))
 FIGURES = {"01_launch_gate_step.ipynb": 2, "02_prefix_vs_block_replay.ipynb": 1,
            "03_design_review_figures.ipynb": 5, "04_redis_reuse.ipynb": 1,
-           "05_choose_parameters.ipynb": 1, "06_training_run.ipynb": 2}
+           "05_choose_parameters.ipynb": 1, "06_training_run.ipynb": 2,
+           "07_open_a_workspace.ipynb": 4}
 """Figures each notebook shows (images in its outputs; 01: the live view's final PNG and
-the overview; 05: the explorer's)."""
-RUN_S = {"01_launch_gate_step.ipynb": 240, "06_training_run.ipynb": 300}
+the overview; 05: the explorer's; 07: show_train's finished curve and three figures)."""
+RUN_S = {"01_launch_gate_step.ipynb": 240, "06_training_run.ipynb": 300,
+         "07_open_a_workspace.ipynb": 300}
 
 
 @pytest.fixture(scope="module")

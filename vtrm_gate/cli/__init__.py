@@ -5,6 +5,9 @@
 - `_fit`: ``fit`` (the world behind a workspace or an outcomes file)
 - `_train`: ``train``, ``settle``
 - `_cache`: ``cache renew | stats | stop``
+- `_status`: ``status`` (where a run stands, and the next command)
+- `_export`: ``export`` (every table to Parquet or CSV)
+- `_compare`: ``compare A B`` (two runs side by side)
 - `_options`: ``options`` (every resolved run option and where it came from)
 - `_lab`: ``lab`` (JupyterLab on loopback over the notebooks, saving widget state)
 - `_args`, `_progress`, `_table`: shared flags (one `RunOptions` per command), terminal

@@ -79,7 +79,10 @@ def cmd_init(args: argparse.Namespace) -> int:
     given = {k: v for k, v in (("infra_rate", args.infra_rate),
                                ("world", args.world and World.from_json(args.world)))
              if v is not None}
-    sim = SimConfig(seed=args.seed, **given)
+    try:
+        sim = SimConfig(seed=args.seed, **given)
+    except ValueError as exc:  # a world file's per-type shares for types it does not have
+        raise CliError(f"{args.world}: {exc}" if args.world else str(exc)) from None
     ws = init_simulated(root, sim, heldout_fraction=0.2 if args.heldout_fraction is None
                         else args.heldout_fraction, probation_rule=args.probation_rule,
                         probation_order=args.probation_order)

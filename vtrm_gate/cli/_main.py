@@ -17,7 +17,7 @@ import sys
 from typing import NoReturn
 
 from ..errors import CliError, InfraGuardError, StepRefusedError, exit_code
-from . import _cache, _fit, _init, _lab, _options, _step, _train
+from . import _cache, _compare, _export, _fit, _init, _lab, _options, _status, _step, _train
 
 
 class _RaisingParser(argparse.ArgumentParser):
@@ -33,7 +33,8 @@ def build_parser(*, raise_on_error: bool = False) -> argparse.ArgumentParser:
     p = cls(prog="vtrm-gate",
             description="Continuous concurrent e-process gate for skill evolution.")
     sub = p.add_subparsers(dest="command", required=True)
-    for group in (_init, _step, _train, _fit, _cache, _options, _lab):
+    for group in (_init, _step, _train, _fit, _status, _export, _compare, _cache, _options,
+                  _lab):
         group.register(sub)
     return p
 

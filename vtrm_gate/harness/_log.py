@@ -93,6 +93,12 @@ SCHEMA: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
     "infra_aborts": ((
         ("epoch", "INTEGER"), ("step", "INTEGER"), ("aborts", "INTEGER"), ("last", "TEXT"),
     ), ("epoch", "step")),
+    # Loop-clock seconds per phase of a step (step 0: the settlement, -1: the evaluation);
+    # serial_s: the phase's calls one after another, where measured (evolution).
+    "timings": ((
+        ("epoch", "INTEGER"), ("step", "INTEGER"), ("phase", "TEXT"), ("seconds", "REAL"),
+        ("serial_s", "REAL"),
+    ), ("epoch", "step", "phase")),
 }
 
 TABLES: tuple[str, ...] = tuple(SCHEMA)
@@ -297,11 +303,13 @@ class HarnessLog:
         dtype = {"INTEGER": pl.Int64, "REAL": pl.Float64, "TEXT": pl.Utf8}
         w, p = _where(table, where, params, equal)
         have = self._have(table)  # a read-only old file may lack newer columns: NULL
+        schema = {c: dtype[t] for c, t in cols}
+        if not have:  # ... or a newer table: empty, with its columns
+            return pl.DataFrame(schema=schema)
         sql = (f"SELECT {', '.join(c if c in have else f'NULL AS {c}' for c, _ in cols)} "
                f"FROM {table}{w}")
         sql += f" ORDER BY {', '.join(pk)}"
         rows = self.query(sql, p)
-        schema = {c: dtype[t] for c, t in cols}
         try:
             return pl.DataFrame(rows, schema=schema, orient="row")
         except (pl.exceptions.PolarsError, TypeError, ValueError, OverflowError):
@@ -352,6 +360,14 @@ class HarnessLog:
                         "aborts = aborts + 1, last = excluded.last", (epoch, step, message))
             return int(cur.execute("SELECT aborts FROM infra_aborts WHERE epoch = ? AND "
                                    "step = ?", (epoch, step)).fetchone()[0])
+
+    def record_timings(self, epoch: int, step: int,
+                       seconds: Mapping[str, float | tuple[float, float | None]]) -> None:
+        """Upsert the loop-clock seconds of phases of (epoch, step): ``{phase: seconds}`` or
+        ``{phase: (seconds, serial_s)}`` (a re-run's time replaces the earlier one)."""
+        rows = [(epoch, step, phase, *(v if isinstance(v, tuple) else (v, None)))
+                for phase, v in seconds.items()]
+        self.upsert("timings", rows)
 
     def clear_step(self, epoch: int, step: int, step_run_id: str) -> dict[str, int]:
         """Delete the step's gate rows in one transaction; returns rows deleted per table.

@@ -63,7 +63,7 @@ def _scan(path: Path) -> pl.DataFrame:
         elif fmt == "parquet":
             lazy = pl.scan_parquet(path)
         else:
-            lazy = pl.scan_ndjson(path, infer_schema_length=None)
+            lazy = pl.scan_ndjson(path, infer_schema_length=10_000)
         df = lazy.head(MAX_OUTCOME_ROWS + 1).collect()
         return df.select(pl.all().cast(pl.String))
     except (pl.exceptions.PolarsError, OSError, ValueError) as exc:

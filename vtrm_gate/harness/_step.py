@@ -443,6 +443,8 @@ async def run_step(workspace: Workspace | str | Path, epoch: int, step: int, *, 
         _refuse_unmeasured(ws, si, p)
         dirs, extra = _phase_b(ws, si, p, options)
         gate = await _phase_c(ws, si, p, dirs, extra, infer, options, subscribers, cache_stats)
+        if gate is not None:  # the gate's makespan (`train` adds its other phases)
+            ws.log.record_timings(epoch, step, {"gate": gate.wall_time_s})
         outcomes = gate.outcomes if gate else {}
         new_state, applied = apply_decisions(ws, si.base_state, epoch, step, outcomes, p.cand)
         return _result(ws, si, p, gate, new_state, applied, recorded is not None, cleared)

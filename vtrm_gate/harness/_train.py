@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._ids import EVAL_STEP, PROBATION_STEP
 from .._sync import run_sync
 from ..errors import TrainRefusedError, WorkspaceError
 from ..gate import (
@@ -120,10 +121,12 @@ class _PhaseClock:
 
         return Timed()  # type: ignore[return-value]
 
-    def take_evolution(self) -> float:
+    def take_evolution(self) -> tuple[float, float]:
+        """The step's evolution: its span, and its calls' summed time (one after another)."""
         spans, self.evolve_spans = self.evolve_spans, []
-        self.serial_evolution += sum(e - s for s, e in spans)
-        return max(e for _, e in spans) - min(s for s, _ in spans) if spans else 0.0
+        serial = sum(e - s for s, e in spans)
+        self.serial_evolution += serial
+        return (max(e for _, e in spans) - min(s for s, _ in spans) if spans else 0.0), serial
 
 
 def _train_config(steps_per_epoch: int, options: RunOptions, evaluate: bool,
@@ -308,9 +311,12 @@ class _Run:
         res = await run_step(self.ws, e, s, infer=self.infer, evolver=self.evolver,
                              cases=step_cases, options=self.options,
                              subscribers=self.subscribers)
-        evolve_s = clock.take_evolution()
+        evolve_s, serial_s = clock.take_evolution()
+        gate_s = max(0.0, clock.now() - t1 - evolve_s)
         clock.phases["evolution"] += evolve_s
-        clock.phases["gate"] += max(0.0, clock.now() - t1 - evolve_s)
+        clock.phases["gate"] += gate_s
+        self.ws.log.record_timings(e, s, {"rollout": t1 - t0, "evolution": (evolve_s, serial_s),
+                                          "gate": gate_s})
         self.steps[(e, s)] = res
         self.emit(TrainEvent("step", e, s, _step_line(res, clock.now() - t0, evolve_s),
                              clock.now() - t0, data=res))
@@ -325,6 +331,7 @@ class _Run:
                                     subscribers=self.subscribers)
         seconds = self.clock.now() - t0
         self.clock.phases["settlement"] += seconds
+        self.ws.log.record_timings(e, PROBATION_STEP, {"settlement": seconds})
         self.settlements[e] = pr
         self.emit(TrainEvent("settle", e, None, _settle_line(pr, seconds), seconds, data=pr))
 
@@ -335,6 +342,7 @@ class _Run:
         seconds = self.clock.now() - t0
         if not ev.already_done:
             self.clock.phases["evaluation"] += seconds
+            self.ws.log.record_timings(e, EVAL_STEP, {"evaluation": seconds})
         self.evaluations[e] = ev
         line = (f"e{e} evaluate  done before (not repeated)" if ev.already_done
                 else _eval_line(ev, seconds))

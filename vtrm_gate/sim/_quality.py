@@ -209,11 +209,11 @@ def training_summary(ws: Workspace, world: SimWorld, res: Any) -> dict[str, Any]
     return out
 
 
-def training_curve(ws: Workspace, world: SimWorld) -> Any:
+def training_curve(ws: Workspace, world: SimWorld | None) -> Any:
     """Per type and epoch (0 = the initial skills): measured held-out accuracy, true
-    accuracy, the measured gain over the initial skill (paired, with its 95% Newcombe
-    interval; exactly 0 for an unchanged skill, measured once) and the epoch's decisions
-    (accepted, provisional, rolled back) - a polars frame."""
+    accuracy (null without a simulated ``world``), the measured gain over the initial skill
+    (paired, with its 95% Newcombe interval; exactly 0 for an unchanged skill, measured
+    once) and the epoch's decisions (accepted, provisional, rolled back) - a polars frame."""
     import polars as pl
 
     ev = ws.log.select("evaluation", ["epoch", "task_type", "version", "acc_initial",
@@ -234,12 +234,17 @@ def training_curve(ws: Workspace, world: SimWorld) -> Any:
         if t not in seen0:
             seen0.add(t)
             rows.append({"epoch": 0, "task_type": t, "version": 1, "measured": acc0,
-                         "true": world.true_accuracy(t, ws.version_text(t, 1)),
+                         "true": _true(world, ws, t, 1),
                          "gain": 0.0, "gain_lo": 0.0, "gain_hi": 0.0, **none})
         rows.append({"epoch": e, "task_type": t, "version": v, "measured": acc,
-                     "true": world.true_accuracy(t, ws.version_text(t, v)),
+                     "true": _true(world, ws, t, v),
                      "gain": gain, "gain_lo": lo, "gain_hi": hi,
                      **marks.get((e, t), none)})
     return pl.DataFrame(rows, infer_schema_length=None).sort("task_type", "epoch")
 
 
+def _true(world: SimWorld | None, ws: Workspace, task_type: str, version: int) -> float | None:
+    """A recorded version's true accuracy in the simulator (None: no simulator)."""
+    if world is None:
+        return None
+    return world.true_accuracy(task_type, ws.version_text(task_type, version))

@@ -21,3 +21,5 @@ from .redis import redis7_server as redis7_server
 from .redis import redis7_target as redis7_target
 from .sim import SMALL_POOLS as SMALL_POOLS
 from .sim import sim_world as sim_world
+from .sim import train_small_workspace as train_small_workspace
+from .sim import trained_workspace as trained_workspace

@@ -2,11 +2,14 @@
 polars frames, and the design-review deck (`vtrm_gate.views.review`, ``make figures``).
 
 - `_live`: `show_live` / `LiveGateView` (per-type E+/E- panels, progress, decisions)
-- `_live_train`: `TrainView`, one line per step, settlement and evaluation
+- `_live_train`: `TrainView`, one line per step, settlement and evaluation; `show_train` /
+  `TrainCurveView`, the training curve growing a point per step, settlement, evaluation
 - `_style`: the one visual language (palette, fonts, 1280x720) and `figure_problems`
 - `_figures`, `_train_figures`: the figures (`GateFigure`: self-displaying, 1280x720)
 - `_explore`: `explore()`, sliders over the gate's parameters with exact OC
 - `_frames`: polars frames of outcomes, trajectories, counters, events, OC grids
+- `_workspace`: `open_workspace` (a workspace read-only: its tables and figures), its
+  status, two runs compared, every table exported
 """
 
 from __future__ import annotations
@@ -53,7 +56,9 @@ from ._live import render_figure as render_figure
 from ._live import render_png as render_png
 from ._live import show_live as show_live
 from ._live import watch as watch
+from ._live_train import TrainCurveView as TrainCurveView
 from ._live_train import TrainView as TrainView
+from ._live_train import show_train as show_train
 from ._style import SLIDE as SLIDE
 from ._style import SLIDE_DPI as SLIDE_DPI
 from ._style import figure_problems as figure_problems
@@ -62,4 +67,11 @@ from ._style import type_colour as type_colour
 from ._train_figures import plot_harmful_crossover as plot_harmful_crossover
 from ._train_figures import plot_phase_times as plot_phase_times
 from ._train_figures import plot_power_frontier as plot_power_frontier
+from ._train_figures import plot_train_progress as plot_train_progress
 from ._train_figures import plot_training_curve as plot_training_curve
+from ._workspace import WorkspaceView as WorkspaceView
+from ._workspace import compare_runs as compare_runs
+from ._workspace import decision_letters as decision_letters
+from ._workspace import export_tables as export_tables
+from ._workspace import open_workspace as open_workspace
+from ._workspace import run_status as run_status

@@ -40,7 +40,8 @@ def _decision_rows(ax: Axes, d: pl.DataFrame) -> None:
 
 
 def _curve_panel(ax: Axes, t: str, d: pl.DataFrame, n: int | None) -> None:
-    ax.plot(d["epoch"], d["true"], "-", color=V3, lw=2, label="true (simulator)")
+    if d["true"].null_count() < d.height:  # a real workspace has no true accuracy
+        ax.plot(d["epoch"], d["true"], "-", color=V3, lw=2, label="true (simulator)")
     ax.plot(d["epoch"], d["measured"], "--", color=MUTED, lw=1.6, marker="o", ms=3,
             label="measured on the held-out split")
     _decision_rows(ax, d)
@@ -84,37 +85,43 @@ def plot_training_curve(curve: pl.DataFrame, cols: int = 4, *,
     fig.supylabel("accuracy", fontsize="small")
     _legend(fig)
     first, last = curve["epoch"].min(), curve["epoch"].max()
-    t0 = curve.filter(pl.col("epoch") == first)["true"].mean()
-    t1 = curve.filter(pl.col("epoch") == last)["true"].mean()
+    y = "true" if curve["true"].null_count() < curve.height else "measured"
+    t0 = curve.filter(pl.col("epoch") == first)[y].mean()
+    t1 = curve.filter(pl.col("epoch") == last)[y].mean()
     up = curve.filter(pl.col("epoch") == last).join(
         curve.filter(pl.col("epoch") == first), on="task_type", suffix="_0").filter(
-        pl.col("true") > pl.col("true_0") + 0.01).height
-    fig.suptitle(f"Training run: mean true accuracy {t0:.1%} → {t1:.1%} over {last} epochs; "
-                 f"{up} of {len(types)} types improved", x=0.01, ha="left")
+        pl.col(y) > pl.col(f"{y}_0") + 0.01).height
+    what = "true" if y == "true" else "held-out"
+    fig.suptitle(f"Training run: mean {what} accuracy {t0:.1%} → {t1:.1%} over {last} epochs;"
+                 f" {up} of {len(types)} types improved", x=0.01, ha="left")
     return fig
 
 
 @styled
-def plot_phase_times(old: Mapping[str, float], new: Mapping[str, float]) -> GateFigure:
-    """Side-by-side bars: simulated hours per phase, old serial (grey) vs v3 (blue)."""
+def plot_phase_times(old: Mapping[str, float] | None, new: Mapping[str, float], *,
+                     unit: str = "simulated hours (virtual clock)") -> GateFigure:
+    """Side-by-side bars: hours per phase, old serial (grey) vs v3 (blue); ``old`` None (a
+    real run, no simulator to replay the old gate on): v3's bars alone."""
     fig = new_figure(SLIDE)
     ax = fig.subplots()
     phases = list(new)
     x = np.arange(len(phases))
-    for dx, times, label, colour in ((-0.2, old, "old serial gate and phases", OLD),
-                                     (0.2, new, "v3: one shared slot pool", V3)):
+    series: list[tuple[float, Mapping[str, float], str, str]] = (
+        [(-0.2, old, "old serial gate and phases", OLD)] if old is not None else [])
+    series.append((0.2 if series else 0.0, new, "v3: one shared slot pool", V3))
+    for dx, times, label, colour in series:
         bars = ax.bar(x + dx, [times[p] / 3600 for p in phases], 0.4, label=label,
                       color=colour, gid=f"phase:{label}")
         ax.bar_label(bars, fmt="%.1f h", padding=2)
     ax.set_xticks(x, phases)
     ax.set_xlabel("phase of the training run (summed over every step and epoch)")
-    ax.set_ylabel("simulated hours (virtual clock)")
-    tot_o, tot_n = sum(old.values()) / 3600, sum(new.values()) / 3600
+    ax.set_ylabel(unit)
+    tot_o, tot_n = sum((old or {}).values()) / 3600, sum(new.values()) / 3600
     ax.set_title(f"The training run takes {tot_n:.1f} h with v3 vs {tot_o:.1f} h with the old "
-                 f"serial gate (×{tot_o / tot_n:.1f})" if tot_n else
-                 "Training run time per phase", loc="left")
+                 f"serial gate (×{tot_o / tot_n:.1f})" if tot_n and old is not None else
+                 f"The training run takes {tot_n:.2f} h with v3 (time per phase)", loc="left")
     ax.legend(loc="upper right")
-    ax.set_ylim(0, max([*old.values(), *new.values(), 1.0]) / 3600 * 1.12)
+    ax.set_ylim(0, max([*(old or {}).values(), *new.values(), 1.0]) / 3600 * 1.12)
     return fig
 
 
@@ -263,3 +270,65 @@ def _crossover_claim(sweep: Mapping) -> str:
     also = "" if old is None else f" (the old gate: ≥ {100 * old:.0f}%)"
     return (f"v3 beats applying every candidate once ≥ {100 * c:.0f}%{span} of candidates "
             f"are harmful{also}\n({ends}; {runs})")
+
+
+PROGRESS_BARS = (("accepted", EXIT_COLOURS["ACCEPT"], "ACCEPTed"),
+                 ("provisional", EXIT_COLOURS["PROVISIONAL"], "PROVISIONAL (on probation)"),
+                 ("kept", V3, "kept by a settlement"), ("rolled_back", BAD, "rolled back"))
+
+
+@styled
+def plot_train_progress(points: pl.DataFrame) -> GateFigure:
+    """A training run so far, one x position per finished step, settlement and evaluation
+    (`TrainCurveView.frame`): above, the mean true accuracy of the standing skills
+    (simulated) and the held-out accuracy each evaluation measured; below, each point's
+    decisions."""
+    fig = new_figure(SLIDE)
+    top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(3, 1))
+    x = points["i"].to_numpy()
+    true = points["true"].cast(pl.Float64).to_numpy()
+    if points.height and points["true"].null_count() < points.height:
+        top.plot(x, 100 * true, "-o", color=V3, lw=2, ms=4, label="mean true accuracy "
+                 "(simulator)")
+    ev = points.filter(pl.col("measured").is_not_null())
+    if ev.height:
+        top.plot(ev["i"], 100 * ev["measured"], "--s", color=MUTED, lw=1.6, ms=6,
+                 label="held-out accuracy (measured at each epoch's end)")
+    top.set_ylabel("accuracy, %")
+    top.grid(True, alpha=0.4)
+    if top.lines:
+        top.legend(loc="best")
+    bottom_ = np.zeros(points.height)
+    for name, colour, label in PROGRESS_BARS:
+        ys = points[name].fill_null(0).to_numpy()
+        bottom.bar(x, ys, 0.7, bottom=bottom_, color=colour, label=label, gid=f"bar:{name}")
+        bottom_ = bottom_ + ys
+    bottom.set_ylabel("types")
+    bottom.set_xlabel("the start, then finished steps, settlements (s) and evaluations (e)")
+    bottom.legend(loc="upper left", ncols=4, fontsize="small")
+    bottom.set_ylim(0, max(bottom_.max(initial=0), 1) * 1.6)
+    ticks = [(i, f"e{e}s{s}" if k == "step" else "start" if k == "start" else k[0])
+             for i, k, e, s in points.select("i", "kind", "epoch", "step").iter_rows()]
+    if ticks:
+        step = max(1, len(ticks) // 24)  # at most ~24 labels
+        bottom.set_xticks([i for i, _ in ticks[::step]], [t for _, t in ticks[::step]],
+                          fontsize="small", rotation=90)
+    top.set_title(_progress_claim(points), loc="left")
+    return fig
+
+
+def _progress_claim(points: pl.DataFrame) -> str:
+    """The title: where the run is and how accuracy moved so far."""
+    last = points.row(-1, named=True) if points.height else {"kind": "start"}
+    if last["kind"] == "start":
+        return "Training run: waiting for the first step"
+    where = (f"e{last['epoch']} s{last['step']}" if last["kind"] == "step"
+             else f"epoch {last['epoch']} {'settled' if last['kind'] == 'settle' else 'evaluated'}")
+    true = points["true"].drop_nulls()
+    if true.len():
+        return (f"Training run after {where}: mean true accuracy {true[0]:.1%} → "
+                f"{true[-1]:.1%} ({points.height} points)")
+    measured = points["measured"].drop_nulls()
+    if measured.len():
+        return f"Training run after {where}: held-out accuracy {measured[-1]:.1%}"
+    return f"Training run after {where}"

@@ -1,0 +1,212 @@
+"""``vtrm-gate export``, ``status`` and ``compare`` on simulated 3 x 5 training runs, checked
+against the workspaces' own records (SQLite, state.json). The command runs in-process
+through `vtrm_gate.cli.main` (the CLI's one entry point), once as a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from vtrm_gate.cli import main
+from vtrm_gate.harness import TABLES, Workspace, workspace_lock
+from vtrm_gate.sim import SimConfig, SimWorld, init_simulated
+from vtrm_gate.testing import train_small_workspace
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Run:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def cli(capsys, monkeypatch):
+    """``vtrm-gate ARGS`` in this process at ``COLUMNS=80``: exit code, stdout, stderr."""
+    monkeypatch.setenv("COLUMNS", "80")
+
+    def run(*args: str) -> Run:
+        code = main(list(args))
+        out = capsys.readouterr()
+        return Run(code, out.out, out.err)
+
+    return run
+
+
+def sql(ws: Path, query: str, params: tuple = ()) -> list[tuple]:
+    con = sqlite3.connect(f"file:{ws / 'harness.sqlite'}?mode=ro", uri=True)
+    try:
+        return con.execute(query, params).fetchall()
+    finally:
+        con.close()
+
+
+@pytest.fixture(scope="module")
+def run_b(tmp_path_factory):
+    """A second, shorter run (2 x 3): another seed and the w_net probation rule."""
+    return train_small_workspace(tmp_path_factory.mktemp("b") / "ws", 2, 3, seed=6,
+                                 probation_rule="w_net")
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv"])
+def test_export_writes_every_table_with_the_sqlite_row_counts(trained_workspace, tmp_path,
+                                                              fmt, cli):
+    ws, _ = trained_workspace
+    args = ["export", "--workspace", str(ws), "--out", str(tmp_path / "out"), "--format", fmt,
+            "--json"]
+    r = cli(*args) if fmt == "parquet" else subprocess.run(  # once as a real process
+        [sys.executable, "-m", "vtrm_gate", *args], capture_output=True, text=True, cwd=ROOT,
+        timeout=240)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert set(out["tables"]) == set(TABLES)
+    read = pl.read_parquet if fmt == "parquet" else pl.read_csv
+    for t in TABLES:
+        path = tmp_path / "out" / f"{t}.{fmt}"
+        df = read(path)
+        want = sql(ws, f"SELECT COUNT(*) FROM {t}")[0][0]
+        cols = [row[1] for row in sql(ws, f"PRAGMA table_info({t})")]
+        assert df.height == want == out["tables"][t]["rows"], t
+        assert df.columns == cols, t
+    assert sql(ws, "SELECT COUNT(*) FROM timings")[0][0] > 0
+    assert not list((tmp_path / "out").glob(".*.tmp"))
+
+
+def test_exported_values_equal_the_log(trained_workspace, tmp_path, cli):
+    ws, _ = trained_workspace
+    assert cli("export", "--workspace", str(ws), "--out", str(tmp_path)).returncode == 0
+    ev = pl.read_parquet(tmp_path / "gate_evidence.parquet")
+    rows = sql(ws, "SELECT epoch, step, task_type, ladder_rank, e_plus FROM gate_evidence "
+                   "ORDER BY epoch, step, task_type, ladder_rank")
+    assert ev.select("epoch", "step", "task_type", "ladder_rank", "e_plus").rows() == rows
+
+
+def test_status_matches_state_json_and_the_log(trained_workspace, cli):
+    ws, _ = trained_workspace
+    r = cli("status", "--workspace", str(ws), "--json")
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert set(s) >= {"workspace", "kind", "types", "position", "probation", "cooldown",
+                      "last_decisions", "decisions", "counts", "infra", "writer", "next"}
+    state = json.loads((ws / "state.json").read_text())
+    assert s["position"]["last_step"] == state["last_step"] == [3, 5]
+    assert s["position"]["settled_epochs"] == state["settled_epochs"] == [1, 2, 3]
+    assert s["position"]["plan"] == {"epochs": 3, "steps_per_epoch": 5}
+    assert s["position"]["evaluated_epochs"] == [
+        e for (e,) in sql(ws, "SELECT DISTINCT epoch FROM evaluation ORDER BY epoch")]
+    assert s["probation"] == state["probation"] == {}
+    assert set(s["cooldown"]) == {t for t, u in state["cooldown_until"].items()
+                                  if u > state["steps_applied"]}
+    assert s["counts"] == {t: sql(ws, f"SELECT COUNT(*) FROM {t}")[0][0] for t in TABLES}
+    assert s["decisions"] == dict(sql(ws, "SELECT action, COUNT(*) FROM step_report WHERE "
+                                          "step >= 1 AND action IS NOT NULL GROUP BY action"))
+    assert [d["task_type"] for d in s["last_decisions"]] == [
+        t for (t,) in sql(ws, "SELECT task_type FROM step_report WHERE epoch = 3 AND step = 5 "
+                              "ORDER BY task_type")]
+    assert s["infra"] == {"calls": sql(ws, "SELECT COUNT(*) FROM predictions WHERE infra = 1"
+                                       )[0][0], "aborts": 0}
+    assert s["writer"] is None
+    assert s["next"].startswith("none: the run's 3 epochs are done")
+
+
+def test_status_names_the_writer_holding_the_lock_and_says_wait(tmp_path, cli):
+    ws = tmp_path / "ws"
+    init_simulated(ws).close()
+    with workspace_lock(ws, "test writer"):
+        r = cli("status", "--workspace", str(ws), "--json")
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert f"pid {os.getpid()} (test writer)" in s["writer"]
+    assert s["next"].startswith("wait: a writer holds")
+
+
+def test_status_of_a_fresh_workspace_says_run_the_first_step(tmp_path, cli):
+    init_simulated(tmp_path / "ws").close()
+    s = json.loads(cli("status", "--workspace", str(tmp_path / "ws"), "--json").stdout)
+    assert s["position"]["last_step"] is None and s["decisions"] == {}
+    assert s["next"] == f"vtrm-gate step --workspace {tmp_path / 'ws'} --epoch 1 --step 1"
+
+
+def _calls(ws: Path, task_type: str | None = None) -> int:
+    where = "" if task_type is None else " AND task_type = ?"
+    return sql(ws, f"SELECT COUNT(*) FROM predictions WHERE cached = 0{where}",
+               () if task_type is None else (task_type,))[0][0]
+
+
+def test_compare_numbers_are_the_workspaces_own(trained_workspace, run_b, cli):
+    (a, res_a), (b, res_b) = trained_workspace, run_b
+    r = cli("compare", str(a), str(b), "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert set(d) == {"a", "b", "diff", "types"}
+    for side, ws, res in (("a", a, res_a), ("b", b, res_b)):
+        o = d[side]["overall"]
+        assert o["seconds"] == pytest.approx(res.total_s, rel=1e-9)  # timings = the run's
+        assert o["calls"] == _calls(ws)
+        assert o["decisions"] == dict(sql(ws, "SELECT action, COUNT(*) FROM step_report "
+                                              "WHERE step >= 1 AND action IS NOT NULL "
+                                              "GROUP BY action"))
+        with Workspace.open(ws, readonly=True) as w:
+            world = SimWorld(SimConfig(**w.config.sim))
+            acc = {t: world.true_accuracy(t, w.skill_text(t)) for t in w.task_types}
+        assert d[side]["accuracy_source"] == "true accuracy (simulator)"
+        for t, v in acc.items():
+            assert d["types"][t][side]["accuracy"] == pytest.approx(v)
+            assert d["types"][t][side]["calls"] == _calls(ws, t)
+        assert o["accuracy"] == pytest.approx(sum(acc.values()) / len(acc))
+    assert d["a"]["probation_rule"] == "e_continue" and d["b"]["probation_rule"] == "w_net"
+    assert d["diff"]["calls"] == d["b"]["overall"]["calls"] - d["a"]["overall"]["calls"]
+    assert d["diff"]["accuracy"] == pytest.approx(
+        d["b"]["overall"]["accuracy"] - d["a"]["overall"]["accuracy"])
+
+
+@pytest.mark.parametrize("command", ["status", "compare", "export"])
+def test_text_output_fits_80_columns(trained_workspace, run_b, tmp_path, command, cli):
+    a, b = trained_workspace[0], run_b[0]
+    args = {"status": ["status", "--workspace", str(a)], "compare": ["compare", str(a), str(b)],
+            "export": ["export", "--workspace", str(a), "--out", str(tmp_path)]}[command]
+    r = cli(*args)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) > 5 and max(map(len, lines)) <= 80, max(lines, key=len)
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["status", "--workspace", "/nonexistent/ws"], "no such workspace directory"),
+    (["export", "--workspace", "/nonexistent/ws", "--out", "x"], "no such workspace"),
+    (["compare", "/nonexistent/a", "/nonexistent/b"], "no such workspace directory"),
+])
+def test_bad_input_exits_2_with_one_line(args, fragment, cli):
+    r = cli(*args)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.count("\n") == 1 and fragment in r.stderr and "Traceback" not in r.stderr
+    j = cli(*args, "--json")
+    assert j.returncode == 2 and json.loads(j.stdout)["exit"] == 2
+
+
+def test_export_into_a_file_is_refused_and_the_file_kept(trained_workspace, tmp_path, cli):
+    target = tmp_path / "not-a-dir"
+    target.write_text("keep me")
+    r = cli("export", "--workspace", str(trained_workspace[0]), "--out", str(target))
+    assert r.returncode == 2 and "exists and is not a directory" in r.stderr
+    assert r.stderr.count("\n") == 1 and target.read_text() == "keep me"
+
+
+def test_docs_list_every_exported_table_with_its_columns():
+    from vtrm_gate.harness._log import SCHEMA
+
+    api = (ROOT / "docs" / "api.md").read_text()
+    for table, (cols, _) in SCHEMA.items():
+        row = next((ln for ln in api.splitlines() if ln.startswith(f"| `{table}` |")), None)
+        assert row is not None, f"docs/api.md lists no exported table {table}"
+        assert row.rstrip(" |").rsplit("| ", 1)[1] == ", ".join(c for c, _ in cols), table

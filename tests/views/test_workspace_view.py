@@ -1,0 +1,169 @@
+"""`open_workspace`: a workspace read-only in a notebook - frames with the SQLite tables' rows,
+figures from its records, readable while a writer holds the lock and an open transaction."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+import hashlib
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import vtrm_gate
+from vtrm_gate.errors import WorkspaceError
+from vtrm_gate.views import GateFigure, figure_problems, open_workspace
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def sql(ws: Path, query: str) -> list[tuple]:
+    con = sqlite3.connect(f"file:{ws / 'harness.sqlite'}?mode=ro", uri=True)
+    try:
+        return con.execute(query).fetchall()
+    finally:
+        con.close()
+
+
+def test_open_workspace_is_the_package_level_name():
+    assert vtrm_gate.open_workspace is open_workspace
+
+
+def test_every_frame_has_the_rows_of_its_table(trained_workspace):
+    ws, _ = trained_workspace
+    want = {
+        "decisions": "SELECT COUNT(*) FROM step_report WHERE step >= 1",
+        "settlements": "SELECT COUNT(*) FROM step_report WHERE step = 0",
+        "gate_evidence": "SELECT COUNT(*) FROM gate_evidence",
+        "predictions": "SELECT COUNT(*) FROM predictions",
+        "evaluation": "SELECT COUNT(*) FROM evaluation",
+        "timings": "SELECT COUNT(*) FROM timings",
+        "infra": "SELECT COUNT(*) FROM predictions WHERE infra = 1",
+    }
+    with open_workspace(ws) as view:
+        for name, query in want.items():
+            frame = getattr(view, name)
+            assert isinstance(frame, pl.DataFrame)
+            assert frame.height == sql(ws, query)[0][0], name
+        assert view.settlements.height > 0  # the run settled some probation
+        assert set(view.settlements["action"]) <= {"PROBATION_PASSED", "PROBATION_FAILED"}
+        assert view.table("infra_aborts").columns == ["epoch", "step", "aborts", "last"]
+
+
+def test_timings_add_up_to_the_runs_time_per_phase(trained_workspace):
+    ws, res = trained_workspace
+    from vtrm_gate.views._workspace import phase_seconds
+
+    with open_workspace(ws) as view:
+        got = phase_seconds(view.timings)
+    assert got == pytest.approx(dict(res.phases), rel=1e-9, abs=1e-9)
+    # 15 steps x (rollout, evolution, gate) + one settlement and one evaluation per epoch
+    assert sql(ws, "SELECT COUNT(*) FROM timings WHERE step >= 1")[0][0] == 15 * 3
+    assert sql(ws, "SELECT COUNT(*) FROM timings WHERE step = -1")[0][0] == 3
+
+
+def test_trajectories_are_the_steps_gate_evidence(trained_workspace):
+    ws, _ = trained_workspace
+    from vtrm_gate.views._workspace import step_outcomes
+
+    with open_workspace(ws) as view:
+        outcomes, _ = step_outcomes(view.ws, 1, 1)
+        fig = view.trajectories(1, 1)
+    report = {t: (a, w, lo) for t, a, w, lo in sql(
+        ws, "SELECT task_type, action, W, L FROM step_report WHERE epoch = 1 AND step = 1 "
+            "AND action IS NOT NULL")}
+    assert {t: (str(o.action), o.W, o.L) for t, o in outcomes.items()} == report
+    for t, o in outcomes.items():
+        e_plus = [e for (e,) in sql(ws, f"SELECT e_plus FROM gate_evidence WHERE epoch = 1 AND "
+                                        f"step = 1 AND task_type = '{t}' ORDER BY ladder_rank")]
+        assert [p.e_plus for p in o.trajectory] == e_plus
+    assert isinstance(fig, GateFigure) and fig._repr_png_().startswith(PNG)
+    assert f"{len(outcomes)} types" in repr(fig)
+
+
+def test_figures_display_themselves_in_the_deck_style(trained_workspace):
+    ws, res = trained_workspace
+    with open_workspace(ws) as view:
+        curve, phases = view.training_curve(), view.phase_times()
+        frame = view.curve()
+    for fig in (curve, phases):
+        assert isinstance(fig, GateFigure) and fig._repr_png_().startswith(PNG)
+        assert figure_problems(fig) == []
+    assert sorted(set(frame["epoch"])) == [0, 1, 2, 3]
+    assert f"{res.total_s / 3600:.1f} h with v3" in phases.axes[0].get_title(loc="left")
+
+
+def test_without_a_simulator_the_figures_show_what_was_measured(trained_workspace):
+    from vtrm_gate.views import plot_phase_times, plot_training_curve
+
+    with open_workspace(trained_workspace[0]) as view:
+        curve = view.curve().with_columns(pl.lit(None, pl.Float64).alias("true"))
+        from vtrm_gate.views._workspace import phase_seconds
+
+        new = phase_seconds(view.timings)
+    fig = plot_training_curve(curve)
+    assert "mean held-out accuracy" in fig._suptitle.get_text()
+    assert not any(ln.get_label() == "true (simulator)" for ax in fig.axes for ln in ax.lines)
+    bars = plot_phase_times(None, new, unit="hours (loop clock)")
+    title = bars.axes[0].get_title(loc="left")
+    assert "old serial" not in title and f"{sum(new.values()) / 3600:.2f} h with v3" in title
+    for f in (fig, bars):
+        assert figure_problems(f) == []
+
+
+def test_a_step_that_never_ran_is_named(trained_workspace):
+    with open_workspace(trained_workspace[0]) as view, pytest.raises(
+            WorkspaceError, match=r"e9_s1\.json: missing; step e9 s1 has not been run"):
+        view.trajectories(9, 1)
+
+
+WRITER = textwrap.dedent("""
+    import sys, time
+    from vtrm_gate.harness import HarnessLog, workspace_lock
+    root = sys.argv[1]
+    with workspace_lock(root, "writer under test"):
+        log = HarnessLog(root + "/harness.sqlite")
+        cur = log._con.cursor()
+        cur.execute("BEGIN IMMEDIATE")  # an open write transaction, as in a running step
+        cur.execute("DELETE FROM step_report")
+        print("writing", flush=True)
+        sys.stdin.readline()
+        cur.execute("ROLLBACK")
+""")
+
+
+def _digest(root: Path) -> dict[str, str]:
+    """Every file's hash, but the lock file (the writer's) and SQLite's shared-memory index
+    (readers of a WAL database mark what they read there)."""
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.iterdir())
+            if p.is_file() and p.name != ".lock" and not p.name.endswith("-shm")}
+
+
+def test_reads_while_a_writer_holds_the_lock_and_a_transaction(trained_workspace, tmp_path):
+    ws, _ = trained_workspace
+    decisions = sql(ws, "SELECT COUNT(*) FROM step_report WHERE step >= 1")[0][0]
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(ws)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline() == "writing\n"
+        before = _digest(ws)
+        with open_workspace(ws) as view:  # no lock, no wait: the last committed rows
+            assert view.decisions.height == decisions
+            status = view.status()
+            assert "(writer under test)" in status["writer"]
+            assert status["next"].startswith("wait: a writer holds")
+            view.export(tmp_path)
+        assert _digest(ws) == before  # the reader wrote nothing
+    finally:
+        writer.communicate("done\n", timeout=60)
+    assert writer.returncode == 0
+    assert pl.read_parquet(tmp_path / "step_report.parquet").height == sql(
+        ws, "SELECT COUNT(*) FROM step_report")[0][0]

@@ -1,0 +1,67 @@
+"""``vtrm-gate compare A B``: two runs side by side - decisions, final accuracy (simulated:
+true accuracy; otherwise the last held-out evaluation), time and calls, per type and
+overall. Read-only on both workspaces."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from typing import Any
+
+from ._args import emit
+from ._table import Column, render, terminal_width, wrap
+
+
+def register(sub: Any) -> None:
+    """Add ``compare`` to the ``vtrm-gate`` subcommands."""
+    c = sub.add_parser("compare", help="two workspaces' runs side by side (decisions, "
+                                       "accuracy, time, calls)")
+    c.add_argument("a", metavar="A", help="the first workspace")
+    c.add_argument("b", metavar="B", help="the second workspace")
+    c.add_argument("--json", action="store_true", help="machine-readable output")
+    c.set_defaults(func=cmd_compare)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from ..views import compare_runs
+
+    data = compare_runs(args.a, args.b)
+    emit(args, data, compare_text(data, terminal_width()))
+    return 0
+
+
+def _pct(v: float | None, signed: bool = False) -> str:
+    if v is None:
+        return ""
+    return f"{100 * v:+.1f}" if signed else f"{100 * v:.1f}"
+
+
+def compare_text(d: Mapping[str, Any], width: int) -> str:
+    """Per type and overall: accuracy (%) of A and B and B - A, calls, decisions."""
+    from ..views import decision_letters as decisions_cell
+
+    rows = [(t, r["a"] or {}, r["b"] or {}, r["accuracy_diff"]) for t, r in d["types"].items()]
+    oa, ob = d["a"]["overall"], d["b"]["overall"]
+    rows.append(("overall", oa, ob, d["diff"]["accuracy"]))
+    cell = lambda f: tuple(f(r) for r in rows)  # noqa: E731
+    cols = [Column("type", cell(lambda r: r[0])),
+            Column("acc A", cell(lambda r: _pct(r[1].get("accuracy"))), True),
+            Column("acc B", cell(lambda r: _pct(r[2].get("accuracy"))), True),
+            Column("B-A", cell(lambda r: _pct(r[3], True)), True),
+            Column("calls A / B", cell(lambda r: f"{r[1].get('calls', '-')} / "
+                                                 f"{r[2].get('calls', '-')}"), True,
+                   drop_rank=2),
+            Column("decisions A", cell(lambda r: decisions_cell(r[1].get("decisions"))),
+                   drop_rank=1),
+            Column("decisions B", cell(lambda r: decisions_cell(r[2].get("decisions"))),
+                   drop_rank=1)]
+    hours = lambda s: "no timings recorded" if s is None else f"{s / 3600:.2f} h"  # noqa: E731
+    lines = [f"A: {d['a']['workspace']} ({d['a']['kind']}, probation {d['a']['probation_rule']}"
+             f", seed {d['a']['seed']})",
+             f"B: {d['b']['workspace']} ({d['b']['kind']}, probation {d['b']['probation_rule']}"
+             f", seed {d['b']['seed']})",
+             f"accuracy (%): A {d['a']['accuracy_source']}; B {d['b']['accuracy_source']}; "
+             f"decisions: A ACCEPT, P PROVISIONAL, I INERTIA, F FUTILE, R REJECT",
+             f"time (loop clock): A {hours(oa['seconds'])}, B {hours(ob['seconds'])}; tokens: "
+             f"A {oa['tokens']:,}, B {ob['tokens']:,}; calls: fresh inference calls"]
+    return render(cols, width) + "\n" + "\n".join(wrap(ln, width, "    ") for ln in lines)

@@ -1,0 +1,389 @@
+"""A workspace opened for reading in a notebook: polars frames of every table and its
+figures (`open_workspace`), where a run stands (`run_status`), two runs side by side
+(`compare_runs`), and every table written to Parquet or CSV (`export_tables`).
+
+Read-only: the workspace's files are read and its SQLite log is opened ``mode=ro``; no lock
+is taken, so a workspace can be opened while ``train`` writes it (each frame is read when it
+is asked for, so it shows what the writer has committed so far).
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, cast
+
+import polars as pl
+
+from .._ids import PROBATION_STEP
+from ..errors import WorkspaceError
+from ..harness import (
+    TABLES,
+    HarnessLog,
+    Workspace,
+    read_heldout,
+    read_holder,
+    read_manifest,
+    train_started,
+)
+from ..stats import Action, GateParams, TrajectoryPoint, TypeOutcome
+from ._figures import GateFigure, plot_trajectories
+from ._train_figures import plot_phase_times, plot_training_curve
+
+PHASES = ("rollout", "evolution", "gate", "settlement", "evaluation")
+EXPORT_FORMATS = ("parquet", "csv")
+
+
+class WorkspaceView:
+    """A workspace opened read-only: ``.decisions``, ``.gate_evidence``, ``.predictions``,
+    ``.evaluation``, ``.settlements``, ``.timings``, ``.infra`` (polars frames, read on
+    access) and ``training_curve()``, ``phase_times()``, ``trajectories(epoch, step)``
+    (self-displaying figures). Displays itself as a short summary."""
+
+    def __init__(self, ws: Workspace):
+        self.ws = ws
+
+    @property
+    def root(self) -> Path:
+        return self.ws.root
+
+    def close(self) -> None:
+        self.ws.close()
+
+    def __enter__(self) -> WorkspaceView:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def reload(self) -> WorkspaceView:
+        """Re-read the training state (``state.json``) a running writer may have moved on."""
+        self.ws.state = Workspace.open(self.root, readonly=True).state
+        return self
+
+    # ---- frames ---------------------------------------------------------------------------
+
+    def table(self, name: str) -> pl.DataFrame:
+        """Any table of the log by name (`vtrm_gate.harness.TABLES`)."""
+        return self.ws.log.frame(name)
+
+    @property
+    def decisions(self) -> pl.DataFrame:
+        """One row per type and gate step (``step_report``, steps >= 1): status, decision,
+        W, L, e-values, where it stopped, work counters, what Phase D applied."""
+        return self.table("step_report").filter(pl.col("step") >= 1)
+
+    @property
+    def gate_evidence(self) -> pl.DataFrame:
+        """One row per consumed ladder unit of every gate (settlements' probes included)."""
+        return self.table("gate_evidence")
+
+    @property
+    def predictions(self) -> pl.DataFrame:
+        """One row per inference call (both arms, every gate, probe and evaluation)."""
+        return self.table("predictions")
+
+    @property
+    def evaluation(self) -> pl.DataFrame:
+        """One row per epoch and type: held-out accuracy of the current and initial skills."""
+        return self.table("evaluation")
+
+    @property
+    def settlements(self) -> pl.DataFrame:
+        """One row per type an epoch-end settlement decided (action PROBATION_PASSED /
+        PROBATION_FAILED, the probe's W, L, e-values, what was applied)."""
+        return self.table("step_report").filter(pl.col("step") == PROBATION_STEP)
+
+    @property
+    def timings(self) -> pl.DataFrame:
+        """Loop-clock seconds per phase of every step (step 0: settlement, -1: evaluation)."""
+        return self.table("timings")
+
+    @property
+    def infra(self) -> pl.DataFrame:
+        """The calls that failed for infrastructure reasons (INFRA predictions, with their
+        error); ``table("infra_aborts")`` counts the gates the INFRA guard aborted."""
+        return self.predictions.filter(pl.col("infra") == 1)
+
+    # ---- figures --------------------------------------------------------------------------
+
+    def curve(self) -> pl.DataFrame:
+        """Per type and epoch: measured held-out accuracy, true accuracy (simulated), the
+        gain, the epoch's accepts / provisional applications / rollbacks."""
+        from ..sim import training_curve
+
+        if not self.table("evaluation").height:
+            raise WorkspaceError(f"{self.root}: no evaluation recorded yet (a training run "
+                                 f"with a held-out split evaluates at each epoch end)")
+        return training_curve(self.ws, _world(self.ws))
+
+    def training_curve(self) -> GateFigure:
+        """The training curve per type (`plot_training_curve`)."""
+        heldout = {t: len(u) for t, u in read_heldout(self.ws).items()}
+        return plot_training_curve(self.curve(), n_heldout=heldout)
+
+    def phase_times(self) -> GateFigure:
+        """Hours per phase: v3 as recorded; on a simulated workspace also the old serial
+        gate replayed on the same inputs (`vtrm_gate.sim.serial_phase_times`)."""
+        new = phase_seconds(self.timings)
+        world = _world(self.ws)
+        if world is None:
+            return plot_phase_times(None, new, unit="hours (loop clock)")
+        return plot_phase_times(old_phase_seconds(self.ws, world, self.timings), new)
+
+    def trajectories(self, epoch: int, step: int, layout: str = "overview") -> GateFigure:
+        """The E+/E− trajectories of the gate of step (epoch, step), from its gate evidence."""
+        outcomes, params = step_outcomes(self.ws, epoch, step)
+        return cast(GateFigure, plot_trajectories(outcomes, params, layout=layout))
+
+    # ---- summaries ------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """Where the run stands (`run_status`)."""
+        return run_status(self.reload().ws)
+
+    def export(self, out: str | Path, fmt: str = "parquet") -> dict[str, tuple[Path, int]]:
+        """Every table to ``out/<table>.<fmt>`` (`export_tables`)."""
+        return export_tables(self.ws, out, fmt)
+
+    def __repr__(self) -> str:
+        return f"WorkspaceView({str(self.root)!r})"
+
+    def _repr_html_(self) -> str:
+        s = self.status()
+        pos = s["position"]
+        rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{v}</td></tr>"
+                       for k, v in s["counts"].items())
+        return (f"<b>{html.escape(str(self.root))}</b> ({s['kind']}, {len(self.ws.pool)} types)"
+                f"<br>last step: {pos['last_step'] or 'none'}; settled epochs: "
+                f"{pos['settled_epochs'] or 'none'}; on probation: "
+                f"{', '.join(s['probation']) or 'none'}<br>next: "
+                f"<code>{html.escape(s['next'])}</code><table>{rows}</table>")
+
+
+def open_workspace(path: str | Path) -> WorkspaceView:
+    """Open a workspace for reading (no lock, SQLite ``mode=ro``): frames and figures."""
+    return WorkspaceView(Workspace.open(Path(path), readonly=True))
+
+
+def _world(ws: Workspace) -> Any:
+    """The simulated world of a simulated workspace, else None."""
+    if ws.config.kind != "simulated":
+        return None
+    from ..sim import simulated_backend
+
+    return simulated_backend(ws).world
+
+
+def phase_seconds(timings: pl.DataFrame) -> dict[str, float]:
+    """Seconds per phase summed over every recorded step (`PHASES` order, zeros kept)."""
+    got = dict(timings.group_by("phase").agg(pl.col("seconds").sum()).iter_rows())
+    return {p: float(got.get(p) or 0.0) for p in PHASES}
+
+
+def old_phase_seconds(ws: Workspace, world: Any, timings: pl.DataFrame) -> dict[str, float]:
+    """The old serial gate's seconds per phase on the recorded inputs (simulated only)."""
+    from ..sim import serial_phase_times
+
+    steps = [(e, s) for e, s in ws.log.query(
+        "SELECT DISTINCT epoch, step FROM step_report WHERE step >= 1")]
+    old = serial_phase_times(ws, world, steps, ws.state.settled_epochs, [
+        e for (e,) in ws.log.query("SELECT DISTINCT epoch FROM evaluation")])["phases"]
+    serial = timings.filter(pl.col("phase") == "evolution")["serial_s"].fill_null(0.0).sum()
+    return {"rollout": old["rollout"], "evolution": float(serial), "gate": old["gate"],
+            "settlement": old["settlement"], "evaluation": old["evaluation"]}
+
+
+def step_outcomes(ws: Workspace, epoch: int, step: int
+                  ) -> tuple[dict[str, TypeOutcome], GateParams]:
+    """Each gated type's `TypeOutcome` of step (epoch, step), rebuilt from its gate evidence
+    and report rows, and the step's `GateParams` (from its manifest)."""
+    manifest = read_manifest(ws, epoch, step)
+    if manifest is None:
+        raise WorkspaceError(f"{ws.manifest_path(epoch, step).relative_to(ws.root)}: missing; "
+                             f"step e{epoch} s{step} has not been run in this workspace")
+    params = GateParams(**manifest["inputs"]["config"]["params"])
+    ev = ws.log.step_frame("gate_evidence", epoch, step)
+    out = {}
+    for r in ws.log.step_frame("step_report", epoch, step).filter(
+            pl.col("action").is_not_null()).iter_rows(named=True):
+        rows = ev.filter(pl.col("task_type") == r["task_type"]).sort("ladder_rank")
+        traj = tuple(TrajectoryPoint(p["ladder_rank"], p["d"], p["W"], p["L"], p["n_used"],
+                                     p["e_plus"], p["e_minus"], Action(p["action"]))
+                     for p in rows.iter_rows(named=True))
+        out[r["task_type"]] = TypeOutcome(Action(r["action"]), r["W"], r["L"], r["n_used"],
+                                          r["e_plus"], r["e_minus"], r["stop_rank"], traj,
+                                          r["n_consumed"] or len(traj), r["n_ladder"] or 0)
+    return out, params
+
+
+# ---- export ---------------------------------------------------------------------------------
+
+
+def export_tables(workspace: Workspace, out: str | Path, fmt: str = "parquet"
+                  ) -> dict[str, tuple[Path, int]]:
+    """Write every log table to ``out/<table>.<fmt>`` (Parquet or CSV; the columns of
+    `vtrm_gate.harness.TABLES`, docs/api.md). Each file appears whole (written aside, then
+    renamed). Returns ``{table: (file, rows written)}``."""
+    if fmt not in EXPORT_FORMATS:
+        raise ValueError(f"format must be one of {', '.join(EXPORT_FORMATS)}, got {fmt!r}")
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise WorkspaceError(f"{out}: exists and is not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    files = {}
+    for t in TABLES:
+        df = workspace.log.frame(t)
+        path = out / f"{t}.{fmt}"
+        tmp = path.with_name(f".{path.name}.tmp")
+        if fmt == "parquet":
+            df.write_parquet(tmp)
+        else:
+            df.write_csv(tmp)
+        tmp.replace(path)
+        files[t] = (path, df.height)
+    return files
+
+
+# ---- status -----------------------------------------------------------------------------------
+
+
+def run_status(ws: Workspace) -> dict[str, Any]:
+    """Where a run stands: its position (last step, settled and evaluated epochs, the
+    recorded training plan), pending probations, cooldowns, the last step's decisions,
+    counts, INFRA, the writer holding the lock (if any) and the next command to run."""
+    st, log = ws.state, ws.log
+    plan = train_started(ws)
+    evaluated = sorted({e for (e,) in log.query("SELECT DISTINCT epoch FROM evaluation")})
+    position = {"last_step": list(st.last_step) if st.last_step else None,
+                "steps_applied": st.steps_applied, "settled_epochs": list(st.settled_epochs),
+                "evaluated_epochs": evaluated,
+                "plan": None if plan is None else {
+                    "epochs": plan["epochs"],
+                    "steps_per_epoch": plan["config"].get("steps_per_epoch")}}
+    last = [] if st.last_step is None else [
+        {k: r[k] for k in ("task_type", "status", "action", "W", "L", "applied")}
+        for r in log.step_frame("step_report", *st.last_step).iter_rows(named=True)]
+    holder = read_holder(ws.root)
+    counts = {t: log.frame(t).height if t == "timings" else log.count(t) for t in TABLES}
+    infra = {"calls": log.count("predictions", infra=1),
+             "aborts": sum(a for (a,) in log.query("SELECT aborts FROM infra_aborts"))}
+    return {"workspace": str(ws.root), "kind": ws.config.kind, "types": len(ws.pool),
+            "position": position,
+            "probation": {t: {"version": p.version, "prev_version": p.prev_version,
+                              "epoch": p.epoch, "step": p.step}
+                          for t, p in sorted(st.probation.items())},
+            "cooldown": {t: {"until_steps_applied": u} for t, u in
+                         sorted(st.cooldown_until.items()) if st.in_cooldown(t)},
+            "last_decisions": last, "decisions": _action_counts(log), "counts": counts,
+            "infra": infra, "writer": None if holder is None else holder.describe(),
+            "next": next_command(ws, position, holder is not None)}
+
+
+def _action_counts(log: HarnessLog) -> dict[str, int]:
+    """Decisions of every gate step so far, by action (settlements not included)."""
+    rows = log.query("SELECT action, COUNT(*) FROM step_report WHERE step >= 1 AND action "
+                     "IS NOT NULL GROUP BY action")
+    return {a: n for a, n in sorted(rows)}
+
+
+def next_command(ws: Workspace, position: Mapping[str, Any], locked: bool) -> str:
+    """The command that moves the run on from where it stands."""
+    w = f"--workspace {ws.root}"
+    if locked:
+        return f"wait: a writer holds {ws.root} (vtrm-gate status {w} again later)"
+    plan, last = position["plan"], ws.state.last_step
+    if plan is not None and plan["steps_per_epoch"]:
+        e, s = plan["epochs"], plan["steps_per_epoch"]
+        done = last == (e, s) and e in ws.state.settled_epochs
+        if done and (e in position["evaluated_epochs"] or not read_heldout(ws)):
+            return (f"none: the run's {e} epochs are done (vtrm-gate train {w} --epochs "
+                    f"{e + 1} --steps-per-epoch {s} trains one more)")
+        return f"vtrm-gate train {w} --epochs {e} --steps-per-epoch {s}"
+    if last is None:
+        return f"vtrm-gate step {w} --epoch 1 --step 1"
+    e, s = last
+    if any(p.epoch <= e for p in ws.state.probation.values()):
+        return (f"vtrm-gate step {w} --epoch {e} --step {s + 1} (or, to end epoch {e}: "
+                f"vtrm-gate settle {w} --epoch {e})")
+    return f"vtrm-gate step {w} --epoch {e} --step {s + 1}"
+
+
+# ---- two runs side by side ----------------------------------------------------------------
+
+
+def run_numbers(ws: Workspace) -> dict[str, Any]:
+    """One run's decisions, final accuracy, time and calls, per type and overall. Final
+    accuracy: true accuracy of the current skills (simulated), else the last evaluated
+    epoch's held-out accuracy (None when nothing was evaluated)."""
+    world = _world(ws)
+    acc, source = _final_accuracy(ws, world)
+    dec = ws.log.frame("step_report", "step >= 1 AND action IS NOT NULL")
+    pred = ws.log.frame("predictions")
+    timings = ws.log.frame("timings")
+    types: dict[str, dict[str, Any]] = {}
+    for t in ws.task_types:
+        d, p = dec.filter(pl.col("task_type") == t), pred.filter(pl.col("task_type") == t)
+        types[t] = {"decisions": dict(sorted(d["action"].value_counts().iter_rows())),
+                    "accuracy": acc.get(t), "version": ws.state.skills[t].version,
+                    "calls": int((p["cached"] == 0).sum()), "tokens": int(p["tokens"].sum())}
+    known = [a for a in acc.values() if a is not None]
+    overall = {"decisions": dict(sorted(dec["action"].value_counts().iter_rows())),
+               "accuracy": sum(known) / len(known) if known else None,
+               "calls": sum(r["calls"] for r in types.values()),
+               "tokens": sum(r["tokens"] for r in types.values()),
+               "seconds": float(timings["seconds"].sum()) if timings.height else None,
+               "phases": phase_seconds(timings)}
+    return {"workspace": str(ws.root), "kind": ws.config.kind, "accuracy_source": source,
+            "probation_rule": ws.config.probation_rule, "seed": ws.config.seed,
+            "last_step": list(ws.state.last_step) if ws.state.last_step else None,
+            "overall": overall, "types": types}
+
+
+def _final_accuracy(ws: Workspace, world: Any) -> tuple[dict[str, float | None], str]:
+    if world is not None:
+        return ({t: world.true_accuracy(t, ws.skill_text(t)) for t in ws.task_types},
+                "true accuracy (simulator)")
+    ev = ws.log.frame("evaluation", "epoch >= 0")
+    if not ev.height:
+        return dict.fromkeys(ws.task_types), "none (no held-out evaluation recorded)"
+    last = cast(int, ev["epoch"].max())
+    rows = dict(ev.filter(pl.col("epoch") == last).select("task_type", "acc_current")
+                .iter_rows())
+    return ({t: rows.get(t) for t in ws.task_types},
+            f"held-out accuracy after epoch {last}")
+
+
+DECISION_LETTERS = {"ACCEPT": "A", "PROVISIONAL": "P", "INERTIA": "I", "FUTILE": "F",
+                    "REJECT": "R"}
+
+
+def decision_letters(counts: Mapping[str, int] | None) -> str:
+    """Decision counts in a few letters: ``A2 P1 F3`` (ACCEPT 2, PROVISIONAL 1, FUTILE 3)."""
+    return " ".join(f"{DECISION_LETTERS.get(a, a)}{n}" for a, n in (counts or {}).items()
+                    if n) or "-"
+
+
+def compare_runs(a: str | Path, b: str | Path) -> dict[str, Any]:
+    """Two workspaces side by side (`run_numbers` of each), per type and overall, with the
+    differences B - A of accuracy, time and calls."""
+    runs = []
+    for path in (a, b):
+        with Workspace.open(Path(path), readonly=True) as ws:
+            runs.append(run_numbers(ws))
+    ra, rb = runs
+    types = sorted(set(ra["types"]) | set(rb["types"]))
+
+    def diff(x: Any, y: Any) -> Any:
+        return None if x is None or y is None else y - x
+
+    per_type = {t: {"a": ra["types"].get(t), "b": rb["types"].get(t),
+                    "accuracy_diff": diff((ra["types"].get(t) or {}).get("accuracy"),
+                                          (rb["types"].get(t) or {}).get("accuracy"))}
+                for t in types}
+    oa, ob = ra["overall"], rb["overall"]
+    return {"a": {k: v for k, v in ra.items() if k != "types"},
+            "b": {k: v for k, v in rb.items() if k != "types"},
+            "diff": {k: diff(oa[k], ob[k]) for k in ("accuracy", "seconds", "calls", "tokens")},
+            "types": per_type}
