@@ -374,7 +374,7 @@ def test_the_crossover_figure_draws_four_baselines_and_marks_where_v3_pays():
     ax = fig.axes[0]
     labels = ax.get_legend_handles_labels()[1]
     assert labels == ["no gate (apply every candidate)", "old serial gate", "v3 gate (default)",
-                      "oracle (apply exactly the truly better ones)"]
+                      "oracle gate (exactly the truly better ones; cooldown after a rejection)"]
     v3 = ax.lines[2].get_xydata()
     assert v3[:, 0] == pytest.approx([0.0, 10.0, 20.0, 30.0])
     assert v3[:, 1] == pytest.approx([66.0, 58.0, 52.0, 46.0])
