@@ -387,10 +387,18 @@ class ExpectedNeed(NeedAware):
         if left > self.horizon or not stops_early(t.rule):
             # far from its ladder's end (or a rule that cannot stop): every unit counts
             return (float(left - ahead), float(lane.n - rank))
-        table = self._table(t.rule, t.params)
-        e = (self._expected(t.rule, t.params, table, t.state, t.n_ladder, left)
-             - self._expected(t.rule, t.params, table, t.state, t.n_ladder, ahead))
-        return (e, float(lane.n - rank))
+        rule, params, state, n_ladder = t.rule, t.params, t.state, t.n_ladder
+        table = self._table(rule, params)
+        # both sums straight from the memo when there (every 40-unit ladder's score is a
+        # search, so its two lookups skip the calls down to `_sweep`); the same values
+        counts = (state.W, state.L, state.n_used, state.n_consumed)
+        e_left = table.get((1, n_ladder, *counts, left)) if left > 0 else 0.0
+        if e_left is None:
+            e_left = self._expected(rule, params, table, state, n_ladder, left)
+        e_ahead = table.get((1, n_ladder, *counts, ahead)) if ahead > 0 else 0.0
+        if e_ahead is None:
+            e_ahead = self._expected(rule, params, table, state, n_ladder, ahead)
+        return (e_left - e_ahead, float(lane.n - rank))
 
     def _expected(self, rule: DecisionRule, params: GateParams,
                   table: dict[tuple[int, ...], float], state: GateState, n_ladder: int,
