@@ -725,6 +725,24 @@ def test_equal_rules_and_params_built_anew_share_one_memo():
     assert policy._table(MeasureAll(), GateParams()) is not first
 
 
+def test_the_memo_keeps_at_most_four_tables_however_many_rules_a_session_brings():
+    """Issue 29: a dropped table stayed alive (and in use) through its identity alias, so a
+    training run, whose probations bring a new rule each, grew by 11-16 MiB an epoch."""
+    from vtrm_gate.gate._dispatch import _MEMO_CAP, _TABLES
+
+    policy = ExpectedNeed()
+    kept = []  # the rules and params stay alive, as a run's do, so their aliases could too
+    for i in range(12):
+        lane = FakeLane(30, params=GateParams(e_confirm=20.0 + i))
+        kept.append(lane)
+        policy.priority(lane, 5)
+        live = {id(t): t for _, _, t in policy._memo.values()}
+        live |= {id(t): t for _, _, t in policy._tables}
+        assert len(live) <= _TABLES and sum(map(len, live.values())) <= _TABLES * _MEMO_CAP
+    # the latest rule's table is still the one its alias finds (nothing it needs was lost)
+    assert policy._table(kept[-1].test.rule, kept[-1].params) is policy._tables[-1][2]
+
+
 @dataclass(frozen=True)
 class CountingBetting(PairedBetting):
     """The default rule, counting the state updates (the gate's and the policy's)."""
