@@ -2,7 +2,9 @@
 live view's and a launch handle's overhead and memory, and batch replay rate.
 
 Ratios are measured side by side in one process; times are medians over repeats.
-Run: ``python -m benchmarks.bench_core`` (or ``make bench``).
+Run: ``python -m benchmarks.bench_core`` (or ``make bench``); ``--shape 40``: only the
+per-call cost at K types x 40 units (the gate's real ladder shape) against a bare
+Semaphore + gather and a plain 32-worker pool over the same calls.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import numpy as np
 from vtrm_gate import GateParams, TypePlan, UnitResult, replay_prefix_batch, run_gate
 from vtrm_gate.gate import DEFAULT_DISPATCH
 
-from ._common import machine, median_time, print_table, run_quick
+from ._common import machine, median_time, parser, print_table
 
 NEVER_STOP = GateParams(e_confirm=1e300, e_reject=1e300, e_provisional=1.0,
                         w_net_min_provisional=0, n_max=10**6)
@@ -71,6 +73,25 @@ def _bare(n_calls: int, concurrency: int, count_tasks: bool = False) -> dict:
     return {"calls": len(out), "peak_tasks": peak_tasks}
 
 
+def _pool(n_calls: int, concurrency: int) -> dict:
+    """The floor: ``concurrency`` workers taking the calls from one iterator in turn."""
+
+    async def main() -> int:
+        calls = iter(range(n_calls))
+        done = 0
+
+        async def worker() -> None:
+            nonlocal done
+            for i in calls:
+                await _noop(i)
+                done += 1
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return done
+
+    return {"calls": asyncio.run(main())}
+
+
 def _interleaved(fns: dict[str, Any], repeats: int) -> dict[str, tuple[float, float]]:
     """Median (wall s, CPU s) of each function, run in turn repeat after repeat, so a load
     change on a shared machine hits every variant alike. CPU time (this process only) is
@@ -112,6 +133,31 @@ def scheduler_overhead(quick: bool = False) -> list[dict]:
     g = _gate(_plans(12, calls // 24), conc, count_tasks=True)  # untimed: all_tasks() is O(n)
     b = _bare(calls, conc, count_tasks=True)
     rows[0]["peak_live_tasks"], rows[1]["peak_live_tasks"] = b["peak_tasks"], g["peak_tasks"]
+    return rows
+
+
+def shape_overhead(units: int, quick: bool = False) -> list[dict]:
+    """CPU per call of run_gate at K types x ``units`` units (K = 12 to 1,000; every unit runs
+    on both arms), default dispatch and round-robin, next to a bare Semaphore + gather and a
+    plain 32-worker pool over the same number of no-op calls, 32 slots."""
+    conc, repeats = 32, (3 if quick else 5)
+    counts = TYPE_COUNTS[:2] if quick else TYPE_COUNTS
+    fns: dict[Any, Any] = {}
+    for k in counts:
+        n, plans = 2 * k * units, _plans(k, units)
+        fns[(k, "bare")] = lambda n=n: _bare(n, conc)
+        fns[(k, "pool")] = lambda n=n: _pool(n, conc)
+        for dispatch in (DEFAULT_DISPATCH, "round_robin"):
+            fns[(k, dispatch)] = lambda plans=plans, d=dispatch: _gate(plans, conc, dispatch=d)
+    med = _interleaved(fns, repeats)
+    rows = []
+    for k in counts:
+        n = 2 * k * units
+        bare, pool = med[(k, "bare")][1] / n, med[(k, "pool")][1] / n
+        for what in ("bare", "pool", DEFAULT_DISPATCH, "round_robin"):
+            us = med[(k, what)][1] / n
+            rows.append({"types": k, "units": units, "calls": n, "what": what,
+                         "cpu_us_per_call": 1e6 * us, "x bare": us / bare, "x pool": us / pool})
     return rows
 
 
@@ -201,5 +247,23 @@ def main(quick: bool = False) -> list[dict]:
     return rows + listen + rep
 
 
+def shape_main(units: int, quick: bool = False) -> list[dict]:
+    print(f"machine: {machine()}")
+    rows = shape_overhead(units, quick)
+    print_table(f"CPU per call at K types x {units} units (no-op calls, 32 slots, medians of "
+                f"interleaved repeats): run_gate vs a bare Semaphore + gather and a plain "
+                f"32-worker pool over the same calls", rows)
+    return rows
+
+
 if __name__ == "__main__":
-    run_quick(main)
+    ap = parser()
+    ap.add_argument("--shape", type=int, metavar="N", default=None,
+                    help="only the per-call cost at K types x N units (the real shape: 40)")
+    args = ap.parse_args()
+    if args.shape is not None and args.shape < 1:
+        ap.error(f"--shape must be an integer >= 1, got {args.shape}")
+    if args.shape is None:
+        main(quick=args.quick)
+    else:
+        shape_main(args.shape, quick=args.quick)

@@ -725,6 +725,24 @@ def test_equal_rules_and_params_built_anew_share_one_memo():
     assert policy._table(MeasureAll(), GateParams()) is not first
 
 
+def test_the_memo_keeps_at_most_four_tables_however_many_rules_a_session_brings():
+    """Issue 29: a dropped table stayed alive (and in use) through its identity alias, so a
+    training run, whose probations bring a new rule each, grew by 11-16 MiB an epoch."""
+    from vtrm_gate.gate._dispatch import _MEMO_CAP, _TABLES
+
+    policy = ExpectedNeed()
+    kept = []  # the rules and params stay alive, as a run's do, so their aliases could too
+    for i in range(12):
+        lane = FakeLane(30, params=GateParams(e_confirm=20.0 + i))
+        kept.append(lane)
+        policy.priority(lane, 5)
+        live = {id(t): t for _, _, t in policy._memo.values()}
+        live |= {id(t): t for _, _, t in policy._tables}
+        assert len(live) <= _TABLES and sum(map(len, live.values())) <= _TABLES * _MEMO_CAP
+    # the latest rule's table is still the one its alias finds (nothing it needs was lost)
+    assert policy._table(kept[-1].test.rule, kept[-1].params) is policy._tables[-1][2]
+
+
 @dataclass(frozen=True)
 class CountingBetting(PairedBetting):
     """The default rule, counting the state updates (the gate's and the policy's)."""
@@ -763,3 +781,40 @@ def test_expected_need_near_the_end_of_a_long_ladder_equals_a_short_ladders_scor
         long.prefix += 1
     policy = ExpectedNeed()
     assert policy.priority(long, 60) == pytest.approx(policy.priority(short, 0), rel=1e-12)
+
+
+def _pinned_world_starts(dispatch: str) -> tuple[list[tuple[str, int, str]], dict]:
+    """A fixed virtual-clock world (9 types of 40 units, one of 25 and one of 60; outcomes
+    and latencies from fixed seeds, crc32 not the salted hash): the calls in the order the
+    gate started them, and each type's (action, stop_rank)."""
+    import zlib
+
+    rng = random.Random(29)
+    sizes = [40] * 9 + [25, 60]
+    outcomes = {f"T{i:02d}": [rng.choice([WIN, WIN, LOSS, TIE, TIE, TIE, None])
+                              for _ in range(n)] for i, n in enumerate(sizes)}
+    table = OutcomeTable(outcomes, latency=lambda t, r: 1.0 + zlib.crc32(
+        f"{t.task_type}/{t.unit_id}/{t.arm}".encode()) % 9)
+    starts: list[tuple[str, int, str]] = []
+
+    async def infer(task):
+        starts.append((task.task_type, task.ladder_rank, task.arm))
+        return await table(task)
+
+    params = GateParams(e_confirm=4, e_reject=4, w_net_min=1, n_max=60)
+    res = run(run_gate(table.plans(), infer, params, concurrency=8, dispatch=dispatch,
+                       guard=GuardParams(min_calls=10**6)))
+    return starts, {t: (o.action.name, o.stop_rank) for t, o in res.outcomes.items()}
+
+
+@pytest.mark.parametrize(("dispatch", "n_starts", "digest"), [
+    ("expected_need", 634, "0dd1d2fcc5f8e27e"), ("need_aware", 624, "7e2b78ea1289e2c3"),
+    ("round_robin", 625, "78b9bb4f63452b17")])
+def test_the_dispatch_sequence_of_a_fixed_world_is_pinned(dispatch, n_starts, digest):
+    """Issue 29: the per-call cost was cut without moving a call: the sequence of starts
+    (and the decisions) of a fixed world is the one the gate gave before (its sha256)."""
+    import hashlib
+
+    starts, decisions = _pinned_world_starts(dispatch)
+    got = hashlib.sha256(repr((starts, sorted(decisions.items()))).encode()).hexdigest()[:16]
+    assert (len(starts), got) == (n_starts, digest), decisions

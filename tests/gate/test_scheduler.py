@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -413,6 +414,40 @@ def test_correct_none_without_infra_still_fails_the_gate():
 
     with pytest.raises(TypeError, match=r"UnitResult.correct=None .*unit 'u0'"):
         run(run_gate([TypePlan("A", ["u0"])], bug))
+
+
+class _Str(str):
+    pass
+
+
+_FLAGS = st.sampled_from([True, False, None, 0, 1, "no"]) | st.booleans().map(np.bool_)
+_NUMBERS = st.sampled_from([0, 3, -1, 2**63 - 1, 2**63, True, 0.0, 1.5, -0.5, float("nan"),
+                            float("inf"), np.int64(4), np.float64(0.25), np.float32(2.0),
+                            None, "7"])
+_TEXTS = st.sampled_from([None, "", "x", _Str("y"), b"z", 3])
+
+
+@settings(max_examples=400, deadline=None)
+@given(_FLAGS, _FLAGS, _FLAGS, _NUMBERS, _NUMBERS, _TEXTS, _TEXTS)
+def test_the_plain_result_shortcut_agrees_with_the_full_check(correct, infra, cached, tokens,
+                                                              latency, prediction, error):
+    """Issue 29: a result of plain Python values skips the field-by-field check; it must
+    accept exactly what the full check accepts, and change nothing it returns."""
+    from vtrm_gate.errors import InvalidResultError
+    from vtrm_gate.gate._plan import _plain, _result_fault, checked_result
+
+    res = UnitResult(correct=correct, infra=infra, cached=cached, tokens=tokens,
+                     latency_s=latency, prediction=prediction, error=error)
+    task = TypePlan("A", ["u0"]).task(0, "base")
+    if _plain(res):
+        assert _result_fault(res) is None and checked_result(task, res) is res
+    elif _result_fault(res) is not None:
+        with pytest.raises(InvalidResultError):
+            checked_result(task, res)
+    else:
+        out = checked_result(task, res)
+        assert [type(v) for v in (out.correct, out.infra, out.cached, out.tokens)] \
+            == [bool, bool, bool, int] and out.latency_s == res.latency_s
 
 
 def test_infer_returning_wrong_type_fails_the_gate():

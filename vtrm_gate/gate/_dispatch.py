@@ -28,8 +28,8 @@ from ..stats import (
 )
 
 Priority = tuple[float, ...]
-_MEMO_CAP = 250_000  # memoised values kept per (rule, params) table; at most _TABLES tables
-_TABLES = 4  # (~150 B an entry: at most ~150 MB, in practice a few MB)
+_MEMO_CAP = 100_000  # memoised values kept per (rule, params) table; at most _TABLES tables
+_TABLES = 4  # (~160 B an entry: at most ~65 MB; a training run holds ~100,000-200,000)
 DispatchName = Literal["round_robin", "need_aware", "expected_need"]
 DISPATCH_NAMES: tuple[DispatchName, ...] = ("round_robin", "need_aware", "expected_need")
 DEFAULT_DISPATCH: DispatchName = "expected_need"
@@ -318,7 +318,7 @@ class NeedAware:
             table = next((t for r, p, t in tables if r == rule and p == params), None)
             if table is None:
                 if len(tables) >= _TABLES:  # a new rule or params per gate: keep it small
-                    tables.clear()
+                    self._evict()
                 table = {}
                 tables.append((rule, params, table))
             if len(self._memo) >= 256:  # identity aliases only: the tables stay
@@ -328,6 +328,15 @@ class NeedAware:
         if len(entry[2]) > _MEMO_CAP:  # a long session: start over rather than grow forever
             entry[2].clear()
         return entry[2]
+
+    def _evict(self) -> None:
+        """Drop the smallest memo table (the cheapest to rebuild) and every identity alias to
+        it: an alias kept a dropped table alive and growing, so a training run's memory grew
+        every epoch (issue 29); now at most ``_TABLES`` tables of ``_MEMO_CAP`` entries live."""
+        tables = self._tables
+        dead = tables.pop(min(range(len(tables)), key=lambda i: len(tables[i][2])))[2]
+        for ids in [ids for ids, entry in self._memo.items() if entry[2] is dead]:
+            del self._memo[ids]
 
     def _sweep(self, rule: DecisionRule, params: GateParams,
                table: dict[tuple[int, ...], float], state: GateState, n_ladder: int, m: int,
@@ -387,10 +396,18 @@ class ExpectedNeed(NeedAware):
         if left > self.horizon or not stops_early(t.rule):
             # far from its ladder's end (or a rule that cannot stop): every unit counts
             return (float(left - ahead), float(lane.n - rank))
-        table = self._table(t.rule, t.params)
-        e = (self._expected(t.rule, t.params, table, t.state, t.n_ladder, left)
-             - self._expected(t.rule, t.params, table, t.state, t.n_ladder, ahead))
-        return (e, float(lane.n - rank))
+        rule, params, state, n_ladder = t.rule, t.params, t.state, t.n_ladder
+        table = self._table(rule, params)
+        # both sums straight from the memo when there (every 40-unit ladder's score is a
+        # search, so its two lookups skip the calls down to `_sweep`); the same values
+        counts = (state.W, state.L, state.n_used, state.n_consumed)
+        e_left = table.get((1, n_ladder, *counts, left)) if left > 0 else 0.0
+        if e_left is None:
+            e_left = self._expected(rule, params, table, state, n_ladder, left)
+        e_ahead = table.get((1, n_ladder, *counts, ahead)) if ahead > 0 else 0.0
+        if e_ahead is None:
+            e_ahead = self._expected(rule, params, table, state, n_ladder, ahead)
+        return (e_left - e_ahead, float(lane.n - rank))
 
     def _expected(self, rule: DecisionRule, params: GateParams,
                   table: dict[tuple[int, ...], float], state: GateState, n_ladder: int,

@@ -87,6 +87,18 @@ def _result_fault(res: UnitResult) -> tuple[str, object] | None:
     return None
 
 
+def _plain(res: UnitResult) -> bool:
+    """Whether ``res`` is valid as it is: Python bools, an int ``tokens`` in range, a finite
+    float or int ``latency_s`` >= 0 (NaN fails the comparison) and str-or-None texts. A
+    result this says no to goes to `_result_fault`, which accepts numpy scalars too."""
+    lat, p, e = res.latency_s, res.prediction, res.error
+    return (type(res.correct) is bool and type(res.infra) is bool
+            and type(res.cached) is bool and type(res.tokens) is int
+            and 0 <= res.tokens <= _MAX_TOKENS
+            and (type(lat) is float or type(lat) is int) and 0 <= lat < math.inf
+            and (p is None or type(p) is str) and (e is None or type(e) is str))
+
+
 _EXPECTED = {"correct": "a bool (None only with infra=True)", "infra": "a bool", "cached": "a bool",
              "tokens": f"an integer from 0 to {_MAX_TOKENS}",
              "latency_s": "a finite number of seconds >= 0", "prediction": "a string or None",
@@ -103,6 +115,8 @@ def checked_result(task: UnitTask, res: object) -> UnitResult:
     if not isinstance(res, UnitResult):
         raise InvalidResultError(f"infer returned {type(res).__name__}, expected UnitResult, "
                                  f"for {where}")
+    if _plain(res):  # the common case, checked without building a type union per field
+        return res
     fault = _result_fault(res)
     if fault is not None:
         name, value = fault
