@@ -279,7 +279,8 @@ def _frontier_claim(result: Mapping[str, object], summary: list[dict]) -> str:
 CROSSOVER_LINES = {"no_gate": ("no gate (apply every candidate)", SERIES[3], "o", "-"),
                    "old": ("old serial gate", OLD, "s", "-"),
                    "v3": ("v3 gate (default)", V3, "D", "-"),
-                   "oracle": ("oracle gate (exactly the truly better ones; cooldown after a rejection)", BOUND, "", "--")}
+                   "oracle": ("oracle gate (exactly the truly better ones; cooldown after a "
+                              "rejection)", BOUND, "", "--")}
 """Per baseline of `bench_power`'s harmful sweep: legend label, colour, marker, line style."""
 
 
