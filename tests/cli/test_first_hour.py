@@ -70,17 +70,29 @@ def test_replay_counts_unrun_units_in_the_right_number(outputs):
     (["step", "--workspace", ".", "--epoch", "0", "--step", "1"],
      "vtrm-gate step: --epoch: expected an integer >= 1, got 0"),
     (["step", "--workspace", ".", "--epoch", "1", "--step", "1", "--dispatch", "fastest"],
-     "invalid choice: 'fastest' (choose from round_robin, need_aware, expected_need)"),
+     "vtrm-gate step: --dispatch: invalid choice: 'fastest' (see --help)"),
     (["init", "x", "--seed", "abc"], "vtrm-gate init: --seed: expected an integer, got 'abc'"),
     (["step", "--workspace", ".", "--epoch", "1", "--step", "1", "--concurrency", "0"],
      "--concurrency: expected an integer >= 1, got 0"),
-    (["stpe", "--workspace", "."], "vtrm-gate: command: invalid choice: 'stpe'"),
+    (["stpe", "--workspace", "."], "vtrm-gate: command: invalid choice: 'stpe' (see --help)"),
+    (["init", "x", "--seed", "x" * 90], "vtrm-gate init: --seed: expected an integer, got "
+                                        "'xxx"),
 ])
-def test_usage_errors_print_one_line_and_exit_2(args, fragment):
+def test_usage_errors_print_one_line_within_columns_and_exit_2(args, fragment):
     out = cli(*args)  # was the whole usage block (3-15 lines) before the error
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.count("\n") == 1 and fragment in out.stderr, out.stderr
     assert "usage:" not in out.stderr
+    assert len(out.stderr.rstrip("\n")) <= 80, out.stderr  # --dispatch's was ~100
+
+
+def test_a_usage_error_lists_the_choices_when_they_fit_and_cuts_only_as_a_last_resort():
+    args = ["step", "--workspace", ".", "--epoch", "1", "--step", "1", "--dispatch", "fastest"]
+    wide = cli(*args, columns=120).stderr.rstrip("\n")
+    assert wide.endswith("invalid choice: 'fastest' (choose from round_robin, need_aware, "
+                         "expected_need)"), wide
+    cut = cli("init", "x", "--seed", "x" * 200, columns=80).stderr.rstrip("\n")
+    assert len(cut) == 80 and cut.endswith("xxx… (see --help)"), cut
 
 
 def test_cache_stop_with_nothing_running_says_why(outputs, tmp_path):

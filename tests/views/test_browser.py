@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -211,7 +212,8 @@ def _watch_live_frames(page, tmp_path) -> int:
 
 
 def _explorer_redraws(page, tmp_path) -> None:
-    """Notebook 05: moving a slider changes the explorer's figure."""
+    """Notebook 05: moving a slider changes the explorer's figure; its plain snapshot (what a
+    reopened notebook shows) follows, hidden while the widgets are live."""
     img = page.locator(".vtrm-explorer img").first
     img.wait_for(timeout=120_000)
     before = img.get_attribute("src")
@@ -224,13 +226,20 @@ def _explorer_redraws(page, tmp_path) -> None:
         page.wait_for_timeout(200)
     page.screenshot(path=str(tmp_path / "05_after.png"), full_page=True)
     assert img.get_attribute("src") != before, "the explorer figure did not change"
+    page.wait_for_timeout(1000)  # the snapshot follows the redraw, hidden while live
+    assert page.locator(".vtrm-snapshot").count() == 1
+    assert page.locator(".vtrm-snapshot:visible").count() == 0, "the figure is shown twice"
+    live = re.findall(r"redraws (\d+)", page.locator(".vtrm-explorer").first.inner_text())
+    snap = re.findall(r"redraws (\d+)", page.locator(".vtrm-snapshot").text_content() or "")
+    assert live == snap and int(live[0]) >= 2, ("the snapshot is not the last redraw", live,
+                                                 snap)
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_every_notebook_runs_saves_and_reopens_with_its_figures(lab, browser, tmp_path, name):
     """Run all, save, end the kernel, reload: every figure is an image before and after,
-    no widget error, no traceback; 01's live view redraws and turns static, 05's explorer
-    redraws when a slider moves and leaves its figure."""
+    no widget error, no "disconnected" widget, no traceback; 01's live view redraws and
+    turns static, 05's explorer redraws when a slider moves and leaves its figure."""
     url, root, api = lab
     page = _open(browser, url.format(ws=name.split("_")[0], name=name) + "&reset")
     _run_all(page)
@@ -260,6 +269,10 @@ def test_every_notebook_runs_saves_and_reopens_with_its_figures(lab, browser, tm
     page.screenshot(path=str(tmp_path / f"{name}_reloaded.png"), full_page=True)
     images_after, bad_after = _figures_and_errors(page)
     assert not bad_after, bad_after
+    broken = page.locator(".jupyter-widgets-disconnected:visible").count()
+    assert broken == 0, f"after reload: {broken} disconnected widgets shown"
+    if name.startswith("05"):  # the explorer's last state, as a plain image
+        assert page.locator(".vtrm-snapshot img:visible").count() == 1
     assert images_after >= FIGURES[name], f"after reload: {images_after} figures"
     page.close()
     _shut_kernel(api, name)  # the next notebook gets the machine to itself

@@ -48,6 +48,23 @@ def test_live_view_is_replaced_by_a_static_figure_and_table_when_the_gate_ends()
     assert outs[1][0]["text"].split() == ["True", "12"]
 
 
+@pytest.mark.slow
+def test_the_explorer_leaves_a_plain_snapshot_of_its_last_state():
+    """A reopened notebook showed ~12 "disconnected" widget icons where the explorer was:
+    besides its widgets it now displays a plain HTML snapshot that follows every redraw."""
+    outs = _run(
+        "import base64\nfrom vtrm_gate.views import Explorer\nex = Explorer(debounce=0)\nex",
+        "ex.sliders['e_confirm'].value = 10.0",
+        "print(base64.b64encode(ex.image.value).decode()[-200:], ex.redraws)")
+    explorer = outs[0]
+    assert [WIDGET in o["data"] for o in explorer] == [True, False]
+    snap = explorer[1]["data"]["text/html"]
+    tail, redraws = outs[2][0]["text"].split()
+    assert redraws == "2" and tail in snap  # the figure after the slider move
+    assert "P(ACCEPT) <b>" in snap and "class='vtrm-snapshot'" in snap
+    assert ".vtrm-explorer.jupyter-widgets-disconnected{display:none}" in snap
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_committed_notebooks_keep_outputs_only_in_checked_cells(path):
     cells = dirty_cells(json.loads(path.read_text()))

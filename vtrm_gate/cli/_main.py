@@ -22,6 +22,7 @@ from typing import NoReturn
 
 from ..errors import CliError, InfraGuardError, StepRefusedError, bounded, exit_code
 from . import _cache, _compare, _export, _fit, _init, _lab, _options, _status, _step, _train
+from ._table import terminal_width
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -29,7 +30,7 @@ class _OneLineParser(argparse.ArgumentParser):
     exit 2) instead of the whole usage block before it; ``--help`` shows the usage."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: {_usage_error(message)}\n")
+        self.exit(2, usage_line(self.prog, message, terminal_width(sys.stderr)) + "\n")
 
 
 def _usage_error(message: str) -> str:
@@ -40,6 +41,19 @@ def _usage_error(message: str) -> str:
     text = " ".join(message.split()).removeprefix("argument ")
     return re.sub(r"\(choose from ([^)]*)\)", lambda m: f"(choose from "
                   f"{m.group(1).replace(chr(39), '')})", text)
+
+
+def usage_line(prog: str, message: str, width: int) -> str:
+    """``prog: <message>`` on one line of at most ``width`` characters: a list of choices
+    too long for it becomes "(see --help)", and only then is the end cut ("…")."""
+    import re
+
+    line = f"{prog}: {_usage_error(message)}"
+    if len(line) > width:
+        line = re.sub(r"\(choose from [^)]*\)", "(see --help)", line)
+    if len(line) > width:
+        line = line[:width - len("… (see --help)")].rstrip() + "… (see --help)"
+    return line
 
 
 class _RaisingParser(argparse.ArgumentParser):

@@ -13,6 +13,7 @@ same function the design-review figures and the README quote.
 from __future__ import annotations
 
 import asyncio
+import base64
 import html
 import io
 from collections.abc import Sequence
@@ -197,6 +198,24 @@ SLIDERS: tuple[tuple[str, str, float, float, float], ...] = (
 STALE_CSS = ("<style>.vtrm-stale{opacity:0.35;pointer-events:none}</style>")
 """Greys out the figure and the numbers while they are recomputed for a new setting."""
 
+SNAPSHOT_CSS = ("<style>.jp-OutputArea:has(.vtrm-explorer:not(.jupyter-widgets-disconnected))"
+                " .vtrm-snapshot{display:none}"
+                ".vtrm-explorer.jupyter-widgets-disconnected{display:none}"
+                ".jp-OutputArea-child:has(~.jp-OutputArea-child .vtrm-snapshot)"
+                ":has(.jupyter-widgets):not(:has(.vtrm-explorer)){display:none}</style>")
+"""The snapshot (a plain output) is hidden while the explorer's widgets are live; widgets
+without a kernel (a reopened notebook) are hidden instead, so the last state shows as an
+image, not as a dozen "disconnected" icons (nor, without saved widget state, as "Error
+displaying widget")."""
+
+
+def snapshot_html(png: bytes, numbers: str) -> str:
+    """The explorer's last figure and numbers as plain HTML (no widget), with `SNAPSHOT_CSS`."""
+    src = base64.b64encode(png).decode("ascii")
+    return (f"{SNAPSHOT_CSS}<div class='vtrm-snapshot'><div style='color:{MUTED}'>the "
+            f"explorer's last state (run the cell for live sliders)</div><img alt='explorer' "
+            f"style='max-width:100%' src='data:image/png;base64,{src}'>{numbers}</div>")
+
 
 class Explorer:
     """The widgets and their state; ``redraws`` counts figure renders. λ's slider stops at
@@ -215,6 +234,7 @@ class Explorer:
         self.redraws = 0
         self.error = ""
         self._timer: asyncio.TimerHandle | None = None
+        self._snapshot: Any = None  # the display handle of the plain snapshot, once shown
         self.mc: dict[Action, tuple[float, float, float]] | None = None
         self.sliders = _sliders(w, self.point)
         self.recomputing = False
@@ -283,6 +303,7 @@ class Explorer:
             self.image.value = stale_png(explorer_figure(self.point), self.error)
             self.message.value = f"<span style='color:#D55E00'>{html.escape(self.error)}</span>"
             self._stale(False)
+            self._publish()
             return
         self.point, self.error = point, ""
         fig = explorer_figure(point, self.mc, n_rep=self.mc_reps if self.mc else None)
@@ -297,11 +318,26 @@ class Explorer:
                               f"<b>{oc.p_accept:.1%}</b><br>expected units "
                               f"{oc.expected_units:.1f}{mc}<br>redraws {self.redraws}</div>")
         self._stale(False)
+        self._publish()
+
+    def snapshot(self) -> str:
+        """The figure and numbers now shown, as plain HTML (`snapshot_html`)."""
+        return snapshot_html(self.image.value, self.message.value)
+
+    def _publish(self) -> None:
+        """Update the displayed snapshot (if any) to what the widgets now show."""
+        if self._snapshot is not None:
+            from IPython.display import HTML
+
+            self._snapshot.update(HTML(self.snapshot()))
 
     def _ipython_display_(self) -> None:
-        from IPython.display import display
+        """The widgets, then a plain snapshot of their figure and numbers that follows every
+        redraw: a saved notebook reopened without a kernel shows that, not broken widgets."""
+        from IPython.display import HTML, display
 
         display(self.widget)
+        self._snapshot = display(HTML(self.snapshot()), display_id=True)
 
     def check(self) -> bool:
         """Run the Monte Carlo check of the current setting and redraw with it; say so, and
