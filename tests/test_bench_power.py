@@ -67,6 +67,27 @@ def test_the_crossover_is_where_the_mean_paired_difference_turns_non_negative():
     assert crossover_interval(shares, -np.abs(d) - 1, reps=50) == [None, None, None]
 
 
+def test_the_sweep_frame_shows_the_four_baselines_per_share_as_notebook_06_prints_them():
+    from vtrm_gate.views import crossover_claim, harmful_sweep_frame
+
+    rows = [_row(DEFAULT, 0, 0.60, 0.50, 0.70), _row(DEFAULT, 1, 0.62, 0.58, 0.72),
+            _row(OLD, 1, 0.64, 0.58, 0.72), _row(OLD, 0, 0.61, 0.50, 0.70)]
+    sweep = {"seeds": 2, "points": [{"p_harmful": 0.3, "seeds": 2,
+                                     "summary": baseline_rows(rows)}],
+             "crossover": {"v3": [0.25, 0.2, 0.3], "old": [0.2, None, None]}}
+    f = harmful_sweep_frame(sweep)
+    assert f.columns == ["p_harmful", "seeds", "no_gate", "old", "v3", "oracle",
+                         "v3_vs_no_gate", "lo", "hi"]
+    r = f.row(0, named=True)
+    assert (r["no_gate"], r["old"], r["v3"], r["oracle"]) == pytest.approx(
+        (0.54, 0.625, 0.61, 0.71))
+    assert r["v3_vs_no_gate"] == pytest.approx(0.07) and r["lo"] <= 0.07 <= r["hi"]
+    claim = crossover_claim(sweep)
+    assert "once ≥ 25% [95%: 20–30%]" in claim and "(the old gate: ≥ 20%)" in claim
+    stored = json.loads((ROOT / "benchmarks/results/bench_power.json").read_text())["harmful_sweep"]
+    assert harmful_sweep_frame(stored)["p_harmful"].to_list() == list(HARMFUL_SHARES)
+
+
 def test_the_harmful_sweep_keeps_todays_helpful_to_neutral_ratio():
     for s in HARMFUL_SHARES:
         w = World.from_dict(harmful_world(s))
