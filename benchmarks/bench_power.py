@@ -265,7 +265,7 @@ the old serial gate, v3 (default)."""
 PRESET_WORLDS = ("mostly_harmful", "mostly_neutral", "mostly_helpful")
 HARMFUL_SHARES = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
 """The crossover sweep: the share of harmful candidates; helpful : neutral stays 40 : 35."""
-SECTIONS = ("frontier", "baselines", "harmful", "levers")
+SECTIONS = ("frontier", "baselines", "harmful", "levers", "ranking")
 LEVERS = (Config("v3 lambda 0.7", lambda_dir=0.7), Config("v3 n_max 80", n_max=80),
           Config("v3 probe seed-wrong-first", probation_order="seed_wrong_first"))
 """Ways to spend the speed on information that keep the validity guarantee (opt-in): a
@@ -429,6 +429,83 @@ def run_levers(worlds: dict[str, dict[str, Any]], seeds: list[int], ex: Executor
     return out
 
 
+# ---- the fitted world ranks the configurations as the true world does ---------------------
+
+RANKED = (OLD, DEFAULT, Config("v3 n_max 80", n_max=80))
+"""The configurations ranked under a preset world and under the world fitted to one of its
+runs (no gate comes with the v3 runs)."""
+RANK_LABELS = ("no_gate", "old", "v3", "v3_n_max_80")
+FIT_SEED = 1
+"""The seed of the 3 x 5 run each world is fitted to (the recovery tests' run)."""
+
+
+def fitted_world(world: dict[str, Any], seed: int = FIT_SEED) -> dict[str, Any]:
+    """The `World` (JSON object) that `fit_world` estimates from one simulated 3 x 5 run of
+    ``world`` at the SPEC's defaults."""
+    from vtrm_gate.backends import run_simulated_training
+    from vtrm_gate.sim import SimConfig, fit_world
+
+    with tempfile.TemporaryDirectory() as d:
+        ws, _, _ = run_simulated_training(Path(d) / "ws", SimConfig(seed=seed, world=world),
+                                          EPOCHS, STEPS, probation_rule="e_continue")
+        try:
+            return fit_world(ws).world.to_dict()
+        finally:
+            ws.close()
+
+
+def rank_means(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Mean final true accuracy per `RANK_LABELS` entry over the runs' seeds."""
+    by = dict(zip(RANK_LABELS[1:], (c.name for c in RANKED), strict=True))
+    out = {k: statistics.mean(r["accuracy"] for r in rows if r["config"] == name)
+           for k, name in by.items()}
+    out["no_gate"] = statistics.mean(r["no_gate"] for r in rows if r["config"] == DEFAULT.name)
+    return {k: out[k] for k in RANK_LABELS}
+
+
+def rank_agreement(true: dict[str, float], fitted: dict[str, float]) -> dict[str, Any]:
+    """Both orders (best first), whether they are the same, and the pairs of configurations
+    the two worlds order alike (of all pairs)."""
+    pairs = [(a, b) for i, a in enumerate(RANK_LABELS) for b in RANK_LABELS[i + 1:]]
+    alike = [(a, b) for a, b in pairs
+             if (true[a] - true[b]) * (fitted[a] - fitted[b]) > 0]
+    order = lambda m: sorted(m, key=lambda k: -m[k])  # noqa: E731
+    return {"true_order": order(true), "fitted_order": order(fitted),
+            "same_order": order(true) == order(fitted), "pairs_alike": len(alike),
+            "pairs": len(pairs)}
+
+
+def _fit_star(world: dict[str, Any]) -> dict[str, Any]:
+    return fitted_world(world)
+
+
+def ranking(worlds: dict[str, dict[str, Any]], seeds: list[int], ex: Executor | None
+            ) -> dict[str, Any]:
+    """Per world: fit a 3 x 5 run, then rank `RANKED` and no gate by mean final true accuracy
+    over ``seeds`` under the true and under the fitted world (the same seeds)."""
+    from vtrm_gate.sim import sweep_map
+
+    fitted = dict(zip(worlds, sweep_map(_fit_star, list(worlds.values()), ex), strict=True))
+    work = [(c, s, w) for name in worlds for w in (worlds[name], fitted[name])
+            for c in RANKED for s in seeds]
+    rows = sweep_map(_run_star, work, ex)
+    k = len(RANKED) * len(seeds)
+    out = {}
+    for i, name in enumerate(worlds):
+        true, fit = rank_means(rows[2 * i * k:(2 * i + 1) * k]), \
+            rank_means(rows[(2 * i + 1) * k:(2 * i + 2) * k])
+        out[name] = {"world": worlds[name], "fitted": fitted[name], "seeds": len(seeds),
+                     "true": true, "fitted_means": fit, **rank_agreement(true, fit)}
+        print_table(f"{name}: mean final true accuracy (points, {len(seeds)} seeds) under the "
+                    f"true world and under the world fitted to its seed-{FIT_SEED} run",
+                    [{"configuration": lab, "true world": f"{100 * true[lab]:.1f}",
+                      "fitted world": f"{100 * fit[lab]:.1f}"} for lab in RANK_LABELS])
+        e = out[name]
+        print(f"  order true {e['true_order']}, fitted {e['fitted_order']}: same order "
+              f"{e['same_order']}, {e['pairs_alike']} of {e['pairs']} pairs alike")
+    return out
+
+
 # ---- the benchmark ------------------------------------------------------------------------
 
 
@@ -521,6 +598,9 @@ def main(quick: bool = False, seeds: int | None = None, tune_seeds: int | None =
             result["harmful_sweep"] = harmful_sweep(list(range(n)), ex)
         if "levers" in sections:
             result["levers"] = _levers(result, world_set, list(range(n)), ex)
+        if "ranking" in sections:
+            result["ranking"] = ranking({k: world_set[k] for k in PRESET_WORLDS},
+                                        list(range(n)), ex)
     print(f"wall time of this benchmark: {time.perf_counter() - t0:.0f} s")
     result.update({"machine": machine(), "epochs": EPOCHS, "steps": STEPS})
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,9 @@ empirical Bayes across gates), optionally written as a `vtrm_gate.sim.World` fil
 from __future__ import annotations
 
 import argparse
+import contextlib
+from collections.abc import Iterator
+from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +31,10 @@ def register(sub: Any) -> None:
     f.add_argument("--free-sizes", action="store_true",
                    help="fit the effect sizes too (default: the simulator's 0.3-0.9 logit; "
                         "needs a few hundred gates, see docs/worlds.md)")
+    f.add_argument("--jobs", type=positive_int, default=1,
+                   help="local processes for the bootstrap (default 1: here, serially)")
+    f.add_argument("--scheduler", help="run the bootstrap on the Dask cluster at "
+                                       "tcp://HOST:PORT (its workers import vtrm_gate)")
     f.add_argument("--json", action="store_true", help="machine-readable output")
     f.set_defaults(func=cmd_fit)
 
@@ -45,15 +52,29 @@ def cmd_fit(args: argparse.Namespace) -> int:
         if source.is_dir():
             raise CliError(f"{source}: is a directory; --outcomes takes a file (a workspace: "
                            f"--workspace)")
-    try:
-        fit = fit_world(source, n_boot=args.boot, seed=args.seed, free_sizes=args.free_sizes)
-    except ValueError as exc:
-        raise CliError(str(exc)) from None
+    with _executor(args.jobs, args.scheduler) as ex:
+        try:
+            fit = fit_world(source, n_boot=args.boot, seed=args.seed,
+                            free_sizes=args.free_sizes, executor=ex)
+        except ValueError as exc:
+            raise CliError(str(exc)) from None
     if args.out:
         fit.world.to_json(args.out)
     data = fit.to_dict()
     emit(args, data, _text(data, args.out))
     return 0
+
+
+@contextlib.contextmanager
+def _executor(jobs: int, scheduler: str | None) -> Iterator[Executor | None]:
+    """The bootstrap's engine: a Dask cluster, ``jobs`` local processes, or None (here)."""
+    from ..sim import sweep_executor
+
+    if jobs == 1 and not scheduler:
+        yield None
+        return
+    with sweep_executor(scheduler, jobs) as ex:
+        yield ex
 
 
 def _pct(x: float) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from concurrent.futures import Executor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,7 @@ import numpy as np
 from ..harness import Workspace, read_outcomes, replay_outcomes, workspace_outcomes
 from ..stats import GateParams, bootstrap_effects, fit_effects
 from ._effects import SHARES, World
+from ._sweep import sweep_map
 from ._world import SimConfig, SimWorld
 
 if TYPE_CHECKING:
@@ -147,8 +149,9 @@ def _frame(source: pl.DataFrame | Workspace | str | Path) -> tuple[pl.DataFrame,
 
 def fit_world(source: pl.DataFrame | Workspace | str | Path, *, n_boot: int = 200,
               seed: int = 0, level: float = 0.95, params: GateParams | None = None,
-              free_sizes: bool = False) -> WorldFit:
-    """Fit the world behind an outcomes table, a file of one, or a workspace's gates.
+              free_sizes: bool = False, executor: Executor | None = None) -> WorldFit:
+    """Fit the world behind an outcomes table, a file of one, or a workspace's gates; the
+    bootstrap's refits run on ``executor`` (`sweep_executor`; None: here), same result.
 
     Effect sizes are the simulator's default ones (0.3..0.9 logit) unless ``free_sizes``: then
     they are profiled too and replace the reference when a likelihood ratio test rejects it
@@ -164,7 +167,8 @@ def fit_world(source: pl.DataFrame | Workspace | str | Path, *, n_boot: int = 20
     ref = (sizes.size_min * k, sizes.size_max * k)
     bounds = None if free_sizes else ref
     fit = fit_effects(w, l, bounds, ref)
-    boot = bootstrap_effects(w, l, n_boot, seed, bounds, ref)
+    boot = bootstrap_effects(w, l, n_boot, seed, bounds, ref,
+                             lambda fn, items: sweep_map(fn, items, executor))
     q = (1 - level) / 2
     intervals = {s: (round(float(np.quantile(boot[:, i], q)), 4),
                      round(float(np.quantile(boot[:, i], 1 - q)), 4))

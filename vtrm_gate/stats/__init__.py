@@ -27,6 +27,7 @@ from ._batch import replay_arrival_batch as replay_arrival_batch
 from ._batch import replay_blocks_batch as replay_blocks_batch
 from ._batch import replay_prefix_batch as replay_prefix_batch
 from ._blocks import BlockEnd as BlockEnd
+from ._effects import BOOT_CHUNK as BOOT_CHUNK
 from ._effects import EffectsFit as EffectsFit
 from ._effects import bootstrap_effects as bootstrap_effects
 from ._effects import fit_effects as fit_effects

@@ -12,8 +12,9 @@ weights and ``(a, b)`` by maximum likelihood over grids (shares: steps of 0.02).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -125,18 +126,37 @@ def fit_effects(wins: Sequence[int], losses: Sequence[int],
                       float(pairs[k, 1]), ll + neutral_ll, post, int(count.sum()))
 
 
+BOOT_CHUNK = 25
+"""Replicates refitted per task of a bootstrap run on an executor."""
+
+
 def bootstrap_effects(wins: Sequence[int], losses: Sequence[int], n_boot: int = 200,
                       seed: int = 0, bounds: tuple[float, float] | None = None,
-                      reference: tuple[float, float] = REFERENCE) -> np.ndarray:
+                      reference: tuple[float, float] = REFERENCE,
+                      map_fn: Callable[[Callable[[Any], Any], list[Any]], list[Any]] | None = None
+                      ) -> np.ndarray:
     """Shares (harmful, neutral, helpful) refitted on ``n_boot`` resamples of the gates
-    (seeded; the choice of (a, b) redone each time), shape (n_boot, 3)."""
+    (seeded; the choice of (a, b) redone each time), shape (n_boot, 3). The resamples are
+    drawn here; ``map_fn(fn, items)`` (e.g. `vtrm_gate.sim.sweep_map` on an executor) refits
+    them in chunks of `BOOT_CHUNK`, with the same result as serially (the default)."""
     w, l, _, index = _counts(wins, losses)
-    log_mix = _log_mix(_component_likelihoods(w, l, _grid(bounds, reference)))
-    shares = _simplex()
     rng = np.random.default_rng(seed)
-    out = np.empty((n_boot, 3))
-    for i in range(n_boot):
-        weight = np.bincount(index[rng.integers(0, len(index), len(index))],
-                             minlength=len(w)).astype(float)
-        out[i] = shares[_best(log_mix, weight)[1]]
-    return out
+    weights = np.array([np.bincount(index[rng.integers(0, len(index), len(index))],
+                                    minlength=len(w)) for _ in range(n_boot)], dtype=float)
+    pairs = _grid(bounds, reference)
+    chunks = [(w, l, pairs, weights[i:i + BOOT_CHUNK]) for i in range(0, n_boot, BOOT_CHUNK)]
+    parts = (map_fn or _serial)(refit_shares, chunks)
+    return np.concatenate(parts) if parts else np.empty((0, 3))
+
+
+def refit_shares(chunk: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+    """The fitted shares for each row of gate weights in ``(w, l, pairs, weights)``: one
+    independent piece of `bootstrap_effects` (a top-level function, so a worker can run it)."""
+    w, l, pairs, weights = chunk
+    log_mix = _log_mix(_component_likelihoods(w, l, pairs))
+    shares = _simplex()
+    return np.array([shares[_best(log_mix, row)[1]] for row in weights]).reshape(-1, 3)
+
+
+def _serial(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+    return [fn(x) for x in items]

@@ -46,6 +46,7 @@ from ._frames import counters_frame as counters_frame
 from ._frames import decision_quality_frame as decision_quality_frame
 from ._frames import events_frame as events_frame
 from ._frames import gain_frame as gain_frame
+from ._frames import harmful_sweep_frame as harmful_sweep_frame
 from ._frames import oc_grid as oc_grid
 from ._frames import outcomes_frame as outcomes_frame
 from ._frames import trajectory_frame as trajectory_frame
@@ -64,6 +65,7 @@ from ._style import SLIDE_DPI as SLIDE_DPI
 from ._style import figure_problems as figure_problems
 from ._style import styled as styled
 from ._style import type_colour as type_colour
+from ._train_figures import crossover_claim as crossover_claim
 from ._train_figures import plot_harmful_crossover as plot_harmful_crossover
 from ._train_figures import plot_phase_times as plot_phase_times
 from ._train_figures import plot_power_frontier as plot_power_frontier

@@ -307,3 +307,20 @@ def gain_frame(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any] | N
                         "gain": g["estimate"], "gain_lo": g["lo"], "gain_hi": g["hi"],
                         "method": g["method"]})
     return pl.DataFrame(out, infer_schema_length=None)
+
+
+SWEEP_BASELINES = ("no_gate", "old", "v3", "oracle")
+
+
+def harmful_sweep_frame(sweep: Mapping[str, Any]) -> pl.DataFrame:
+    """`benchmarks.bench_power`'s ``harmful_sweep`` as a table: per share of harmful
+    candidates, each baseline's mean final true accuracy (no gate, old gate, v3, oracle) and
+    v3 − no gate paired by seed with its 95% interval over seeds (fractions, not points)."""
+    rows = []
+    for p in sweep["points"]:
+        by = {e["label"]: e for e in p["summary"]}
+        rows.append({"p_harmful": p["p_harmful"], "seeds": p["seeds"],
+                     **{b: by[b]["accuracy"][0] for b in SWEEP_BASELINES},
+                     "v3_vs_no_gate": by["v3"]["vs_no_gate"][0],
+                     "lo": by["v3"]["vs_no_gate"][1], "hi": by["v3"]["vs_no_gate"][2]})
+    return pl.DataFrame(rows, infer_schema_length=None)

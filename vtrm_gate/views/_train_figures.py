@@ -315,12 +315,12 @@ def plot_harmful_crossover(result: Mapping[str, object]) -> GateFigure:
     ax.set_ylabel("final true accuracy (points, mean over 12 types)")
     ax.set_xlim(min(xs) - 1, max(xs) + 1)
     ax.grid(True, alpha=0.4)
-    ax.set_title(_crossover_claim(sweep), loc="left")
+    ax.set_title(crossover_claim(sweep), loc="left")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2)
     return fig
 
 
-def _crossover_claim(sweep: Mapping) -> str:
+def crossover_claim(sweep: Mapping) -> str:
     """The title: where v3 starts beating no gate (with its interval), and the gap at both
     ends of the sweep (from the result, never hard-coded)."""
     pts = sweep["points"]
