@@ -20,7 +20,6 @@ import re
 from typing import Any, Literal
 
 Arm = Literal["base", "cand"]
-ARMS: tuple[Arm, Arm] = ("base", "cand")
 
 
 def slugify(task_type: str) -> str:

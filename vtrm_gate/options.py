@@ -35,6 +35,18 @@ from .errors import ConfigError
 from .gate import DEFAULT_DISPATCH, DISPATCH_NAMES, PAST_STOP_POLICIES, GuardParams
 from .stats import DECISION_RULES, PROBATION_RULES, GateParams
 
+__all__ = [
+    "DEFAULT_CONCURRENCY",
+    "ENV_KEYS",
+    "MAX_TOKENS_FIELDS",
+    "UNSET",
+    "RunOptions",
+    "Unset",
+    "options_from_mapping",
+    "resolve_options",
+    "valid_keys",
+]
+
 DEFAULT_CONCURRENCY = 32
 
 REMOVED_KEYS = {
