@@ -13,9 +13,9 @@ REMOVED_IN = "0.3.0"
 
 
 def deprecated(what: str, instead: str, stacklevel: int = 3) -> None:
-    """One `DeprecationWarning`: ``what`` goes in `REMOVED_IN`; use ``instead``."""
-    warnings.warn(f"{what}; use {instead} instead ({what.split()[0]} will be removed in "
-                  f"vtrm_gate {REMOVED_IN})", DeprecationWarning, stacklevel=stacklevel)
+    """One `DeprecationWarning`: ``what`` stops working in `REMOVED_IN`; use ``instead``."""
+    warnings.warn(f"{what} is deprecated and stops working in vtrm_gate {REMOVED_IN}; use "
+                  f"{instead}", DeprecationWarning, stacklevel=stacklevel)
 
 
 def forwarder(old: str, where: Mapping[str, str], default: str,

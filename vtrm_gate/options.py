@@ -30,6 +30,13 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Final
 
+from ._defaults import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_DEADLINE_S,
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_TIMEOUT_S,
+)
 from ._env import DEFAULT_TTL, MAX_TTL, check_redis_url, mask_url, read_dotenv
 from .errors import ConfigError
 from .gate import DEFAULT_DISPATCH, DISPATCH_NAMES, PAST_STOP_POLICIES, GuardParams
@@ -37,7 +44,12 @@ from .stats import DECISION_RULES, PROBATION_RULES, GateParams
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
+    "DEFAULT_DEADLINE_S",
+    "DEFAULT_MAX_RETRIES",
+    "DEFAULT_MAX_TOKENS",
+    "DEFAULT_TIMEOUT_S",
     "ENV_KEYS",
+    "EXECUTION_FIELDS",
     "MAX_TOKENS_FIELDS",
     "UNSET",
     "RunOptions",
@@ -46,8 +58,6 @@ __all__ = [
     "resolve_options",
     "valid_keys",
 ]
-
-DEFAULT_CONCURRENCY = 32
 
 REMOVED_KEYS = {
     "gate_block": "gate_block was removed in v3: the gate decides after every unit along the "
@@ -76,15 +86,15 @@ ENV_KEYS = {
     "VTRM_GUARD_RULE": "guard.rule",
     "VTRM_DECISION_RULE": "decision_rule",
 }
-MAX_TOKENS_FIELDS = {"max_tokens_think": 512, "max_tokens_answer": 64,
-                     "max_tokens_evolve": 2048}
-"""Each agent step's reply budget and its default (0: none sent, the server's default)."""
+MAX_TOKENS_FIELDS = {f"max_tokens_{kind}": n for kind, n in DEFAULT_MAX_TOKENS.items()}
+"""Each call kind's reply budget and its default (0: none sent, the server's default)."""
 CACHE_TABLE = {"share": "cache_share"}  # keys of the ``[cache]`` table
-EXECUTION_FIELDS = ("concurrency", "dispatch", "cancel_after_freeze", "past_stop", "time_scale",
-                    "adaptive", "timeout", "deadline", "max_retries")
+EXECUTION_FIELDS = ("concurrency", "dispatch", "cancel_after_freeze", "past_stop", "adaptive",
+                    "timeout", "deadline", "max_retries")
+"""`RunOptions.execution`'s keys: recorded in a step's manifest beside its inputs; they
+never change a decision."""
 FLAG_ONLY = ("time_scale", "backend")
 """Keys set by a command-line flag (or the Python API) only, never by a file."""
-"""Recorded in a step's manifest beside its inputs; they never change a decision."""
 
 
 class Unset:
@@ -119,7 +129,8 @@ class RunOptions:
     """Everything a run (step, training run, settlement) takes, validated once."""
 
     concurrency: int | Unset = UNSET
-    """Slots of the gate's pool (`UNSET`: 32, or the summed caps of several endpoints)."""
+    """Slots of the gate's pool (`UNSET`: `DEFAULT_CONCURRENCY`, 32, or the summed caps of
+    several endpoints)."""
     gate: GateParams = field(default_factory=GateParams)
     guard: GuardParams = field(default_factory=GuardParams)
     decision_rule: str = "paired_betting"
@@ -153,12 +164,12 @@ class RunOptions:
     adaptive: bool = True
     """LLM endpoints: each one's concurrency adapts to its latency (start low, grow while
     latency holds, back off on timeouts / 429 / 503), within ``concurrency``."""
-    timeout: float = 60.0
+    timeout: float = DEFAULT_TIMEOUT_S
     """LLM calls: each attempt's timeout in seconds (longer when the endpoint is observed
     slower; always ending before ``deadline``)."""
-    deadline: float = 180.0
+    deadline: float = DEFAULT_DEADLINE_S
     """LLM calls: each call's deadline in seconds, every attempt and wait included."""
-    max_retries: int = 5
+    max_retries: int = DEFAULT_MAX_RETRIES
     """LLM calls: retries after the first attempt (429, 5xx, timeouts, dropped bodies)."""
     max_tokens_think: int | Unset = UNSET
     """The think step's reply budget (`UNSET`: the workspace's ``agent.max_tokens``, else
@@ -291,10 +302,8 @@ class RunOptions:
 
     def execution(self) -> dict[str, Any]:
         """The fields that never change a decision (recorded beside a manifest's inputs)."""
-        return {"concurrency": self.slots, "dispatch": self.dispatch,
-                "cancel_after_freeze": self.cancel_after_freeze, "past_stop": self.past_stop,
-                "adaptive": self.adaptive, "timeout": self.timeout, "deadline": self.deadline,
-                "max_retries": self.max_retries}
+        return {name: self.slots if name == "concurrency" else getattr(self, name)
+                for name in EXECUTION_FIELDS}
 
     def as_dict(self) -> dict[str, Any]:
         """Plain values (password masked) for manifests, reports and ``--json``."""
@@ -324,7 +333,8 @@ class RunOptions:
                 name = key if sub is None else f"{key}.{sub}"
                 shown, default = v, "default"
                 if name == "concurrency":
-                    shown, default = self.slots, "default (32, or the endpoints' summed caps)"
+                    shown = self.slots
+                    default = f"default ({DEFAULT_CONCURRENCY}, or the endpoints' summed caps)"
                 elif name in MAX_TOKENS_FIELDS and v is None:
                     shown = budgets[name.removeprefix("max_tokens_")]
                     if legacy and name != "max_tokens_evolve":

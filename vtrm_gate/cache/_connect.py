@@ -9,6 +9,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import AuthenticationError, RedisError, ResponseError
 
+from .._defaults import REDIS_SOCKET_TIMEOUT_S
 from .._env import (
     check_redis_url,
     mask_url,
@@ -23,7 +24,8 @@ from . import _cluster as cluster
 MAX_CONNECTIONS = 256
 
 
-def connect(url: str, *, socket_timeout: float = 0.5, retries: int = 1) -> aredis.Redis:
+def connect(url: str, *, socket_timeout: float = REDIS_SOCKET_TIMEOUT_S,
+            retries: int = 1) -> aredis.Redis:
     """A `redis.asyncio.Redis` with short timeouts, so a dead server never hangs a call.
 
     One immediate retry on a fresh connection covers pooled sockets left stale by a restart.

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from .._defaults import DEFAULT_CONCURRENCY
 from .._sync import run_sync
 from ..stats import (
     GateParams,
@@ -172,7 +173,7 @@ class GateHandle:
 
 
 def launch(plans: Sequence[TypePlan], infer: Infer, params: GateParams | None = None,
-           concurrency: int = 32, *, history_limit: int = HISTORY_LIMIT,
+           concurrency: int = DEFAULT_CONCURRENCY, *, history_limit: int = HISTORY_LIMIT,
            **kwargs: Any) -> GateHandle:
     """Start `run_gate` as a task on the running loop and return its handle at once.
 

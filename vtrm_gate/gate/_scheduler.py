@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Awaitable, Iterable, Iterator, Sequence
 from typing import Any, Literal
 
+from .._defaults import DEFAULT_CONCURRENCY
 from .._ids import Arm
 from ..errors import InfraGuardError, TargetClashError
 from ..stats import (
@@ -481,7 +482,7 @@ def _new_gate(plans: Iterable[TypePlan], infer: Infer, params: GateParams | None
 
 
 async def run_gate(plans: Sequence[TypePlan], infer: Infer, params: GateParams | None = None,
-                   concurrency: int = 32, *, baseline: BaselineStore | None = None,
+                   concurrency: int = DEFAULT_CONCURRENCY, *, baseline: BaselineStore | None = None,
                    sink: ResultSink | None = None, subscribers: Iterable[Subscriber] = (),
                    rule: DecisionRule | None = None, guard: GuardParams | None = None,
                    dispatch: DispatchName | DispatchPolicy = DEFAULT_DISPATCH,

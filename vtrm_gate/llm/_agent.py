@@ -26,6 +26,8 @@ from typing import Any, Literal
 
 import httpx
 
+from .._defaults import DEFAULT_DEADLINE_S, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S
+from .._defaults import DEFAULT_MAX_TOKENS as _DEFAULT_MAX_TOKENS
 from .._env import api_key as _api_key
 from .._env import environment, mask_url, scrub_credentials
 from ..cache import KeyParts, ResponseCache, protocol_failure, validate_response
@@ -73,7 +75,7 @@ ERROR_BODY_BYTES = 64 << 10
 """An error body is read up to this size for its message."""
 SINGLE_ENDPOINT_CAP = 1 << 16
 """One ``base_url``'s cap when none is given: the gate's slot pool is the limit."""
-DEFAULT_MAX_TOKENS = {"think": 512, "answer": 64}
+DEFAULT_MAX_TOKENS = {k: _DEFAULT_MAX_TOKENS[k] for k in ("think", "answer")}
 """Each step's reply budget: the think step is bounded so the answer step fits a small
 context (llama.cpp's default is 2048 tokens); the answer needs a letter."""
 
@@ -130,10 +132,10 @@ class RetryPolicy:
     at most ``max_attempts`` attempts; ``max_total_s`` is the call's hard deadline (every
     attempt and every wait; a body still arriving when it passes is abandoned)."""
 
-    max_attempts: int = 6
+    max_attempts: int = DEFAULT_MAX_RETRIES + 1
     base_delay_s: float = 0.5
     max_delay_s: float = 30.0
-    max_total_s: float = 180.0
+    max_total_s: float = DEFAULT_DEADLINE_S
     jitter: float = 0.5
     retry_statuses: frozenset[int] = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
@@ -249,7 +251,8 @@ class LLMAgent:
 
     def __init__(self, units: Mapping[str, MCQ], *, base_url: str, model: str,
                  api_key: str | None = None, cache: ResponseCache | None = None,
-                 timeout: float = 60.0, retry: RetryPolicy | None = None, think: bool = True,
+                 timeout: float = DEFAULT_TIMEOUT_S, retry: RetryPolicy | None = None,
+                 think: bool = True,
                  temperature: float = 0.0,
                  max_tokens: int | Mapping[str, int] | None = DEFAULT_MAX_TOKENS,
                  params: Mapping[str, Any] | None = None,

@@ -21,6 +21,8 @@ from typing import Any
 
 import httpx
 
+from .._defaults import DEFAULT_CONCURRENCY
+from .._deprecated import deprecated
 from .._env import api_key as _api_key
 from .._env import environment, mask_url
 from .._ids import content_hash, rollout_run_id, step_run_id
@@ -65,7 +67,7 @@ class Rollout:
     units: Mapping[str, MCQ]
     seed: int
     size: int = ROLLOUT_UNITS
-    concurrency: int = 32
+    concurrency: int = DEFAULT_CONCURRENCY
     _memo: dict[tuple[str, int, int, str], tuple[ErrorCase, ...]] = field(
         default_factory=dict, repr=False, compare=False)
     _infra: dict[tuple[str, int, int, str], tuple[int, int, str | None]] = field(
@@ -185,15 +187,15 @@ def llm_backend(workspace: Workspace, options: RunOptions | None = None, *,
                 endpoints: EndpointPool | None = None) -> LLMBackend:
     """The backend of an ``llm`` workspace, from its agent config (``workspace.json``).
 
-    ``options`` (default: resolved from ``env``, `vtrm_gate.options.resolve_options`) names
-    the response cache (``redis_url`` ... ``cache_share``) and the rollout's slots; ``cache``
-    overrides it (a ``cache`` with a namespace of its own keeps it). Without a Redis URL the
-    embedded Redis inside the workspace serves. Cached samples are salted with the
-    workspace's id, so no other workspace reuses them unless ``cache_share`` opts in. The API
-    key is ``api_key``, else ``OPENAI_API_KEY`` / ``VTRM_API_KEY`` from ``env`` (default:
-    ``.env`` + the process environment); it is sent as a header and stored nowhere. Several
-    endpoints (``base_url`` a list, or ``endpoints_file``) go through one `EndpointPool`
-    (``endpoints`` overrides it, e.g. with other failure settings).
+    ``options`` (the run's, resolved once by `vtrm_gate.options.resolve_options`; omitting it is
+    deprecated: it is then resolved here from ``env``) names the response cache (``redis_url``
+    ... ``cache_share``) and the rollout's slots; ``cache`` overrides it (a ``cache`` with a
+    namespace of its own keeps it). Without a Redis URL the embedded Redis inside the workspace
+    serves. Cached samples are salted with the workspace's id, so no other workspace reuses them
+    unless ``cache_share`` opts in. The API key is ``api_key``, else ``OPENAI_API_KEY`` /
+    ``VTRM_API_KEY`` from ``env`` (default: ``.env`` + the process environment); it is sent as a
+    header and stored nowhere. Several endpoints (``base_url`` a list, or ``endpoints_file``) go
+    through one `EndpointPool` (``endpoints`` overrides it, e.g. with other failure settings).
 
     The calls follow ``options``: adaptive concurrency within ``options.slots``, ``timeout``,
     ``deadline`` and ``max_retries`` (``retry`` / ``timeout`` override them), each step's
@@ -206,6 +208,8 @@ def llm_backend(workspace: Workspace, options: RunOptions | None = None, *,
                              f"(kind {workspace.config.kind!r})")
     e = environment(env)
     if options is None:
+        deprecated("llm_backend(workspace) without options",
+                   "llm_backend(workspace, resolve_options(...)) or RunOptions()")
         options = resolve_options(env=e, dotenv=None)
     if cache is None:
         cache = ResponseCache.from_options(options, workspace=workspace.root)

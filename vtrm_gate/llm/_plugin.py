@@ -27,6 +27,7 @@ from typing import Any
 
 import httpx
 
+from .._defaults import DEFAULT_CONCURRENCY
 from .._env import credential_keys, scrub_credentials, secret_values
 from .._ids import canonical_json, evolve_run_id, step_rollout_run_id
 from ..cache import CacheStats, ResponseCache, cache_namespace
@@ -50,7 +51,7 @@ class BackendContext:
 
     workspace: Workspace
     cache: ResponseCache
-    concurrency: int = 32
+    concurrency: int = DEFAULT_CONCURRENCY
     env: Mapping[str, str] = field(default_factory=dict, repr=False)
     """Not in the repr: a factory's error message that shows the context shows no secret."""
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .._defaults import DEFAULT_CONCURRENCY
 from .._ids import step_run_id
 from ..gate import TypePlan, build_ladder, ladder_units
 from ..stats import GateParams
@@ -62,7 +63,7 @@ class SimStep:
 
 def sim_step(seed: int, epoch: int = 1, step: int = 1, *, params: GateParams | None = None,
              wall_seconds: float | None = INTERACTIVE_SECONDS, time_scale: float = 1.0,
-             concurrency: int = 32, **sim: Any) -> SimStep:
+             concurrency: int = DEFAULT_CONCURRENCY, **sim: Any) -> SimStep:
     """The gate step ``(epoch, step)`` of the simulated world ``SimConfig(seed, **sim)``.
 
     ``wall_seconds`` (default 30, a pace a person can watch): pick ``time_scale`` so that
