@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from vtrm_gate import _defaults
 from vtrm_gate.cli import main
 from vtrm_gate.llm import DEFAULT_MAX_TOKENS, LLMAgent, RetryPolicy
@@ -53,10 +55,8 @@ def test_the_defaults_reach_options_agent_and_cli(capsys) -> None:
     assert (o.timeout, o.deadline, o.max_retries) == (60.0, 180.0, 5)
     assert (RetryPolicy().max_attempts, RetryPolicy().max_total_s) == (6, 180.0)
     assert LLMAgent({}, base_url="http://127.0.0.1:9/v1", model="m").timeout == 60.0
-    try:
+    with pytest.raises(SystemExit):
         main(["step", "--help"])
-    except SystemExit:
-        pass
     out = " ".join(capsys.readouterr().out.split())
     for text in ("else 32", "(default 60)", "(default 180)", "(default 5)", "(default 512;",
                  "(default 64;", "(default 2048;"):
