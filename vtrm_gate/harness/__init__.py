@@ -78,6 +78,7 @@ from ._state import Probation as Probation
 from ._state import Rejected as Rejected
 from ._state import SkillRef as SkillRef
 from ._state import TrainingState as TrainingState
+from ._status import StepStatus as StepStatus
 from ._step import CaseSource as CaseSource
 from ._step import Evolver as Evolver
 from ._step import fail_fast_targets as fail_fast_targets
@@ -158,6 +159,7 @@ __all__ = [
     "Standing",
     "StepRefusedError",
     "StepResult",
+    "StepStatus",
     "StepUnmeasuredError",
     "TrainEvent",
     "TrainRefusedError",
