@@ -35,6 +35,7 @@ from ._agent import TEXT_TASK as TEXT_TASK
 from ._agent import THINK_PROMPT as THINK_PROMPT
 from ._agent import VIDEO_TASK as VIDEO_TASK
 from ._agent import AgentEvent as AgentEvent
+from ._agent import AgentSettings as AgentSettings
 from ._agent import LLMAgent as LLMAgent
 from ._agent import RetryPolicy as RetryPolicy
 from ._agent import parse_body as parse_body
@@ -114,6 +115,7 @@ __all__ = [
     "VIDEO_TASK",
     "AgentBackend",
     "AgentEvent",
+    "AgentSettings",
     "BackendContext",
     "BackendError",
     "BackendFactory",

@@ -31,7 +31,7 @@ from ..errors import CasesUnavailable, EndpointUnreachableError, WorkspaceError
 from ..gate import GuardParams, Infer, UnitTask, shuffle_key
 from ..harness import MediaOptions, Workspace, step_input_state
 from ..options import RunOptions, resolve_options
-from ._agent import AGENT_VERSION, MCQ, AgentEvent, LLMAgent, RetryPolicy
+from ._agent import AGENT_VERSION, MCQ, AgentEvent, AgentSettings, LLMAgent, RetryPolicy
 from ._endpoints import EndpointPool, EndpointStats, agent_endpoints
 from ._evolver import ErrorCase, LLMEvolver
 from ._media import MediaResolver
@@ -248,17 +248,17 @@ def _agent(workspace: Workspace, options: RunOptions, budgets: Mapping[str, int]
     media = None
     if any(u.media is not None for u in workspace.units.values()):
         media = MediaResolver(MediaOptions.from_agent(a, workspace.root))
-    kw["retry"] = kw["retry"] or RetryPolicy(max_attempts=options.max_retries + 1,
-                                             max_total_s=options.deadline)
-    kw["timeout"] = kw["timeout"] or options.timeout
-    return LLMAgent(workspace_units(workspace), base_url=None if endpoints else a["base_url"],
-                    model=a["model"], endpoints=endpoints, media=media,
-                    think=bool(a.get("think", True)),
-                    temperature=float(a.get("temperature", 0.0)),
-                    max_tokens={k: budgets[k] for k in ("think", "answer")},
-                    params=a.get("params"), adaptive=options.adaptive,
-                    max_concurrency=options.slots,
-                    task_description=a.get("task_description"), **kw)
+    settings = AgentSettings(
+        base_url=None if endpoints else a["base_url"], model=a["model"],
+        think=bool(a.get("think", True)), temperature=float(a.get("temperature", 0.0)),
+        max_tokens={k: budgets[k] for k in ("think", "answer")}, params=a.get("params"),
+        timeout=kw.pop("timeout") or options.timeout,
+        retry=kw.pop("retry") or RetryPolicy(max_attempts=options.max_retries + 1,
+                                             max_total_s=options.deadline),
+        adaptive=options.adaptive, max_concurrency=options.slots,
+        task_description=a.get("task_description"))
+    return LLMAgent(workspace_units(workspace), settings, endpoints=endpoints, media=media,
+                    **kw)
 
 
 async def rollout_cases(backend: LLMBackend, workspace: Workspace, epoch: int, step: int,
