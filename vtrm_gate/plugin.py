@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from ._deprecated import forwarder
+from ._api import forwarder
 
 __getattr__ = forwarder("vtrm_gate.plugin", {
     "open_backend": "vtrm_gate.llm:open_factory_backend",

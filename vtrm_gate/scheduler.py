@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from ._deprecated import forwarder
+from ._api import forwarder
 
 __getattr__ = forwarder("vtrm_gate.scheduler", {
     **dict.fromkeys(("Arm", "arm_run_id", "content_hash", "slugify"), "vtrm_gate._ids"),

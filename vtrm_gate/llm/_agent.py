@@ -26,9 +26,9 @@ from typing import Any, Literal
 
 import httpx
 
+from .._api import deprecated
 from .._defaults import DEFAULT_DEADLINE_S, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S
 from .._defaults import DEFAULT_MAX_TOKENS as _DEFAULT_MAX_TOKENS
-from .._deprecated import deprecated
 from .._env import api_key as _api_key
 from .._env import environment, mask_url, scrub_credentials
 from ..cache import KeyParts, ResponseCache, protocol_failure, validate_response

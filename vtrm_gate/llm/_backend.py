@@ -21,8 +21,8 @@ from typing import Any
 
 import httpx
 
+from .._api import deprecated
 from .._defaults import DEFAULT_CONCURRENCY
-from .._deprecated import deprecated
 from .._env import api_key as _api_key
 from .._env import environment, mask_url
 from .._ids import content_hash, rollout_run_id, step_run_id

@@ -175,7 +175,7 @@ __all__ = [
 ]
 
 # below __all__: the classes it names report this namespace as their module
-from .._exports import declare
+from .._api import declare
 
 declare(__name__, globals())
 del declare

@@ -1,11 +1,13 @@
-"""Deprecation shims for modules that moved in 0.2 (`vtrm_gate.scheduler`,
-`vtrm_gate.plugin`); they go in `REMOVED_IN`."""
+"""The public surface's machinery: each namespace's classes report its public path
+(`declare`), and names that moved keep working for one release with a `DeprecationWarning`
+naming the replacement and `REMOVED_IN` (`deprecated`, `forwarder` for the 0.2 shims
+`vtrm_gate.scheduler` and `vtrm_gate.plugin`)."""
 
 from __future__ import annotations
 
 import importlib
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
 REMOVED_IN = "0.3.0"
@@ -39,3 +41,18 @@ def forwarder(old: str, where: Mapping[str, str], default: str,
         return value
 
     return __getattr__
+
+
+def declare(namespace: str, scope: MutableMapping[str, Any]) -> None:
+    """Set ``__module__`` to ``namespace`` on every class of ``scope["__all__"]`` defined in a
+    private module (``namespace._x`` or another ``vtrm_gate._x``); pickling by module path
+    still finds it, the namespace exporting it."""
+    for name in scope["__all__"]:
+        obj = scope.get(name)
+        if isinstance(obj, type) and obj.__module__.startswith("vtrm_gate.") \
+                and _private(obj.__module__) and obj.__qualname__ == name:
+            obj.__module__ = namespace
+
+
+def _private(module: str) -> bool:
+    return any(part.startswith("_") for part in module.split("."))
