@@ -127,6 +127,9 @@ def test_public_values_pickle_by_their_public_path() -> None:
         assert pickle.loads(pickle.dumps(v)) == v
         assert f"vtrm_gate.{type(v).__module__.split('.')[1]}".encode() in pickle.dumps(v)
         assert b"._" not in pickle.dumps(v)  # no private module path in the pickle
+    old = pickle.dumps(GateParams(), protocol=0).replace(b"cvtrm_gate.stats\n",
+                                                         b"cvtrm_gate.stats._params\n")
+    assert b"stats._params" in old and pickle.loads(old) == GateParams()  # an older pickle
     code = ("import pickle, sys; vs = pickle.loads(sys.stdin.buffer.read()); "
             "print(*sorted({type(v).__module__ for v in vs}))")
     out = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(values),
