@@ -425,7 +425,7 @@ class HarnessLog:
                 epoch, step, ev.task_type, ev.ladder_rank, ev.unit_id, _b(base), _b(cand),
                 quadrant(base, cand, infra))], cur)
 
-    def write_report(self, epoch: int, step: int, task_type: str, status: str, *,
+    def write_report(self, epoch: int, step: int, task_type: str, status: StepStatus, *,
                      outcome: TypeOutcome | None = None, counters: TypeCounters | None = None,
                      base_version: int | None = None, base_hash: str | None = None,
                      cand_hash: str | None = None, applied: str | None = None,
