@@ -299,9 +299,9 @@ class _Gate:
         """One signal off the queue: a result, a stopped call's free slot, or a crash."""
         if self.fatal is not None:
             raise self.fatal
-        if type(signal) is _Completed:
+        if isinstance(signal, _Completed):
             await self._finish(signal.task, signal.result)
-        elif type(signal) is _Stopped:
+        elif isinstance(signal, _Stopped):
             self._stopped(signal.task)
         else:
             raise signal.exc
@@ -474,10 +474,10 @@ class _Gate:
             while not self.done.empty():
                 signal = self.done.get_nowait()
                 task = signal.task
-                if type(signal) is _Stopped:  # cancelled after its type froze
+                if isinstance(signal, _Stopped):  # cancelled after its type froze
                     self.by_type[task.task_type].counters.cancelled_in_flight += 1
                     continue
-                res = (signal.result if type(signal) is _Completed
+                res = (signal.result if isinstance(signal, _Completed)
                        else UnitResult(infra=True, error=repr(signal.exc)))
                 _count_completion(self.by_type[task.task_type].counters, res)
                 if self.sink is not None:
