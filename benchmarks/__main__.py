@@ -13,8 +13,14 @@ ALL = ("core", "makespan", "cache", "oc", "training", "throughput", "integrity",
 
 
 def main(argv: list[str]) -> int:
-    quick = "--quick" in argv
-    names = [a for a in argv if not a.startswith("-")] or list(ALL)
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m benchmarks",
+                                 description="every benchmark, one after another")
+    ap.add_argument("--quick", action="store_true", help="short runs (what CI runs)")
+    ap.add_argument("names", nargs="*", metavar="NAME", help=f"one of {', '.join(ALL)}")
+    args = ap.parse_args(argv)
+    quick, names = args.quick, args.names or list(ALL)
     for name in names:
         if name not in ALL:
             print(f"unknown benchmark {name!r}; choose from {', '.join(ALL)}", file=sys.stderr)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import statistics
@@ -53,14 +54,31 @@ def _fmt(v: Any) -> str:
     return "" if v is None else str(v)
 
 
-def run_with_seeds(main: Callable[..., Any]) -> None:
-    """``python -m benchmarks.bench_x [--quick] [--seeds N]``: parse and call ``main``."""
-    import argparse
+def parser() -> argparse.ArgumentParser:
+    """The running benchmark's argument parser (``--quick``; ``--help`` prints its usage and
+    the first line of its docstring, and exits before anything starts)."""
     import sys
 
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--seeds", type=int, default=None)
+    main = sys.modules["__main__"]
+    spec = getattr(main, "__spec__", None)
+    doc = (main.__doc__ or "").strip().splitlines()
+    ap = argparse.ArgumentParser(prog=f"python -m {spec.name}" if spec else None,
+                                 description=doc[0] if doc else None)
+    ap.add_argument("--quick", action="store_true", help="a short run (what CI runs)")
+    return ap
+
+
+def run_quick(main: Callable[..., Any]) -> None:
+    """``python -m benchmarks.bench_x [--quick]``: parse and call ``main``."""
+    main(quick=parser().parse_args().quick)
+
+
+def run_with_seeds(main: Callable[..., Any]) -> None:
+    """``python -m benchmarks.bench_x [--quick] [--seeds N]``: parse and call ``main``."""
+    import sys
+
+    ap = parser()
+    ap.add_argument("--seeds", type=int, default=None, help="seeds to run (default: all)")
     a = ap.parse_args()
     main(quick=a.quick, seeds=a.seeds)
     sys.exit(0)

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._common import machine, print_table
+from ._common import machine, print_table, run_quick
 
 # ---- 1. llama.cpp --------------------------------------------------------------------
 
@@ -172,4 +172,4 @@ def main(quick: bool = False) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main(quick="--quick" in sys.argv)
+    run_quick(main)

@@ -36,7 +36,7 @@ from vtrm_gate.cache import (
     server_version,
 )
 
-from ._common import machine, print_table
+from ._common import machine, print_table, run_quick
 
 TARGET = 604800
 PREFIX = "llm_cache"
@@ -262,4 +262,4 @@ def main(quick: bool = False) -> list[dict[str, Any]]:
 
 
 if __name__ == "__main__":
-    main(quick="--quick" in sys.argv[1:])
+    run_quick(main)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import statistics
-import sys
 import time
 import tracemalloc
 from typing import Any
@@ -20,7 +19,7 @@ import numpy as np
 from vtrm_gate import GateParams, TypePlan, UnitResult, replay_prefix_batch, run_gate
 from vtrm_gate.gate import DEFAULT_DISPATCH
 
-from ._common import machine, median_time, print_table
+from ._common import machine, median_time, print_table, run_quick
 
 NEVER_STOP = GateParams(e_confirm=1e300, e_reject=1e300, e_provisional=1.0,
                         w_net_min_provisional=0, n_max=10**6)
@@ -203,4 +202,4 @@ def main(quick: bool = False) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main(quick="--quick" in sys.argv)
+    run_quick(main)

@@ -10,12 +10,10 @@ Run: ``python -m benchmarks.bench_forecast [--quick] [--seeds N]``.
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import sys
 import time
 
-from benchmarks._common import machine, print_table
+from benchmarks._common import machine, print_table, run_with_seeds
 from vtrm_gate.sim import eta_checks
 
 
@@ -33,11 +31,8 @@ def summary(seeds: int) -> list[dict[str, str]]:
     return rows
 
 
-def main(quick: bool = False, argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.bench_forecast")
-    p.add_argument("--seeds", type=int, default=None)
-    args = p.parse_args(argv or [])
-    seeds = args.seeds or (5 if quick else 20)
+def main(quick: bool = False, seeds: int | None = None) -> None:
+    seeds = seeds or (5 if quick else 20)
     t = time.perf_counter()
     rows = summary(seeds)
     print(f"{machine()}; {seeds} seeds, virtual clock, {time.perf_counter() - t:.1f} s")
@@ -45,4 +40,4 @@ def main(quick: bool = False, argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main("--quick" in sys.argv, [a for a in sys.argv[1:] if a != "--quick"])
+    run_with_seeds(main)

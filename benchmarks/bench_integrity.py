@@ -16,7 +16,7 @@ from pathlib import Path
 
 from vtrm_gate.harness import HarnessLog
 
-from ._common import machine, median_time, print_table
+from ._common import machine, median_time, print_table, run_quick
 
 TRACE = 1500  # bytes of trace JSON per call
 
@@ -80,6 +80,4 @@ def main(quick: bool = False) -> list[dict]:
 
 
 if __name__ == "__main__":
-    import sys
-
-    main(quick="--quick" in sys.argv)
+    run_quick(main)

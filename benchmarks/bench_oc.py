@@ -17,7 +17,7 @@ import numpy as np
 
 from vtrm_gate import GateParams, operating_characteristics
 
-from ._common import machine, median_time, print_table
+from ._common import machine, median_time, print_table, run_quick
 
 P_WIN, DISC = 0.8, 0.5
 
@@ -124,4 +124,4 @@ def main(quick: bool = False) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main()
+    run_quick(main)

@@ -22,7 +22,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from ._common import machine, median_time, print_table
+from vtrm_gate._reaper import forget, stop_at_exit
+
+from ._common import machine, median_time, parser, print_table
 
 LATENCY_S = 0.02
 SINGLE_POOL_MAX = 256
@@ -74,6 +76,7 @@ class Server:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "benchmarks.bench_throughput", "--serve", str(self.port),
              str(latency)], stdout=subprocess.PIPE, text=True)
+        self.reaped = stop_at_exit(self.close)  # also on SIGTERM
         assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "ready"
 
     @property
@@ -81,6 +84,7 @@ class Server:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def close(self) -> None:
+        forget(self.reaped)
         self.proc.kill()
         self.proc.wait()
 
@@ -163,13 +167,11 @@ def peak_memory_mb(fn: Any) -> float:
         tracemalloc.stop()
 
 
-def main(quick: bool = False) -> None:
+def main(quick: bool = False, only: tuple[int, ...] = ()) -> None:
     from vtrm_gate.cache import RedisServer
 
     repeats = 1 if quick else 3
-    levels = (32, 256) if quick else (32, 256, 1024)
-    only = [int(a) for a in sys.argv[1:] if a.isdigit()]
-    levels = tuple(only) or levels
+    levels = only or ((32, 256) if quick else (32, 256, 1024))
     print(f"machine: {machine()}")
     print(f"simulated latency {LATENCY_S * 1000:.0f} ms per call; medians of {repeats}")
     server = Server(LATENCY_S)
@@ -226,6 +228,9 @@ if __name__ == "__main__":
     if len(sys.argv) >= 4 and sys.argv[1] == "--serve":
         asyncio.run(_serve(int(sys.argv[2]), float(sys.argv[3])))
     else:
+        ap = parser()
+        ap.add_argument("levels", nargs="*", type=int, help="concurrency levels to run")
+        args = ap.parse_args()
         t0 = time.perf_counter()
-        main(quick="--quick" in sys.argv)
+        main(quick=args.quick, only=tuple(args.levels))
         print(f"\n({time.perf_counter() - t0:.0f} s)")

@@ -15,9 +15,10 @@ PKG = Path(__file__).resolve().parents[1] / "vtrm_gate"
 MAX_FUNCTION_LINES = 60
 
 LAYER = {
-    # identities, errors, environment, the sync bridge, defaults, the public surface's
-    # machinery (_api): every layer may use them
-    "_ids": 0, "errors": 0, "_env": 0, "_sync": 0, "_api": 0, "_defaults": 0, "nbstrip": 0,
+    # the error tree (it imports nothing of ours): every module may raise its errors
+    "errors": -1,
+    # identities, environment, the sync bridge: every layer may use them
+    "_ids": 0, "_env": 0, "_reaper": 0, "_sync": 0, "_api": 0, "nbstrip": 0,
     "stats": 1, "gate": 2, "options": 3, "harness": 4, "cache": 5, "llm": 6, "sim": 7,
     "backends": 8, "views": 9, "cli": 10,
     # faces and shims on top

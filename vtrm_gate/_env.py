@@ -1,22 +1,52 @@
 """Environment helpers with no heavy imports: ``.env`` files, Redis URLs, secret masking,
-whether a process still runs.
+whether a process still runs, and the defaults of the settings (slots, reply budgets,
+timeouts) that signatures, options and the CLI's help import.
 
 Shared by `vtrm_gate.options` and `vtrm_gate.cache` (and so by the fast-starting CLI).
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import functools
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from types import MappingProxyType
+from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
+
+from .errors import ConfigError, shown
 
 REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 DEFAULT_TTL = 604800  # 7 days
 MAX_TTL = 2**31 - 1
 """The longest TTL taken (68 years): Redis, its Lua numbers and every client agree on it."""
+
+# ---- defaults: one home for each default a signature, an option or a help text takes ----
+# (the slot count, the reply budgets, the LLM call's timeouts and retries, Redis clients'
+# socket timeout); every other module imports them, none writes the number again.
+
+DEFAULT_CONCURRENCY = 32
+"""Slots of the gate's pool (a rollout's, a simulated step's; one endpoint's cap)."""
+
+DEFAULT_MAX_TOKENS: Mapping[str, int] = MappingProxyType(
+    {"think": 512, "answer": 64, "evolve": 2048})
+"""Each call kind's reply budget (0: none sent, the server's default)."""
+
+DEFAULT_TIMEOUT_S = 60.0
+"""An LLM call's attempt timeout in seconds."""
+
+DEFAULT_DEADLINE_S = 180.0
+"""An LLM call's deadline in seconds, every attempt and wait included."""
+
+DEFAULT_MAX_RETRIES = 5
+"""Retries of an LLM call after its first attempt."""
+
+REDIS_SOCKET_TIMEOUT_S = 0.5
+"""A Redis client's socket timeout: a dead cache costs a call half a second, once."""
 
 
 # ---- secrets --------------------------------------------------------------------------
@@ -84,12 +114,41 @@ substring it would mangle ordinary words ("ma***imum"); an environment value tha
 a credential-like name (`secret_values`) is not scrubbed at all below it."""
 
 
+_URLSAFE = str.maketrans("+/", "-_")
+
+
+def _base64_forms(raw: bytes) -> set[str]:
+    """``raw``'s base64 text wherever it starts in an encoded stream (offset 0, 1 or 2 of a
+    3-byte group): whole, and the part of whole groups it alone decides (the edge groups
+    mix in unknown neighbours); standard and URL-safe alphabets."""
+    whole = base64.b64encode(raw).decode()
+    out = {whole, whole.rstrip("=")}
+    for k in range(3):
+        enc = base64.b64encode(b"\0" * k + raw).decode()
+        out.add(enc[4 if k else 0:(k + len(raw)) // 3 * 4])
+    return {f for x in out if len(x) >= SHORT_SECRET for f in (x, x.translate(_URLSAFE))}
+
+
+@functools.lru_cache(maxsize=64)
+def secret_forms(secret: str) -> frozenset[str]:
+    """The texts that give ``secret`` away: itself, percent-encoded (only where needed, or
+    every byte, in either case), reversed and base64-encoded (`_base64_forms`); a secret
+    shorter than `SHORT_SECRET` only itself and percent-encoded."""
+    forms = {secret, quote(secret, safe="")}
+    if len(secret) >= SHORT_SECRET:
+        raw = secret.encode()
+        every = "".join(f"%{b:02X}" for b in raw)
+        forms |= {every, every.lower(), secret[::-1], *_base64_forms(raw)}
+    return frozenset(forms)
+
+
 def scrub_credentials(text: str, secrets: Iterable[str | None] = ()) -> str:
-    """``text`` with every ``secrets`` value (raw or percent-encoded), every credential
-    header's value (Authorization, api-key, x-api-key) and every Bearer/Basic token replaced
-    by ``***``: apply to any error text before it is logged, stored or raised. A secret
-    shorter than `SHORT_SECRET` characters is replaced where it stands alone as a token."""
-    literals = {x for s in secrets if s for x in (s, quote(s, safe=""))}
+    """``text`` with every ``secrets`` value (raw, percent-encoded, base64-encoded or
+    reversed: `secret_forms`), every credential header's value (Authorization, api-key,
+    x-api-key) and every Bearer/Basic token replaced by ``***``: apply to any text from
+    outside before it is logged, stored or raised. A secret shorter than `SHORT_SECRET`
+    characters is replaced where it stands alone as a token."""
+    literals = {x for s in secrets if s for x in secret_forms(s)}
     for lit in sorted(literals, key=len, reverse=True):
         if len(lit) >= SHORT_SECRET:
             text = text.replace(lit, "***")
@@ -98,6 +157,33 @@ def scrub_credentials(text: str, secrets: Iterable[str | None] = ()) -> str:
     text = _CREDENTIAL_FIELD.sub(
         lambda m: f"{m[1]}{m[2]}{m[3] + ' ' if m[3] else ''}***", text)
     return _BEARER.sub(lambda m: f"{m[1]} ***", text)
+
+
+SECRET_MARGIN = 8192
+"""Characters a cut text loses before its cut: a secret the cut would split (one up to this
+long: keys, tokens, a PEM key) goes whole instead of leaving its first half."""
+
+
+def capped(text: str, cap: int, scrub: Callable[[str], str], what: str = "") -> str:
+    """``text`` scrubbed, at most ``cap`` characters: over it, its head (less `SECRET_MARGIN`)
+    and a note naming the length and the cap, so an unbounded text is never scrubbed, stored
+    or printed whole."""
+    if len(text) <= cap:
+        return scrub(text)
+    note = f" ... [truncated{what}: {len(text)} characters, over the cap of {cap}]"
+    return scrub(text[:max(0, cap - SECRET_MARGIN - len(note))]) + note
+
+
+def scrub_json(value: Any, scrub: Callable[[str], str]) -> Any:
+    """``value`` (JSON-like: a parsed reply, a trace) with every string scrubbed, keys too."""
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, Mapping):
+        return {scrub(k) if isinstance(k, str) else k: scrub_json(v, scrub)
+                for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(scrub_json(v, scrub) for v in value)
+    return value
 
 
 # Names that hold a credential: a segment (split at _, -, . and camelCase) such as KEY,
@@ -155,15 +241,15 @@ def check_redis_url(url: str) -> str:
         p = urlsplit(url)
         _ = p.port  # raises ValueError on a bad port
     except ValueError as exc:
-        raise ValueError(f"invalid Redis URL {mask_url(url)!r}: {scrub(str(exc), url)}") \
+        raise ConfigError(f"invalid Redis URL {mask_url(url)!r}: {scrub(str(exc), url)}") \
             from None
     if p.scheme not in REDIS_SCHEMES:
-        raise ValueError(f"invalid Redis URL {mask_url(url)!r}: scheme must be one of "
+        raise ConfigError(f"invalid Redis URL {mask_url(url)!r}: scheme must be one of "
                          f"redis://, rediss://, unix://, redis+cluster://, rediss+cluster://")
     if p.scheme == "unix" and not p.path:
-        raise ValueError(f"invalid Redis URL {mask_url(url)!r}: unix:// needs a socket path")
+        raise ConfigError(f"invalid Redis URL {mask_url(url)!r}: unix:// needs a socket path")
     if p.scheme != "unix" and not p.hostname:
-        raise ValueError(f"invalid Redis URL {mask_url(url)!r}: no host")
+        raise ConfigError(f"invalid Redis URL {mask_url(url)!r}: no host")
     return url
 
 
@@ -178,7 +264,7 @@ def read_dotenv(path: str | os.PathLike[str]) -> dict[str, str]:
     except OSError:
         return out
     except UnicodeDecodeError as exc:  # a ValueError: the CLI exits 2 with this one line
-        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") \
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") \
             from None
     for raw in text.splitlines():
         line = raw.strip()
@@ -226,10 +312,10 @@ def parse_ttl(value: str | int | None, default: int = DEFAULT_TTL) -> int:
     try:
         ttl = int(value)
     except (TypeError, ValueError):
-        raise ValueError(f"REDIS_CACHE_TTL must be a whole number of seconds > 0, "
-                         f"got {value!r}") from None
+        raise ConfigError(f"REDIS_CACHE_TTL must be a whole number of seconds > 0, "
+                         f"got {shown(value)}") from None
     if not 0 < ttl <= MAX_TTL:
-        raise ValueError(f"REDIS_CACHE_TTL must be from 1 to {MAX_TTL} seconds, got {ttl}")
+        raise ConfigError(f"REDIS_CACHE_TTL must be from 1 to {MAX_TTL} seconds, got {ttl}")
     return ttl
 
 

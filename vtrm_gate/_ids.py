@@ -19,6 +19,8 @@ import json
 import re
 from typing import Any, Literal
 
+from .errors import InputError
+
 Arm = Literal["base", "cand"]
 
 
@@ -26,7 +28,7 @@ def slugify(task_type: str) -> str:
     """'Action Reasoning' -> 'action-reasoning': the skill file stem and run-id component."""
     slug = re.sub(r"[^a-z0-9]+", "-", task_type.lower()).strip("-")
     if not slug:
-        raise ValueError(f"task type {task_type!r} has no letters or digits to name it by")
+        raise InputError(f"task type {task_type!r} has no letters or digits to name it by")
     return slug
 
 

@@ -39,6 +39,7 @@ The builtin bases stay what they were (a `WorkspaceError` is still a ``ValueErro
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Sequence
 from typing import Any
 
@@ -241,16 +242,63 @@ class CasesUnavailable(VtrmError):
     ``no_cases``."""
 
 
-def exit_code(exc: BaseException) -> int | None:
-    """The CLI exit code of an expected failure (None: a bug, to be re-raised).
+QUOTE_MAX = 80
+"""How many characters of an offending value an error message quotes."""
 
-    Our families carry theirs; a builtin ``ValueError`` (a validated value), ``OSError``
-    (disk full, read-only, permissions) or ``sqlite3.Error`` is bad input or environment: 2.
+
+def shown(value: object, limit: int = QUOTE_MAX) -> str:
+    """``repr(value)`` for an error message, at most ~``limit`` characters: a longer one is
+    cut and says how long it was (a 3 MB value never makes a 3 MB error line)."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    size = (f"{len(value):,} characters" if isinstance(value, str)
+            else f"{len(value):,} bytes" if isinstance(value, bytes | bytearray)
+            else f"{len(text):,} characters as text")
+    return f"{text[:limit - 3]}... ({size})"
+
+
+LONG_WORD = 200
+"""A word of an error line longer than this is a value its message did not cut (`shown`)."""
+MAX_LINE = 4000
+
+
+def bounded(text: str) -> str:
+    """The error line with every overlong word (a quoted value) cut to ``QUOTE_MAX`` characters
+    and its length, and the line itself capped: a 3 MB value never makes a 3 MB line."""
+    text = " ".join(w if len(w) <= LONG_WORD else f"{w[:QUOTE_MAX - 3]}... ({len(w):,} "
+                    f"characters)" for w in text.split(" "))
+    return text if len(text) <= MAX_LINE else (
+        f"{text[:MAX_LINE - 40]}... ({len(text):,} characters in all)")
+
+
+# I/O failures of the files a command is given (a full or read-only disk, a missing or
+# unreadable path): the environment, not a bug. Anything else without a family is a bug.
+_IO_ERRNOS = frozenset(getattr(errno, n) for n in (
+    "ENOSPC", "EDQUOT", "EROFS", "EACCES", "EPERM", "ENOENT", "ENOTDIR", "EISDIR", "EIO",
+    "ENAMETOOLONG", "EEXIST", "ELOOP", "EFBIG", "EMFILE", "ENFILE", "ENOTEMPTY", "EXDEV",
+    "EBUSY", "ETXTBSY", "ESTALE") if hasattr(errno, n))
+# SQLite's result codes for a database file it cannot use (full, read-only, damaged, busy):
+# SQLITE_ERROR (a bad statement) and misuse are bugs.
+_SQLITE_IO = ("SQLITE_FULL", "SQLITE_READONLY", "SQLITE_IOERR", "SQLITE_CANTOPEN",
+              "SQLITE_NOTADB", "SQLITE_CORRUPT", "SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_PERM")
+
+
+def exit_code(exc: BaseException) -> int | None:
+    """The CLI exit code of an expected failure (None: a bug, to be reported as one).
+
+    Our families carry theirs; an I/O error on a file (``OSError`` with an I/O errno: disk
+    full, read-only, permissions, missing) or an SQLite error on the database file (full,
+    read-only, damaged, locked) is the environment: 2. A builtin ``ValueError``, an
+    ``OSError`` without such an errno or an SQLite misuse is a bug: None.
     """
     import sqlite3
 
     if isinstance(exc, VtrmError):
         return exc.exit_code
-    if isinstance(exc, ValueError | OSError | sqlite3.Error):
+    if isinstance(exc, OSError) and exc.errno in _IO_ERRNOS:
+        return EXIT_BAD_INPUT
+    if isinstance(exc, sqlite3.Error) and str(
+            getattr(exc, "sqlite_errorname", "")).startswith(_SQLITE_IO):
         return EXIT_BAD_INPUT
     return None

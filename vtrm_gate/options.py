@@ -30,15 +30,19 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Final
 
-from ._defaults import (
+from ._env import (
     DEFAULT_CONCURRENCY,
     DEFAULT_DEADLINE_S,
     DEFAULT_MAX_RETRIES,
     DEFAULT_MAX_TOKENS,
     DEFAULT_TIMEOUT_S,
+    DEFAULT_TTL,
+    MAX_TTL,
+    check_redis_url,
+    mask_url,
+    read_dotenv,
 )
-from ._env import DEFAULT_TTL, MAX_TTL, check_redis_url, mask_url, read_dotenv
-from .errors import ConfigError
+from .errors import ConfigError, shown
 from .gate import DEFAULT_DISPATCH, DISPATCH_NAMES, PAST_STOP_POLICIES, GuardParams
 from .stats import DECISION_RULES, PROBATION_RULES, GateParams
 
@@ -171,39 +175,40 @@ class RunOptions:
     """LLM calls: each call's deadline in seconds, every attempt and wait included."""
     max_retries: int = DEFAULT_MAX_RETRIES
     """LLM calls: retries after the first attempt (429, 5xx, timeouts, dropped bodies)."""
-    max_tokens_think: int | Unset = UNSET
+    max_tokens_think: int | Unset | None = UNSET
     """The think step's reply budget (`UNSET`: the workspace's ``agent.max_tokens``, else
-    512; 0: none sent). It changes answers, so it keys the caches (the agent config)."""
-    max_tokens_answer: int | Unset = UNSET
-    """The answer step's reply budget (`UNSET`: ``agent.max_tokens``, else 64; 0: none)."""
-    max_tokens_evolve: int | Unset = UNSET
-    """The evolver's reply budget (`UNSET`: 2048; 0: none sent)."""
+    512; None: none sent, 0 in a flag, variable or file). It changes answers, so it keys the
+    caches (the agent config)."""
+    max_tokens_answer: int | Unset | None = UNSET
+    """The answer step's reply budget (`UNSET`: ``agent.max_tokens``, else 64; None: none)."""
+    max_tokens_evolve: int | Unset | None = UNSET
+    """The evolver's reply budget (`UNSET`: 2048; None: none sent)."""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     """Where each resolved value came from: ``flag --x``, ``env X``, ``file P``, ``default``."""
 
     def __post_init__(self) -> None:
         c = self.concurrency
         if c is not UNSET and (not _whole(c) or c < 1):  # type: ignore[operator]
-            raise ConfigError(f"concurrency must be an integer >= 1, got {c!r}")
+            raise ConfigError(f"concurrency must be an integer >= 1, got {shown(c)}")
         if not isinstance(self.gate, GateParams) or not isinstance(self.guard, GuardParams):
             raise ConfigError("gate and guard must be GateParams and GuardParams")
         if self.decision_rule not in DECISION_RULES:
             raise ConfigError(f"decision_rule must be one of {', '.join(DECISION_RULES)}, "
-                              f"got {self.decision_rule!r}")
+                              f"got {shown(self.decision_rule)}")
         if self.dispatch not in DISPATCH_NAMES:
             raise ConfigError(f"dispatch must be one of {', '.join(DISPATCH_NAMES)}, "
-                              f"got {self.dispatch!r}")
+                              f"got {shown(self.dispatch)}")
         if self.past_stop not in PAST_STOP_POLICIES:
             raise ConfigError(f"past_stop must be one of {', '.join(PAST_STOP_POLICIES)}, "
-                              f"got {self.past_stop!r}")
+                              f"got {shown(self.past_stop)}")
         for name in ("cancel_after_freeze", "cache_enabled"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be on/off (true/false), "
-                                  f"got {getattr(self, name)!r}")
+                                  f"got {shown(getattr(self, name))}")
         ts = self.time_scale
         if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int | float)
                                or not math.isfinite(ts) or ts < 0):
-            raise ConfigError(f"time_scale must be a finite number >= 0, got {ts!r}")
+            raise ConfigError(f"time_scale must be a finite number >= 0, got {shown(ts)}")
         self._check_cache()
         self._check_agent()
         if self.backend is not None and (not isinstance(self.backend, str)
@@ -211,24 +216,24 @@ class RunOptions:
             raise ConfigError(f"backend {self.backend!r}: expected 'package.module:function'")
         if self.probation_rule is not UNSET and self.probation_rule not in PROBATION_RULES:
             raise ConfigError(f"probation_rule must be one of {', '.join(PROBATION_RULES)}, "
-                              f"got {self.probation_rule!r}")
+                              f"got {shown(self.probation_rule)}")
 
     def _check_agent(self) -> None:
         if not isinstance(self.adaptive, bool):
-            raise ConfigError(f"adaptive must be on/off (true/false), got {self.adaptive!r}")
+            raise ConfigError(f"adaptive must be on/off (true/false), got {shown(self.adaptive)}")
         for name in ("timeout", "deadline"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) \
                     or v <= 0:
-                raise ConfigError(f"{name} must be a number of seconds > 0, got {v!r}")
+                raise ConfigError(f"{name} must be a number of seconds > 0, got {shown(v)}")
         if not _whole(self.max_retries) or not 0 <= self.max_retries <= 100:
             raise ConfigError(f"max_retries must be an integer from 0 to 100, "
-                              f"got {self.max_retries!r}")
+                              f"got {shown(self.max_retries)}")
         for name in MAX_TOKENS_FIELDS:
             v = getattr(self, name)
-            if v is not UNSET and (not _whole(v) or not 0 <= v <= 1_000_000):
-                raise ConfigError(f"{name} must be an integer from 0 (none sent) to "
-                                  f"1000000, got {v!r}")
+            if v is not UNSET and v is not None and (not _whole(v) or not 1 <= v <= 1_000_000):
+                raise ConfigError(f"{name} must be an integer from 1 to 1000000, or None "
+                                  f"(none sent; 0 in a flag, variable or file), got {shown(v)}")
 
     def max_tokens(self, agent: Mapping[str, Any] | None = None) -> dict[str, int]:
         """Each agent step's ``max_tokens`` (``think``, ``answer``, ``evolve``): the value
@@ -241,22 +246,22 @@ class RunOptions:
             v = getattr(self, name)
             if v is UNSET:
                 v = legacy if _whole(legacy) and step != "evolve" else default
-            out[step] = int(v)  # type: ignore[arg-type]
+            out[step] = 0 if v is None else int(v)  # type: ignore[arg-type]
         return out
 
     def _check_cache(self) -> None:
         if not _whole(self.redis_cache_ttl) or not 1 <= self.redis_cache_ttl <= MAX_TTL:
             raise ConfigError(f"redis_cache_ttl must be an integer from 1 to {MAX_TTL} "
-                              f"(seconds), got {self.redis_cache_ttl!r}")
+                              f"(seconds), got {shown(self.redis_cache_ttl)}")
         if not isinstance(self.cache_prefix, str) or not self.cache_prefix \
                 or any(c in self.cache_prefix for c in "*?[] "):
             raise ConfigError(f"cache_prefix must be a non-empty string without glob "
-                              f"characters or spaces, got {self.cache_prefix!r}")
+                              f"characters or spaces, got {shown(self.cache_prefix)}")
         share = self.cache_share
         if share is not None and (not isinstance(share, str) or not share.strip()
                                   or any(c.isspace() for c in share)):
             raise ConfigError(f"cache.share must be a non-empty name without spaces, "
-                              f"got {share!r}")
+                              f"got {shown(share)}")
         if self.redis_url is not None:
             if not isinstance(self.redis_url, str):
                 raise ConfigError(f"redis_url must be a string (a redis://, rediss:// or "
@@ -379,7 +384,7 @@ def _coerce_bool(name: str, v: Any) -> bool:
         return True
     if s in ("0", "false", "no", "off"):
         return False
-    raise ConfigError(f"{name} must be on/off (true/false), got {v!r}")
+    raise ConfigError(f"{name} must be on/off (true/false), got {shown(v)}")
 
 
 def _coerce_int(name: str, v: Any) -> int:
@@ -388,7 +393,7 @@ def _coerce_int(name: str, v: Any) -> int:
     try:
         return int(str(v).strip())
     except ValueError:
-        raise ConfigError(f"{name} must be an integer, got {v!r}") from None
+        raise ConfigError(f"{name} must be an integer, got {shown(v)}") from None
 
 
 def _coerce_float(name: str, v: Any) -> float:
@@ -397,7 +402,7 @@ def _coerce_float(name: str, v: Any) -> float:
     try:
         return float(str(v).strip())
     except ValueError:
-        raise ConfigError(f"{name} must be a number of seconds, got {v!r}") from None
+        raise ConfigError(f"{name} must be a number of seconds, got {shown(v)}") from None
 
 
 def _read_file(path: Path) -> dict[str, Any]:
@@ -453,6 +458,8 @@ def _field(key: str, value: Any, source: str | None) -> Any:
     try:
         if key in ("concurrency", "redis_cache_ttl", "max_retries", *MAX_TOKENS_FIELDS):
             value = _coerce_int(key, value)
+            if key in MAX_TOKENS_FIELDS and value == 0:
+                value = None  # "0: none sent" in a flag, a variable or a file
         elif key in ("cache_enabled", "cancel_after_freeze", "adaptive"):
             value = _coerce_bool(key, value)
         elif key in ("timeout", "deadline"):

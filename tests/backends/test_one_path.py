@@ -219,7 +219,8 @@ def test_python_api_step_train_and_settle_reach_open_backend_with_one_options(
     assert [n for n, _ in spied] == ["open_backend", "run_step", "open_backend", "train",
                                      "open_backend", "settle_probation"]
     assert all(o is options for n, o in spied if n == "open_backend")
-    assert all(o == options.with_workspace("w_net") for n, o in spied if n != "open_backend")
+    assert all(o == options.with_workspace("e_continue") for n, o in spied
+               if n != "open_backend")
 
 
 def test_a_probation_rule_that_differs_from_the_workspaces_is_refused(tmp_path: Path) -> None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -57,15 +59,22 @@ def cleanup_other(target: RedisTarget, groups: dict[str, list[str]]) -> None:
     target.sync_client().delete(*groups["other"])
 
 
-def renew(target: RedisTarget, **kw: Any) -> RenewReport:
+def renew(target: RedisTarget, ttl: int = TARGET, **kw: Any) -> RenewReport:
     async def go() -> RenewReport:
         client = target.client()
         try:
-            return await renew_ttl(client, TARGET, target.pattern, **kw)
+            return await renew_ttl(client, ttl, target.pattern, **kw)
         finally:
             await client.aclose()
 
     return asyncio.run(go())
+
+
+def slack(since: float) -> int:
+    """Seconds a TTL may have run down since ``since`` (monotonic): the whole seconds that
+    passed, plus one for Redis's rounding. Measured, so it holds on a loaded machine (issue
+    27 row 18: a fixed 1 s failed there)."""
+    return math.ceil(time.monotonic() - since) + 1
 
 
 def for_method(target: RedisTarget, method: str, request: pytest.FixtureRequest) -> RedisTarget:
@@ -85,9 +94,11 @@ def test_renewal_extends_only_keys_with_a_shorter_ttl(redis_target: RedisTarget,
     redis_target = for_method(redis_target, method, request)
     groups = seed(redis_target)
     try:
+        t0 = time.monotonic()
         report = renew(redis_target, method=method, batch=3)
         assert (report.scanned, report.extended, report.untouched) == (12, 4, 8)
-        assert all(TARGET - 5 < t <= TARGET for t in ttls(redis_target, groups["short"]))
+        short = ttls(redis_target, groups["short"])
+        assert all(TARGET - slack(t0) <= t <= TARGET for t in short), short
         assert ttls(redis_target, groups["none"]) == [-1] * 4
         assert all(t > TARGET for t in ttls(redis_target, groups["long"]))
         assert all(0 < t <= 60 for t in ttls(redis_target, groups["other"]))
@@ -101,12 +112,15 @@ def test_dry_run_counts_and_changes_nothing(redis_target: RedisTarget, method: s
     redis_target = for_method(redis_target, method, request)
     groups = seed(redis_target)
     try:
+        t0 = time.monotonic()
         before = ttls(redis_target, groups["short"] + groups["none"] + groups["long"])
         report = renew(redis_target, method=method, dry_run=True)
         assert (report.scanned, report.extended, report.untouched, report.dry_run) == \
             (12, 4, 8, True)
         after = ttls(redis_target, groups["short"] + groups["none"] + groups["long"])
-        assert all(abs(a - b) <= 1 for a, b in zip(before, after, strict=True))
+        ran_down = slack(t0)  # a TTL only runs down; a renewal would have raised it
+        assert all(b - ran_down <= a <= b for a, b in zip(after, before, strict=True)), \
+            (before, after)
     finally:
         cleanup_other(redis_target, groups)
 
@@ -115,8 +129,12 @@ def test_renewal_is_idempotent_and_reports_progress(redis_target: RedisTarget) -
     groups = seed(redis_target, n=30)
     seen: list[RenewProgress] = []
     try:
+        t0 = time.monotonic()
         first = renew(redis_target, batch=10, progress=seen.append)
-        second = renew(redis_target, batch=10)
+        time.sleep(1.1)  # what a loaded machine does between two calls: TTLs tick down
+        # Again, to the target less what the TTLs ran down since (measured): extends nothing.
+        # (At the very same target a key whose TTL ticked down a second is extended again.)
+        second = renew(redis_target, TARGET - slack(t0), batch=10)
     finally:
         cleanup_other(redis_target, groups)
     assert first.extended == 30 and second.extended == 0 and second.scanned == 90
@@ -305,11 +323,12 @@ def test_dry_run_and_auto_renewal_need_no_scripting_rights(
     doc = json.loads(out.stdout)
     assert (doc["scanned"], doc["extended"], doc["dry_run"]) == (12, 4, True)
     assert all(t <= 3600 for t in ttls(target, groups["short"]))  # nothing changed
+    t0 = time.monotonic()
     out = cli("renew", "--json", "--pattern", target.pattern, "--url", url)
     assert out.returncode == 0, out.stderr  # the script is refused (NOPERM): pipelines instead
     doc = json.loads(out.stdout)
     assert (doc["scanned"], doc["extended"], doc["method"]) == (12, 4, "pipeline")
-    assert all(TARGET - 5 < t <= TARGET for t in ttls(target, groups["short"]))
+    assert all(TARGET - slack(t0) <= t <= TARGET for t in ttls(target, groups["short"]))
     out = cli("renew", "--method", "lua", "--pattern", target.pattern, "--url", url)
     assert out.returncode != 0 and "no permissions" in out.stderr
     assert "pw-noscript" not in out.stderr

@@ -84,3 +84,17 @@ def test_check_redis_access_names_the_refusal_and_passes_a_good_url(
     assert "pw-wrong" not in str(err.value) and "***" in str(err.value)
     why = asyncio.run(check_redis_access("redis://127.0.0.1:1/0", "tp"))
     assert why is not None and "refused" not in why  # unreachable: the reason, no raise
+
+
+def test_a_redis_over_its_maxmemory_is_reported_as_full(locked_redis: RedisServer) -> None:
+    # Issue 27 #15: "refused ... check the URL" for a server that is only full
+    r = redis.Redis(unix_socket_path=locked_redis.socket_path, password=PASSWORD)
+    r.config_set("maxmemory-policy", "noeviction")
+    r.config_set("maxmemory", 1)  # one byte: every write is over it
+    r.close()
+    url = f"unix://:{PASSWORD}@{locked_redis.socket_path}"
+    with pytest.raises(RedisAccessError) as err:
+        asyncio.run(check_redis_access(url, "tp"))
+    text = str(err.value)
+    assert "is full" in text and "maxmemory" in text and "volatile-lru" in text, text
+    assert "check the URL" not in text and PASSWORD not in text

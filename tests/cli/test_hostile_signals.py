@@ -64,3 +64,27 @@ def test_sigterm_of_a_step_is_like_sigint(tmp_path: Path, sigint: str) -> None:
     assert (ws / "state.json").read_bytes() == state
     assert not list(ws.rglob(".*.tmp-*"))
     assert cli("step", "--workspace", str(ws), "--epoch", "1", "--step", "1").returncode == 0
+
+
+@pytest.mark.parametrize("command", [["options", "--workspace", "no-such-ws"],
+                                     ["init", "--seed", "1"]])
+def test_main_called_from_python_restores_the_signal_handlers(tmp_path: Path,
+                                                              command: list[str]) -> None:
+    # Issue 27 row 8: main() replaced the process's SIGTERM handler for good (and SIGINT's,
+    # when it was ignored). Whatever the command's outcome (exit 2 or 0), both come back.
+    from vtrm_gate.cli import main
+
+    def mine(signum: int, frame: object) -> None:
+        raise AssertionError("not called")
+
+    saved = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    try:
+        signal.signal(signal.SIGTERM, mine)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        argv = command if command[0] != "init" else ["init", str(tmp_path / "ws"), *command[1:]]
+        assert main(argv) == (2 if command[0] == "options" else 0)
+        assert signal.getsignal(signal.SIGTERM) is mine
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, saved[0])
+        signal.signal(signal.SIGINT, saved[1])

@@ -391,6 +391,30 @@ def test_no_plans_returns_at_once():
     assert res.outcomes == {} and res.peak_in_flight == 0
 
 
+def test_correct_none_with_infra_is_an_infra_result():
+    """Issue 27 #6: ``UnitResult(correct=None, infra=True)`` says "no answer, the
+    infrastructure failed": INFRA for the guard, stored as INFRA, never a failed gate."""
+    async def down(task):
+        if task.ladder_rank == 1 and task.arm == "cand":
+            return UnitResult(correct=None, infra=True, error="503")  # type: ignore[arg-type]
+        return UnitResult(correct=True, tokens=1)
+
+    sink = ListSink()
+    res = run(run_gate([TypePlan("A", [f"u{i}" for i in range(6)])], down, PATIENT,
+                       sink=sink, guard=GuardParams(max_ratio=0.5)))
+    assert res.counters["A"].infra_units == 1 and res.outcomes["A"].n_used == 5
+    stored = [r for t, r, _ in sink.results if t.ladder_rank == 1 and t.arm == "cand"]
+    assert stored == [UnitResult(correct=False, infra=True, error="503")]
+
+
+def test_correct_none_without_infra_still_fails_the_gate():
+    async def bug(task):
+        return UnitResult(correct=None, tokens=1)  # type: ignore[arg-type]
+
+    with pytest.raises(TypeError, match=r"UnitResult.correct=None .*unit 'u0'"):
+        run(run_gate([TypePlan("A", ["u0"])], bug))
+
+
 def test_infer_returning_wrong_type_fails_the_gate():
     async def bad(task):
         return {"correct": True}
@@ -935,4 +959,36 @@ def test_a_subscriber_declaring_what_is_no_event_class_is_refused_before_any_cal
     bad = Declared("TypeDecided")
     with pytest.raises(TypeError, match=r"gate_events must be a tuple of GateEvent classes"):
         run(run_gate(table.plans(), table, PATIENT, concurrency=2, subscribers=[bad]))
+    assert table.calls == []
+
+
+# ---- Python API validation (issue 27 #12) -------------------------------------------
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("base_skill", None), ("cand_skill", 3), ("step_run_id", None), ("cand_run_id", 7),
+    ("target_file", b"x.md"), ("attempt", -1), ("attempt", True)])
+def test_a_plan_field_of_the_wrong_type_is_refused_naming_it(field, value):
+    with pytest.raises((TypeError, ValueError), match=rf"TypePlan\.{field}"):
+        TypePlan("A", ["u"], **{field: value})
+
+
+def test_a_string_as_units_is_refused_not_split_into_characters():
+    with pytest.raises(TypeError, match=r"TypePlan 'A': units must be a sequence of unit "
+                                        r"ids, got a str"):
+        TypePlan("A", "u01")
+
+
+def test_a_type_name_with_a_lone_surrogate_is_refused_naming_the_field():
+    with pytest.raises(ValueError, match=r"TypePlan\.task_type .*not valid Unicode"):
+        TypePlan("Count\ud800", ["u"])
+    with pytest.raises(ValueError, match=r"TypePlan\.task_type"):
+        run(run_gate([TypePlan("A", ["u"]), TypePlan("B\udfff", ["v"])],
+                     OutcomeTable({"A": [TIE]})))
+
+
+@pytest.mark.parametrize("value", [float("nan"), -1, float("inf"), "1", True])
+def test_a_bad_subscriber_timeout_is_refused_before_any_call(value):
+    table = OutcomeTable({"A": [TIE]})
+    with pytest.raises((TypeError, ValueError), match="subscriber_timeout_s"):
+        run(run_gate(table.plans(), table, subscriber_timeout_s=value))
     assert table.calls == []

@@ -441,7 +441,8 @@ PROBATION_DELTA = {**DELTA, "OCR Problems": 1}
 
 
 def _probation_ws(tmp_path: Path) -> tuple[Workspace, object]:
-    ws = make_workspace(tmp_path / "ws", PROBATION_SIZES, LEVELS)
+    # The w_net bet (the whole probe, keep if W - L >= 0): these tests count its units.
+    ws = make_workspace(tmp_path / "ws", PROBATION_SIZES, LEVELS, probation_rule="w_net")
     res = _step(ws, evolver=ToyEvolver(PROBATION_DELTA, fail=["Attribute Perception"]),
                 cases=cases_first(PROBATION_SIZES))
     assert res.decisions["OCR Problems"] is Action.PROVISIONAL

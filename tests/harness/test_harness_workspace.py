@@ -142,3 +142,32 @@ def test_interrupted_checkpoint_is_finished_not_refused(tmp_path):
     assert again.skill_text("OCR Problems") == text
     again.sync_skills()
     assert (ws.root / "skills" / "ocr-problems.md").read_text() == text
+
+
+def test_a_workspace_made_from_python_gets_inits_probation_rule(tmp_path):
+    # Issue 27 row 16: WorkspaceConfig() defaulted to the unguarded w_net bet while
+    # `vtrm-gate init` defaults to e_continue; both now write e_continue.
+    from vtrm_gate.sim import init_simulated
+
+    ws = init_simulated(tmp_path / "ws", SimConfig(seed=1))
+    ws.close()
+    assert json.loads((ws.root / "workspace.json").read_text())["probation_rule"] == (
+        "e_continue")
+    assert Workspace.open(ws.root).config.probation_rule == "e_continue"
+
+
+@pytest.mark.parametrize("rule", ["w_net", "e_harm", None])
+def test_an_existing_workspace_keeps_the_rule_its_file_says(tmp_path, rule):
+    # A file written before the default changed (no key: it ran with w_net) keeps its rule.
+    from vtrm_gate.sim import init_simulated
+
+    root = tmp_path / "ws"
+    init_simulated(root, SimConfig(seed=1)).close()
+    cfg = json.loads((root / "workspace.json").read_text())
+    cfg.pop("probation_rule")
+    if rule is not None:
+        cfg["probation_rule"] = rule
+    (root / "workspace.json").write_text(json.dumps(cfg))
+    before = _snapshot(root)
+    assert Workspace.open(root).config.probation_rule == (rule or "w_net")
+    assert _snapshot(root) == before  # opening rewrites nothing

@@ -151,9 +151,29 @@ def test_an_evaluation_row_of_the_wrong_type_is_exit_2_naming_table_and_column(
     con.execute("UPDATE evaluation SET n_current = 'abc'")
     con.commit()
     con.close()
+    before = files_of(ws)
     code, _out, err = run_cli(["train", "--workspace", str(ws), *TRAIN])
     assert code == 2 and len(err) == 1, err
     assert "harness.sqlite" in err[0] and "evaluation" in err[0] and "n_current" in err[0]
+    assert files_of(ws) == before  # issue 27 row 9: train.json was rewritten (epochs 2)
+
+
+def test_a_missing_manifest_is_refused_before_anything_is_written(trained: Path,
+                                                                  tmp_path: Path) -> None:
+    ws = copy(trained, tmp_path / "ws")
+    (ws / "manifests" / "e1_s1.json").unlink()
+    before = files_of(ws)
+    code, out, err = run_cli(["train", "--workspace", str(ws), *TRAIN])
+    assert code == 2 and len(err) == 1, err
+    assert "e1 s1 never ran (no manifest)" in err[0] and not out.strip()
+    assert files_of(ws) == before  # train.json untouched (it said epochs 1; TRAIN says 2)
+
+
+def files_of(root: Path) -> dict[Path, bytes]:
+    """Every file's bytes but the lock's (its holder record changes with each writer) and
+    the database's (a reader's checkpoint moves pages between its files)."""
+    return {p: p.read_bytes() for p in root.rglob("*") if p.is_file()
+            and p.name != ".lock" and not p.name.startswith("harness.sqlite")}
 
 
 def test_heldout_units_of_another_type_are_refused_before_the_first_step(
@@ -307,3 +327,57 @@ def test_any_tampered_file_is_exit_2_or_a_clean_run(trained: Path, tmp_path: Pat
 def test_the_fuzz_reaches_every_file(trained: Path) -> None:
     for name in (*JSON_FILES, *TEXT_FILES):
         assert (trained / name).is_file(), name
+
+
+@pytest.mark.parametrize("text,got", [('"2"', "'2'"), ("-1", "-1"), ("1e400", "inf"),
+                                      ("0", "0"), ("true", "True")])
+@pytest.mark.parametrize("command", ["step", "train"])
+def test_train_json_steps_per_epoch_is_validated_by_every_reader(
+        trained: Path, tmp_path: Path, text: str, got: str, command: str) -> None:
+    # Issue 27 row 10: `step` ran with exit 0 on "2", -1 and 1e400 (inf, past the text check).
+    ws = copy(trained, tmp_path / "ws")
+    raw = (ws / "train.json").read_text()
+    assert '"steps_per_epoch": 2' in raw
+    (ws / "train.json").write_text(raw.replace('"steps_per_epoch": 2',
+                                               f'"steps_per_epoch": {text}'))
+    before = files_of(ws)
+    argv = (["step", "--workspace", str(ws), "--epoch", "2", "--step", "1"] if command == "step"
+            else ["train", "--workspace", str(ws), *TRAIN])
+    code, out, err = run_cli(argv)
+    assert code == 2 and len(err) == 1, (code, err)
+    assert "train.json" in err[0] and "config.steps_per_epoch" in err[0] and got in err[0]
+    assert files_of(ws) == before and not out.strip()
+
+
+BIG = 3_000_000
+
+
+def _big_kind(ws: Path) -> None:
+    edit(ws / "workspace.json", lambda d: {**d, "kind": "k" * BIG})
+
+
+def _big_type_in_seed_record(ws: Path) -> None:  # quoted by a message without `shown`
+    edit(ws / "seed_record.json", lambda d: {**d, "t" * BIG: {}})
+
+
+def _big_spaced_kind(ws: Path) -> None:  # a value of many short words
+    edit(ws / "workspace.json", lambda d: {**d, "kind": "k " * (BIG // 2)})
+
+
+@pytest.mark.parametrize("damage_with,named", [(_big_kind, "workspace.json: kind"),
+                                               (_big_type_in_seed_record, "seed_record.json"),
+                                               (_big_spaced_kind, "workspace.json: kind")])
+@pytest.mark.parametrize("as_json", [False, True])
+def test_an_error_quotes_a_huge_value_cut_with_its_length(
+        trained: Path, tmp_path: Path, damage_with: Callable[[Path], None], named: str,
+        as_json: bool) -> None:
+    # Issue 27 row 11: a 3 MB value made a 3,000,121-byte error line (and --json the same).
+    ws = copy(trained, tmp_path / "ws")
+    damage_with(ws)
+    argv = ["step", "--workspace", str(ws), "--epoch", "2", "--step", "1"]
+    code, out, err = run_cli(argv + (["--json"] if as_json else []))
+    assert code == 2
+    line = json.loads(out)["error"] if as_json else err[0]
+    assert len(err) == (0 if as_json else 1) and len(line) < 400, len(line)
+    assert named in line and ("3,000,000 characters" in line or "3,000,002 characters" in line
+                              or "characters in all" in line), line

@@ -148,10 +148,15 @@ def test_against_a_single_slot_server_the_gate_holds_back_what_would_only_queue(
     with SingleSlotChatServer(service_s=0.02) as server:
         res, agent = gate_over(server, adaptive=True)
     assert fixed_server.peak_waiting >= 30  # 32 slots: 31 wait at the server
-    assert server.peak_waiting <= 4 and res.peak_in_flight <= 5
+    # At most a quarter of that (measured side by side; a fixed `<= 5` in flight failed at
+    # load ~10: the limit follows latencies the load stretches, issue 27 row 18).
+    assert fixed.peak_in_flight == 32
+    assert server.peak_waiting <= fixed_server.peak_waiting // 4
+    assert res.peak_in_flight <= fixed.peak_in_flight // 4
     assert res.outcomes["OCR"].n_used == fixed.outcomes["OCR"].n_used == 20
     [st] = agent.pool.stats()
-    assert st.limit is not None and 1 <= st.limit <= 5 and st.errors == 0
+    assert st.limit is not None and 1 <= st.limit <= fixed.peak_in_flight // 4
+    assert st.errors == 0
 
 
 def test_429s_cut_the_limit_and_it_grows_back() -> None:
@@ -189,7 +194,9 @@ def test_rollout_and_evolver_calls_wait_for_room_before_their_deadline_starts(
 
         cases, evolved = asyncio.run(go())
     assert all(isinstance(c, list) for c in cases.values())  # no rollout_error
-    assert len(evolved) == 2 and server.peak_waiting <= 4
+    # no request waited at the server as long as a call's 1 s deadline (measured; 64 calls
+    # sent at once would queue ~1.9 s): a fixed `peak_waiting <= 4` is load-sensitive
+    assert len(evolved) == 2 and server.peak_wait_s < 1.0
 
 
 def test_attempt_timeouts_follow_the_observed_latency_and_the_reply_budget() -> None:
@@ -234,7 +241,12 @@ def test_a_default_step_on_a_slow_single_slot_server_completes_and_its_rerun_ask
     out = json.loads(first.stdout)
     [ep] = out["llm_cache"]["endpoints"]
     assert ep["transport_failures"] == 0 and ep["errors"] == 0  # no timeout, no retry
-    assert server.peak_waiting <= 4 and out["peak_in_flight"] <= 5
+    # The queue stayed shorter than the 3 s attempt timeout's worth of requests, at the
+    # service time measured (issue 27 row 18: a fixed `<= 4` failed at load ~20; 32 slots
+    # without the adaptive limit queue 31, 4.65 s at 0.15 s each). Measured, not assumed.
+    assert server.peak_wait_s < 3.0
+    fits = 3.0 / max(0.15, server.peak_service_s)
+    assert server.peak_waiting < fits and out["peak_in_flight"] <= fits + 1
     assert {t["task_type"]: t["action"] for t in out["types"]}["Action Reasoning"] == "ACCEPT"
     done = {canonical_json(b) for b in server.requests[:n]}
     # asked again: only the requests of calls the first run cancelled past a stop (their

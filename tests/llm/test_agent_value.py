@@ -54,7 +54,7 @@ def test_settings_are_one_frozen_value_given_whole_or_as_keywords() -> None:
     # the constructor's own parameters: units, settings, and the collaborators (was 19)
     assert list(inspect.signature(LLMAgent.__init__).parameters)[1:] == [
         "units", "settings", "api_key", "cache", "on_event", "rng", "transport", "endpoints",
-        "media", "fields"]
+        "media", "secrets", "fields"]
 
 
 def test_the_trace_and_events_name_the_call_kind_and_the_stored_trace_keeps_its_keys(

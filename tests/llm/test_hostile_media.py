@@ -21,8 +21,9 @@ from PIL import Image
 
 from vtrm_gate import cli
 from vtrm_gate.cache import ResponseCache
+from vtrm_gate.errors import MediaError
 from vtrm_gate.gate import GuardParams
-from vtrm_gate.harness import MediaOptions, StepResult, Workspace, run_step
+from vtrm_gate.harness import MediaOptions, StepResult, Workspace, frame_path, run_step
 from vtrm_gate.llm import RetryPolicy, data_uri, init_llm, llm_backend, rollout_cases
 from vtrm_gate.options import RunOptions
 from vtrm_gate.testing import RedisTarget
@@ -109,6 +110,18 @@ def test_init_refuses_a_frame_outside_the_units_directory(
     assert code == 2 and len(err) == 1, err
     assert "unit 'u1'" in err[0] and image in err[0] and "units directory" in err[0]
     assert not (tmp_path / "ws").exists()
+
+
+def test_init_refuses_a_frame_path_with_a_nul_byte_naming_unit_and_file(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 27 #13: "embedded null byte", naming neither unit nor file
+    code, err = init_cli(tmp_path, units_with_frame(tmp_path / "units", "frames/a\x00b.png"),
+                         capsys)
+    assert code == 2 and len(err) == 1, err
+    assert "unit 'u1'" in err[0] and "frame 'frames/a\\x00b.png'" in err[0], err
+    assert "NUL byte" in err[0] and not (tmp_path / "ws").exists()
+    with pytest.raises(MediaError, match=r"frame 'x\\x00\.png': .*NUL byte"):
+        frame_path(tmp_path, "x\x00.png")  # also when the units file changes after init
 
 
 def test_init_refuses_a_frame_over_the_size_cap_without_reading_it(

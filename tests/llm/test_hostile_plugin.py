@@ -19,6 +19,7 @@ TOKEN = "tok-planted-9a8b7c6d"
 SECRETS = (KEY, TOKEN)
 
 SOURCE = '''
+import asyncio
 import math
 
 from vtrm_gate import AgentBackend, UnitResult
@@ -33,6 +34,12 @@ def make_backend(ctx):
         raise RuntimeError(f"cannot start with {ctx!r}")
 
     async def infer(task):
+        if mode == "infer_hangs":
+            await asyncio.Event().wait()  # never returns
+        if mode == "result_big":  # 4 MB each, a key across every 64 KiB boundary
+            big = ("A" * 65530 + key) * 64
+            return UnitResult(correct=task.arm == "cand", prediction=big, error=big,
+                              trace={"log": [big, {"deep": big}]}, tokens=10)
         if mode == "infer_raises":
             raise RuntimeError(f"401 from the API with key {key} and token {tok}")
         if mode == "infer_error":
@@ -48,6 +55,8 @@ def make_backend(ctx):
         async def evolve(self, task_type, current_skill, rejected, epoch, step):
             if mode == "evolve_raises":
                 raise RuntimeError(f"the evolver's endpoint refused key {key}")
+            if mode == "evolve_leaks":
+                return current_skill.rstrip() + f"\\n- Prefer the longest option ({key}, {tok}).\\n"
             return current_skill.rstrip() + "\\n- Prefer the longest option.\\n"
 
     async def rollout(epoch, step):
@@ -101,10 +110,10 @@ def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, redis_target: Red
 
 
 def step(ws: Path, mode: str, monkeypatch: pytest.MonkeyPatch,
-         capsys: pytest.CaptureFixture[str]) -> tuple[int, str, list[str]]:
+         capsys: pytest.CaptureFixture[str], *flags: str) -> tuple[int, str, list[str]]:
     monkeypatch.setenv("HOSTILE", mode)
     code = cli.main(["step", "--workspace", str(ws), "--epoch", "1", "--step", "1",
-                     "--concurrency", "4", "--json"])
+                     "--concurrency", "4", "--json", *flags])
     out = capsys.readouterr()
     errors = out.err.strip().splitlines()  # under --json the error is a JSON line on stdout
     if code:
@@ -217,11 +226,15 @@ def test_programming_errors_still_fail_with_their_type(workspace: Path,
                                                        monkeypatch: pytest.MonkeyPatch,
                                                        capsys: pytest.CaptureFixture[str]
                                                        ) -> None:
-    # a TypeError raised by infer is a bug: it propagates (scrubbed), it is never INFRA
+    # a TypeError raised by infer is a bug: it propagates (scrubbed), it is never INFRA; the
+    # CLI shows its traceback and asks for a report, exit 1 (issue 27 row 7)
     monkeypatch.setenv("HOSTILE", "result:nonexistent_field=1")
-    with pytest.raises(TypeError, match="nonexistent_field") as info:
-        cli.main(["step", "--workspace", str(workspace), "--epoch", "1", "--step", "1"])
-    assert any("raised by infer" in n for n in getattr(info.value, "__notes__", []))
+    capsys.readouterr()
+    assert cli.main(["step", "--workspace", str(workspace), "--epoch", "1", "--step",
+                     "1"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "TypeError" in err and "nonexistent_field" in err
+    assert "raised by infer" in err and "please report it" in err.splitlines()[-1]
 
 
 def test_init_with_a_backend_names_the_backend_not_a_missing_model(
@@ -238,3 +251,57 @@ def test_init_with_a_backend_names_the_backend_not_a_missing_model(
                      "--backend", "hostile.agent:make_backend", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["backend"] == "hostile.agent:make_backend" and "model" not in doc
+
+
+@pytest.mark.timeout(60)
+def test_an_infer_that_never_returns_is_infra_at_the_deadline(
+        workspace: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 27 #4: --deadline (each call's) applies to a bring-your-own infer: a stuck call
+    # becomes INFRA, so the guard aborts the step (exit 3) instead of hanging it
+    code, _out, err = step(workspace, "infer_hangs", monkeypatch, capsys, "--deadline", "0.3")
+    assert code == 3 and len(err) == 1 and "INFRA" in err[0], err
+    import sqlite3
+
+    con = sqlite3.connect(workspace / "harness.sqlite")
+    errors = {e for (e,) in con.execute("SELECT error FROM predictions")}
+    con.close()
+    assert errors == {"TimeoutError: infer did not return within the call's deadline of "
+                      "0.3 s (--deadline)"}, errors
+
+
+@pytest.mark.timeout(120)
+def test_huge_results_are_truncated_named_and_stored_without_a_secret(
+        workspace: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 27 #5: 20 MB predictions, errors and traces stalled the gate; now each is capped
+    # (truncated, the row says so) and no secret survives, not even one cut in half
+    code, out, err = step(workspace, "result_big", monkeypatch, capsys)
+    assert code == 0, err
+    import sqlite3
+
+    con = sqlite3.connect(workspace / "harness.sqlite")
+    rows = con.execute("SELECT p.prediction, p.error, t.trace FROM predictions p JOIN traces t "
+                       "ON t.run_id = p.run_id AND t.unit_id = p.unit_id").fetchall()
+    con.close()
+    assert rows
+    n = len(("A" * 65530 + KEY) * 64)
+    for prediction, error, trace in rows:
+        for text in (prediction, error):
+            assert len(text) <= 65536 and text.endswith(
+                f"[truncated: {n} characters, over the cap of 65536]"), text[-80:]
+        assert len(trace) <= (1 << 20) and "over the cap of 1048576" in trace, trace[-200:]
+    assert not leaks(workspace, out, *err)
+    assert not [p for p in workspace.rglob("*") if p.is_file() and KEY[:8].encode() in
+                p.read_bytes()]  # no half-cut key either
+
+
+def test_an_evolver_skill_quoting_a_secret_is_applied_scrubbed(
+        workspace: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 27 #3: the evolver's text reached skills/, history/ and candidates/ verbatim
+    code, out, err = step(workspace, "evolve_leaks", monkeypatch, capsys)
+    assert code == 0, err
+    skill = (workspace / "skills" / "counting.md").read_text()
+    assert "- Prefer the longest option (***, ***)." in skill  # applied: the gate accepted it
+    assert not leaks(workspace, out, *err)

@@ -5,6 +5,7 @@ The server and its ``chat_server`` fixture live in `vtrm_gate.testing.chat`."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 import re
@@ -595,6 +596,41 @@ def test_chat_raises_with_the_key_scrubbed(chat_server: ChatServer) -> None:
 def test_scrub_credentials_removes_header_values_and_the_key(text: str) -> None:
     out = scrub_credentials(text, [SECRET])
     assert SECRET not in out and SECRET[::-1] not in out and "***" in out
+
+
+def _b64(text: str) -> str:
+    import base64
+
+    return base64.b64encode(text.encode()).decode()
+
+
+@pytest.mark.parametrize("form", [
+    _b64(SECRET), _b64(SECRET).rstrip("="), _b64(f"Bearer {SECRET}"), _b64(f"user:{SECRET}"),
+    _b64(f"xx{SECRET}yy").replace("+", "-").replace("/", "_"),
+    "".join(f"%{b:02X}" for b in SECRET.encode()), "".join(f"%{b:02x}" for b in SECRET.encode()),
+    SECRET[::-1]])
+def test_encoded_and_reversed_copies_of_a_secret_are_scrubbed(form: str) -> None:
+    # Issue 27 #14: a base64, %-encoded or reversed copy of the key in an error body passed
+    import base64
+
+    out = scrub_credentials(f"upstream said: {form}.", [SECRET])
+    assert "***" in out and SECRET not in out and SECRET[::-1] not in out
+    for k in range(3):  # nothing of the key's base64 left, at whatever offset it started
+        core = base64.b64encode(b"\0" * k + SECRET.encode()).decode()[4 if k else 0:24]
+        assert core not in out and core.replace("+", "-").replace("/", "_") not in out
+
+
+def test_an_echoed_key_in_a_200_reply_never_reaches_the_result(chat_server: ChatServer,
+                                                                redis_target: RedisTarget
+                                                                ) -> None:
+    # Issue 27 #2: the agent scrubs every reply (a 200 too) before it is parsed or cached
+    chat_server.echo = lambda auth: f" (request was signed with {auth}; {_b64(SECRET)})"
+    cache = ResponseCache(redis_target.url, prefix=redis_target.prefix)
+    [res] = infer(agent(chat_server, cache=cache, api_key=SECRET), task())
+    assert res.prediction == "B" and res.correct
+    text = json.dumps(res.trace)
+    assert "signed with Bearer ***; ***" in text and SECRET not in text
+    assert _b64(SECRET).rstrip("=") not in text
 
 
 @pytest.mark.parametrize("key", ["x", "sk", "local", "1234567"])

@@ -169,3 +169,41 @@ def test_no_secret_after_byo_runs_whose_backend_quotes_the_key(
     manifest = json.loads((ws / "manifests/e1_s1.json").read_text())
     assert manifest["inputs"]["agent"]["endpoint"] == "https://x/?v=***"
     assert not scan(ws, secured_redis, out)
+
+
+def _forms(secret: str) -> list[str]:
+    """A secret as the scan looks for it: raw, base64 (standalone), %-encoded, reversed."""
+    import base64
+
+    return [secret, base64.b64encode(secret.encode()).decode().rstrip("="),
+            "".join(f"%{b:02X}" for b in secret.encode()), secret[::-1]]
+
+
+def test_no_secret_after_an_llm_run_whose_server_echoes_the_key_in_normal_replies(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, secured_redis: RedisServer) -> None:
+    """Issue 27 #2 #14: a 200 reply that repeats the key (raw, base64, %-encoded, reversed)
+    and an environment token, in the answers and in the evolver's skill, leaves none of them
+    in state.json, the skill files, harness.sqlite, Redis or the output."""
+    import base64
+
+    monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
+    monkeypatch.setenv("MY_SERVICE_TOKEN", TOKEN)
+    monkeypatch.setenv("REDIS_URL", secured_redis.url)
+    leak = (f"signed with Bearer {API_KEY} ({base64.b64encode(API_KEY.encode()).decode()}, "
+            f"{''.join(f'%{b:02X}' for b in API_KEY.encode())}, {API_KEY[::-1]}) for {TOKEN}")
+    ws = tmp_path / "ws"
+    out = Outputs()
+    with ChatServer() as chat:
+        chat.echo = lambda auth: f" ({leak})"
+        chat.evolve_reply = lambda t, skill, body: (
+            f"```markdown\n{skill.rstrip()}\n- Prefer the longest option ({leak}).\n```")
+        assert out.run("init", str(ws), "--llm", "--units", str(write_units(tmp_path / "u")),
+                       "--base-url", chat.url, "--model", "m", "--json") == 0
+        assert out.run("train", "--workspace", str(ws), "--epochs", "1",
+                       "--steps-per-epoch", "2", "--json") == 0, out.text[-2:]
+    assert any("***" in p.read_text() for p in (ws / "candidates").rglob("*.md"))
+    found = scan(ws, secured_redis, out)
+    forms = [f for s in (API_KEY, TOKEN) for f in _forms(s)]
+    found += [f"file {p.relative_to(ws)}" for p in ws.rglob("*") if p.is_file()
+              and any(f.encode() in p.read_bytes() for f in forms)]
+    assert not found

@@ -93,3 +93,22 @@ def test_mask_url():
     assert mask_url("unix:///tmp/r.sock") == "unix:///tmp/r.sock"
     assert mask_url(None) == "<embedded>"  # no REDIS_URL: the embedded server
     assert RunOptions().as_dict()["redis_url"] is None
+
+
+@pytest.mark.parametrize("field", ["max_tokens_think", "max_tokens_answer",
+                                   "max_tokens_evolve"])
+def test_a_zero_reply_budget_from_python_is_refused_none_sends_none(field):
+    # Issue 27 #12: 0 tokens is no budget a server can honour; None says "none sent"
+    with pytest.raises(ValueError, match=rf"{field} must be an integer from 1 .* or None"):
+        RunOptions(**{field: 0})
+    step = field.removeprefix("max_tokens_")
+    assert RunOptions(**{field: None}).max_tokens()[step] == 0  # 0: none sent, as before
+
+
+def test_a_zero_budget_on_the_command_line_or_in_a_file_still_means_none_sent(tmp_path):
+    opts = resolve_options({"max_tokens_answer": 0}, env={}, dotenv=None)
+    assert opts.max_tokens_answer is None and opts.max_tokens()["answer"] == 0
+    (tmp_path / "c.toml").write_text("max_tokens_think = 0\n")
+    opts = resolve_options(config=tmp_path / "c.toml", env={"VTRM_MAX_TOKENS_EVOLVE": "0"},
+                           dotenv=None)
+    assert opts.max_tokens() == {"think": 0, "answer": 64, "evolve": 0}

@@ -1,5 +1,5 @@
 """One home for each default: the slot count, the reply budgets and the LLM call's timeouts
-are written once (`vtrm_gate._defaults`) and every signature imports them."""
+are written once (in `vtrm_gate._env`) and every signature imports them."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from vtrm_gate import _defaults
+from vtrm_gate import _env
 from vtrm_gate.cli import main
 from vtrm_gate.llm import DEFAULT_MAX_TOKENS, LLMAgent, RetryPolicy
 from vtrm_gate.options import EXECUTION_FIELDS, MAX_TOKENS_FIELDS, RunOptions
@@ -46,7 +46,7 @@ def test_no_signature_writes_a_default_again() -> None:
 
 
 def test_the_defaults_reach_options_agent_and_cli(capsys) -> None:
-    assert RunOptions().slots == _defaults.DEFAULT_CONCURRENCY == 32
+    assert RunOptions().slots == _env.DEFAULT_CONCURRENCY == 32
     assert RunOptions().max_tokens() == {"think": 512, "answer": 64, "evolve": 2048}
     assert MAX_TOKENS_FIELDS == {"max_tokens_think": 512, "max_tokens_answer": 64,
                                  "max_tokens_evolve": 2048}

@@ -55,7 +55,8 @@ def test_end_to_end_leak_of_neutral_candidates_small_ladders():
 
 
 def test_rule_is_a_validated_workspace_setting():
-    assert WorkspaceConfig().probation_rule == "w_net"
+    assert WorkspaceConfig().probation_rule == "e_continue"  # init's default (issue 27)
+    assert WorkspaceConfig(probation_rule="w_net").probation_rule == "w_net"
     assert WorkspaceConfig(probation_rule="e_continue").probation_rule == "e_continue"
     with pytest.raises(ValueError, match=re.escape("probation_rule must be w_net | e_continue")):
         WorkspaceConfig(probation_rule="vote")

@@ -22,15 +22,16 @@ from ..errors import EndpointUnreachableError, WorkspaceError
 from ..gate import Infer
 from ..harness import CaseSource, Evolver, Workspace
 from ..llm import (
+    PROBE_TIMEOUT_S,
     AgentEvent,
     BackendContext,
     agent_endpoints,
-    check_endpoint,
     check_llm_agent,
     gate_concurrency,
     is_factory_spec,
     llm_backend,
     open_factory_backend,
+    probe_endpoint,
     rollout_cases,
 )
 from ..options import UNSET, RunOptions
@@ -121,12 +122,14 @@ async def _llm(ws: Workspace, options: RunOptions, env: Mapping[str, str],
     except ValueError as exc:
         raise WorkspaceError(f"workspace.json: {exc}") from None
     endpoints = agent_endpoints(ws.config.agent, ws.root)
-    down = []
-    for ep in endpoints:  # before anything starts or is written (embedded Redis, rows)
-        try:
-            await asyncio.to_thread(check_endpoint, ep.url)
-        except EndpointUnreachableError as exc:
-            down.append(str(exc))
+    # before anything starts or is written (embedded Redis, rows); all at once, each within
+    # the probe's deadline (no longer than one attempt's timeout)
+    probes = await asyncio.gather(*(probe_endpoint(ep.url, min(PROBE_TIMEOUT_S, options.timeout))
+                                    for ep in endpoints), return_exceptions=True)
+    down = [str(p) for p in probes if isinstance(p, EndpointUnreachableError)]
+    for p in probes:
+        if isinstance(p, BaseException) and not isinstance(p, EndpointUnreachableError):
+            raise p
     if len(down) == len(endpoints):
         raise EndpointUnreachableError("; ".join(down))
     await _check_cache(options)
@@ -167,7 +170,7 @@ async def _factory(ws: Workspace, spec: str, options: RunOptions, env: Mapping[s
                                        workspace_id=ws.workspace_id)
     try:
         ab = await open_factory_backend(ws, spec, BackendContext(ws, cache, options.slots,
-                                                                 env))
+                                                                 env), options.deadline)
     except BaseException:
         await cache.aclose()
         raise

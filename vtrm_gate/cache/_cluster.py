@@ -23,7 +23,7 @@ from redis.crc import key_slot
 from redis.exceptions import RedisError
 from redis.maint_notifications import MaintNotificationsConfig
 
-from .._defaults import REDIS_SOCKET_TIMEOUT_S
+from .._env import REDIS_SOCKET_TIMEOUT_S
 
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 # Per node; the cluster client cannot wait for a free connection, it raises past the cap.

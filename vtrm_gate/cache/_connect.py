@@ -7,15 +7,20 @@ import uuid
 import redis.asyncio as aredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import AuthenticationError, RedisError, ResponseError
+from redis.exceptions import (
+    AuthenticationError,
+    OutOfMemoryError,
+    RedisError,
+    ResponseError,
+)
 
-from .._defaults import REDIS_SOCKET_TIMEOUT_S
 from .._env import (
+    REDIS_SOCKET_TIMEOUT_S,
     check_redis_url,
     mask_url,
     scrub,
 )
-from ..errors import RedisAccessError
+from ..errors import ConfigError, RedisAccessError
 from . import _cluster as cluster
 
 # ---- connection -----------------------------------------------------------------------
@@ -35,13 +40,18 @@ def connect(url: str, *, socket_timeout: float = REDIS_SOCKET_TIMEOUT_S,
         return cluster.connect_cluster(url, socket_timeout=socket_timeout, retries=retries)
     # A bounded pool that waits for a free connection: the default pool raises "Too many
     # connections" past 100 concurrent commands, which would turn a busy gate into an outage.
-    pool = aredis.BlockingConnectionPool.from_url(
-        url, max_connections=MAX_CONNECTIONS, timeout=max(socket_timeout, 5.0),
-        socket_timeout=socket_timeout, socket_connect_timeout=socket_timeout,
-        retry=Retry(NoBackoff(), retries), health_check_interval=0,
-        # No CLIENT SETINFO per new connection: building it reads redis-py's package
-        # metadata from disk each time (~1 ms per connection, 256 of them at 256 in flight).
-        driver_info=None)
+    try:
+        pool = aredis.BlockingConnectionPool.from_url(
+            url, max_connections=MAX_CONNECTIONS, timeout=max(socket_timeout, 5.0),
+            socket_timeout=socket_timeout, socket_connect_timeout=socket_timeout,
+            retry=Retry(NoBackoff(), retries), health_check_interval=0,
+            # No CLIENT SETINFO per new connection: building it reads redis-py's package
+            # metadata from disk each time (~1 ms per connection, 256 of them at 256 in
+            # flight).
+            driver_info=None)
+    except ValueError as exc:  # redis-py refuses a query value of the URL (socket_timeout=x)
+        raise ConfigError(f"invalid Redis URL {mask_url(url)!r}: {scrub(str(exc), url)}") \
+            from None
     return aredis.Redis(connection_pool=pool)
 
 
@@ -73,9 +83,10 @@ async def check_redis_access(url: str, prefix: str, *, socket_timeout: float = 2
 
     Raises `RedisAccessError` (password masked, the fix named) when Redis answers and
     refuses: a wrong or missing password, an ACL user without GET/SET, a database number
-    out of range. Returns None when it works, or the reason when Redis cannot be reached
-    at all (the cache then fails open: calls go uncached with a warning). It writes one
-    probe key under ``prefix`` that expires within a minute.
+    out of range, a server full past its ``maxmemory`` that evicts nothing. Returns None
+    when it works, or the reason when Redis cannot be reached at all (the cache then fails
+    open: calls go uncached with a warning). It writes one probe key under ``prefix`` that
+    expires within a minute.
     """
     client = connect(url, socket_timeout=socket_timeout)
     key = f"{prefix}:access-check:{uuid.uuid4().hex}"
@@ -88,6 +99,11 @@ async def check_redis_access(url: str, prefix: str, *, socket_timeout: float = 2
         if refused is None:
             return text
         reason = scrub(str(refused), url)
+        if isinstance(refused, OutOfMemoryError) or "maxmemory" in reason:
+            raise RedisAccessError(
+                f"Redis at {mask_url(url)} ({where}) is full: {reason} (its maxmemory-policy "
+                f"evicts nothing); raise maxmemory, or set maxmemory-policy volatile-lru (or "
+                f"allkeys-lru): every cached reply has a TTL, so old ones go first") from None
         hint = next((h for k, h in _HINTS if k in reason.lower()), "check the URL")
         raise RedisAccessError(f"Redis at {mask_url(url)} ({where}) refused the response "
                                f"cache: {reason}; {hint}") from None

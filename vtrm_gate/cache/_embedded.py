@@ -26,6 +26,7 @@ from types import TracebackType
 from urllib.parse import quote
 
 from .._env import pid_alive
+from .._reaper import forget, stop_at_exit
 from ..errors import ServerInUseError
 
 # Unix socket paths are limited to 108 bytes on Linux (104 on macOS); keep a margin.
@@ -84,6 +85,7 @@ class RedisServer:
         self.executable = executable
         self.startup_timeout = startup_timeout
         self._proc: subprocess.Popen[bytes] | None = None
+        self._reaped: int | None = None
         self._sock_dir: str | None = None
         sock = self.directory / "redis.sock"
         if len(str(sock)) > _MAX_SOCKET_PATH:
@@ -149,6 +151,8 @@ class RedisServer:
                                       stdout=subprocess.DEVNULL,
                                       stderr=subprocess.DEVNULL if detach else subprocess.PIPE,
                                       start_new_session=True)
+        if not detach:  # stopped with this process, also on SIGTERM (`vtrm_gate._reaper`)
+            self._reaped = stop_at_exit(self.close)
         deadline = time.monotonic() + self.startup_timeout
         delay = 0.002
         while time.monotonic() < deadline:
@@ -173,6 +177,7 @@ class RedisServer:
         return text or "no output"
 
     def _kill(self) -> None:
+        forget(self._reaped)
         if self._proc is not None:
             with contextlib.suppress(OSError):
                 self._proc.kill()
@@ -184,6 +189,7 @@ class RedisServer:
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the server (SIGTERM: Redis saves first when persistence is on). Idempotent."""
         proc = self._proc
+        forget(self._reaped)
         if proc is None:
             return
         if proc.poll() is None:

@@ -12,6 +12,7 @@ from typing import Any, Literal
 import redis.asyncio as aredis
 from redis.exceptions import NoPermissionError
 
+from ..errors import ConfigError, shown
 from . import _cluster as cluster
 from ._keys import DEFAULT_PREFIX
 
@@ -111,9 +112,9 @@ async def renew_ttl(client: aredis.Redis, ttl: int, pattern: str = f"{DEFAULT_PR
     twice (rehashing) is counted twice.
     """
     if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl <= 0:
-        raise ValueError(f"ttl must be an integer number of seconds > 0, got {ttl!r}")
+        raise ConfigError(f"ttl must be an integer number of seconds > 0, got {shown(ttl)}")
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise ValueError(f"batch must be an integer >= 1, got {batch!r}")
+        raise ConfigError(f"batch must be an integer >= 1, got {shown(batch)}")
     auto = method == "auto"
     method = await _resolve_method(client, method, dry_run)
     t0 = time.perf_counter()
@@ -146,7 +147,7 @@ async def _resolve_method(client: aredis.Redis, method: str, dry_run: bool) -> R
     """The method to use; a dry run reads TTLs only (no script: it needs no scripting
     rights), and ``gt`` needs Redis >= 7."""
     if method not in RENEW_METHODS:
-        raise ValueError(f"method must be one of {', '.join(RENEW_METHODS)}, got {method!r}")
+        raise ConfigError(f"method must be one of {', '.join(RENEW_METHODS)}, got {shown(method)}")
     if method == "auto":
         method = DEFAULT_RENEW_METHOD
     if dry_run and method == "lua":
@@ -154,7 +155,7 @@ async def _resolve_method(client: aredis.Redis, method: str, dry_run: bool) -> R
     if method == "gt":
         version = await server_version(client)
         if version < (7,):
-            raise ValueError(f"EXPIRE ... GT needs Redis >= 7; the server is "
+            raise ConfigError(f"EXPIRE ... GT needs Redis >= 7; the server is "
                              f"{'.'.join(map(str, version))}")
     return method  # type: ignore[return-value]
 

@@ -26,16 +26,17 @@ from typing import TYPE_CHECKING, Any, Literal
 import redis.asyncio as aredis
 from redis.exceptions import RedisError, ResponseError
 
-from .._defaults import REDIS_SOCKET_TIMEOUT_S
 from .._env import (
     DEFAULT_TTL,
     MAX_TTL,
+    REDIS_SOCKET_TIMEOUT_S,
     check_redis_url,
     environment,
     mask_url,
     scrub,
 )
 from .._ids import canonical_json
+from ..errors import ConfigError, shown
 from . import _cluster as cluster
 from ._connect import connect
 from ._keys import cache_namespace
@@ -170,13 +171,13 @@ class ResponseCache:
         if url is not None:
             check_redis_url(url)
         if isinstance(ttl, bool) or not isinstance(ttl, int) or not 0 < ttl <= MAX_TTL:
-            raise ValueError(f"ResponseCache.ttl must be an integer number of seconds from 1 "
-                             f"to {MAX_TTL}, got {ttl!r}")
+            raise ConfigError(f"ResponseCache.ttl must be an integer number of seconds from 1 "
+                             f"to {MAX_TTL}, got {shown(ttl)}")
         if not prefix or not isinstance(prefix, str) or any(c in prefix for c in "*?[]"):
-            raise ValueError(f"ResponseCache.prefix must be a non-empty string without glob "
-                             f"characters, got {prefix!r}")
+            raise ConfigError(f"ResponseCache.prefix must be a non-empty string without glob "
+                             f"characters, got {shown(prefix)}")
         if retry_interval < 0 or socket_timeout <= 0:
-            raise ValueError("ResponseCache: socket_timeout must be > 0 and "
+            raise ConfigError("ResponseCache: socket_timeout must be > 0 and "
                              "retry_interval >= 0")
         self._url = url
         self.ttl, self.prefix, self.enabled = ttl, prefix, enabled

@@ -9,14 +9,14 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from .._defaults import (
+from .._env import (
     DEFAULT_CONCURRENCY,
     DEFAULT_DEADLINE_S,
     DEFAULT_MAX_RETRIES,
     DEFAULT_MAX_TOKENS,
     DEFAULT_TIMEOUT_S,
 )
-from ..errors import CliError
+from ..errors import CliError, shown
 
 INT_MAX = 2**63 - 1  # SQLite's INTEGER: epochs, steps and seeds are stored as one
 RUN_FLAGS = ("concurrency", "dispatch", "cancel_after_freeze", "past_stop", "time_scale",
@@ -34,7 +34,7 @@ def int_at_least(low: int) -> Callable[[str], int]:
         try:
             v = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"expected an integer, got {shown(text)}") from None
         if v < low:
             raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text}")
         if v > INT_MAX:
@@ -53,7 +53,7 @@ def float_in(low: float, high: float, upper_open: bool) -> Callable[[str], float
         try:
             v = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"expected a number, got {shown(text)}") from None
         ok = low <= v < high if upper_open else low <= v <= high
         if not (ok and math.isfinite(v)):
             raise argparse.ArgumentTypeError(f"expected a finite number in [{low:g}, "
@@ -95,7 +95,7 @@ def positive(name: str, text: str) -> int:
     try:
         v = int(text)
     except ValueError:
-        raise CliError(f"--{name} must be a positive integer, got {text!r}") from None
+        raise CliError(f"--{name} must be a positive integer, got {shown(text)}") from None
     if not 1 <= v <= INT_MAX:
         raise CliError(f"--{name} must be a positive integer (at most {INT_MAX}), got {v}")
     return v

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from .._env import MAX_TTL
-from ..errors import CliError, InputError
+from ..errors import CliError, InputError, bounded, shown
 
 RENEW_METHODS = ("auto", "lua", "pipeline", "gt", "naive")  # mirrors cache.RENEW_METHODS
 DEFAULT_TTL = 604800  # the cache's default (not imported: the parser loads nothing heavy)
@@ -158,7 +158,7 @@ def _positive_int(name: str, value: str, high: int = 2**63 - 1) -> int:
     try:
         n = int(value)
     except (TypeError, ValueError):
-        raise CliError(f"{name} must be a whole number > 0, got {value!r}") from None
+        raise CliError(f"{name} must be a whole number > 0, got {shown(value)}") from None
     if n <= 0:
         raise CliError(f"{name} must be > 0, got {n}")
     if n > high:
@@ -234,6 +234,7 @@ async def _stats(url: str, args: argparse.Namespace, batch: int) -> Any:
 
 def _error(args: argparse.Namespace, prog: str, text: str, code: int) -> int:
     """One line on stderr, or under ``--json`` one JSON object on stdout; the exit code."""
+    text = bounded(text)
     if getattr(args, "json", False):
         print(json.dumps({"error": text, "exit": code}), flush=True)
     else:
@@ -275,7 +276,7 @@ def run(args: argparse.Namespace) -> int:
         except (RedisConnectionError, RedisTimeoutError, AuthenticationError, OSError) as exc:
             raise CliError(f"cannot reach Redis at {mask_url(url)}: "
                            f"{scrub(str(exc), url)}") from None
-        except ValueError as exc:
+        except InputError as exc:  # a bad value: its message may quote the URL
             raise CliError(scrub(str(exc), url)) from None
         except ResponseError as exc:
             raise CliError(f"Redis at {mask_url(url)} refused: {scrub(str(exc), url)}",

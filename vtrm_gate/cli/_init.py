@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from .._defaults import DEFAULT_CONCURRENCY
+from .._env import DEFAULT_CONCURRENCY
 from ..errors import CliError
 from ._args import emit, nonneg_int, positive_int, rate
 from ._table import terminal_width, wrap

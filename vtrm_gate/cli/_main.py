@@ -1,22 +1,26 @@
 """The ``vtrm-gate`` command: one module per command group, one error boundary (`main`).
 
-Bad input and expected failures (a bad value, an OSError such as a full disk or a read-only
-workspace, an SQLite error, a locked workspace) print one line and exit 2, with no traceback
-(``VTRM_DEBUG=1`` shows it); INFRA (the guard tripped, nothing measured) exits 3; SIGINT and
-SIGTERM exit 130 after marking the step aborted. Exit codes follow the error families of
-`vtrm_gate.errors` (``isinstance``, never a class name or message text). Heavy modules
-(numpy, polars, matplotlib) load inside the commands that need them.
+Bad input and expected failures (the library's own errors, `vtrm_gate.errors`; an I/O error
+on a file such as a full disk or a read-only workspace; a damaged or locked SQLite file) print
+one line and exit 2, with no traceback (``VTRM_DEBUG=1`` shows it); anything else is a bug:
+its traceback, a line asking for a report, exit 1. INFRA (the guard tripped, nothing
+measured) exits 3; SIGINT and SIGTERM exit 130 after marking the step aborted. Exit codes
+follow the error families of `vtrm_gate.errors` (``isinstance``, never a class name or
+message text). Heavy modules (numpy, polars, matplotlib) load inside the commands that need
+them.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+from collections.abc import Iterator
 from typing import NoReturn
 
-from ..errors import CliError, InfraGuardError, StepRefusedError, exit_code
+from ..errors import CliError, InfraGuardError, StepRefusedError, bounded, exit_code
 from . import _cache, _compare, _export, _fit, _init, _lab, _options, _status, _step, _train
 
 
@@ -67,7 +71,12 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser(raise_on_error=as_json).parse_args(argv)
     except CliError as exc:
         return report_error(str(exc), exc.exit_code, as_json)
-    _sigterm_as_sigint()
+    with _sigterm_as_sigint():
+        return _run(args, as_json)
+
+
+def _run(args: argparse.Namespace, as_json: bool) -> int:
+    """Run the parsed command inside the error boundary."""
     try:
         return int(args.func(args) or 0)
     except BrokenPipeError:  # `vtrm-gate ... | head`: the reader left; not an error
@@ -76,16 +85,19 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return report_error("interrupted; run the same command again to resume (finished "
                             "work is kept)", 130, as_json)
-    except Exception as exc:  # map known user-facing errors to exit codes, re-raise bugs
+    except Exception as exc:  # our error families and I/O errors: one line; else a bug
         code = exit_code(exc)
-        if code is None or os.environ.get("VTRM_DEBUG"):
+        if os.environ.get("VTRM_DEBUG"):
             raise
+        if code is None:
+            return report_bug(exc, as_json)
         return report_error(f"error: {_one_line(exc)}", code, as_json)
 
 
 def report_error(text: str, code: int, as_json: bool) -> int:
     """Print an error the CLI's way and return its exit code: ``vtrm-gate: <text>`` on
     stderr, or under ``--json`` one object ``{"error": <text>, "exit": <code>}`` on stdout."""
+    text = bounded(text)
     if as_json:
         text = text.removeprefix("error: ").removeprefix("vtrm-gate: ")
         print(json.dumps({"error": text, "exit": code}), flush=True)
@@ -94,18 +106,41 @@ def report_error(text: str, code: int, as_json: bool) -> int:
     return code
 
 
-def _sigterm_as_sigint() -> None:
+BUG_NOTE = ("this is a bug in vtrm_gate, not bad input: please report it with the traceback "
+            "above and the command you ran")
+
+
+def report_bug(exc: BaseException, as_json: bool) -> int:
+    """A failure outside the error families: the traceback on stderr, then a line asking
+    for a report; exit 1 (never 2, which says the input was bad)."""
+    import traceback
+
+    traceback.print_exception(exc, file=sys.stderr)
+    return report_error(f"{BUG_NOTE} ({type(exc).__name__}: {_one_line(exc)})", 1, as_json)
+
+
+@contextlib.contextmanager
+def _sigterm_as_sigint() -> Iterator[None]:
     """SIGTERM behaves like Ctrl-C: the running step is cancelled, its rows marked aborted,
-    leases (the embedded Redis) given up at exit, exit code 130."""
+    leases (the embedded Redis) given up at exit, exit code 130. The handlers it replaces
+    are put back on the way out (`main` called from Python leaves no trace)."""
     import signal
     import threading
 
-    if threading.current_thread() is threading.main_thread():
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
         # A background job of a script inherits SIGINT ignored; re-raised SIGTERMs would be
         # lost, and asyncio only cancels a step cleanly from the default SIGINT handler.
-        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        if saved[signal.SIGINT] is signal.SIG_IGN:
             signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, lambda signum, frame: signal.raise_signal(signal.SIGINT))
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from .._defaults import DEFAULT_CONCURRENCY
+from .._env import DEFAULT_CONCURRENCY
 from .._sync import run_sync
 from ..stats import (
     GateParams,

@@ -27,16 +27,30 @@ class LadderEntry:
 
 def check_unit_ids(units: Iterable[object], where: str = "") -> tuple[str, ...]:
     """The unit ids as a tuple; ValueError (prefixed by ``where``) on an empty, non-string
-    or duplicate id. One check shared by ladders, gate plans and workspace pools."""
+    or duplicate id, TypeError on a lone string (it is no list of ids). One check shared by
+    ladders, gate plans and workspace pools."""
+    if isinstance(units, str | bytes):
+        raise TypeError(f"{where}units must be a sequence of unit ids, got a "
+                        f"{type(units).__name__} ({units[:40]!r})")
     out = tuple(units)
     seen: set[object] = set()
     for u in out:
-        if not isinstance(u, str) or not u:
-            raise ValueError(f"{where}unit ids must be non-empty strings, got {u!r}")
+        if not isinstance(u, str) or not u or not is_unicode(u):
+            raise ValueError(f"{where}unit ids must be non-empty strings of valid Unicode, "
+                             f"got {u!r}")
         if u in seen:
             raise ValueError(f"{where}duplicate unit id {u!r}")
         seen.add(u)
     return out  # type: ignore[return-value]
+
+
+def is_unicode(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (no lone surrogate): it reaches files and SQLite."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def shuffle_key(seed: int | str, unit_id: str) -> str:

@@ -20,7 +20,7 @@ from ..stats import (
     TypeOutcome,
     infra_e_value,
 )
-from ._ladder import check_unit_ids
+from ._ladder import check_unit_ids, is_unicode
 
 if TYPE_CHECKING:
     from ._events import (
@@ -48,7 +48,8 @@ class UnitTask:
 
 @dataclass(frozen=True, slots=True)
 class UnitResult:
-    """What an inference returned. ``infra`` marks an infrastructure failure (excluded)."""
+    """What an inference returned. ``infra`` marks an infrastructure failure (excluded);
+    ``correct=None, infra=True`` says "no answer" (stored as ``correct=False``)."""
 
     correct: bool = False
     infra: bool = False
@@ -67,10 +68,11 @@ _MAX_TOKENS = 2**63 - 1  # an SQLite INTEGER
 
 def _result_fault(res: UnitResult) -> tuple[str, object] | None:
     """The first field of ``res`` that is invalid, with its value, or None."""
-    for name in ("correct", "infra", "cached"):
+    for name in ("infra", "cached", "correct"):
         v = getattr(res, name)
-        if not isinstance(v, bool | np.bool_):
-            return name, v
+        if not isinstance(v, bool | np.bool_) and not (name == "correct" and v is None
+                                                       and res.infra):
+            return name, v  # correct=None is "no answer": INFRA only
     t = res.tokens
     if isinstance(t, bool) or not isinstance(t, int | np.integer) or not 0 <= t <= _MAX_TOKENS:
         return "tokens", t
@@ -85,7 +87,7 @@ def _result_fault(res: UnitResult) -> tuple[str, object] | None:
     return None
 
 
-_EXPECTED = {"correct": "a bool", "infra": "a bool", "cached": "a bool",
+_EXPECTED = {"correct": "a bool (None only with infra=True)", "infra": "a bool", "cached": "a bool",
              "tokens": f"an integer from 0 to {_MAX_TOKENS}",
              "latency_s": "a finite number of seconds >= 0", "prediction": "a string or None",
              "error": "a string or None"}
@@ -94,8 +96,9 @@ _EXPECTED = {"correct": "a bool", "infra": "a bool", "cached": "a bool",
 def checked_result(task: UnitTask, res: object) -> UnitResult:
     """What ``infer`` returned for ``task``, checked: a `UnitResult` with bool flags, a
     non-negative integer ``tokens``, finite ``latency_s`` and text or None (numpy scalars
-    become Python values). `InvalidResultError` naming unit, arm, field and value otherwise:
-    an arm-dependent bug (``correct=None``, ``"no"``, NaN) must fail the gate, never count."""
+    become Python values; ``correct=None`` of an INFRA result becomes False).
+    `InvalidResultError` naming unit, arm, field and value otherwise: an arm-dependent bug
+    (``correct=None`` without ``infra``, ``"no"``, NaN) must fail the gate, never count."""
     where = f"type {task.task_type!r}, unit {task.unit_id!r} ({task.arm} arm)"
     if not isinstance(res, UnitResult):
         raise InvalidResultError(f"infer returned {type(res).__name__}, expected UnitResult, "
@@ -134,9 +137,26 @@ class TypePlan:
         if not isinstance(self.task_type, str) or not self.task_type.strip():
             raise ValueError(f"TypePlan.task_type must be a non-empty string, "
                              f"got {self.task_type!r}")
+        if not is_unicode(self.task_type):
+            raise ValueError(f"TypePlan.task_type {self.task_type!r} is not valid Unicode "
+                             f"(a lone surrogate): it names files and database rows")
         slugify(self.task_type)
+        self._check_fields()
         units = check_unit_ids(self.units, f"TypePlan {self.task_type!r}: ")
         object.__setattr__(self, "units", units)
+
+    def _check_fields(self) -> None:
+        """TypeError naming the first text field that is not text (``base_skill=None``)."""
+        for name in ("base_skill", "cand_skill", "step_run_id", "base_run_id", "cand_run_id",
+                     "target_file", "cand_dir"):
+            v = getattr(self, name)
+            optional = name not in ("base_skill", "cand_skill", "step_run_id")
+            if not (isinstance(v, str) or (optional and v is None)):
+                raise TypeError(f"TypePlan.{name} must be a string"
+                                f"{' or None' if optional else ''}, got {type(v).__name__}")
+        a = self.attempt
+        if isinstance(a, bool) or not isinstance(a, int) or a < 0:
+            raise ValueError(f"TypePlan.attempt must be an integer >= 0, got {a!r}")
 
     @property
     def slug(self) -> str:

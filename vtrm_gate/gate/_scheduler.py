@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 from collections import deque
 from collections.abc import Awaitable, Iterable, Iterator, Sequence
 from typing import Any, Literal, NamedTuple
 
-from .._defaults import DEFAULT_CONCURRENCY
+from .._env import DEFAULT_CONCURRENCY
 from .._ids import Arm
 from ..errors import InfraGuardError, TargetClashError
 from ..stats import (
@@ -539,6 +540,11 @@ def _new_gate(plans: Iterable[TypePlan], infer: Infer, params: GateParams | None
     plans = list(plans)
     params = params or GateParams()
     _validate(plans, infer, params, concurrency)
+    wait = kw.get("subscriber_timeout_s", 1.0)
+    if isinstance(wait, bool) or not isinstance(wait, int | float) or not math.isfinite(wait) \
+            or wait < 0:
+        raise ValueError(f"subscriber_timeout_s must be a finite number of seconds >= 0, "
+                         f"got {wait!r}")
     if kw.get("past_stop", "cancel") not in PAST_STOP_POLICIES:
         raise ValueError(f"past_stop must be one of {', '.join(PAST_STOP_POLICIES)}, "
                          f"got {kw['past_stop']!r}")

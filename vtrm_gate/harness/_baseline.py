@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .._ids import content_hash
-from ..errors import MediaError
+from ..errors import MediaError, shown
 from ..gate import UnitResult, UnitTask
 from ._log import HarnessLog, encode_trace
 
@@ -59,7 +59,7 @@ class BaselineCache:
     def __init__(self, log: HarnessLog, config_hash: str,
                  unit_hash: Callable[[UnitTask], str | None] | None = None):
         if not isinstance(config_hash, str) or not config_hash:
-            raise ValueError(f"config_hash must be a non-empty string, got {config_hash!r}")
+            raise ValueError(f"config_hash must be a non-empty string, got {shown(config_hash)}")
         self.log = log
         self.config_hash = config_hash
         self.unit_hash = unit_hash

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._ids import EVAL_STEP, content_hash, eval_run_id
-from ..errors import WorkspaceError
+from ..errors import ConfigError, WorkspaceError, shown
 from ..gate import (
     GateResult,
     Infer,
@@ -51,7 +51,7 @@ def split_heldout(units: Sequence[str], seed: int, fraction: float) -> list[str]
     """A seeded ``fraction`` of ``units`` (rounded down), in their order: a type's held-out
     split (the same for a simulated and an llm workspace of one seed)."""
     if not (isinstance(fraction, int | float) and 0 <= fraction < 1):
-        raise ValueError(f"heldout_fraction must be in [0, 1), got {fraction!r}")
+        raise ConfigError(f"heldout_fraction must be in [0, 1), got {shown(fraction)}")
     k = int(fraction * len(units))
     chosen = set(sorted(units, key=lambda u: shuffle_key(f"{seed}:heldout", u))[:k])
     return [u for u in units if u in chosen]

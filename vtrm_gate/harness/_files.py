@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..errors import WorkspaceError
+from ..errors import InputError, WorkspaceError
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -70,7 +70,7 @@ this a file was not written by vtrm_gate and is refused before anything walks it
 
 
 def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
+    raise InputError(f"{name} is not a JSON number")
 
 
 def json_depth(value: Any) -> int:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._ids import EVAL_STEP, gate_prefix
-from ..errors import WorkspaceError
+from ..errors import WorkspaceError, shown
 from ..gate import PrefixAdvanced, TypeCounters, UnitResult, UnitTask
 from ..stats import TypeOutcome
 from ._status import StepStatus
@@ -148,7 +148,7 @@ def _connect_readonly(path: Path) -> sqlite3.Connection:
     """A read-only connection. On a read-only directory SQLite cannot create the WAL's
     shared-memory file, so there the file is opened ``immutable`` (no writer can run there)."""
     if not path.is_file():
-        raise sqlite3.OperationalError(f"unable to open database file {path}: no such file")
+        raise WorkspaceError(f"{path}: no such database file")
     uri = path.resolve().as_uri() + "?mode=ro"
     if not os.access(path.parent, os.W_OK):
         uri += "&immutable=1"
@@ -378,7 +378,7 @@ class HarnessLog:
         BaselineCache entries are kept: they are content-addressed measurements, reusable.
         """
         if not isinstance(step_run_id, str) or not step_run_id:
-            raise ValueError(f"step_run_id must be a non-empty string, got {step_run_id!r}")
+            raise ValueError(f"step_run_id must be a non-empty string, got {shown(step_run_id)}")
         prefix = gate_prefix(step_run_id)
         deleted: dict[str, int] = {}
         with self.transaction() as cur:
@@ -438,7 +438,7 @@ class HarnessLog:
         """
         if status not in REPORT_STATUSES:
             raise ValueError(f"step_report status must be one of {REPORT_STATUSES}, "
-                             f"got {status!r}")
+                             f"got {shown(status)}")
         o, c = outcome, counters
         stats = (None,) * 9 if o is None else (
             str(o.action), o.W, o.L, o.n_used, o.e_plus, o.e_minus, o.stop_rank,

@@ -14,8 +14,10 @@ from .._ids import (
     content_hash,
 )
 from ..errors import (
+    InputError,
     StepRefusedError,
     WorkspaceError,
+    shown,
 )
 from ._files import _whole, read_json, read_text
 from ._status import StepStatus
@@ -67,9 +69,7 @@ def read_manifest(ws: Workspace, epoch: int, step: int) -> dict[str, Any] | None
 
 def _need(cond: bool, key: str, what: str, value: object) -> None:
     if not cond:
-        shown = repr(value)
-        raise ValueError(f"{key} must be {what}, got "
-                         f"{shown if len(shown) <= 80 else shown[:77] + '...'}")
+        raise InputError(f"{key} must be {what}, got {shown(value)}")
 
 
 def _of_types(ws: Workspace, value: Any, key: str, what: str) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import StepRefusedError, WorkspaceError
+from ..errors import StepRefusedError, WorkspaceError, shown
 from ._files import _whole, read_json
 from ._state import TrainingState
 from ._workspace import Workspace
@@ -30,21 +30,33 @@ def train_record(ws: Workspace) -> dict[str, Any] | None:
     if not isinstance(data, dict):
         fault = f"must be an object {{format, epochs, config}}, got {type(data).__name__}"
     elif data.get("format") != 1:
-        fault = f"format must be 1, got {data.get('format')!r}"
+        fault = f"format must be 1, got {shown(data.get('format'))}"
     elif not _whole(data.get("epochs")) or data["epochs"] < 1:
-        fault = f"epochs must be an integer >= 1, got {data.get('epochs')!r}"
+        fault = f"epochs must be an integer >= 1, got {shown(data.get('epochs'))}"
     elif not isinstance(data.get("config"), dict):
         fault = f"config must be an object, got {type(data.get('config')).__name__}"
+    else:
+        fault = _config_fault(data["config"])
     if fault:
         raise WorkspaceError(f"{TRAIN_FILE}: {fault}; restore it or start a new workspace")
     return data  # type: ignore[no-any-return]
 
 
+def _config_fault(config: dict[str, Any]) -> str | None:
+    """What is wrong with the fields of ``config`` a command reads (the others are only
+    compared with a new run's, so a damaged one is refused as a change)."""
+    n = config.get("steps_per_epoch")
+    if "steps_per_epoch" in config and not (isinstance(n, int) and _whole(n) and n >= 1):
+        return f"config.steps_per_epoch must be an integer >= 1, got {shown(n)}"
+    if "evaluate" in config and not isinstance(config["evaluate"], bool):
+        return f"config.evaluate must be true or false, got {shown(config['evaluate'])}"
+    return None
+
+
 def declared_steps(ws: Workspace) -> int | None:
     """Steps per epoch as ``train.json`` declares them (None: not declared)."""
-    config = (train_record(ws) or {}).get("config")
-    n = config.get("steps_per_epoch") if isinstance(config, dict) else None
-    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else None
+    n = (train_record(ws) or {"config": {}})["config"].get("steps_per_epoch")
+    return int(n) if n is not None else None
 
 
 def _named(last: tuple[int, int] | None) -> str:

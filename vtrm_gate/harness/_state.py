@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import InputError, shown
 from ._files import _whole
 
 FORMAT = 1
@@ -129,17 +130,17 @@ class TrainingState:
         known = set(types)
         missing, extra = sorted(known - set(self.skills)), sorted(set(self.skills) - known)
         if missing or extra:
-            raise ValueError(f"{where}.skills must list exactly the types of pool.json "
+            raise InputError(f"{where}.skills must list exactly the types of pool.json "
                              f"(missing {missing}, unknown {extra})")
         for field_name in ("probation", "cooldown_until", "rejected"):
             unknown = sorted(set(getattr(self, field_name)) - known)
             if unknown:
-                raise ValueError(f"{where}.{field_name} names unknown type(s) {unknown} "
+                raise InputError(f"{where}.{field_name} names unknown type(s) {unknown} "
                                  f"(not in pool.json)")
         for t, p in self.probation.items():
             latest = self.skills[t].latest
             if not (1 <= p.prev_version <= latest and 1 <= p.version <= latest):
-                raise ValueError(f"{where}.probation[{t!r}]: versions v{p.prev_version} -> "
+                raise InputError(f"{where}.probation[{t!r}]: versions v{p.prev_version} -> "
                                  f"v{p.version} must have been issued (1 .. v{latest})")
         if self.before_last is not None:
             self.before_last.check_types(known, f"{where}.before_last")
@@ -147,9 +148,8 @@ class TrainingState:
 
 def _need(cond: bool, where: str, key: str, what: str, value: object) -> None:
     if not cond:
-        shown = repr(value)
-        raise ValueError(f"{where}{'.' + key if key else ''} must be {what}, got "
-                         f"{shown if len(shown) <= 80 else shown[:77] + '...'}")
+        raise InputError(f"{where}{'.' + key if key else ''} must be {what}, "
+                         f"got {shown(value)}")
 
 
 def _mapping(data: dict[str, Any], key: str, where: str) -> dict[str, Any]:

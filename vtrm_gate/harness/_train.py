@@ -23,7 +23,7 @@ from typing import Any
 
 from .._ids import EVAL_STEP, PROBATION_STEP
 from .._sync import run_sync
-from ..errors import TrainRefusedError, WorkspaceError
+from ..errors import ConfigError, TrainRefusedError, WorkspaceError, shown
 from ..gate import (
     Infer,
     Subscriber,
@@ -142,8 +142,8 @@ def _train_config(steps_per_epoch: int, options: RunOptions, evaluate: bool,
            if ws.config.probation_order != "shuffle" else {})}))
 
 
-def _check_train_config(ws: Workspace, epochs: int, config: Mapping[str, Any]) -> None:
-    path = ws.root / TRAIN_FILE
+def _check_train_config(ws: Workspace, epochs: int, config: Mapping[str, Any]) -> bool:
+    """Refuse a changed configuration; True when ``train.json`` is to be (re)written."""
     prior = train_record(ws)
     if prior is not None:
         changes = diff_inputs(prior["config"], dict(config))
@@ -152,14 +152,13 @@ def _check_train_config(ws: Workspace, epochs: int, config: Mapping[str, Any]) -
                 f"{ws.root}: the training configuration changed since the last run ("
                 + "; ".join(changes) + "); run with the recorded configuration (train.json) "
                 "or start a new workspace", changes)
-        if prior.get("epochs") == epochs:
-            return
-    write_json(path, {"format": 1, "epochs": epochs, "config": dict(config)})
+        return bool(prior.get("epochs") != epochs)
+    return True
 
 
 def _check_positive(name: str, v: object) -> None:
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        raise ConfigError(f"{name} must be a positive integer, got {shown(v)}")
 
 
 def _step_done(ws: Workspace, epoch: int, step: int) -> bool:
@@ -176,6 +175,18 @@ def _step_done(ws: Workspace, epoch: int, step: int) -> bool:
     if last > (epoch, step):
         return True
     return not ws.log.unapplied(epoch, step)
+
+
+def _check_done_parts(ws: Workspace, steps_per_epoch: int, evaluate: bool) -> None:
+    """What an earlier run left is read before ``train.json`` is written, so a refusal (an
+    applied step without its manifest, a damaged ``evaluation`` row) writes nothing."""
+    last = ws.state.last_step
+    e, s = 1, 1
+    while last is not None and (e, s) <= last:
+        _step_done(ws, e, s)
+        e, s = (e, s + 1) if s < steps_per_epoch else (e + 1, 1)
+    if evaluate:
+        ws.log.frame("evaluation")
 
 
 def _check_reach(ws: Workspace, epochs: int) -> None:
@@ -258,7 +269,11 @@ async def train(workspace: Workspace | str | Path, epochs: int, steps_per_epoch:
                                  f"({HELDOUT_FILE}, declared at init); run with "
                                  f"evaluate=False")
         _check_reach(ws, epochs)
-        _check_train_config(ws, epochs, _train_config(steps_per_epoch, options, evaluate, ws))
+        config = _train_config(steps_per_epoch, options, evaluate, ws)
+        record = _check_train_config(ws, epochs, config)
+        _check_done_parts(ws, steps_per_epoch, evaluate)
+        if record:  # after every check: a refused run writes nothing
+            write_json(ws.root / TRAIN_FILE, {"format": 1, "epochs": epochs, "config": config})
         if ws.stale_skills:
             ws.sync_skills()
         run = _Run(ws, infer, evolver, cases, rollout, options, tuple(subscribers), on_event)

@@ -28,7 +28,7 @@ from typing import Any
 from urllib.parse import quote
 
 from .._ids import slugify
-from ..errors import MediaError, WorkspaceError
+from ..errors import InputError, MediaError, WorkspaceError, shown
 from ._files import _rel
 
 REF_SCHEME = "vtrm-file:"
@@ -82,21 +82,22 @@ def parse_media(obj: Any) -> Media | None:
     if obj is None:
         return None
     if not isinstance(obj, Mapping) or not set(obj) <= {"frames", "video"}:
-        raise ValueError(f"media must be an object with 'frames' and/or 'video', got {obj!r}")
+        raise InputError(f"media must be an object with 'frames' and/or 'video', got {shown(obj)}")
     frames = []
     raw = obj.get("frames") or []
     if not isinstance(raw, list):
-        raise ValueError(f"media.frames must be a list, got {type(raw).__name__}")
+        raise InputError(f"media.frames must be a list, got {type(raw).__name__}")
     for i, f in enumerate(raw):
         if isinstance(f, str):
             f = {"image": f}
         if not isinstance(f, Mapping) or not isinstance(f.get("image"), str) \
                 or not f["image"].strip() or not set(f) <= {"image", "t"}:
-            raise ValueError(f"media.frames[{i}] must be a path or URL, or {{\"image\", \"t\"}}"
-                             f", got {f!r}")
+            raise InputError(f"media.frames[{i}] must be a path or URL, or {{\"image\", \"t\"}}"
+                             f", got {shown(f)}")
         t = f.get("t")
         if t is not None and not _num(t):
-            raise ValueError(f"media.frames[{i}].t must be a number of seconds >= 0, got {t!r}")
+            raise InputError(f"media.frames[{i}].t must be a number of seconds >= 0, "
+                             f"got {shown(t)}")
         frames.append(Frame(f["image"], None if t is None else float(t)))
     video = None
     v = obj.get("video")
@@ -106,12 +107,12 @@ def parse_media(obj: Any) -> Media | None:
         if not isinstance(v, Mapping) or not isinstance(v.get("url"), str) \
                 or not v["url"].startswith(("http://", "https://")) \
                 or not set(v) <= {"url", "start", "end"}:
-            raise ValueError(f"media.video must be an http(s) URL or {{\"url\", \"start\", "
-                             f"\"end\"}}, got {v!r}")
+            raise InputError(f"media.video must be an http(s) URL or {{\"url\", \"start\", "
+                             f"\"end\"}}, got {shown(v)}")
         for k in ("start", "end"):
             if v.get(k) is not None and not _num(v[k]):
-                raise ValueError(f"media.video.{k} must be a number of seconds >= 0, "
-                                 f"got {v[k]!r}")
+                raise InputError(f"media.video.{k} must be a number of seconds >= 0, "
+                                 f"got {shown(v[k])}")
         video = Video(v["url"], v.get("start"), v.get("end"))
     if not frames and video is None:
         return None
@@ -147,9 +148,9 @@ class MediaOptions:
                           ("max_pixels", 1)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not low <= v < 2**63:
-                raise ValueError(f"media.{name} must be an integer >= {low}, got {v!r}")
+                raise InputError(f"media.{name} must be an integer >= {low}, got {shown(v)}")
         if self.detail not in ("auto", "low", "high"):
-            raise ValueError(f"media.detail must be auto, low or high, got {self.detail!r}")
+            raise InputError(f"media.detail must be auto, low or high, got {shown(self.detail)}")
 
     @classmethod
     def from_agent(cls, agent: Mapping[str, Any], root: str | os.PathLike[str]) -> MediaOptions:
@@ -167,6 +168,8 @@ def frame_path(root: str | os.PathLike[str], image: str) -> Path:
     """The file a local frame names, resolved (symlinks followed); `MediaError` unless it
     is a relative path that stays inside ``root`` (no ``..``, no absolute path, no symlink
     out of it), so no file elsewhere on the machine is ever read or sent."""
+    if "\x00" in image:  # no file has such a name; the OS calls would raise a bare ValueError
+        raise MediaError(f"frame {image!r}: the path holds a NUL byte")
     rel = Path(image)
     if rel.is_absolute() or ".." in rel.parts:
         raise MediaError(f"frame {image!r}: must be a path inside the units directory "
@@ -327,23 +330,23 @@ _LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 def _unit_record(obj: Any) -> UnitRecord:
     """Validate one parsed line; ValueError says what is wrong (extra keys are ignored)."""
     if not isinstance(obj, dict):
-        raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+        raise InputError(f"expected a JSON object, got {type(obj).__name__}")
     missing = [k for k in ("unit_id", "task_type", "question", "options", "answer")
                if k not in obj]
     if missing:
-        raise ValueError(f"missing keys {missing}")
+        raise InputError(f"missing keys {missing}")
     for k in ("unit_id", "task_type", "question"):
         if not isinstance(obj[k], str) or not obj[k].strip():
-            raise ValueError(f"{k} must be a non-empty string, got {obj[k]!r}")
+            raise InputError(f"{k} must be a non-empty string, got {shown(obj[k])}")
     slugify(obj["task_type"])
     opts = obj["options"]
     if not isinstance(opts, list) or not 2 <= len(opts) <= len(_LETTERS) \
             or not all(isinstance(o, str) and o.strip() for o in opts):
-        raise ValueError(f"options must be a list of 2 to 26 non-empty strings, got {opts!r}")
+        raise InputError(f"options must be a list of 2 to 26 non-empty strings, got {shown(opts)}")
     ans = obj["answer"]
     valid = _LETTERS[:len(opts)]
     if not isinstance(ans, str) or ans.strip().upper() not in valid or len(ans.strip()) != 1:
-        raise ValueError(f"answer must be one letter of {valid!r}, got {ans!r}")
+        raise InputError(f"answer must be one letter of {valid!r}, got {shown(ans)}")
     return UnitRecord(obj["unit_id"], obj["task_type"], obj["question"], tuple(opts),
                       ans.strip().upper(), parse_media(obj.get("media")))
 
@@ -355,7 +358,7 @@ def _check_text(obj: Any) -> None:
         json.dumps(obj, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError as exc:
         bad = exc.object[exc.start:exc.end].encode("unicode_escape").decode()
-        raise ValueError(f"invalid text: a lone surrogate {bad} (not a Unicode character)"
+        raise InputError(f"invalid text: a lone surrogate {bad} (not a Unicode character)"
                          ) from None
 
 

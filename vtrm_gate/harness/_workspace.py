@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 
 from .._env import credential_keys, credential_name
 from .._ids import content_hash, json_hash, slugify, step_run_id
-from ..errors import WorkspaceError
+from ..errors import ConfigError, InputError, WorkspaceError, shown
 from ..gate import check_unit_ids
 from ..stats import PROBATION_RULES
 from ._atomic_dir import create_atomically, only_lock_file
@@ -54,6 +54,8 @@ T = TypeVar("T")
 
 
 PROBATION_ORDERS = ("shuffle", "seed_wrong_first")
+LEGACY_PROBATION_RULE = "w_net"
+"""The rule of a workspace.json without ``probation_rule`` (the default until issue 27)."""
 
 
 @dataclass(frozen=True)
@@ -73,8 +75,9 @@ class WorkspaceConfig:
     rejected_max: int = 5
     probation_min_w_net: int = 0
     probation_units: int = 40
-    probation_rule: str = "w_net"
-    """How the epoch-end settlement decides: w_net | e_continue | e_harm (see harness.probation)."""
+    probation_rule: str = "e_continue"
+    """How the epoch-end settlement decides: e_continue (the default, as ``init``'s: a neutral
+    candidate is kept with probability <= 1/e_confirm) | e_harm | w_net (a bet, no bound)."""
     probation_order: str = "shuffle"
     """The probe's order: ``shuffle`` (a seeded shuffle of the fresh units) or
     ``seed_wrong_first`` (the ladder's order: units the seed baseline got wrong first)."""
@@ -85,7 +88,7 @@ class WorkspaceConfig:
 
     def __post_init__(self) -> None:
         def bad(name: str, allowed: str, value: object) -> None:
-            raise ValueError(f"{name} must be {allowed}, got {value!r}")
+            raise ConfigError(f"{name} must be {allowed}, got {shown(value)}")
 
         if self.format != FORMAT:
             bad("format", f"{FORMAT}", self.format)
@@ -133,7 +136,7 @@ def _check_no_secret(agent: Mapping[str, Any]) -> None:
     secret = [k for k in agent if credential_name(k)] + [
         f"params.{k}" for k in credential_keys(params if isinstance(params, Mapping) else {})]
     if secret:
-        raise ValueError(f"agent must not hold credentials (found {sorted(secret)}); the API "
+        raise ConfigError(f"agent must not hold credentials (found {sorted(secret)}); the API "
                          f"key comes from OPENAI_API_KEY / VTRM_API_KEY at run time")
 
 
@@ -143,22 +146,22 @@ def _check_no_secret(agent: Mapping[str, Any]) -> None:
 
 def _validate_pool(data: Any) -> dict[str, tuple[str, ...]]:
     if not isinstance(data, dict) or not data:
-        raise ValueError("must be a non-empty object {task type: [unit ids]}")
+        raise InputError("must be a non-empty object {task type: [unit ids]}")
     pool: dict[str, tuple[str, ...]] = {}
     slugs: dict[str, str] = {}
     for t, units in data.items():
         if not isinstance(t, str) or not t.strip():
-            raise ValueError(f"task type names must be non-empty strings, got {t!r}")
+            raise InputError(f"task type names must be non-empty strings, got {shown(t)}")
         try:
             slug = slugify(t)
         except ValueError as exc:
-            raise ValueError(str(exc)) from None
+            raise InputError(str(exc)) from None
         if slug in slugs:  # they would share run ids, cache salts and a skill file
-            raise ValueError(f"types {slugs[slug]!r} and {t!r} differ only in case or "
+            raise InputError(f"types {slugs[slug]!r} and {t!r} differ only in case or "
                              f"punctuation (both {slug!r}); rename one")
         slugs[slug] = t
         if not isinstance(units, list):
-            raise ValueError(f"type {t!r}: expected a list of unit ids, got "
+            raise InputError(f"type {t!r}: expected a list of unit ids, got "
                              f"{type(units).__name__}")
         pool[t] = check_unit_ids(units, f"type {t!r}: ")
     return pool
@@ -166,19 +169,19 @@ def _validate_pool(data: Any) -> dict[str, tuple[str, ...]]:
 
 def _validate_seed(data: Any, pool: Mapping[str, Sequence[str]]) -> dict[str, dict[str, bool]]:
     if not isinstance(data, dict):
-        raise ValueError("must be an object {task type: {unit id: true|false}}")
+        raise InputError("must be an object {task type: {unit id: true|false}}")
     out: dict[str, dict[str, bool]] = {}
     for t, rec in data.items():
         if t not in pool:
-            raise ValueError(f"type {t!r} is not in pool.json")
+            raise InputError(f"type {t!r} is not in pool.json")
         if not isinstance(rec, dict):
-            raise ValueError(f"type {t!r}: expected an object {{unit id: bool}}")
+            raise InputError(f"type {t!r}: expected an object {{unit id: bool}}")
         units = set(pool[t])
         for u, v in rec.items():
             if u not in units:
-                raise ValueError(f"type {t!r}: unit {u!r} is not in the type's pool")
+                raise InputError(f"type {t!r}: unit {u!r} is not in the type's pool")
             if not isinstance(v, bool):
-                raise ValueError(f"type {t!r}, unit {u!r}: expected true or false, got {v!r}")
+                raise InputError(f"type {t!r}, unit {u!r}: expected true or false, got {shown(v)}")
         out[t] = dict(rec)
     return out
 
@@ -475,6 +478,8 @@ def _read_config(root: Path) -> WorkspaceConfig:
     if unknown:
         raise WorkspaceError(f"workspace.json: unknown keys {sorted(unknown)}; valid keys: "
                              f"{sorted(known)}")
+    # A file written before the default became e_continue keeps the rule it ran with.
+    raw.setdefault("probation_rule", LEGACY_PROBATION_RULE)
     try:
         return WorkspaceConfig(**raw)
     except ValueError as exc:

@@ -41,11 +41,13 @@ from ._agent import RetryPolicy as RetryPolicy
 from ._agent import parse_body as parse_body
 from ._agent import parse_retry_after as parse_retry_after
 from ._agent import system_preamble as system_preamble
+from ._backend import PROBE_TIMEOUT_S as PROBE_TIMEOUT_S
 from ._backend import ROLLOUT_UNITS as ROLLOUT_UNITS
 from ._backend import LLMBackend as LLMBackend
 from ._backend import Rollout as Rollout
 from ._backend import check_endpoint as check_endpoint
 from ._backend import llm_backend as llm_backend
+from ._backend import probe_endpoint as probe_endpoint
 from ._backend import rollout_cases as rollout_cases
 from ._backend import workspace_units as workspace_units
 from ._client import CachedTransport as CachedTransport
@@ -73,6 +75,8 @@ from ._limit import GradientLimit as GradientLimit
 from ._limit import LimitParams as LimitParams
 from ._media import MediaResolver as MediaResolver
 from ._media import data_uri as data_uri
+from ._plugin import MAX_TEXT_CHARS as MAX_TEXT_CHARS
+from ._plugin import MAX_TRACE_CHARS as MAX_TRACE_CHARS
 from ._plugin import AgentBackend as AgentBackend
 from ._plugin import BackendContext as BackendContext
 from ._plugin import BackendFactory as BackendFactory

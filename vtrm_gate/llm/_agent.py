@@ -20,17 +20,25 @@ import logging
 import os
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import httpx
 
 from .._api import deprecated
-from .._defaults import DEFAULT_DEADLINE_S, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S
-from .._defaults import DEFAULT_MAX_TOKENS as _DEFAULT_MAX_TOKENS
+from .._env import (
+    DEFAULT_DEADLINE_S,
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_TIMEOUT_S,
+    environment,
+    mask_url,
+    scrub_credentials,
+    scrub_json,
+    secret_values,
+)
+from .._env import DEFAULT_MAX_TOKENS as _DEFAULT_MAX_TOKENS
 from .._env import api_key as _api_key
-from .._env import environment, mask_url, scrub_credentials
 from ..cache import KeyParts, ResponseCache, protocol_failure, validate_response
 from ..cache._keys import PROTOCOL_FAILURES, Validator
 from ..errors import ContextOverflowError, LLMInfraError, MediaError
@@ -320,7 +328,8 @@ class LLMAgent:
     """Answers `MCQ` units over an OpenAI-compatible ``/chat/completions`` endpoint.
 
     The API key defaults to ``OPENAI_API_KEY`` (or ``VTRM_API_KEY``) and is never shown:
-    every error text is scrubbed of it (and of any credential header value).
+    every reply (a 200's too) and error text is scrubbed of it, of ``secrets`` (default: the
+    process environment's, `secret_values`) and of any credential header value.
     ``retry.max_total_s`` is each call's deadline, ``max_response_bytes`` its size cap;
     ``timeout`` is each attempt's timeout, longer when the endpoint is observed slower
     (`EndpointPool.attempt_timeout`), always ending before the call's deadline.
@@ -344,6 +353,7 @@ class LLMAgent:
                  rng: random.Random | None = None,
                  transport: httpx.AsyncBaseTransport | None = None,
                  endpoints: EndpointPool | None = None, media: MediaResolver | None = None,
+                 secrets: Iterable[str] | None = None,
                  **fields: Any) -> None:
         settings = _settings(settings, fields)
         base_url = settings.base_url
@@ -361,6 +371,8 @@ class LLMAgent:
         if api_key is None:
             api_key = _api_key(dict(os.environ)) or None
         self._api_key = api_key
+        self._secrets = (api_key, *(secret_values(dict(os.environ)) if secrets is None
+                                    else secrets))
         self.cache = cache
         self.params: dict[str, Any] = settings.request_params()
         """The sampling fields of every request (settings' temperature and params)."""
@@ -575,7 +587,8 @@ class LLMAgent:
             ex.outcome = "malformed"
             raise _Retryable(f"HTTP {r.status_code} with a malformed JSON body: {exc}") \
                 from None
-        doc = doc if isinstance(doc, dict) else {"unexpected": doc}
+        # the reply may repeat a credential (a gateway quoting the request): never kept
+        doc = scrub_json(doc if isinstance(doc, dict) else {"unexpected": doc}, self.scrub)
         if protocol_failure(doc) is not None:
             ex.outcome = "malformed"  # a 200 that is no chat completion: the endpoint's fault
         else:
@@ -583,9 +596,10 @@ class LLMAgent:
         return doc
 
     def scrub(self, text: str) -> str:
-        """``text`` without the API key or any credential header value (see
-        `scrub_credentials`): every error text passes here before it leaves the agent."""
-        return scrub_credentials(text, [self._api_key])
+        """``text`` without the API key, the environment's secrets (``secrets``) or any
+        credential header value (see `scrub_credentials`): every reply, 200 or error, passes
+        here before it is parsed, cached, stored or shown."""
+        return scrub_credentials(text, self._secrets)
 
     async def chat(self, body: Mapping[str, Any], *, run_id: str = "", unit_id: str = "",
                    call_kind: str = "answer", **deprecated_step: str) -> dict[str, Any]:

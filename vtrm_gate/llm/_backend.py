@@ -22,10 +22,10 @@ from typing import Any
 import httpx
 
 from .._api import deprecated
-from .._defaults import DEFAULT_CONCURRENCY
+from .._env import DEFAULT_CONCURRENCY, environment, mask_url, secret_values
 from .._env import api_key as _api_key
-from .._env import environment, mask_url
 from .._ids import content_hash, rollout_run_id, step_run_id
+from .._sync import run_sync
 from ..cache import CacheStats, ResponseCache, cache_namespace
 from ..errors import CasesUnavailable, EndpointUnreachableError, WorkspaceError
 from ..gate import GuardParams, Infer, UnitTask, shuffle_key
@@ -40,17 +40,31 @@ ROLLOUT_UNITS = 8
 
 
 
-def check_endpoint(base_url: str, timeout: float = 5.0) -> None:
-    """Raise `EndpointUnreachableError` unless ``base_url`` answers HTTP (any status counts:
-    a 401 or 404 still proves the server is there). Sends no key and costs no tokens."""
+PROBE_TIMEOUT_S = 5.0
+"""The endpoint probe's total deadline (connect, request and the answer's head together)."""
+
+
+async def probe_endpoint(base_url: str, timeout: float = PROBE_TIMEOUT_S) -> int:
+    """The HTTP status ``base_url``'s ``GET /models`` answers with (any status proves the
+    server is there: a 401 or 404 too). Only the head is read, never the body, and the
+    whole probe ends within ``timeout`` seconds: `EndpointUnreachableError` (URL masked)
+    otherwise. Sends no key and costs no tokens."""
     url = base_url.rstrip("/") + "/models"
     try:
-        httpx.get(url, timeout=timeout)
+        async with asyncio.timeout(timeout), httpx.AsyncClient(timeout=timeout) as client, \
+                client.stream("GET", url) as r:
+            return r.status_code  # leaving the block closes the connection unread
+    except TimeoutError:
+        why = f"no answer within {timeout:g} s"
     except httpx.HTTPError as exc:
-        raise EndpointUnreachableError(
-            f"chat endpoint {mask_url(base_url)} is unreachable ({type(exc).__name__}: "
-            f"{str(exc) or 'no answer'})") from None
+        why = f"{type(exc).__name__}: {str(exc) or 'no answer'}"
+    raise EndpointUnreachableError(f"chat endpoint {mask_url(base_url)} is unreachable "
+                                   f"({why})")
 
+
+def check_endpoint(base_url: str, timeout: float = PROBE_TIMEOUT_S) -> int:
+    """`probe_endpoint`, from sync code (a script or a notebook cell)."""
+    return run_sync(probe_endpoint(base_url, timeout))
 
 
 @dataclass(frozen=True)
@@ -220,7 +234,7 @@ def llm_backend(workspace: Workspace, options: RunOptions | None = None, *,
     a = dict(workspace.config.agent)
     budgets = options.max_tokens(a)
     agent = _agent(workspace, options, budgets, endpoints, api_key=api_key, cache=cache,
-                   retry=retry, timeout=timeout, on_event=on_event)
+                   retry=retry, timeout=timeout, on_event=on_event, env=e)
     rollout = Rollout(agent, workspace.pool, agent.units, workspace.config.seed,
                       rollout_units, options.slots,
                       fault=workspace.media_fault if agent.media is not None else None)
@@ -239,8 +253,8 @@ def llm_backend(workspace: Workspace, options: RunOptions | None = None, *,
 
 def _agent(workspace: Workspace, options: RunOptions, budgets: Mapping[str, int],
            endpoints: EndpointPool | None, **kw: Any) -> LLMAgent:
-    """The workspace's `LLMAgent` with the run's call settings (``kw``: key, cache, on_event
-    and the ``retry`` / ``timeout`` overrides)."""
+    """The workspace's `LLMAgent` with the run's call settings (``kw``: key, cache, on_event,
+    the environment whose secrets every reply is scrubbed of, ``retry`` / ``timeout``)."""
     a = workspace.config.agent
     if endpoints is None and (isinstance(a.get("base_url"), list) or a.get("endpoints_file")):
         endpoints = EndpointPool(agent_endpoints(a, workspace.root), adaptive=options.adaptive,
@@ -258,7 +272,7 @@ def _agent(workspace: Workspace, options: RunOptions, budgets: Mapping[str, int]
         adaptive=options.adaptive, max_concurrency=options.slots,
         task_description=a.get("task_description"))
     return LLMAgent(workspace_units(workspace), settings, endpoints=endpoints, media=media,
-                    **kw)
+                    secrets=secret_values(kw.pop("env")), **kw)
 
 
 async def rollout_cases(backend: LLMBackend, workspace: Workspace, epoch: int, step: int,

@@ -24,8 +24,7 @@ from typing import Any
 
 import httpx
 
-from .._defaults import DEFAULT_TIMEOUT_S
-from .._env import scrub_credentials
+from .._env import DEFAULT_TIMEOUT_S, scrub_credentials
 from ..cache import KeyParts, ResponseCache, protocol_failure
 from ..gate import current_run_id
 from ._agent import DEFAULT_MAX_RESPONSE_BYTES, parse_body

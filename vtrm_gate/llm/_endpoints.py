@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._defaults import DEFAULT_CONCURRENCY
+from .._env import DEFAULT_CONCURRENCY
 from ..errors import EndpointsError
 from ._limit import PREFILL_TOKENS, GradientLimit, LimitParams
 

@@ -18,17 +18,25 @@ is a `BackendError` naming the type.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import importlib
 import inspect
+import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
-from .._defaults import DEFAULT_CONCURRENCY
-from .._env import credential_keys, scrub_credentials, secret_values
+from .._env import (
+    DEFAULT_CONCURRENCY,
+    capped,
+    credential_keys,
+    scrub_credentials,
+    scrub_json,
+    secret_values,
+)
 from .._ids import canonical_json, evolve_run_id, step_rollout_run_id
 from ..cache import CacheStats, ResponseCache, cache_namespace
 from ..errors import BackendError, CandidateRefused, CasesUnavailable
@@ -175,18 +183,18 @@ def with_identity(workspace: Workspace, spec: str, backend: AgentBackend,
         raise BackendError(f"backend {spec!r}: identity must not hold credentials (found "
                            f"{', '.join(repr(k) for k in secret)}); it is written to every "
                            f"manifest: read secrets from ctx.env inside your factory")
-    agent = {**workspace.config.agent, "backend": spec, **_scrubbed_json(identity, scrub)}
+    agent = {**workspace.config.agent, "backend": spec, **scrub_json(identity, scrub)}
     try:
         workspace.config = dataclasses.replace(workspace.config, agent=agent)
     except ValueError as exc:
         raise BackendError(f"backend {spec!r}: identity: {exc}") from None
 
 
-async def open_factory_backend(workspace: Workspace, spec: str,
-                               ctx: BackendContext) -> AgentBackend:
+async def open_factory_backend(workspace: Workspace, spec: str, ctx: BackendContext,
+                               deadline: float | None = None) -> AgentBackend:
     """The factory's backend for ``workspace``: the cache salted with the workspace's id (as
     for the built-in agent), the factory called and checked, its identity in the agent config,
-    and every text it returns scrubbed (`guarded`).
+    every text it returns scrubbed and each ``infer`` call bounded by ``deadline`` (`guarded`).
     The caller awaits ``backend.aclose`` when done (`vtrm_gate.backends.open_backend` does)."""
     if not ctx.cache.namespace:
         ctx.cache.namespace = cache_namespace(workspace.workspace_id,
@@ -198,21 +206,38 @@ async def open_factory_backend(workspace: Workspace, spec: str,
         if backend.aclose is not None:
             await backend.aclose()
         raise
-    return guarded(backend, workspace, spec, ctx.scrub)
+    return guarded(backend, workspace, spec, ctx.scrub, deadline)
 
 
 # ---- what a backend hands back, scrubbed and checked ----------------------------------------
 
 
-def _scrubbed_json(value: Any, scrub: Callable[[str], str]) -> Any:
-    """``value`` (JSON-like) with every string scrubbed."""
-    if isinstance(value, str):
-        return scrub(value)
-    if isinstance(value, Mapping):
-        return {k: _scrubbed_json(v, scrub) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return type(value)(_scrubbed_json(v, scrub) for v in value)
-    return value
+MAX_TEXT_CHARS = 1 << 16
+"""A bring-your-own ``UnitResult.prediction`` or ``error`` longer than this is truncated
+(the stored text ends with a note saying so): an unbounded text would stall the gate."""
+MAX_TRACE_CHARS = 1 << 20
+"""A bring-your-own trace whose JSON is longer than this is stored as
+``{"truncated": why, "head": the start of its JSON}``."""
+
+
+def _capped_text(value: Any, scrub: Callable[[str], str]) -> Any:
+    return capped(value, MAX_TEXT_CHARS, scrub) if isinstance(value, str) else value
+
+
+def _capped_trace(trace: Any, scrub: Callable[[str], str]) -> Any:
+    """``trace`` scrubbed, or past `MAX_TRACE_CHARS` of JSON the note that replaces it."""
+    if trace is None or isinstance(trace, bool | int | float):
+        return trace
+    try:
+        text = json.dumps(trace, default=str)
+    except (ValueError, RecursionError) as exc:  # circular, or nested too deeply
+        return {"dropped": f"the trace is not JSON ({type(exc).__name__})"}
+    if len(text) <= MAX_TRACE_CHARS:
+        return scrub_json(trace, scrub)
+    # the head is quoted inside the stored JSON: at most half the cap, so escapes still fit
+    return {"truncated": f"trace of {len(text)} characters of JSON, over the cap of "
+                         f"{MAX_TRACE_CHARS}",
+            "head": capped(text, MAX_TRACE_CHARS // 2, scrub)}
 
 
 _KEPT_FAMILIES = (CasesUnavailable, CandidateRefused, TypeError, AttributeError, NameError)
@@ -277,9 +302,33 @@ def _evolve_run(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
     return evolve_run_id(named["task_type"], named["epoch"], named["step"])
 
 
+async def within_deadline(call: Awaitable[UnitResult], deadline: float | None) -> UnitResult:
+    """``await call``, or past ``deadline`` seconds an INFRA result saying so: the call is
+    cancelled and not waited for (an ``infer`` that ignores cancellation cannot stall the
+    gate); a cancel from the gate cancels the call too."""
+    if deadline is None:
+        return await call
+    inner = asyncio.ensure_future(call)
+    try:
+        done, _ = await asyncio.wait({inner}, timeout=deadline)
+    except asyncio.CancelledError:
+        inner.cancel()
+        raise
+    if done:
+        return inner.result()
+    inner.cancel()
+    inner.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: no warning
+    return UnitResult(infra=True, latency_s=deadline,
+                      error=f"TimeoutError: infer did not return within the call's deadline "
+                            f"of {deadline:g} s (--deadline)")
+
+
 def guarded(backend: AgentBackend, workspace: Workspace, spec: str,
-            scrub: Callable[[str], str]) -> AgentBackend:
-    """``backend`` with every text it returns or raises scrubbed and its rollout checked.
+            scrub: Callable[[str], str], deadline: float | None = None) -> AgentBackend:
+    """``backend`` with every text it returns or raises scrubbed (the evolver's skill too)
+    and its rollout checked;
+    with a ``deadline`` (seconds, the run's ``deadline``) a call of ``infer`` still running
+    past it is an INFRA result (`within_deadline`).
 
     A rollout that raises (not a programming error) makes every type ``rollout_error`` with
     the scrubbed reason, as the LLM rollout does for a type whose calls fail."""
@@ -288,22 +337,23 @@ def guarded(backend: AgentBackend, workspace: Workspace, spec: str,
 
     async def scrubbed_infer(task: UnitTask) -> UnitResult:
         try:
-            res = await infer(task)
+            res = await within_deadline(infer(task), deadline)
         except Exception as exc:
             raise scrubbed_exception(exc, scrub) from None
         if not isinstance(res, UnitResult):
             return res  # the gate refuses it, naming unit and arm
-        return dataclasses.replace(res, error=_scrubbed_json(res.error, scrub),
-                                   prediction=_scrubbed_json(res.prediction, scrub),
-                                   trace=_scrubbed_json(res.trace, scrub))
+        return dataclasses.replace(res, error=_capped_text(res.error, scrub),
+                                   prediction=_capped_text(res.prediction, scrub),
+                                   trace=_capped_trace(res.trace, scrub))
 
     class ScrubbedEvolver:
         async def evolve(self, *args: Any, **kwargs: Any) -> str:
             try:
                 with run_scope(_evolve_run(args, kwargs)):  # a cached client salts with it
-                    return await evolver.evolve(*args, **kwargs)
+                    skill = await evolver.evolve(*args, **kwargs)
             except Exception as exc:
                 raise scrubbed_exception(exc, scrub) from None
+            return scrub(skill) if isinstance(skill, str) else skill  # else refused later
 
     async def checked_rollout(epoch: int, step: int) -> Mapping[str, Any]:
         try:

@@ -11,7 +11,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from .._env import credential_name, mask_url
 from .._ids import slugify
-from ..errors import EndpointsError, MediaError, WorkspaceError
+from ..errors import ConfigError, EndpointsError, MediaError, WorkspaceError, shown
 from ..harness import (
     DEFAULT_STRATEGY,
     HELDOUT_FILE,
@@ -44,7 +44,7 @@ def _refuse_url_credentials(url: str) -> None:
     if "@" in parts.netloc or bad:
         what = "user info (user:password@)" if "@" in parts.netloc else \
             f"the query parameter(s) {', '.join(bad)}"
-        raise ValueError(f"agent.base_url must not hold a credential (found {what}); the API "
+        raise ConfigError(f"agent.base_url must not hold a credential (found {what}); the API "
                          f"key comes from OPENAI_API_KEY / VTRM_API_KEY at run time")
 
 
@@ -54,8 +54,8 @@ def check_llm_agent(agent: Mapping[str, Any]) -> None:
     backend = agent.get("backend")
     factory = isinstance(backend, str) and backend.count(":") == 1 and "//" not in backend
     if backend != "openai" and not factory:
-        raise ValueError(f"agent.backend must be 'openai' or a factory "
-                         f"'package.module:function' for an llm workspace, got {backend!r}")
+        raise ConfigError(f"agent.backend must be 'openai' or a factory 'package.module:"
+                          f"function' for an llm workspace, got {shown(backend)}")
     _check_no_secret(agent)
     task = agent.get("task_description")
     if task is not None and (not isinstance(task, str) or not task.strip() or "\n" in task
@@ -67,8 +67,8 @@ def check_llm_agent(agent: Mapping[str, Any]) -> None:
         m = agent["media"]
         keys = {"max_frames", "max_side", "detail", "max_frame_bytes", "max_pixels"}
         if not isinstance(m, Mapping) or not set(m) <= keys:
-            raise ValueError(f"agent.media must be an object of {', '.join(sorted(keys))}; "
-                             f"got {m!r}")
+            raise ConfigError(f"agent.media must be an object of {', '.join(sorted(keys))}; "
+                             f"got {shown(m)}")
         MediaOptions(**m)
     if factory:  # your own agent (`vtrm_gate.llm.AgentBackend`): it needs no endpoint or model here
         return
@@ -76,14 +76,14 @@ def check_llm_agent(agent: Mapping[str, Any]) -> None:
     if isinstance(url, list) or "endpoints_file" in agent:  # several endpoints
         check_endpoints_setting(agent)
     elif not isinstance(url, str) or not url.startswith(("http://", "https://")):
-        shown = mask_url(url) if isinstance(url, str) else repr(url)
-        raise ValueError(f"agent.base_url must be an http(s):// URL, got {shown}")
+        what = shown(mask_url(url)) if isinstance(url, str) else shown(url)
+        raise ConfigError(f"agent.base_url must be an http(s):// URL, got {what}")
     for u in url if isinstance(url, list) else [url]:
         if isinstance(u, str):
             _refuse_url_credentials(u)
     model = agent.get("model")
     if not isinstance(model, str) or not model.strip():
-        raise ValueError(f"agent.model must be a non-empty string, got {model!r}")
+        raise ConfigError(f"agent.model must be a non-empty string, got {shown(model)}")
 
 
 
@@ -238,6 +238,6 @@ def _seed_record(seed_record: str | Path | Mapping[str, Any] | None,
         if u not in units:
             raise WorkspaceError(f"{where}: unit {u!r} is not in {src}")
         if not isinstance(v, bool):
-            raise WorkspaceError(f"{where}: unit {u!r}: expected true or false, got {v!r}")
+            raise WorkspaceError(f"{where}: unit {u!r}: expected true or false, got {shown(v)}")
         out.setdefault(units[u].task_type, {})[u] = v
     return out

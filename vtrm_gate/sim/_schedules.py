@@ -9,8 +9,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .._defaults import DEFAULT_CONCURRENCY
+from .._env import DEFAULT_CONCURRENCY
 from .._ids import step_run_id as _step_run_id
+from ..errors import shown
 from ..gate import GuardParams, TypePlan, UnitResult, UnitTask, build_ladder, ladder_units, run_gate
 from ..stats import GateParams, Pair, TypeOutcome, replay_blocks, replay_prefix
 from ._virtual import run_virtual
@@ -182,7 +183,7 @@ def simulate_policy(world: SimWorld, epochs: int, steps_per_epoch: int, policy: 
     ``oracle`` applies exactly the truly better ones and rejects the rest like the gate does.
     """
     if policy not in ("accept_all", "oracle"):
-        raise ValueError(f"policy must be 'accept_all' or 'oracle', got {policy!r}")
+        raise ValueError(f"policy must be 'accept_all' or 'oracle', got {shown(policy)}")
     evolver = SimEvolver(world)
     skills = {t: world.initial_skill(t) for t in world.task_types}
     cooldown: dict[str, int] = {}

@@ -16,8 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .._defaults import DEFAULT_CONCURRENCY
+from .._env import DEFAULT_CONCURRENCY
 from .._ids import step_run_id
+from ..errors import shown
 from ..gate import TypePlan, build_ladder, ladder_units
 from ..harness import StepStatus
 from ..stats import GateParams
@@ -74,7 +75,7 @@ def sim_step(seed: int, epoch: int = 1, step: int = 1, *, params: GateParams | N
     """
     params = params or GateParams()
     if wall_seconds is not None and not wall_seconds > 0:
-        raise ValueError(f"wall_seconds must be > 0, got {wall_seconds!r}")
+        raise ValueError(f"wall_seconds must be > 0, got {shown(wall_seconds)}")
     world = SimWorld(SimConfig(seed=seed, time_scale=1.0, **sim))
     evolver = SimEvolver(world)
     srid = step_run_id(epoch, step)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._defaults import DEFAULT_CONCURRENCY
+from .._env import DEFAULT_CONCURRENCY
 from ..errors import WorkspaceError
 from ..gate import Infer, UnitTask
 from ..harness import (

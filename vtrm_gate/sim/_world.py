@@ -29,6 +29,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from .._ids import content_hash, slugify
+from ..errors import ConfigError, shown
 from ..gate import UnitResult, UnitTask
 from ._effects import PRESETS, World
 
@@ -121,7 +122,7 @@ def _is_real(x: object) -> bool:
 
 
 def _fail(name: str, allowed: str, value: object) -> None:
-    raise ValueError(f"SimConfig.{name} must be {allowed}, got {value!r}")
+    raise ConfigError(f"SimConfig.{name} must be {allowed}, got {shown(value)}")
 
 
 @dataclass(frozen=True)
@@ -287,14 +288,14 @@ class SimWorld:
         try:
             return self._units[task_type][unit_id]
         except KeyError:
-            raise ValueError(f"unknown unit {unit_id!r} of type {task_type!r} in this "
+            raise ConfigError(f"unknown unit {unit_id!r} of type {task_type!r} in this "
                              f"simulated world") from None
 
     def _type(self, task_type: str) -> dict[str, _Unit]:
         try:
             return self._units[task_type]
         except KeyError:
-            raise ValueError(f"unknown task type {task_type!r}; this world has "
+            raise ConfigError(f"unknown task type {task_type!r}; this world has "
                              f"{list(self.task_types)}") from None
 
     # ---- data a step starts from ------------------------------------------------------

@@ -42,6 +42,7 @@ class Fault:
     step: str | None = None  # "think" / "answer" / None = any
     echo_auth: bool = False  # the error body repeats the request's credential headers
     trickle_s: float = 0.0  # send a 200's body one byte every trickle_s seconds
+    trickle_head: bool = False  # with trickle_s: the status line and headers trickle too
     chunked_bytes: int = 0  # send a 200 with a chunked body of this many bytes
     gzip: bool = False  # answer normally, gzip-encoded (Content-Encoding: gzip)
     content_type: str = "application/json"  # of a 200 with ``body`` (text/html: a portal)
@@ -61,7 +62,8 @@ class ChatServer:
     Every POST body is kept in ``requests`` (and its Authorization header in ``auth``);
     ``in_flight`` / ``peak_in_flight`` count the requests being handled at once, and
     ``hold_until(n)`` makes requests wait until ``n`` are in flight together (a concurrency
-    property measured without a clock).
+    property measured without a clock). ``GET /v1/models`` (the endpoint probe) lists one
+    model, or suffers ``probe_fault``: a trickle, a never-ending body, a huge error.
     """
 
     def __init__(self, evolve_reply: EvolveReply = append_marker) -> None:
@@ -69,6 +71,11 @@ class ChatServer:
         self.requests: list[dict[str, Any]] = []
         self.auth: list[str | None] = []
         self.faults: deque[Fault] = deque()
+        self.probe_fault: Fault | None = None
+        self.echo: Callable[[str], str] | None = None
+        """``echo(authorization header)``: text appended to every think/answer reply (a
+        server that repeats the caller's credential inside a normal 200)."""
+        self.probes = 0
         self.lock = threading.Lock()
         self.in_flight = 0
         self.peak_in_flight = 0
@@ -86,6 +93,9 @@ class ChatServer:
 
             def do_POST(self) -> None:
                 outer.handle(self)
+
+            def do_GET(self) -> None:
+                outer.probe(self)
 
         class Server(ThreadingHTTPServer):
             request_queue_size = 256  # the default backlog of 5 would throttle the client
@@ -171,26 +181,48 @@ class ChatServer:
         step = self.step_of(body)
         fault = self._fault_for(step)
         if fault is not None:
-            if fault.sleep:
-                time.sleep(fault.sleep)
-            if fault.status is not None:
-                headers = {"Retry-After": fault.retry_after} if fault.retry_after else {}
-                error: dict[str, Any] = {"message": fault.message}
-                if fault.echo_auth:  # as some gateways do: the credential in the error text
-                    auth, key = h.headers.get("authorization"), h.headers.get("api-key")
-                    error = {"message": f"invalid credentials: Authorization: {auth}; "
-                                        f"api-key={key}",
-                             "request_headers": {"authorization": auth, "api-key": key}}
-                return self.reply(h, fault.status, {"error": error}, headers)
-            if fault.trickle_s or fault.chunked_bytes:
-                return self.stream(h, fault)
-            if fault.body is not None:
-                return self.reply_raw(h, 200, fault.body.encode(),
-                                      {"Content-Type": fault.content_type})
-            if fault.gzip:
-                data = gzip.compress(json.dumps(self.answer(body, step)).encode())
-                return self.reply_raw(h, 200, data, {"Content-Encoding": "gzip"})
-        return self.reply(h, 200, self.answer(body, step))
+            return self.suffer(h, fault, body, step)
+        doc = self.answer(body, step)
+        if self.echo is not None and step != "evolve" and doc["choices"]:
+            doc["choices"][0]["message"]["content"] += self.echo(
+                h.headers.get("authorization") or "")
+        return self.reply(h, 200, doc)
+
+    def probe(self, h: BaseHTTPRequestHandler) -> None:
+        """``GET .../models``: one model listed, or ``probe_fault`` suffered."""
+        with self.lock:
+            self.probes += 1
+        if not h.path.endswith("/models"):
+            return self.reply(h, 404, {"error": {"message": f"no route {h.path}"}})
+        if self.probe_fault is not None:
+            return self.suffer(h, self.probe_fault, None, None)
+        return self.reply(h, 200, {"object": "list", "data": [{"id": "m", "object": "model"}]})
+
+    def suffer(self, h: BaseHTTPRequestHandler, fault: Fault, body: dict[str, Any] | None,
+               step: str | None) -> None:
+        """Answer with ``fault`` (``body``/``step``: the chat request, None for a probe)."""
+        if fault.sleep:
+            time.sleep(fault.sleep)
+        if fault.status is not None:
+            headers = {"Retry-After": fault.retry_after} if fault.retry_after else {}
+            error: dict[str, Any] = {"message": fault.message}
+            if fault.echo_auth:  # as some gateways do: the credential in the error text
+                auth, key = h.headers.get("authorization"), h.headers.get("api-key")
+                error = {"message": f"invalid credentials: Authorization: {auth}; "
+                                    f"api-key={key}",
+                         "request_headers": {"authorization": auth, "api-key": key}}
+            return self.reply(h, fault.status, {"error": error}, headers)
+        if fault.trickle_s or fault.chunked_bytes:
+            return self.stream(h, fault)
+        if fault.body is not None:
+            return self.reply_raw(h, 200, fault.body.encode(),
+                                  {"Content-Type": fault.content_type})
+        if fault.gzip and body is not None and step is not None:
+            data = gzip.compress(json.dumps(self.answer(body, step)).encode())
+            return self.reply_raw(h, 200, data, {"Content-Encoding": "gzip"})
+        if body is not None and step is not None:
+            return self.reply(h, 200, self.answer(body, step))
+        return self.reply(h, 200, {"object": "list", "data": []})
 
     def evolution(self, body: dict[str, Any]) -> str:
         """The reply text to an evolution request (see ``evolve_reply``)."""
@@ -240,6 +272,12 @@ class ChatServer:
         """A 200 whose body trickles or never seems to end; stops when the client leaves."""
         chunk = 64 * 1024
         try:
+            if fault.trickle_head:  # byte by byte, headers included
+                for byte in (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                             b"X-Padding: " + b"x" * 100_000):
+                    time.sleep(fault.trickle_s)
+                    h.wfile.write(bytes([byte]))
+                    h.wfile.flush()
             h.send_response(200)
             h.send_header("Content-Type", "application/json")
             if fault.trickle_s:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from .._reaper import forget, stop_at_exit
 from ..cache import find_redis_server
 from .redis import redis7_executable
 
@@ -68,6 +69,7 @@ class RedisCluster:
             raise FileNotFoundError("no redis-cli binary next to redis-server or on PATH")
         self.cli = cli
         self.node_timeout_ms = node_timeout_ms
+        self._reaped: int | None = None
         self.nodes = []
         for i in range(n):
             d = directory / f"node{i}"
@@ -122,6 +124,7 @@ class RedisCluster:
         raise RuntimeError(f"Redis Cluster: timed out waiting for {what}")
 
     def start(self) -> RedisCluster:
+        self._reaped = stop_at_exit(self.close)  # also on SIGTERM (`vtrm_gate._reaper`)
         for i in range(len(self.nodes)):
             self.start_node(i)
         addrs = [f"127.0.0.1:{n.port}" for n in self.nodes]
@@ -136,6 +139,7 @@ class RedisCluster:
         return self
 
     def close(self) -> None:
+        forget(self._reaped)
         for i in range(len(self.nodes)):
             self.stop_node(i)
 

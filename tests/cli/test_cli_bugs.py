@@ -1,0 +1,76 @@
+"""Issue 27 row 7: only the library's own errors and I/O errors on files are exit 2 (bad
+input, one line); any other exception is a bug: its traceback, a line asking for a report,
+exit 1, so a bug that raises ValueError is never reported as bad input."""
+
+from __future__ import annotations
+
+import errno
+import json
+import sqlite3
+
+import pytest
+
+from vtrm_gate.cli import _main, _options
+from vtrm_gate.errors import ConfigError, WorkspaceError, exit_code
+
+
+@pytest.mark.parametrize("bug", [
+    ValueError("an internal invariant broke"),
+    OSError("an OSError without an errno"),
+    sqlite3.OperationalError("near 'SELEC': syntax error"),
+    sqlite3.ProgrammingError("Cannot operate on a closed database."),
+    KeyError("missing"),
+])
+@pytest.mark.parametrize("as_json", [False, True])
+def test_an_exception_outside_the_error_families_is_a_bug_exit_1(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        bug: Exception, as_json: bool) -> None:
+    def cmd_options(args: object) -> int:
+        raise bug
+
+    monkeypatch.setattr(_options, "cmd_options", cmd_options)
+    argv = ["options", "--workspace", "ws"] + (["--json"] if as_json else [])
+    assert _main.main(argv) == 1
+    out, err = capsys.readouterr()
+    assert "Traceback (most recent call last)" in err and type(bug).__name__ in err
+    report = json.loads(out)["error"] if as_json else err.splitlines()[-1]
+    assert "bug in vtrm_gate" in report and "please report it" in report
+    if as_json:
+        assert json.loads(out)["exit"] == 1
+
+
+@pytest.mark.parametrize("failure,code", [
+    (OSError(errno.ENOSPC, "No space left on device", "/ws/state.json"), 2),
+    (PermissionError(errno.EACCES, "Permission denied", "/ws"), 2),
+    (OSError(errno.EROFS, "Read-only file system"), 2),
+    (sqlite3.DatabaseError("file is not a database"), None),  # no result code: made by hand
+    (WorkspaceError("state.json: bad"), 2),
+    (ConfigError("concurrency must be an integer"), 2),
+])
+def test_exit_codes_of_io_errors_and_our_families(failure: BaseException,
+                                                  code: int | None) -> None:
+    assert exit_code(failure) == code
+
+
+def test_io_error_of_a_real_file_and_a_damaged_database_exit_2(tmp_path) -> None:
+    with pytest.raises(OSError) as missing:
+        open(tmp_path / "nope.json")  # noqa: SIM115
+    assert exit_code(missing.value) == 2
+    db = tmp_path / "harness.sqlite"
+    db.write_bytes(b"SQLite format 3\x00" + b"\x07" * 4096)
+    with pytest.raises(sqlite3.DatabaseError) as damaged, sqlite3.connect(db) as con:
+        con.execute("SELECT * FROM sqlite_master")
+    assert exit_code(damaged.value) == 2
+    with pytest.raises(sqlite3.OperationalError) as bad_sql, sqlite3.connect(":memory:") as c:
+        c.execute("SELEC 1")
+    assert exit_code(bad_sql.value) is None
+
+
+def test_a_redis_url_redis_py_refuses_is_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
+    # redis-py raises a builtin ValueError for a query value it cannot read: the URL is the
+    # user's, so it is exit 2 naming it (not a bug report).
+    url = "redis://localhost/0?socket_timeout=abc"
+    assert _main.main(["cache", "stats", "--url", url]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert "invalid Redis URL" in err and "socket_timeout" in err
