@@ -6,7 +6,7 @@ import asyncio
 import time
 from array import array
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -114,7 +114,7 @@ class GateHandle:
             self._record(GateAborted(self._gate.now(), "cancelled"))
         self._streams.clear()
 
-    def __await__(self):  # type: ignore[no-untyped-def]
+    def __await__(self) -> Generator[Any, None, GateResult]:
         return self._wait().__await__()
 
     async def _wait(self) -> GateResult:

@@ -214,7 +214,7 @@ class _Gate:
                     f"awaited (wrap a blocking call in asyncio.to_thread)")
             res = checked_result(task, await out)  # an invalid result is a bug: TypeError
         except asyncio.CancelledError:
-            if asyncio.current_task().cancelling():  # type: ignore[union-attr]
+            if asyncio.current_task().cancelling():  # type: ignore[union-attr]  # in a task
                 raise  # the gate cancelled this call
             # raised by infer itself: the call failed, it was not stopped
             res = UnitResult(infra=True, error="CancelledError: raised by infer (the gate did "
@@ -383,7 +383,8 @@ class _Gate:
                 and self.baseline is not None):
             await self.baseline.put(task, res)
         if self.finished_events:
-            status = "cache_hit" if cache_hit else ("pending" if counted else "discarded")
+            status: Literal["cache_hit", "pending", "discarded"] = (
+                "cache_hit" if cache_hit else "pending" if counted else "discarded")
             self.bus.publish(TaskFinished(self.now(), task, res, status))
 
     def _note_infra(self, run: _TypeRun, task: UnitTask, res: UnitResult) -> None:
@@ -421,7 +422,7 @@ class _Gate:
             arms = run.results.pop(rank)
             base, cand = arms.get("base"), arms.get("cand")
             infra = run.infra_marked[rank]
-            pair = None if infra else (base.correct, cand.correct)  # type: ignore[union-attr]
+            pair = None if infra else (base.correct, cand.correct)  # type: ignore[union-attr]  # both arms
             action = run.test.consume(rank, pair)
             run.prefix += 1
             run.frozen = action is not Action.CONTINUE
