@@ -9,7 +9,7 @@ import importlib
 import sys
 
 ALL = ("core", "makespan", "cache", "oc", "training", "throughput", "integrity", "forecast",
-       "adaptive", "guard", "power", "small_types")
+       "adaptive", "guard", "power", "small_types", "sweep")
 
 
 def main(argv: list[str]) -> int:

@@ -15,20 +15,40 @@ by each type's pool); the best fixed lambda and the lambda mixture (an adaptive 
 n_max 40; the probe in seed-wrong-first order; and the recommended combination. The best
 lambda and the recommendation are chosen on tuning seeds (100+) and reported on seeds 0+.
 
-Run: ``python -m benchmarks.bench_power [--quick] [--seeds N] [--tune-seeds N] [--jobs J]``;
-the results land in ``benchmarks/results/bench_power.json`` (the frontier figure's input:
-``python -m vtrm_gate.views.review --only 06_power_frontier``).
+Honest baselines (section ``baselines``): on today's world and the presets
+``mostly_harmful`` / ``mostly_neutral`` / ``mostly_helpful`` (and every ``--world FILE``),
+the JSON rows ``no_gate`` (apply every candidate), ``oracle`` (apply exactly the truly better
+ones, reject the rest like the gate, cooldown included: not an upper bound), ``old`` and
+``v3``, on the same seeds, each with its accuracy's difference from no gate and from v3
+paired by seed; no gate and the oracle are `simulate_policy` runs of the same seed, as in
+the training summary. Section ``harmful``: the four as the share of harmful candidates grows
+0 -> 60% (helpful : neutral 40 : 35, drawn per candidate) and the share where each gate starts
+beating no gate (bootstrap over seeds). Section ``levers``: lambda 0.7, n_max 80 and the
+seed-wrong-first probe on the presets, paired with v3. ``--quick``: the baselines on the three
+presets, 3 seeds.
+
+Run: ``python -m benchmarks.bench_power [--quick] [--seeds N] [--tune-seeds N] [--jobs J]
+[--scheduler tcp://HOST:PORT] [--world FILE|PRESET ...] [--sections frontier,baselines,
+harmful,levers]`` (a section not run keeps its recorded result in the output file). The
+runs go to J local processes (default: every core; they end with this process) or to a Dask
+cluster's workers (which must import this checkout's ``benchmarks`` and ``vtrm_gate``); a
+run is seeded, so the engine never changes a number. The results land in
+``benchmarks/results/bench_power.json`` (the input of the figures ``06_power_frontier`` and
+``06_harmful_crossover``: ``python -m vtrm_gate.views.review --only NAME``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Iterator
+from concurrent.futures import Executor
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -36,6 +56,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks._common import machine, print_table
+from vtrm_gate.errors import ConfigError, VtrmError
 
 EPOCHS, STEPS = 3, 5
 TUNE_SEED0 = 100
@@ -59,6 +80,7 @@ class Config:
     """Timed as the old serial gate (types, blocks of 8 and arms one after another)."""
     epochs: int = EPOCHS
     """Epochs of the run (more: the saved time spent on more training)."""
+    steps: int = STEPS
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
@@ -72,8 +94,10 @@ LONGER = Config(f"v3 n_max 40, {2 * EPOCHS} epochs (the saved time spent trainin
 """The speed-up spent on training: twice the epochs, still a fraction of the old gate's time."""
 
 
-def run(cfg: Config, seed: int) -> dict[str, Any]:
-    """One training run of ``cfg`` on ``seed``: the metrics of the frontier."""
+def run(cfg: Config, seed: int, world: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One training run of ``cfg`` on ``seed`` in ``world`` (a `World`'s JSON object; None:
+    today's world): the metrics of the frontier, and the same seed's no-gate and oracle
+    runs (`simulate_policy`, through the training summary)."""
     from vtrm_gate.backends import run_simulated_training
     from vtrm_gate.harness import settled_audit
     from vtrm_gate.options import RunOptions
@@ -84,8 +108,9 @@ def run(cfg: Config, seed: int) -> dict[str, Any]:
                          decision_rule=cfg.decision_rule)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as d:
-        ws, _, s = run_simulated_training(Path(d) / "ws", SimConfig(seed=seed), cfg.epochs,
-                                            STEPS, options, probation_rule="e_continue",
+        ws, _, s = run_simulated_training(Path(d) / "ws", SimConfig(seed=seed, world=world),
+                                            cfg.epochs,
+                                            cfg.steps, options, probation_rule="e_continue",
                                             probation_order=cfg.probation_order)
         probes = ws.log.select("step_report", ["task_type", "n_ladder", "n_consumed"],
                                step=0, status="probation")
@@ -95,8 +120,12 @@ def run(cfg: Config, seed: int) -> dict[str, Any]:
     q = s["quality"]
     phases = s["old_phases_s"] if cfg.old else s["v3_phases_s"]
     ev = s.get("evaluation") or {}
+    no_gate = q["policies"]["accept_all"]["applied"]
     return {"config": cfg.name, "seed": seed, "accuracy": q["mean_accuracy"]["gate"],
             "initial": q["mean_accuracy"]["initial"], "oracle": q["mean_accuracy"]["oracle"],
+            "no_gate": q["mean_accuracy"]["accept_all"], "no_gate_better": no_gate["better"],
+            "no_gate_leak": no_gate["neutral"] + no_gate["worse"],
+            "oracle_better": q["policies"]["oracle"]["applied"]["better"],
             "better_applied": q["applied"]["better"], "better_gated": q["gated"]["better"],
             "leak": q["leak"], "probe_units": sum(n or 0 for _, _, n in probes),
             "probes": [(t, n or 0) for t, n, _ in probes], "pools": pools,
@@ -105,16 +134,42 @@ def run(cfg: Config, seed: int) -> dict[str, Any]:
             "violations": violations, "cpu_s": time.perf_counter() - t0}
 
 
-def _run_star(args: tuple[Config, int]) -> dict[str, Any]:
+def _run_star(args: tuple[Config, int, dict[str, Any] | None]) -> dict[str, Any]:
     return run(*args)
 
 
-def run_all(cfgs: list[Config], seeds: list[int], jobs: int) -> list[dict[str, Any]]:
-    work = [(c, s) for c in cfgs for s in seeds]
-    if jobs <= 1:
-        return [run(c, s) for c, s in work]
-    with ProcessPoolExecutor(jobs) as pool:
-        return list(pool.map(_run_star, work))
+def run_all(cfgs: list[Config], seeds: list[int], engine: Executor | None,
+            world: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Every configuration on every seed in ``world``, on ``engine`` (None: serially, here),
+    in order."""
+    from vtrm_gate.sim import sweep_map
+
+    return sweep_map(_run_star, [(c, s, world) for c in cfgs for s in seeds], engine)
+
+
+def where(jobs: int | None, scheduler: str | None) -> str:
+    """The engine in words, for the header."""
+    from vtrm_gate.sim import local_workers
+
+    if scheduler:
+        return f"the Dask cluster at {scheduler}"
+    n = local_workers() if jobs is None else jobs
+    return "this process, serially" if n == 1 else f"{n} local processes"
+
+
+@contextmanager
+def engine(jobs: int | None = None, scheduler: str | None = None
+           ) -> Iterator[Executor | None]:
+    """Where the runs go: the Dask cluster at ``scheduler``, else ``jobs`` local processes
+    (default every core; 1: serially in this process)."""
+    from vtrm_gate.sim import sweep_executor
+
+    if jobs == 1 and not scheduler:
+        with nullcontext(None) as none:
+            yield none
+        return
+    with sweep_executor(scheduler, jobs) as ex:
+        yield ex
 
 
 def boot(xs: list[float], reps: int = 2000) -> tuple[float, float, float]:
@@ -173,11 +228,11 @@ def probe_sizes(rows: list[dict[str, Any]], cfgs: list[Config]) -> list[dict[str
     return out
 
 
-def tune(seeds: list[int], jobs: int) -> tuple[Config, Config, list[dict[str, Any]]]:
+def tune(seeds: list[int], ex: Executor | None) -> tuple[Config, Config, list[dict[str, Any]]]:
     """The best fixed lambda and the recommended configuration, on tuning seeds only: the
     most accurate one whose training time stays within the old serial gate's."""
     lam_cfgs = [Config(f"v3 n_max 40, lambda {lam}", lambda_dir=lam) for lam in LAMBDAS]
-    rows = run_all([OLD, DEFAULT, *ONE_FACTOR, *lam_cfgs], seeds, jobs)
+    rows = run_all([OLD, DEFAULT, *ONE_FACTOR, *lam_cfgs], seeds, ex)
 
     def mean_of(c: Config, key: str) -> float:
         return statistics.mean(r[key] for r in rows if r["config"] == c.name)
@@ -194,7 +249,7 @@ def tune(seeds: list[int], jobs: int) -> tuple[Config, Config, list[dict[str, An
     combo = Config(f"combined: n_max {n_best}, {bet_name}, probe {order}", n_max=n_best,
                    lambda_dir=bet.lambda_dir, decision_rule=bet.decision_rule,
                    probation_order=order)
-    rows += run_all([combo], seeds, jobs)
+    rows += run_all([combo], seeds, ex)
     old_wall = mean_of(OLD, "wall_h")
     pool = [c for c in (DEFAULT, *ONE_FACTOR, best_lam, combo) if mean_of(c, "wall_h") <= old_wall]
     rec = max(pool, key=acc)
@@ -202,23 +257,191 @@ def tune(seeds: list[int], jobs: int) -> tuple[Config, Config, list[dict[str, An
     return named, (named if rec is best_lam else rec), rows
 
 
-def main(quick: bool = False, seeds: int | None = None, tune_seeds: int | None = None,
-         jobs: int = 2, out: Path | None = None) -> None:
-    out = out or (QUICK_RESULTS if quick else RESULTS)
-    n = seeds or (3 if quick else 20)
-    nt = tune_seeds or (2 if quick else 8)
-    print(f"machine: {machine()}")
-    print(f"{EPOCHS} epochs x {STEPS} steps, 12 types, e_continue, 20% held out, virtual "
-          f"clock; tuning seeds {TUNE_SEED0}-{TUNE_SEED0 + nt - 1}, reported seeds 0-{n - 1}; "
-          f"{jobs} processes")
-    t0 = time.perf_counter()
-    best_lam, rec, tune_rows = tune(list(range(TUNE_SEED0, TUNE_SEED0 + nt)), jobs)
-    print(f"chosen on tuning seeds: best fixed lambda {best_lam.lambda_dir}; recommended "
-          f"{rec.name!r}")
+# ---- honest baselines: no gate and the oracle beside the gates, world by world ------------
+
+BASELINES = ("no_gate", "oracle", "old", "v3")
+"""The four rows of every world: apply every candidate, apply exactly the truly better ones,
+the old serial gate, v3 (default)."""
+PRESET_WORLDS = ("mostly_harmful", "mostly_neutral", "mostly_helpful")
+HARMFUL_SHARES = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
+"""The crossover sweep: the share of harmful candidates; helpful : neutral stays 40 : 35."""
+SECTIONS = ("frontier", "baselines", "harmful", "levers")
+LEVERS = (Config("v3 lambda 0.7", lambda_dir=0.7), Config("v3 n_max 80", n_max=80),
+          Config("v3 probe seed-wrong-first", probation_order="seed_wrong_first"))
+"""Ways to spend the speed on information that keep the validity guarantee (opt-in): a
+larger bet (worst-case false accept 4.35% <= 5%), longer ladders, the probe's order."""
+
+
+def harmful_world(share: float) -> dict[str, Any]:
+    """Today's shares with ``share`` harmful candidates, drawn per candidate (JSON values)."""
+    from vtrm_gate.sim import World
+
+    rest = 1.0 - share
+    return World(p_harmful=share, p_neutral=rest * 35 / 75,
+                 p_helpful=rest - rest * 35 / 75).to_dict()
+
+
+def _accuracies(rows: list[dict[str, Any]]) -> dict[str, dict[int, float]]:
+    """Per baseline, seed -> final true accuracy (no gate and oracle from the v3 runs)."""
+    by = {"old": OLD.name, "v3": DEFAULT.name}
+    out = {k: {r["seed"]: r["accuracy"] for r in rows if r["config"] == name}
+           for k, name in by.items()}
+    v3 = [r for r in rows if r["config"] == DEFAULT.name]
+    out["no_gate"] = {r["seed"]: r["no_gate"] for r in v3}
+    out["oracle"] = {r["seed"]: r["oracle"] for r in v3}
+    return out
+
+
+def baseline_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The four baselines of one world's runs: final true accuracy and its differences from
+    no gate and from v3 paired by seed (95% bootstrap intervals over seeds), truly better
+    candidates applied and the leak (neutral-or-worse applied)."""
+    acc = _accuracies(rows)
+    v3 = [r for r in rows if r["config"] == DEFAULT.name]
+    old = [r for r in rows if r["config"] == OLD.name]
+    applied = {"no_gate": ([r["no_gate_better"] for r in v3], [r["no_gate_leak"] for r in v3]),
+               "oracle": ([r["oracle_better"] for r in v3], [0] * len(v3)),
+               "old": ([r["better_applied"] for r in old], [r["leak"] for r in old]),
+               "v3": ([r["better_applied"] for r in v3], [r["leak"] for r in v3])}
+    out = []
+    for label in BASELINES:
+        a = acc[label]
+        seeds = sorted(a)
+        out.append({"label": label, "seeds": len(seeds),
+                    "accuracy": boot([a[s] for s in seeds]),
+                    "vs_no_gate": boot([a[s] - acc["no_gate"][s] for s in seeds]),
+                    "vs_v3": boot([a[s] - acc["v3"][s] for s in seeds]),
+                    "better_applied": boot(applied[label][0]), "leak": boot(applied[label][1])})
+    return out
+
+
+def _fmt_baseline(e: dict[str, Any]) -> dict[str, Any]:
+    def pts(v: list[float], sign: str = "") -> str:
+        return f"{100 * v[0]:{sign}.1f} [{100 * v[1]:{sign}.1f}, {100 * v[2]:{sign}.1f}]"
+
+    return {"baseline": e["label"], "accuracy": pts(e["accuracy"]),
+            "vs no gate (paired)": pts(e["vs_no_gate"], "+"),
+            "vs v3 (paired)": pts(e["vs_v3"], "+"),
+            "better applied": f"{e['better_applied'][0]:.1f}",
+            "leak": f"{e['leak'][0]:.1f}"}
+
+
+def run_baselines(worlds: dict[str, dict[str, Any]], seeds: list[int], ex: Executor | None
+                  ) -> dict[str, Any]:
+    """The four baselines on each world, the same seeds everywhere."""
+    from vtrm_gate.sim import sweep_map
+
+    work = [(c, s, w) for w in worlds.values() for c in (OLD, DEFAULT) for s in seeds]
+    rows = sweep_map(_run_star, work, ex)
+    k = 2 * len(seeds)
+    out = {}
+    for i, (name, w) in enumerate(worlds.items()):
+        rs = rows[i * k:(i + 1) * k]
+        acc = _accuracies(rs)
+        out[name] = {"world": w, "seeds": len(seeds), "summary": baseline_rows(rs),
+                     "per_seed": {k: [acc[k][s] for s in seeds] for k in BASELINES},
+                     "violations": sum(r["violations"] for r in rs)}
+        print_table(f"{name}: final true accuracy (points; mean [95% interval over "
+                    f"{len(seeds)} seeds]; differences paired by seed)",
+                    [_fmt_baseline(e) for e in out[name]["summary"]])
+    return out
+
+
+def crossover(shares: list[float], diffs: np.ndarray) -> float:
+    """The harmful share where a gate's mean accuracy minus no gate's first turns >= 0
+    (linear between grid points; the smallest share when it pays there already, +inf when
+    it never does on the grid). ``diffs``: shares x seeds, paired by seed."""
+    d = diffs.mean(axis=1)
+    if d[0] >= 0:
+        return shares[0]
+    for i in range(1, len(shares)):
+        if d[i] >= 0:
+            return shares[i - 1] + (shares[i] - shares[i - 1]) * -d[i - 1] / (d[i] - d[i - 1])
+    return math.inf
+
+
+def crossover_interval(shares: list[float], diffs: np.ndarray, reps: int = 2000
+                       ) -> list[float | None]:
+    """`crossover` and its 95% bootstrap interval, resampling seeds (paired across shares);
+    None stands for beyond the grid."""
+    rng = np.random.default_rng(25)
+    n = diffs.shape[1]
+    draws = np.array([crossover(shares, diffs[:, rng.integers(0, n, n)]) for _ in range(reps)])
+    lo, hi = np.quantile(draws, [0.025, 0.975], method="inverted_cdf")
+    return [None if not math.isfinite(v) else float(v)
+            for v in (crossover(shares, diffs), lo, hi)]
+
+
+def harmful_sweep(seeds: list[int], ex: Executor | None) -> dict[str, Any]:
+    """The four baselines as the share of harmful candidates grows (`HARMFUL_SHARES`), and
+    where each gate starts paying for itself against applying every candidate."""
+    worlds = {f"p_harmful {s:.1f}": harmful_world(s) for s in HARMFUL_SHARES}
+    res = run_baselines(worlds, seeds, ex)
+    points = [{"p_harmful": s, **res[name]} for s, name in zip(HARMFUL_SHARES, worlds,
+                                                                strict=True)]
+    cross = {}
+    for gate in ("old", "v3"):
+        diffs = np.array([np.subtract(res[w]["per_seed"][gate], res[w]["per_seed"]["no_gate"])
+                          for w in worlds])
+        cross[gate] = crossover_interval(list(HARMFUL_SHARES), diffs)
+    for gate, (c, lo, hi) in cross.items():
+        print(f"{gate} pays for itself (beats no gate) from a harmful share of "
+              f"{_share(c)} [95%: {_share(lo)}, {_share(hi)}]")
+    return {"shares": list(HARMFUL_SHARES), "seeds": len(seeds), "points": points,
+            "crossover": cross}
+
+
+def _share(v: float | None) -> str:
+    return "beyond the grid" if v is None else f"{100 * v:.0f}%"
+
+
+def run_levers(worlds: dict[str, dict[str, Any]], seeds: list[int], ex: Executor | None,
+               v3: dict[str, list[float]]) -> dict[str, Any]:
+    """Each lever on each preset world against v3 at the SPEC's defaults, paired by seed
+    (``v3``: world -> the default's accuracy per seed, from the baselines section)."""
+    from vtrm_gate.sim import sweep_map
+
+    work = [(c, s, w) for w in worlds.values() for c in LEVERS for s in seeds]
+    rows = sweep_map(_run_star, work, ex)
+    out: dict[str, Any] = {}
+    k = len(LEVERS) * len(seeds)
+    for i, name in enumerate(worlds):
+        rs, ref = rows[i * k:(i + 1) * k], v3[name]
+        entries = []
+        for c in LEVERS:
+            mine = [r for r in rs if r["config"] == c.name]
+            entries.append({"label": c.name.replace(" ", "_"), "config": c.name,
+                            "seeds": len(mine),
+                            "accuracy": boot([r["accuracy"] for r in mine]),
+                            "vs_v3": boot([r["accuracy"] - ref[j] for j, r in enumerate(mine)]),
+                            "better_applied": boot([r["better_applied"] for r in mine]),
+                            "leak": boot([r["leak"] for r in mine]),
+                            "wall_h": boot([r["wall_h"] for r in mine]),
+                            "violations": sum(r["violations"] for r in mine)})
+        out[name] = entries
+        print_table(f"{name}: levers vs v3 at the SPEC's defaults (points; paired by seed)",
+                    [{"lever": e["config"], "accuracy": f"{100 * e['accuracy'][0]:.1f}",
+                      "vs v3 (paired)": "{:+.1f} [{:+.1f}, {:+.1f}]".format(
+                          *(100 * v for v in e["vs_v3"])),
+                      "better applied": f"{e['better_applied'][0]:.1f}",
+                      "leak": f"{e['leak'][0]:.1f}", "wall h": f"{e['wall_h'][0]:.1f}"}
+                     for e in entries])
+    return out
+
+
+# ---- the benchmark ------------------------------------------------------------------------
+
+
+def frontier(n: int, nt: int, ex: Executor | None) -> dict[str, Any]:
+    """The power frontier on today's world: configurations tuned on seeds 100+, reported on
+    seeds 0..n-1."""
+    best_lam, rec, tune_rows = tune(list(range(TUNE_SEED0, TUNE_SEED0 + nt)), ex)
     cfgs = [OLD, DEFAULT, *ONE_FACTOR, best_lam, LONGER]
     if rec.name not in {c.name for c in cfgs}:
         cfgs.append(rec)
-    rows = run_all(cfgs, list(range(n)), jobs)
+    rows = run_all(cfgs, list(range(n)), ex)
+    print(f"chosen on tuning seeds: best fixed lambda {best_lam.lambda_dir}; recommended "
+          f"{rec.name!r}")
     summary = summarise(rows, cfgs)
     print_table(f"the power frontier, {n} reported seeds (mean [95% bootstrap interval over "
                 f"seeds]; accuracy in points; wall in simulated hours of training)",
@@ -236,17 +459,72 @@ def main(quick: bool = False, seeds: int | None = None, tune_seeds: int | None =
     print(f"\nonly settled versions stand: {len(rows) + len(tune_rows)} runs on {seeds_all} "
           f"seeds, {bad} violations")
     print(f"recommended (chosen on the tuning seeds, reported above): {rec.name}")
+    return {"seeds": n, "tune_seeds": nt, "best_lambda": best_lam.lambda_dir,
+            "recommended": rec.name, "old": OLD.name, "summary": summary,
+            "initial": boot([r["initial"] for r in rows if r["config"] == OLD.name]),
+            "oracle": boot([r["oracle"] for r in rows if r["config"] == OLD.name]),
+            "runs": [{k: v for k, v in r.items() if k not in ("pools", "probes")}
+                     for r in rows],
+            "tuning": [{k: v for k, v in r.items() if k not in ("pools", "probes")}
+                       for r in tune_rows]}
+
+
+def read_worlds(sources: list[str]) -> dict[str, dict[str, Any]]:
+    """``--world`` values (a preset name or a JSON file) as name -> the world's JSON object;
+    a bad file raises `ConfigError` naming the file and the field."""
+    from vtrm_gate.sim import World
+
+    return {(s if not s.endswith(".json") else Path(s).stem): World.from_json(s).to_dict()
+            for s in sources}
+
+
+def _levers(result: dict[str, Any], worlds: dict[str, dict[str, Any]], seeds: list[int],
+            ex: Executor | None) -> dict[str, Any]:
+    """The levers on the preset worlds, paired with the baselines section's v3 runs on the
+    same seeds 0..n-1 (run again when that section has fewer)."""
+    presets = {k: worlds[k] for k in PRESET_WORLDS}
+    base = result.get("baselines", {})
+    v3 = {}
+    for name, w in presets.items():
+        b = base.get(name)
+        v3[name] = (b["per_seed"]["v3"][:len(seeds)] if b and b["seeds"] >= len(seeds) else
+                    [r["accuracy"] for r in run_all([DEFAULT], seeds, ex, w)])
+    return run_levers(presets, seeds, ex, v3)
+
+
+def main(quick: bool = False, seeds: int | None = None, tune_seeds: int | None = None,
+         jobs: int | None = None, out: Path | None = None, scheduler: str | None = None,
+         worlds: list[str] | None = None, sections: list[str] | None = None) -> None:
+    """Run ``sections`` (default: all; ``--quick``: the baselines on the preset worlds, 3
+    seeds) and write their results; a section not run keeps its result in ``out``."""
+    out = out or (QUICK_RESULTS if quick else RESULTS)
+    sections = list(sections or (["baselines"] if quick else SECTIONS))
+    bad = [s for s in sections if s not in SECTIONS]
+    if bad:
+        raise ConfigError(f"--sections: unknown section {bad[0]!r}; choose from {SECTIONS}")
+    world_set = read_worlds([*([] if quick else ["default"]), *PRESET_WORLDS, *(worlds or [])])
+    n = seeds or (3 if quick else 20)
+    nt = tune_seeds or (2 if quick else 8)
+    print(f"machine: {machine()}")
+    print(f"{EPOCHS} epochs x {STEPS} steps, 12 types, e_continue, 20% held out, virtual "
+          f"clock; sections {', '.join(sections)}; seeds 0-{n - 1}; runs on "
+          f"{where(jobs, scheduler)}")
+    result = (json.loads(out.read_text()) if out.is_file() and set(sections) != set(SECTIONS)
+              else {})
+    t0 = time.perf_counter()
+    with engine(jobs, scheduler) as ex:
+        if "frontier" in sections:
+            result.update(frontier(n, nt, ex))
+        if "baselines" in sections:
+            result["baselines"] = run_baselines(world_set, list(range(n)), ex)
+        if "harmful" in sections:
+            result["harmful_sweep"] = harmful_sweep(list(range(n)), ex)
+        if "levers" in sections:
+            result["levers"] = _levers(result, world_set, list(range(n)), ex)
     print(f"wall time of this benchmark: {time.perf_counter() - t0:.0f} s")
+    result.update({"machine": machine(), "epochs": EPOCHS, "steps": STEPS})
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({
-        "machine": machine(), "epochs": EPOCHS, "steps": STEPS, "seeds": n,
-        "tune_seeds": nt, "best_lambda": best_lam.lambda_dir, "recommended": rec.name,
-        "old": OLD.name, "summary": summary,
-        "initial": boot([r["initial"] for r in rows if r["config"] == OLD.name]),
-        "oracle": boot([r["oracle"] for r in rows if r["config"] == OLD.name]),
-        "runs": [{k: v for k, v in r.items() if k not in ("pools", "probes")} for r in rows],
-        "tuning": [{k: v for k, v in r.items() if k not in ("pools", "probes")}
-                   for r in tune_rows]}, indent=1) + "\n")
+    out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"results: {out}")
 
 
@@ -255,8 +533,21 @@ if __name__ == "__main__":
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--seeds", type=int, default=None)
     ap.add_argument("--tune-seeds", type=int, default=None)
-    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--jobs", type=int, default=None,
+                    help="local worker processes (default: every core; 1: serially)")
+    ap.add_argument("--scheduler", default=None, metavar="tcp://HOST:PORT",
+                    help="run on this Dask distributed cluster instead")
+    ap.add_argument("--world", action="append", default=None, metavar="FILE|PRESET",
+                    help="also run the baselines on this world (repeatable)")
+    ap.add_argument("--sections", default=None,
+                    help=f"comma-separated, of {','.join(SECTIONS)} (default: all)")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
-    main(quick=a.quick, seeds=a.seeds, tune_seeds=a.tune_seeds, jobs=a.jobs, out=a.out)
+    try:
+        main(quick=a.quick, seeds=a.seeds, tune_seeds=a.tune_seeds, jobs=a.jobs, out=a.out,
+             scheduler=a.scheduler, worlds=a.world,
+             sections=a.sections.split(",") if a.sections else None)
+    except VtrmError as e:
+        print(f"bench_power: {e}", file=sys.stderr)
+        sys.exit(2)
     sys.exit(0)

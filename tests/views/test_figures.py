@@ -12,6 +12,7 @@ import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -344,3 +345,62 @@ def test_phase_times_names_its_run_and_its_speed_up():
     title = fig.axes[0].get_title(loc="left")
     assert "The training run (seed 10, 3 epochs × 5 steps) takes 1.3 h" in title
     assert "×9.0 = old total / v3 total, simulated hours of every phase" in title
+
+
+
+def _sweep_result(v3_gaps):
+    """A bench_power result whose harmful sweep has v3 - no gate = ``v3_gaps`` per share."""
+    from benchmarks.bench_power import crossover_interval
+
+    shares = [0.1 * i for i in range(len(v3_gaps))]
+    points = []
+    for s, g in zip(shares, v3_gaps, strict=True):
+        acc = {"no_gate": 0.7 - s, "v3": 0.7 - s + g, "old": 0.7 - s + g + 0.01,
+               "oracle": 0.78}
+        points.append({"p_harmful": s, "summary": [
+            {"label": k, "accuracy": [a, a - 0.02, a + 0.02],
+             "vs_no_gate": [a - acc["no_gate"]] * 3} for k, a in acc.items()]})
+    diffs = np.array([[g - 0.01, g + 0.01] for g in v3_gaps])
+    return {"harmful_sweep": {"shares": shares, "seeds": 2, "points": points,
+                              "crossover": {"v3": crossover_interval(shares, diffs, reps=200),
+                                            "old": [None, None, None]}}}
+
+
+def test_the_crossover_figure_draws_four_baselines_and_marks_where_v3_pays():
+    from vtrm_gate.views import figure_problems, plot_harmful_crossover
+
+    fig = plot_harmful_crossover(_sweep_result([-0.04, -0.02, 0.02, 0.06]))
+    assert figure_problems(fig) == []
+    ax = fig.axes[0]
+    labels = ax.get_legend_handles_labels()[1]
+    assert labels == ["no gate (apply every candidate)", "old serial gate", "v3 gate (default)",
+                      "oracle gate (exactly the truly better ones; cooldown after a rejection)"]
+    v3 = ax.lines[2].get_xydata()
+    assert v3[:, 0] == pytest.approx([0.0, 10.0, 20.0, 30.0])
+    assert v3[:, 1] == pytest.approx([66.0, 58.0, 52.0, 46.0])
+    cross = [ln for ln in ax.lines if ln.get_linestyle() == ":"]
+    assert len(cross) == 1 and cross[0].get_xdata()[0] == pytest.approx(15.0)
+    title = ax.get_title(loc="left")
+    assert "v3 beats applying every candidate once ≥ 15%" in title
+    assert "at 0% harmful v3 is −4.0 points vs no gate, at 30% +6.0" in title
+    never = plot_harmful_crossover(_sweep_result([-0.04, -0.03, -0.02, -0.01]))
+    assert "never beats applying every candidate up to 30% harmful" in \
+        never.axes[0].get_title(loc="left")
+
+
+def test_the_recorded_crossover_is_a_deck_figure_whose_title_is_its_claim():
+    import json
+
+    from vtrm_gate.views import figure_problems, plot_harmful_crossover
+
+    path = Path(__file__).parents[2] / "benchmarks" / "results" / "bench_power.json"
+    result = json.loads(path.read_text(encoding="utf-8"))
+    sweep = result["harmful_sweep"]
+    assert sweep["shares"][0] == 0.0 and sweep["shares"][-1] == 0.6
+    assert [e["label"] for e in sweep["points"][0]["summary"]] == ["no_gate", "oracle", "old",
+                                                                  "v3"]
+    fig = plot_harmful_crossover(result)
+    assert figure_problems(fig) == []
+    c = sweep["crossover"]["v3"][0]
+    title = fig.axes[0].get_title(loc="left")
+    assert (f"≥ {100 * c:.0f}%" if c is not None else "never beats") in title

@@ -10,6 +10,8 @@ evolver, the virtual clock, simulated workspaces, and decision quality against g
 - `_workspace`: `init_simulated`, `simulated_backend`
 - `_quality`: ground truth, `quality_report`, the old gate's phase times, training curve
 - `_eta`: `eta_checks`, the live ETA forecast against the time a step really took
+- `_sweep`: `sweep_executor`, `sweep_map`: independent seeded runs on local processes that
+  end with their parent, or on a Dask cluster
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ from ._schedules import simulate_policy as simulate_policy
 from ._step import INTERACTIVE_SECONDS as INTERACTIVE_SECONDS
 from ._step import SimStep as SimStep
 from ._step import sim_step as sim_step
+from ._sweep import local_workers as local_workers
+from ._sweep import sweep_executor as sweep_executor
+from ._sweep import sweep_map as sweep_map
 from ._virtual import run_virtual as run_virtual
 from ._workspace import SimBackend as SimBackend
 from ._workspace import heldout_split as heldout_split

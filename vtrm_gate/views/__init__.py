@@ -64,6 +64,7 @@ from ._style import SLIDE_DPI as SLIDE_DPI
 from ._style import figure_problems as figure_problems
 from ._style import styled as styled
 from ._style import type_colour as type_colour
+from ._train_figures import plot_harmful_crossover as plot_harmful_crossover
 from ._train_figures import plot_phase_times as plot_phase_times
 from ._train_figures import plot_power_frontier as plot_power_frontier
 from ._train_figures import plot_train_progress as plot_train_progress

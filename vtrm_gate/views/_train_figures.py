@@ -15,7 +15,7 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
 from ._figures import GateFigure, new_figure
-from ._style import BAD, BOUND, EXIT_COLOURS, MUTED, OLD, SLIDE, TYPE_COLOURS, V3, styled
+from ._style import BAD, BOUND, EXIT_COLOURS, MUTED, OLD, SERIES, SLIDE, TYPE_COLOURS, V3, styled
 
 MARKS = {"accepted": ("^", EXIT_COLOURS["ACCEPT"], 2),
          "provisional": ("D", EXIT_COLOURS["PROVISIONAL"], 1),
@@ -274,6 +274,72 @@ def _frontier_claim(result: Mapping[str, object], summary: list[dict]) -> str:
                 f"serial gate's accuracy in {pct:.0f}% of its time\n(step for step: "
                 f"{speed:.0f}× faster at {signed(default, old)} points)")
     return f"{head}; {runs}, 95% intervals over seeds"
+
+
+CROSSOVER_LINES = {"no_gate": ("no gate (apply every candidate)", SERIES[3], "o", "-"),
+                   "old": ("old serial gate", OLD, "s", "-"),
+                   "v3": ("v3 gate (default)", V3, "D", "-"),
+                   "oracle": ("oracle gate (exactly the truly better ones; cooldown after a rejection)", BOUND, "", "--")}
+"""Per baseline of `bench_power`'s harmful sweep: legend label, colour, marker, line style."""
+
+
+@styled
+def plot_harmful_crossover(result: Mapping[str, object]) -> GateFigure:
+    """Final true accuracy of no gate, the old gate, v3 and the oracle as the share of harmful
+    candidates grows, with 95% seed-level intervals, and the share from which v3 beats
+    applying every candidate (`benchmarks.bench_power`'s ``harmful_sweep``)."""
+    sweep: Mapping = result["harmful_sweep"]  # type: ignore[assignment]
+    fig = new_figure(SLIDE)
+    ax = fig.subplots()
+    xs = [100 * p["p_harmful"] for p in sweep["points"]]
+    for label, (name, colour, marker, style) in CROSSOVER_LINES.items():
+        acc = np.array([next(e["accuracy"] for e in p["summary"] if e["label"] == label)
+                        for p in sweep["points"]]) * 100
+        ax.fill_between(xs, acc[:, 1], acc[:, 2], color=colour, linewidth=0,
+                        alpha=0.06 if label == "oracle" else 0.15)
+        ax.plot(xs, acc[:, 0], linestyle=style, marker=marker or None, color=colour, lw=2,
+                label=name)
+    for gate, colour, side in (("v3", V3, 1), ("old", OLD, -1)):  # old's label to the left
+        c, lo, hi = sweep["crossover"].get(gate) or (None, None, None)
+        if c is None:
+            continue
+        ax.axvline(100 * c, color=colour, linestyle=":", lw=1.5)
+        if gate == "v3" and lo is not None and hi is not None:
+            ax.axvspan(100 * lo, 100 * hi, color=V3, alpha=0.08, linewidth=0)
+        ax.annotate(f"{gate} beats no gate from {100 * c:.0f}% harmful", (100 * c, 0.03),
+                    xycoords=("data", "axes fraction"), xytext=(6 * side, 0),
+                    textcoords="offset points", color=colour, fontsize="small",
+                    ha="left" if side > 0 else "right")
+    ax.set_xlabel("share of harmful candidates (%; helpful : neutral stays 40 : 35)")
+    ax.set_ylabel("final true accuracy (points, mean over 12 types)")
+    ax.set_xlim(min(xs) - 1, max(xs) + 1)
+    ax.grid(True, alpha=0.4)
+    ax.set_title(_crossover_claim(sweep), loc="left")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2)
+    return fig
+
+
+def _crossover_claim(sweep: Mapping) -> str:
+    """The title: where v3 starts beating no gate (with its interval), and the gap at both
+    ends of the sweep (from the result, never hard-coded)."""
+    pts = sweep["points"]
+
+    def gap(p: Mapping) -> float:
+        return 100 * next(e["vs_no_gate"][0] for e in p["summary"] if e["label"] == "v3")
+
+    first, last = pts[0], pts[-1]
+    ends = (f"at {100 * first['p_harmful']:.0f}% harmful v3 is {gap(first):+.1f} points vs "
+            f"no gate, at {100 * last['p_harmful']:.0f}% {gap(last):+.1f}").replace("-", "−")
+    c, lo, hi = sweep["crossover"]["v3"]
+    runs = f"{sweep['seeds']} seeds per point, 3 × 5 runs, 95% intervals over seeds"
+    if c is None:
+        return f"v3 never beats applying every candidate up to {100 * last['p_harmful']:.0f}% " \
+               f"harmful ({ends})\n{runs}"
+    span = "" if lo is None or hi is None else f" [95%: {100 * lo:.0f}–{100 * hi:.0f}%]"
+    old = (sweep["crossover"].get("old") or [None])[0]
+    also = "" if old is None else f" (the old gate: ≥ {100 * old:.0f}%)"
+    return (f"v3 beats applying every candidate once ≥ {100 * c:.0f}%{span} of candidates "
+            f"are harmful{also}\n({ends}; {runs})")
 
 
 PROGRESS_BARS = (("accepted", EXIT_COLOURS["ACCEPT"], "ACCEPTed"),

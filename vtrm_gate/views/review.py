@@ -153,16 +153,26 @@ def training_phase_times(rp: ReviewParams) -> Figure:
     return plot_phase_times(run["old"], run["new"], run=_run_name(rp))
 
 
-def power_frontier(rp: ReviewParams) -> Figure:
+def _power_results(rp: ReviewParams) -> dict[str, Any]:
     import json
-
-    from ._train_figures import plot_power_frontier
 
     path = Path(rp.power_results)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: run python -m benchmarks.bench_power first (it "
                                 f"writes the frontier's data there)")
-    return plot_power_frontier(json.loads(path.read_text(encoding="utf-8")))
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def power_frontier(rp: ReviewParams) -> Figure:
+    from ._train_figures import plot_power_frontier
+
+    return plot_power_frontier(_power_results(rp))
+
+
+def harmful_crossover(rp: ReviewParams) -> Figure:
+    from ._train_figures import plot_harmful_crossover
+
+    return plot_harmful_crossover(_power_results(rp))
 
 
 def prefix_vs_block(rp: ReviewParams) -> Figure:
@@ -212,6 +222,10 @@ FIGURES = {
     "06_power_frontier": (power_frontier, "What the speed-up buys: final true accuracy vs "
                                           "simulated training time per configuration "
                                           "(benchmarks/results/bench_power.json)"),
+    "06_harmful_crossover": (harmful_crossover, "When the gate pays for itself: final true "
+                                                "accuracy of no gate / old / v3 / oracle as "
+                                                "the share of harmful candidates grows "
+                                                "(bench_power.json's harmful_sweep)"),
 }
 
 

@@ -1,0 +1,133 @@
+"""Sweeps on an executor (issue 25, item 6): a seeded run gives the same result serially, on
+local processes and on a real Dask cluster; local workers end with their parent however it
+ends (SIGTERM, SIGKILL: a killed kernel; SIGINT: an interrupt)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from benchmarks.bench_power import Config, engine, run_all
+from vtrm_gate.errors import ConfigError
+from vtrm_gate.sim import sweep_executor, sweep_map
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = [Config("tiny v3", epochs=1, steps=2),
+        Config("tiny old", epochs=1, steps=2, decision_rule="old_blocks", old=True)]
+"""Two configurations of one epoch of two steps: a real training run in about a second."""
+
+
+def _same(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "cpu_s"} for r in rows]  # cpu_s: wall time
+
+
+@pytest.fixture(scope="module")
+def serial_rows() -> list[dict]:
+    with engine(jobs=1) as ex:
+        assert ex is None
+        return run_all(TINY, [0], ex)
+
+
+@pytest.mark.slow
+def test_local_processes_give_the_serial_results_in_order(serial_rows):
+    with engine(jobs=2) as ex:
+        rows = run_all(TINY, [0], ex)
+    assert [(r["config"], r["seed"]) for r in rows] == [("tiny v3", 0), ("tiny old", 0)]
+    assert _same(rows) == _same(serial_rows)
+    assert rows[0]["wall_h"] != rows[1]["wall_h"]  # the runs differ: a real comparison
+
+
+@pytest.mark.slow
+def test_a_dask_cluster_gives_the_serial_results(serial_rows):
+    from dask.distributed import LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, \
+            engine(scheduler=cluster.scheduler_address) as ex:
+        assert type(ex).__module__.startswith("distributed")
+        rows = run_all(TINY, [0], ex)
+        workers = {w.pid for w in cluster.scheduler.workers.values()}
+    assert _same(rows) == _same(serial_rows)
+    assert len(workers) == 2 and os.getpid() not in workers
+
+
+def test_no_scheduler_there_is_a_config_error_naming_it():
+    with pytest.raises(ConfigError, match=r"--scheduler tcp://127\.0\.0\.1:9: no Dask"), \
+            sweep_executor("tcp://127.0.0.1:9", connect_timeout_s=1):
+        pass
+
+
+def test_a_failing_run_cancels_the_rest_and_raises_here():
+    with sweep_executor(workers=1) as ex:
+        with pytest.raises(ZeroDivisionError):
+            sweep_map(_inverse, [1, 0, 2, 4], ex)
+        assert sweep_map(_inverse, [1, 2, 4], ex) == [1.0, 0.5, 0.25]  # still usable
+    assert sweep_map(_inverse, [2], None) == [0.5]
+
+
+def _inverse(x: int) -> float:
+    return 1 / x
+
+
+_CHILD = textwrap.dedent("""
+    import os, sys, time
+    from vtrm_gate.sim import sweep_executor, sweep_map
+
+    def hold(path):
+        open(path, "w").write(str(os.getpid()))
+        time.sleep(120)
+
+    if __name__ == "__main__":
+        d = sys.argv[1]
+        with sweep_executor(workers=2) as ex:
+            sweep_map(hold, [f"{d}/w{i}" for i in range(4)], ex)
+""")
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting for a reaper is dead)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL, signal.SIGINT])
+def test_local_workers_end_with_their_parent(tmp_path, sig):
+    """Two workers hold a task each; the parent gets ``sig``; within 10 s neither worker
+    runs (a plain ProcessPoolExecutor's workers lived on after SIGTERM/SIGKILL)."""
+    script = tmp_path / "child.py"
+    script.write_text(_CHILD)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    child = subprocess.Popen([sys.executable, str(script), str(tmp_path)], env=env)
+    pids: set[int] = set()
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob("w*"))) < 2 or any(
+                not p.read_text() for p in tmp_path.glob("w*")):
+            assert child.poll() is None and time.monotonic() < deadline, "workers never ran"
+            time.sleep(0.1)
+        pids = {int(p.read_text()) for p in tmp_path.glob("w*")}
+        assert len(pids) == 2 and all(_alive(p) for p in pids)
+        child.send_signal(sig)
+        child.wait(30)
+        deadline = time.monotonic() + 10
+        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [p for p in pids if _alive(p)], f"workers outlived their parent ({sig!r})"
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        for p in pids:  # never leave a worker behind, even when the test fails
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)

@@ -1,0 +1,99 @@
+"""bench_power's honest baselines (issue 25, item 4): the four rows of a world, their
+seed-paired differences, the crossover where a gate starts beating no gate, and bad worlds.
+The training runs themselves are exercised by tests/sim/test_sweep.py (tiny runs)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks.bench_power import (
+    BASELINES,
+    DEFAULT,
+    HARMFUL_SHARES,
+    OLD,
+    baseline_rows,
+    crossover,
+    crossover_interval,
+    harmful_world,
+    read_worlds,
+)
+from vtrm_gate.errors import ConfigError
+from vtrm_gate.sim import World
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _row(cfg, seed, acc, no_gate, oracle):
+    return {"config": cfg.name, "seed": seed, "accuracy": acc, "no_gate": no_gate,
+            "oracle": oracle, "better_applied": 2, "leak": 1, "no_gate_better": 5,
+            "no_gate_leak": 7, "oracle_better": 4}
+
+
+def test_the_four_baselines_come_from_the_same_seeds_paired():
+    rows = [_row(DEFAULT, 0, 0.60, 0.50, 0.70), _row(DEFAULT, 1, 0.62, 0.58, 0.72),
+            _row(OLD, 1, 0.64, 0.58, 0.72), _row(OLD, 0, 0.61, 0.50, 0.70)]
+    out = {e["label"]: e for e in baseline_rows(rows)}
+    assert tuple(out) == BASELINES == ("no_gate", "oracle", "old", "v3")
+    assert out["no_gate"]["accuracy"][0] == pytest.approx(0.54)
+    assert out["oracle"]["accuracy"][0] == pytest.approx(0.71)
+    # paired by seed: old - no gate = (0.11 + 0.06) / 2, old - v3 = (0.01 + 0.02) / 2
+    assert out["old"]["vs_no_gate"][0] == pytest.approx(0.085)
+    assert out["old"]["vs_v3"][0] == pytest.approx(0.015)
+    assert out["v3"]["vs_v3"] == (0.0, 0.0, 0.0)
+    assert out["no_gate"]["vs_no_gate"] == (0.0, 0.0, 0.0)
+    lo, hi = out["old"]["vs_no_gate"][1:]
+    assert 0.06 <= lo <= hi <= 0.11  # a percentile interval of the two paired differences
+    assert out["no_gate"]["leak"][0] == 7 and out["oracle"]["leak"][0] == 0
+    assert out["oracle"]["better_applied"][0] == 4
+
+
+def test_the_crossover_is_where_the_mean_paired_difference_turns_non_negative():
+    shares = [0.0, 0.1, 0.2, 0.3]
+    d = np.array([[-3.0, -1.0], [-1.0, -1.0], [0.0, 2.0], [2.0, 4.0]])  # means -2 -1 1 3
+    assert crossover(shares, d) == pytest.approx(0.15)
+    assert crossover(shares, -np.abs(d) - 1) == math.inf  # never pays on the grid
+    assert crossover(shares, np.abs(d)) == 0.0  # pays from the smallest share
+    c, lo, hi = crossover_interval(shares, d, reps=400)
+    assert c == pytest.approx(0.15) and lo <= c <= hi
+    # resampling seed 0 twice: means -3 -1 0 2 -> 0.2; seed 1 twice: -1 -1 2 4 -> 0.1 + 1/30
+    assert lo == pytest.approx(0.1 + 0.1 / 3) and hi == pytest.approx(0.2)
+    assert crossover_interval(shares, -np.abs(d) - 1, reps=50) == [None, None, None]
+
+
+def test_the_harmful_sweep_keeps_todays_helpful_to_neutral_ratio():
+    for s in HARMFUL_SHARES:
+        w = World.from_dict(harmful_world(s))
+        assert w.p_harmful == s and w.scope == "candidate"
+        assert w.p_helpful / w.p_neutral == pytest.approx(40 / 35)
+    assert HARMFUL_SHARES[0] == 0.0 and HARMFUL_SHARES[-1] == 0.6
+
+
+def test_worlds_come_from_presets_or_files(tmp_path):
+    f = tmp_path / "lab.json"
+    f.write_text(json.dumps({"p_harmful": 0.5, "p_neutral": 0.3, "p_helpful": 0.2}))
+    worlds = read_worlds(["mostly_harmful", str(f)])
+    assert list(worlds) == ["mostly_harmful", "lab"]
+    assert worlds["lab"]["p_harmful"] == 0.5 and worlds["lab"]["size_max"] == 0.9
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"p_harmful": 0.5, "p_neutral": 0.3, "p_helpful": 0.3}))
+    with pytest.raises(ConfigError, match=r"bad\.json.*sum to 1"):
+        read_worlds([str(bad)])
+
+
+def test_a_bad_world_file_is_exit_2_naming_file_and_field(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"p_harmful": -0.1, "p_neutral": 0.6, "p_helpful": 0.5}))
+    p = subprocess.run([sys.executable, "-m", "benchmarks.bench_power", "--quick",
+                        "--world", str(bad), "--out", str(tmp_path / "r.json")],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stderr
+    assert "bad.json" in p.stderr and "p_harmful" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
+    assert not (tmp_path / "r.json").exists()
