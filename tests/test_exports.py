@@ -33,6 +33,17 @@ def test_every_namespace_declares_its_names_and_each_resolves(namespace: str) ->
         assert getattr(module, name) is not None, f"{namespace}.{name}"
 
 
+@pytest.mark.parametrize("namespace", NAMESPACES[1:10])
+def test_every_name_a_namespace_re_exports_is_declared(namespace: str) -> None:
+    """A name added to a subpackage's ``__init__`` without ``__all__`` is an undeclared API."""
+    import types
+
+    module = importlib.import_module(namespace)
+    public = {n for n, v in vars(module).items() if not n.startswith("_")
+              and not isinstance(v, types.ModuleType) and n != "annotations"}
+    assert public <= set(module.__all__), sorted(public - set(module.__all__))
+
+
 @pytest.mark.parametrize("namespace", NAMESPACES)
 def test_public_classes_report_their_public_path(namespace: str) -> None:
     """``repr(type(x))`` and pickles name ``vtrm_gate.gate.TypePlan``, never a private module

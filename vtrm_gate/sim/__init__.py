@@ -99,6 +99,7 @@ __all__ = [
     "heldout_split",
     "init_simulated",
     "ladder_outcomes",
+    "local_workers",
     "logit_per_theta",
     "no_early_stop",
     "quality_report",
@@ -109,6 +110,8 @@ __all__ = [
     "sim_step",
     "simulate_policy",
     "simulated_backend",
+    "sweep_executor",
+    "sweep_map",
     "training_curve",
     "training_summary",
 ]

@@ -114,6 +114,7 @@ __all__ = [
     "outcomes_frame",
     "plot_call_breakdown",
     "plot_false_accept",
+    "plot_harmful_crossover",
     "plot_makespan",
     "plot_operating_characteristics",
     "plot_phase_times",
