@@ -176,11 +176,11 @@ class RunOptions:
     max_retries: int = DEFAULT_MAX_RETRIES
     """LLM calls: retries after the first attempt (429, 5xx, timeouts, dropped bodies)."""
     max_tokens_think: int | Unset | None = UNSET
-    """The think step's reply budget (`UNSET`: the workspace's ``agent.max_tokens``, else
+    """The think call's reply budget (`UNSET`: the workspace's ``agent.max_tokens``, else
     512; None: none sent, 0 in a flag, variable or file). It changes answers, so it keys the
     caches (the agent config)."""
     max_tokens_answer: int | Unset | None = UNSET
-    """The answer step's reply budget (`UNSET`: ``agent.max_tokens``, else 64; None: none)."""
+    """The answer call's reply budget (`UNSET`: ``agent.max_tokens``, else 64; None: none)."""
     max_tokens_evolve: int | Unset | None = UNSET
     """The evolver's reply budget (`UNSET`: 2048; None: none sent)."""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
@@ -236,17 +236,17 @@ class RunOptions:
                                   f"(none sent; 0 in a flag, variable or file), got {shown(v)}")
 
     def max_tokens(self, agent: Mapping[str, Any] | None = None) -> dict[str, int]:
-        """Each agent step's ``max_tokens`` (``think``, ``answer``, ``evolve``): the value
+        """Each call kind's ``max_tokens`` (``think``, ``answer``, ``evolve``): the value
         given, else the workspace agent's ``max_tokens`` (think and answer), else the
         default; 0 means none is sent."""
         legacy = (agent or {}).get("max_tokens")
         out = {}
         for name, default in MAX_TOKENS_FIELDS.items():
-            step = name.removeprefix("max_tokens_")
+            kind = name.removeprefix("max_tokens_")  # the call kind
             v = getattr(self, name)
             if v is UNSET:
-                v = legacy if _whole(legacy) and step != "evolve" else default
-            out[step] = 0 if v is None else int(v)  # type: ignore[arg-type]
+                v = legacy if _whole(legacy) and kind != "evolve" else default
+            out[kind] = 0 if v is None else int(v)
         return out
 
     def _check_cache(self) -> None:
@@ -300,7 +300,7 @@ class RunOptions:
 
     def decision_inputs(self) -> dict[str, Any]:
         """The fields that can change a decision, as plain values (a manifest's inputs)."""
-        out = {"params": _plain(self.gate), "guard": self.guard.inputs()}
+        out: dict[str, Any] = {"params": _plain(self.gate), "guard": self.guard.inputs()}
         if self.decision_rule != "paired_betting":  # older manifests compare equal
             out["decision_rule"] = self.decision_rule
         return out
