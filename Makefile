@@ -31,6 +31,7 @@ demo: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check vtrm_gate tests benchmarks
+	$(BIN)/mypy
 
 test: $(STAMP) $(MODEL_STAMP) lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests

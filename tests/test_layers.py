@@ -1,6 +1,6 @@
-"""The folder tree is the architecture (STYLE.md): each layer imports only from the layers
-before it, no import cycle exists (function-local imports included), and no library function
-is over 60 lines.
+"""The folder tree is the architecture (docs/contributing.md): each layer imports only from
+the layers before it, no import cycle exists (function-local imports included), and no
+library function is over 60 lines.
 
 stats -> gate -> options -> harness -> cache -> llm -> sim -> backends -> views -> cli.
 """
@@ -18,7 +18,7 @@ LAYER = {
     # the error tree (it imports nothing of ours): every module may raise its errors
     "errors": -1,
     # identities, environment, the sync bridge: every layer may use them
-    "_ids": 0, "_env": 0, "_reaper": 0, "_sync": 0, "_deprecated": 0, "nbstrip": 0,
+    "_ids": 0, "_env": 0, "_reaper": 0, "_sync": 0, "_api": 0, "nbstrip": 0,
     "stats": 1, "gate": 2, "options": 3, "harness": 4, "cache": 5, "llm": 6, "sim": 7,
     "backends": 8, "views": 9, "cli": 10,
     # faces and shims on top

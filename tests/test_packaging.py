@@ -175,9 +175,18 @@ def test_moved_modules_keep_a_shim_that_warns(old: str, name: str, new: str) -> 
     import importlib
 
     module, _, attr = new.rpartition(".")
-    with pytest.warns(DeprecationWarning, match=rf"{old}\.{name} moved to {new}"):
+    with pytest.warns(DeprecationWarning,
+                      match=rf"{old}\.{name} moved to {new}; .* removed in vtrm_gate 0\.3\.0"):
         value = getattr(importlib.import_module(old), name)
     assert value is getattr(importlib.import_module(module), attr)
+
+
+def test_the_scheduler_shim_still_gives_arms_naming_its_replacement() -> None:
+    """`_ids.ARMS` lived only to feed the shim: the shim holds the value itself now."""
+    import vtrm_gate.scheduler
+
+    with pytest.warns(DeprecationWarning, match=r"scheduler\.ARMS moved to the tuple"):
+        assert vtrm_gate.scheduler.ARMS == ("base", "cand")
 
 
 @pytest.mark.parametrize("sub, name", [("views", "show_live"), ("sim", "sim_step"),

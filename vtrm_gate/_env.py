@@ -1,5 +1,6 @@
 """Environment helpers with no heavy imports: ``.env`` files, Redis URLs, secret masking,
-whether a process still runs.
+whether a process still runs, and the defaults of the settings (slots, reply budgets,
+timeouts) that signatures, options and the CLI's help import.
 
 Shared by `vtrm_gate.options` and `vtrm_gate.cache` (and so by the fast-starting CLI).
 """
@@ -13,6 +14,7 @@ import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
@@ -22,6 +24,29 @@ REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 DEFAULT_TTL = 604800  # 7 days
 MAX_TTL = 2**31 - 1
 """The longest TTL taken (68 years): Redis, its Lua numbers and every client agree on it."""
+
+# ---- defaults: one home for each default a signature, an option or a help text takes ----
+# (the slot count, the reply budgets, the LLM call's timeouts and retries, Redis clients'
+# socket timeout); every other module imports them, none writes the number again.
+
+DEFAULT_CONCURRENCY = 32
+"""Slots of the gate's pool (a rollout's, a simulated step's; one endpoint's cap)."""
+
+DEFAULT_MAX_TOKENS: Mapping[str, int] = MappingProxyType(
+    {"think": 512, "answer": 64, "evolve": 2048})
+"""Each call kind's reply budget (0: none sent, the server's default)."""
+
+DEFAULT_TIMEOUT_S = 60.0
+"""An LLM call's attempt timeout in seconds."""
+
+DEFAULT_DEADLINE_S = 180.0
+"""An LLM call's deadline in seconds, every attempt and wait included."""
+
+DEFAULT_MAX_RETRIES = 5
+"""Retries of an LLM call after its first attempt."""
+
+REDIS_SOCKET_TIMEOUT_S = 0.5
+"""A Redis client's socket timeout: a dead cache costs a call half a second, once."""
 
 
 # ---- secrets --------------------------------------------------------------------------

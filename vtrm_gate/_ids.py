@@ -22,7 +22,6 @@ from typing import Any, Literal
 from .errors import InputError
 
 Arm = Literal["base", "cand"]
-ARMS: tuple[Arm, Arm] = ("base", "cand")
 
 
 def slugify(task_type: str) -> str:

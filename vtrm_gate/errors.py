@@ -43,6 +43,38 @@ import errno
 from collections.abc import Sequence
 from typing import Any
 
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_INFRA",
+    "BackendError",
+    "CandidateRefused",
+    "CasesUnavailable",
+    "CliError",
+    "ConfigError",
+    "ContextOverflowError",
+    "EndpointUnreachableError",
+    "EndpointsError",
+    "EvolveError",
+    "InfraError",
+    "InfraGuardError",
+    "InputError",
+    "InvalidResultError",
+    "LLMInfraError",
+    "MediaChangedError",
+    "MediaError",
+    "RedisAccessError",
+    "RepeatedCandidate",
+    "ServerInUseError",
+    "StepRefusedError",
+    "StepUnmeasuredError",
+    "TargetClashError",
+    "TrainRefusedError",
+    "VtrmError",
+    "WorkspaceError",
+    "WorkspaceLockedError",
+    "exit_code",
+]
+
 EXIT_BAD_INPUT = 2
 EXIT_INFRA = 3
 

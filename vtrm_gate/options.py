@@ -30,12 +30,38 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Final
 
-from ._env import DEFAULT_TTL, MAX_TTL, check_redis_url, mask_url, read_dotenv
+from ._env import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_DEADLINE_S,
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_TIMEOUT_S,
+    DEFAULT_TTL,
+    MAX_TTL,
+    check_redis_url,
+    mask_url,
+    read_dotenv,
+)
 from .errors import ConfigError, shown
 from .gate import DEFAULT_DISPATCH, DISPATCH_NAMES, PAST_STOP_POLICIES, GuardParams
 from .stats import DECISION_RULES, PROBATION_RULES, GateParams
 
-DEFAULT_CONCURRENCY = 32
+__all__ = [
+    "DEFAULT_CONCURRENCY",
+    "DEFAULT_DEADLINE_S",
+    "DEFAULT_MAX_RETRIES",
+    "DEFAULT_MAX_TOKENS",
+    "DEFAULT_TIMEOUT_S",
+    "ENV_KEYS",
+    "EXECUTION_FIELDS",
+    "MAX_TOKENS_FIELDS",
+    "UNSET",
+    "RunOptions",
+    "Unset",
+    "options_from_mapping",
+    "resolve_options",
+    "valid_keys",
+]
 
 REMOVED_KEYS = {
     "gate_block": "gate_block was removed in v3: the gate decides after every unit along the "
@@ -64,15 +90,15 @@ ENV_KEYS = {
     "VTRM_GUARD_RULE": "guard.rule",
     "VTRM_DECISION_RULE": "decision_rule",
 }
-MAX_TOKENS_FIELDS = {"max_tokens_think": 512, "max_tokens_answer": 64,
-                     "max_tokens_evolve": 2048}
-"""Each agent step's reply budget and its default (0: none sent, the server's default)."""
+MAX_TOKENS_FIELDS = {f"max_tokens_{kind}": n for kind, n in DEFAULT_MAX_TOKENS.items()}
+"""Each call kind's reply budget and its default (0: none sent, the server's default)."""
 CACHE_TABLE = {"share": "cache_share"}  # keys of the ``[cache]`` table
-EXECUTION_FIELDS = ("concurrency", "dispatch", "cancel_after_freeze", "past_stop", "time_scale",
-                    "adaptive", "timeout", "deadline", "max_retries")
+EXECUTION_FIELDS = ("concurrency", "dispatch", "cancel_after_freeze", "past_stop", "adaptive",
+                    "timeout", "deadline", "max_retries")
+"""`RunOptions.execution`'s keys: recorded in a step's manifest beside its inputs; they
+never change a decision."""
 FLAG_ONLY = ("time_scale", "backend")
 """Keys set by a command-line flag (or the Python API) only, never by a file."""
-"""Recorded in a step's manifest beside its inputs; they never change a decision."""
 
 
 class Unset:
@@ -107,7 +133,8 @@ class RunOptions:
     """Everything a run (step, training run, settlement) takes, validated once."""
 
     concurrency: int | Unset = UNSET
-    """Slots of the gate's pool (`UNSET`: 32, or the summed caps of several endpoints)."""
+    """Slots of the gate's pool (`UNSET`: `DEFAULT_CONCURRENCY`, 32, or the summed caps of
+    several endpoints)."""
     gate: GateParams = field(default_factory=GateParams)
     guard: GuardParams = field(default_factory=GuardParams)
     decision_rule: str = "paired_betting"
@@ -141,19 +168,19 @@ class RunOptions:
     adaptive: bool = True
     """LLM endpoints: each one's concurrency adapts to its latency (start low, grow while
     latency holds, back off on timeouts / 429 / 503), within ``concurrency``."""
-    timeout: float = 60.0
+    timeout: float = DEFAULT_TIMEOUT_S
     """LLM calls: each attempt's timeout in seconds (longer when the endpoint is observed
     slower; always ending before ``deadline``)."""
-    deadline: float = 180.0
+    deadline: float = DEFAULT_DEADLINE_S
     """LLM calls: each call's deadline in seconds, every attempt and wait included."""
-    max_retries: int = 5
+    max_retries: int = DEFAULT_MAX_RETRIES
     """LLM calls: retries after the first attempt (429, 5xx, timeouts, dropped bodies)."""
     max_tokens_think: int | Unset | None = UNSET
-    """The think step's reply budget (`UNSET`: the workspace's ``agent.max_tokens``, else
+    """The think call's reply budget (`UNSET`: the workspace's ``agent.max_tokens``, else
     512; None: none sent, 0 in a flag, variable or file). It changes answers, so it keys the
     caches (the agent config)."""
     max_tokens_answer: int | Unset | None = UNSET
-    """The answer step's reply budget (`UNSET`: ``agent.max_tokens``, else 64; None: none)."""
+    """The answer call's reply budget (`UNSET`: ``agent.max_tokens``, else 64; None: none)."""
     max_tokens_evolve: int | Unset | None = UNSET
     """The evolver's reply budget (`UNSET`: 2048; None: none sent)."""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
@@ -209,17 +236,17 @@ class RunOptions:
                                   f"(none sent; 0 in a flag, variable or file), got {shown(v)}")
 
     def max_tokens(self, agent: Mapping[str, Any] | None = None) -> dict[str, int]:
-        """Each agent step's ``max_tokens`` (``think``, ``answer``, ``evolve``): the value
+        """Each call kind's ``max_tokens`` (``think``, ``answer``, ``evolve``): the value
         given, else the workspace agent's ``max_tokens`` (think and answer), else the
         default; 0 means none is sent."""
         legacy = (agent or {}).get("max_tokens")
         out = {}
         for name, default in MAX_TOKENS_FIELDS.items():
-            step = name.removeprefix("max_tokens_")
+            kind = name.removeprefix("max_tokens_")  # the call kind
             v = getattr(self, name)
             if v is UNSET:
-                v = legacy if _whole(legacy) and step != "evolve" else default
-            out[step] = 0 if v is None else int(v)  # type: ignore[arg-type]
+                v = legacy if _whole(legacy) and kind != "evolve" else default
+            out[kind] = 0 if v is None else int(v)
         return out
 
     def _check_cache(self) -> None:
@@ -273,17 +300,15 @@ class RunOptions:
 
     def decision_inputs(self) -> dict[str, Any]:
         """The fields that can change a decision, as plain values (a manifest's inputs)."""
-        out = {"params": _plain(self.gate), "guard": self.guard.inputs()}
+        out: dict[str, Any] = {"params": _plain(self.gate), "guard": self.guard.inputs()}
         if self.decision_rule != "paired_betting":  # older manifests compare equal
             out["decision_rule"] = self.decision_rule
         return out
 
     def execution(self) -> dict[str, Any]:
         """The fields that never change a decision (recorded beside a manifest's inputs)."""
-        return {"concurrency": self.slots, "dispatch": self.dispatch,
-                "cancel_after_freeze": self.cancel_after_freeze, "past_stop": self.past_stop,
-                "adaptive": self.adaptive, "timeout": self.timeout, "deadline": self.deadline,
-                "max_retries": self.max_retries}
+        return {name: self.slots if name == "concurrency" else getattr(self, name)
+                for name in EXECUTION_FIELDS}
 
     def as_dict(self) -> dict[str, Any]:
         """Plain values (password masked) for manifests, reports and ``--json``."""
@@ -313,7 +338,8 @@ class RunOptions:
                 name = key if sub is None else f"{key}.{sub}"
                 shown, default = v, "default"
                 if name == "concurrency":
-                    shown, default = self.slots, "default (32, or the endpoints' summed caps)"
+                    shown = self.slots
+                    default = f"default ({DEFAULT_CONCURRENCY}, or the endpoints' summed caps)"
                 elif name in MAX_TOKENS_FIELDS and v is None:
                     shown = budgets[name.removeprefix("max_tokens_")]
                     if legacy and name != "max_tokens_evolve":

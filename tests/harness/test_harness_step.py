@@ -609,3 +609,34 @@ def test_step_report_carries_llm_cache_counters_per_arm(tmp_path):
         base_id = f"{res.step_run_id}_gate_{row['task_type'].lower().replace(' ', '-')}_base"
         assert cache["base"] == {"hits": len(base_id), "misses": 1}
         assert set(cache) == {"base", "cand"}
+
+
+def test_statuses_are_step_status_members_and_the_stored_strings_are_unchanged(tmp_path):
+    """`StepStatus` is a StrEnum: in memory a type, in SQLite, the manifest and frames the
+    same plain strings as before; a manifest with a status outside it is refused by name."""
+    from vtrm_gate.harness import StepStatus
+
+    ws = _ws(tmp_path)
+    res = _step(ws)
+    assert {t: s.status for t, s in res.types.items()} == {
+        "Action Reasoning": StepStatus.GATED, "Attribute Perception": StepStatus.EVOLVE_ERROR,
+        "Counting Problem": StepStatus.GATED, "OCR Problems": StepStatus.GATED,
+        "Spatial Perception": StepStatus.SKIPPED, "Temporal Reasoning": StepStatus.NO_CASES}
+    assert all(type(s.status) is StepStatus for s in res.types.values())
+    rows = ws.log.query("SELECT DISTINCT status, typeof(status) FROM step_report "
+                        "ORDER BY status", ())
+    assert [tuple(r) for r in rows] == [("evolve_error", "text"), ("gated", "text"),
+                                        ("no_cases", "text"), ("skipped", "text")]
+    path = ws.manifest_path(1, 1)
+    manifest = json.loads(path.read_text())
+    assert {t: c["status"] for t, c in manifest["candidates"].items()} == {
+        t: str(s.status) for t, s in res.types.items() if t != "Temporal Reasoning"}
+    assert str(res.frame().schema["status"]) == "String"
+    assert [s.value for s in StepStatus] == [
+        "gated", "skipped", "cooldown", "no_cases", "rollout_error", "evolve_error",
+        "aborted", "probation"]
+    manifest["candidates"]["Spatial Perception"]["status"] = "skiped"
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match=r"candidates\['Spatial Perception'\]\.status must be "
+                                         r"gated \| skipped .* got 'skiped'"):
+        _step(Workspace.open(ws.root))

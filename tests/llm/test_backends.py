@@ -448,3 +448,19 @@ def test_concurrent_first_calls_start_the_embedded_redis_once(tmp_path: Path) ->
             assert cache.stats().errors == 0 and cache.url is not None
         finally:
             cache._server.close()  # started by this test: stop it now, not at exit
+
+
+def test_llm_backend_takes_the_run_options_and_without_them_warns(tmp_path: Path) -> None:
+    """Options are resolved once, by the caller; resolving them again inside `llm_backend`
+    is deprecated (it still reads ``env``, as before)."""
+    import warnings
+
+    ws = init_llm(tmp_path / "ws", write_units(tmp_path / "units.jsonl"),
+                  base_url="http://h/v1", model="m")
+    with pytest.warns(DeprecationWarning, match=r"without options .* vtrm_gate 0\.3\.0"):
+        old = llm_backend(ws, env={"VTRM_TIMEOUT": "7"})
+    assert old.agent.timeout == 7.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        new = llm_backend(ws, RunOptions(timeout=7.0), env={})
+    assert new.agent.timeout == 7.0 and new.rollout.concurrency == 32

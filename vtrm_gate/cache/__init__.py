@@ -53,3 +53,53 @@ from ._renew import server_version as server_version
 from ._response import CacheResult as CacheResult
 from ._response import CacheStats as CacheStats
 from ._response import ResponseCache as ResponseCache
+
+__all__ = [
+    "DEFAULT_PREFIX",
+    "DEFAULT_RENEW_METHOD",
+    "DEFAULT_TTL",
+    "REDIS_SCHEMES",
+    "RENEW_METHODS",
+    "SCHEMA_VERSION",
+    "CacheResult",
+    "CacheStats",
+    "CachedInfer",
+    "EmbeddedRedis",
+    "KeyParts",
+    "KeyStats",
+    "MissExplanation",
+    "RedisServer",
+    "RenewProgress",
+    "RenewReport",
+    "ResponseCache",
+    "by_slot",
+    "cache_enabled",
+    "cache_namespace",
+    "cache_stats",
+    "cached_infer",
+    "check_redis_access",
+    "check_redis_url",
+    "connect",
+    "embedded_server",
+    "environment",
+    "explain_miss",
+    "find_redis_server",
+    "is_cluster_url",
+    "mask_url",
+    "parse_ttl",
+    "protocol_failure",
+    "read_dotenv",
+    "renew_ttl",
+    "salt_for_run",
+    "scrub",
+    "scrub_credentials",
+    "server_version",
+    "stop_embedded",
+    "validate_response",
+]
+
+# below __all__: the classes it names report this namespace as their module
+from .._api import declare
+
+declare(__name__, globals())
+del declare

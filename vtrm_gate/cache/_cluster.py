@@ -23,6 +23,8 @@ from redis.crc import key_slot
 from redis.exceptions import RedisError
 from redis.maint_notifications import MaintNotificationsConfig
 
+from .._env import REDIS_SOCKET_TIMEOUT_S
+
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 # Per node; the cluster client cannot wait for a free connection, it raises past the cap.
 MAX_NODE_CONNECTIONS = 4096
@@ -37,7 +39,7 @@ def is_cluster(client: Any) -> bool:
     return isinstance(client, aredis.RedisCluster)
 
 
-def connect_cluster(url: str, *, socket_timeout: float = 0.5,
+def connect_cluster(url: str, *, socket_timeout: float = REDIS_SOCKET_TIMEOUT_S,
                     retries: int = 1) -> aredis.RedisCluster:
     """A `RedisCluster` from a cluster URL (any one node; the rest are discovered).
 

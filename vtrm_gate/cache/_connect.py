@@ -15,6 +15,7 @@ from redis.exceptions import (
 )
 
 from .._env import (
+    REDIS_SOCKET_TIMEOUT_S,
     check_redis_url,
     mask_url,
     scrub,
@@ -28,7 +29,8 @@ from . import _cluster as cluster
 MAX_CONNECTIONS = 256
 
 
-def connect(url: str, *, socket_timeout: float = 0.5, retries: int = 1) -> aredis.Redis:
+def connect(url: str, *, socket_timeout: float = REDIS_SOCKET_TIMEOUT_S,
+            retries: int = 1) -> aredis.Redis:
     """A `redis.asyncio.Redis` with short timeouts, so a dead server never hangs a call.
 
     One immediate retry on a fresh connection covers pooled sockets left stale by a restart.

@@ -29,6 +29,7 @@ from redis.exceptions import RedisError, ResponseError
 from .._env import (
     DEFAULT_TTL,
     MAX_TTL,
+    REDIS_SOCKET_TIMEOUT_S,
     check_redis_url,
     environment,
     mask_url,
@@ -165,7 +166,7 @@ class ResponseCache:
     def __init__(self, url: str | None = None, *, ttl: int = DEFAULT_TTL,
                  prefix: str = DEFAULT_PREFIX, enabled: bool = True,
                  workspace: str | os.PathLike[str] | None = None,
-                 socket_timeout: float = 0.5, retry_interval: float = 1.0,
+                 socket_timeout: float = REDIS_SOCKET_TIMEOUT_S, retry_interval: float = 1.0,
                  namespace: str = "") -> None:
         if url is not None:
             check_redis_url(url)

@@ -9,6 +9,13 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from .._env import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_DEADLINE_S,
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_TIMEOUT_S,
+)
 from ..errors import CliError, shown
 
 INT_MAX = 2**63 - 1  # SQLite's INTEGER: epochs, steps and seeds are stored as one
@@ -97,8 +104,8 @@ def positive(name: str, text: str) -> int:
 def add_run_flags(sp: argparse.ArgumentParser, *, backend: bool = True) -> None:
     """The flags of a run: slots, config file, clock, dispatch, cancel policy, agent."""
     sp.add_argument("--concurrency", type=positive_int, default=None,
-                    help="slot pool size (default: config, else 32, or the summed caps of "
-                         "several endpoints)")
+                    help=f"slot pool size (default: config, else {DEFAULT_CONCURRENCY}, or the "
+                         "summed caps of several endpoints)")
     sp.add_argument("--config", help="config file (TOML or JSON); env and .env apply too")
     sp.add_argument("--time-scale", type=nonneg_float, default=None,
                     help="real seconds per simulated second (default: virtual clock)")
@@ -136,12 +143,13 @@ def add_agent_flags(sp: argparse.ArgumentParser) -> None:
                         "--concurrency (default on)")
     g.add_argument("--timeout", type=positive_float, default=None,
                    help="each attempt's timeout in seconds, longer for an endpoint observed "
-                        "slower (default 60)")
+                        f"slower (default {DEFAULT_TIMEOUT_S:g})")
     g.add_argument("--deadline", type=positive_float, default=None,
-                   help="each call's deadline in seconds, retries included (default 180)")
+                   help=f"each call's deadline in seconds, retries included (default "
+                        f"{DEFAULT_DEADLINE_S:g})")
     g.add_argument("--max-retries", type=int_in(0, 100), default=None,
-                   help="retries after the first attempt (default 5)")
-    for step, default in (("think", 512), ("answer", 64), ("evolve", 2048)):
+                   help=f"retries after the first attempt (default {DEFAULT_MAX_RETRIES})")
+    for step, default in DEFAULT_MAX_TOKENS.items():
         g.add_argument(f"--max-tokens-{step}", type=int_in(0, 1_000_000), default=None,
                        help=f"the {step} step's reply budget; 0: none sent (default "
                             f"{default}; it keys the caches)")

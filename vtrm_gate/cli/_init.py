@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from .._env import DEFAULT_CONCURRENCY
 from ..errors import CliError
 from ._args import emit, nonneg_int, positive_int, rate
 from ._table import terminal_width, wrap
@@ -45,7 +46,8 @@ def register(sub: Any) -> None:
     i.add_argument("--units", help="--llm: JSON-lines units file (unit_id, task_type, "
                                    "question, options, answer)")
     i.add_argument("--base-url", help="--llm: chat endpoint, e.g. https://api.openai.com/v1 "
-                                      "(several: comma-separated, each capped at 32 calls)")
+                                      "(several: comma-separated, each capped at "
+                                      f"{DEFAULT_CONCURRENCY} calls)")
     i.add_argument("--endpoints", help="--llm: file of endpoints, 'URL [max_concurrency]' a "
                                        "line (or a JSON list); read at every step")
     i.add_argument("--model", help="--llm: model name")

@@ -68,3 +68,66 @@ from ._result import TypeCounters as TypeCounters
 from ._scheduler import PAST_STOP_POLICIES as PAST_STOP_POLICIES
 from ._scheduler import PastStop as PastStop
 from ._scheduler import run_gate as run_gate
+
+__all__ = [
+    "DEFAULT_DISPATCH",
+    "DISPATCH_NAMES",
+    "PAST_STOP_POLICIES",
+    "Admission",
+    "BaselineStore",
+    "DispatchName",
+    "DispatchOrder",
+    "DispatchPolicy",
+    "EventStream",
+    "ExpectedNeed",
+    "Forecast",
+    "ForecastInput",
+    "GateAborted",
+    "GateEvent",
+    "GateFinished",
+    "GateForecast",
+    "GateHandle",
+    "GateResult",
+    "GateStarted",
+    "GuardParams",
+    "Infer",
+    "LadderEntry",
+    "Lane",
+    "NeedAware",
+    "PastStop",
+    "PrefixAdvanced",
+    "Priority",
+    "ResultSink",
+    "RoundRobin",
+    "Subscriber",
+    "SubscriberWarning",
+    "TaskFinished",
+    "TaskProgress",
+    "TaskStarted",
+    "TypeCounters",
+    "TypeDecided",
+    "TypeForecast",
+    "TypePlan",
+    "UnitResult",
+    "UnitTask",
+    "build_ladder",
+    "check_unit_ids",
+    "checked_result",
+    "current_run_id",
+    "dispatch_order",
+    "duration",
+    "ladder_units",
+    "launch",
+    "report_progress",
+    "resolve_dispatch",
+    "run_gate",
+    "run_gate_sync",
+    "run_scope",
+    "shuffle_key",
+]
+
+# below __all__: the classes it names report this namespace as their module
+from .._api import declare
+
+declare(__name__, globals())
+del declare

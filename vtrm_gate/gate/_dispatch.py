@@ -216,10 +216,11 @@ class _HeapOrder(DispatchOrder[LaneT]):
         self._rescore()
         best = None
         waits = self._by_wait
-        # the oldest entry (stale ones are older still) not yet due: nobody is (no heap walk)
+        # the oldest entry (stale ones are older still) not yet due: nobody is (no heap walk);
+        # ``waits`` holds entries only when max_wait is set (not None)
         if waits and self._count - waits[0][0] >= self.max_wait:  # type: ignore[operator]
             top = self._top(waits, self._wait_version)
-            if top is not None and self._count - top[0] >= self.max_wait:  # type: ignore
+            if top is not None and self._count - top[0] >= self.max_wait:
                 best = top
         if best is None:
             best = self._top(self._by_priority, self._version)

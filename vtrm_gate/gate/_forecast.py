@@ -161,8 +161,9 @@ class ForecastInput:
         lanes = dict(self.lanes)
         flying = 0
         for name, start in self.started:
-            lane = lanes.get(name)
-            lat = self._latency(lane) if lane is not None and not lane.decided else None
+            running = lanes.get(name)
+            lat = (self._latency(running) if running is not None and not running.decided
+                   else None)
             if lat is not None:
                 work += max(lat - (now - start), 0.1 * lat)  # its expected rest
                 flying += 1

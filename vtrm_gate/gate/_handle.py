@@ -6,10 +6,11 @@ import asyncio
 import time
 from array import array
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import replace
 from typing import Any
 
+from .._env import DEFAULT_CONCURRENCY
 from .._sync import run_sync
 from ..stats import (
     GateParams,
@@ -113,7 +114,7 @@ class GateHandle:
             self._record(GateAborted(self._gate.now(), "cancelled"))
         self._streams.clear()
 
-    def __await__(self):  # type: ignore[no-untyped-def]
+    def __await__(self) -> Generator[Any, None, GateResult]:
         return self._wait().__await__()
 
     async def _wait(self) -> GateResult:
@@ -172,7 +173,7 @@ class GateHandle:
 
 
 def launch(plans: Sequence[TypePlan], infer: Infer, params: GateParams | None = None,
-           concurrency: int = 32, *, history_limit: int = HISTORY_LIMIT,
+           concurrency: int = DEFAULT_CONCURRENCY, *, history_limit: int = HISTORY_LIMIT,
            **kwargs: Any) -> GateHandle:
     """Start `run_gate` as a task on the running loop and return its handle at once.
 

@@ -41,7 +41,7 @@ def check_unit_ids(units: Iterable[object], where: str = "") -> tuple[str, ...]:
         if u in seen:
             raise ValueError(f"{where}duplicate unit id {u!r}")
         seen.add(u)
-    return out  # type: ignore[return-value]
+    return out  # type: ignore[return-value]  # each checked a str above
 
 
 def is_unicode(text: str) -> bool:

@@ -192,7 +192,7 @@ class TypePlan:
     @functools.cached_property
     def _arms(self) -> dict[str, tuple[str, str, str]]:
         """Per arm: skill, its content hash and run id (hashed once per plan, not per call)."""
-        return {arm: (skill, content_hash(skill), self.run_id(arm))  # type: ignore[arg-type]
+        return {arm: (skill, content_hash(skill), self.run_id(arm))  # type: ignore[arg-type]  # arm: an Arm literal
                 for arm, skill in (("base", self.base_skill), ("cand", self.cand_skill))}
 
 

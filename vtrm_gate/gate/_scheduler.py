@@ -13,8 +13,9 @@ import inspect
 import math
 from collections import deque
 from collections.abc import Awaitable, Iterable, Iterator, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
+from .._env import DEFAULT_CONCURRENCY
 from .._ids import Arm
 from ..errors import InfraGuardError, TargetClashError
 from ..stats import (
@@ -66,6 +67,31 @@ PastStop = Literal["cancel", "wait"]
 """What happens to the calls still in flight once every type has decided (SPEC amendment):
 ``cancel`` them (the default: none can change a decision) or ``wait`` for them."""
 PAST_STOP_POLICIES: tuple[PastStop, ...] = ("cancel", "wait")
+
+
+class _Completed(NamedTuple):
+    """A call returned (or failed as INFRA): its result, to record and consume."""
+
+    task: UnitTask
+    result: UnitResult
+
+
+class _Stopped(NamedTuple):
+    """A call cancelled after its type froze has really stopped: its slot is free now."""
+
+    task: UnitTask
+
+
+class _Crashed(NamedTuple):
+    """A BaseException escaped ``infer`` (not an Exception: those are INFRA); the
+    coordinator re-raises it instead of waiting forever for a result that never comes."""
+
+    task: UnitTask
+    exc: BaseException
+
+
+_Signal = _Completed | _Stopped | _Crashed
+"""What the calls tell the coordinator through its queue, one tagged type per kind."""
 
 
 class _TypeRun:
@@ -162,8 +188,8 @@ class _Gate:
         self.final: GateResult | None = None
         self.last_errors: dict[str, deque[str]] = {r.plan.task_type: deque(maxlen=3)
                                                    for r in self.runs}
-        self.done: asyncio.Queue[tuple[UnitTask, UnitResult]] = asyncio.Queue()
-        # A slot is held from dispatch until its result is taken off ``done``.
+        self.done: asyncio.Queue[_Signal] = asyncio.Queue()
+        # A slot is held from dispatch until its signal is taken off ``done``.
         self.n_in_flight = 0
         self.fatal: BaseException | None = None
         self.in_flight: dict[asyncio.Future[None], UnitTask] = {}
@@ -188,7 +214,7 @@ class _Gate:
                     f"awaited (wrap a blocking call in asyncio.to_thread)")
             res = checked_result(task, await out)  # an invalid result is a bug: TypeError
         except asyncio.CancelledError:
-            if asyncio.current_task().cancelling():  # type: ignore[union-attr]
+            if asyncio.current_task().cancelling():  # type: ignore[union-attr]  # in a task
                 raise  # the gate cancelled this call
             # raised by infer itself: the call failed, it was not stopped
             res = UnitResult(infra=True, error="CancelledError: raised by infer (the gate did "
@@ -201,7 +227,7 @@ class _Gate:
         except Exception as exc:  # a broken backend is INFRA for that arm, text kept
             res = UnitResult(infra=True, error=f"{type(exc).__name__}: {exc}",
                              latency_s=self.now() - t)
-        self.done.put_nowait((task, res))
+        self.done.put_nowait(_Completed(task, res))
 
     def _start_bus(self) -> None:
         bus = self.bus
@@ -236,7 +262,7 @@ class _Gate:
                     if exhausted:
                         break
                     continue
-                await self._finish(*await self.done.get())
+                await self._take(await self.done.get())
         except BaseException as exc:
             reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             self.aborted = reason
@@ -268,7 +294,18 @@ class _Gate:
 
     async def _drain(self) -> None:
         while not self.done.empty():
-            await self._finish(*self.done.get_nowait())
+            await self._take(self.done.get_nowait())
+
+    async def _take(self, signal: _Signal) -> None:
+        """One signal off the queue: a result, a stopped call's free slot, or a crash."""
+        if self.fatal is not None:
+            raise self.fatal
+        if isinstance(signal, _Completed):
+            await self._finish(signal.task, signal.result)
+        elif isinstance(signal, _Stopped):
+            self._stopped(signal.task)
+        else:
+            raise signal.exc
 
     async def _dispatch(self, run: _TypeRun, rank: int, arm: Arm) -> None:
         if run.frozen:  # checked at dispatch time: a frozen type starts nothing new
@@ -295,54 +332,81 @@ class _Gate:
         task = self.in_flight.pop(fut, None)
         if task is not None and fut in self.freeze_cancelled and fut.cancelled():
             # the slot frees once the call has really stopped; wake the coordinator
-            self.done.put_nowait((task, None))
+            self.done.put_nowait(_Stopped(task))
             return
-        if task is not None and not fut.cancelled() and fut.exception() is not None:
-            # a BaseException escaped infer (not an Exception: those are INFRA); re-raise it
-            # in the coordinator instead of waiting forever for a result that never comes
-            self.fatal = fut.exception()
-            self.done.put_nowait((task, UnitResult(infra=True, error=repr(self.fatal))))
+        if task is None or fut.cancelled():
+            return
+        exc = fut.exception()
+        if exc is not None:
+            self.fatal = exc
+            self.done.put_nowait(_Crashed(task, exc))
 
-    async def _finish(self, task: UnitTask, res: UnitResult | None,
-                      cache_hit: bool = False) -> None:
+    def _stopped(self, task: UnitTask) -> None:
+        """A call cancelled after its type froze (cancel_after_freeze, past_stop) stopped."""
+        self.n_in_flight -= 1
+        self.by_type[task.task_type].counters.cancelled_in_flight += 1
+        if self.finished_events:
+            self.bus.publish(TaskFinished(self.now(), task, UnitResult(
+                error="cancelled after freeze"), "cancelled"))
+
+    async def _finish(self, task: UnitTask, res: UnitResult, cache_hit: bool = False) -> None:
+        """A result: counted, recorded, then consumed unless its type froze or the other
+        arm already made the unit INFRA."""
         if self.fatal is not None:
             raise self.fatal
         run = self.by_type[task.task_type]
         c = run.counters
-        if res is None:  # cancelled after its type froze (cancel_after_freeze, past_stop)
-            self.n_in_flight -= 1
-            c.cancelled_in_flight += 1
-            if self.finished_events:
-                self.bus.publish(TaskFinished(self.now(), task, UnitResult(
-                    error="cancelled after freeze"), "cancelled"))
-            return
         rank = task.ladder_rank
         if not cache_hit:
             self.n_in_flight -= 1
             _count_completion(c, res)
         counted = not run.frozen and not run.resolved[rank]
+        await self._record(task, res, counted, cache_hit)
+        if run.frozen:
+            c.discarded_after_freeze += 1
+            return
+        if res.infra:
+            self._note_infra(run, task, res)
+        self._check_guard(run, task)  # on every result (min_calls), before pairing
+        if run.resolved[rank]:  # the other arm already made this unit INFRA
+            c.discarded_after_infra += 1
+            return
+        await self._pair(run, task, res)
+
+    async def _record(self, task: UnitTask, res: UnitResult, counted: bool,
+                      cache_hit: bool) -> None:
+        """Hand a result to the sink, a fresh base-arm answer to the baseline store, and
+        announce it."""
         if self.sink is not None:
             await self.sink.on_result(task, res, counted)
         if (task.arm == "base" and not cache_hit and not res.infra
                 and self.baseline is not None):
             await self.baseline.put(task, res)
         if self.finished_events:
-            status = "cache_hit" if cache_hit else ("pending" if counted else "discarded")
+            status: Literal["cache_hit", "pending", "discarded"] = (
+                "cache_hit" if cache_hit else "pending" if counted else "discarded")
             self.bus.publish(TaskFinished(self.now(), task, res, status))
-        if run.frozen:
-            c.discarded_after_freeze += 1
-            return
-        if res.infra and not run.infra_marked[rank]:
+
+    def _note_infra(self, run: _TypeRun, task: UnitTask, res: UnitResult) -> None:
+        """Mark the unit INFRA and keep the error for the guard's message."""
+        rank = task.ladder_rank
+        if not run.infra_marked[rank]:
             run.infra_marked[rank] = True
-            c.infra_units += 1
-        if res.infra and res.error:
+            run.counters.infra_units += 1
+        if res.error:
             self.last_errors[task.task_type].append(res.error)
-        if self.guard.tripped(c.infra_units, c.completed, c.infra_calls):  # before pairing
+
+    def _check_guard(self, run: _TypeRun, task: UnitTask) -> None:
+        """Abort the gate when the type's INFRA guard trips."""
+        c = run.counters
+        if self.guard.tripped(c.infra_units, c.completed, c.infra_calls):
             raise InfraGuardError(task.task_type, c.infra_units, c.completed, self.guard,
                                   self.last_errors[task.task_type], c.infra_calls)
-        if run.resolved[rank]:  # the other arm already made this unit INFRA
-            c.discarded_after_infra += 1
-            return
+
+    async def _pair(self, run: _TypeRun, task: UnitTask, res: UnitResult) -> None:
+        """File the arm's result; a unit with both arms (or one INFRA) is resolved, and the
+        prefix advances over it."""
+        rank = task.ladder_rank
         arms = run.results.setdefault(rank, {})
         arms[task.arm] = res
         if res.infra or len(arms) == 2:
@@ -358,7 +422,7 @@ class _Gate:
             arms = run.results.pop(rank)
             base, cand = arms.get("base"), arms.get("cand")
             infra = run.infra_marked[rank]
-            pair = None if infra else (base.correct, cand.correct)  # type: ignore[union-attr]
+            pair = None if infra else (base.correct, cand.correct)  # type: ignore[union-attr]  # both arms
             action = run.test.consume(rank, pair)
             run.prefix += 1
             run.frozen = action is not Action.CONTINUE
@@ -410,10 +474,13 @@ class _Gate:
                 self.by_type[task.task_type].counters.cancelled_in_flight += 1
         try:
             while not self.done.empty():
-                task, res = self.done.get_nowait()
-                if res is None:  # cancelled after its type froze
+                signal = self.done.get_nowait()
+                task = signal.task
+                if isinstance(signal, _Stopped):  # cancelled after its type froze
                     self.by_type[task.task_type].counters.cancelled_in_flight += 1
                     continue
+                res = (signal.result if isinstance(signal, _Completed)
+                       else UnitResult(infra=True, error=repr(signal.exc)))
                 _count_completion(self.by_type[task.task_type].counters, res)
                 if self.sink is not None:
                     await asyncio.shield(self.sink.on_result(task, res, False))
@@ -487,7 +554,7 @@ def _new_gate(plans: Iterable[TypePlan], infer: Infer, params: GateParams | None
 
 
 async def run_gate(plans: Sequence[TypePlan], infer: Infer, params: GateParams | None = None,
-                   concurrency: int = 32, *, baseline: BaselineStore | None = None,
+                   concurrency: int = DEFAULT_CONCURRENCY, *, baseline: BaselineStore | None = None,
                    sink: ResultSink | None = None, subscribers: Iterable[Subscriber] = (),
                    rule: DecisionRule | None = None, guard: GuardParams | None = None,
                    dispatch: DispatchName | DispatchPolicy = DEFAULT_DISPATCH,

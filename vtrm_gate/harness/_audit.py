@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._ids import PROBATION_STEP, content_hash
+from ._status import StepStatus
 from ._workspace import Workspace
 
 if TYPE_CHECKING:
@@ -116,7 +117,7 @@ def settled_audit(workspace: Workspace) -> SettledAudit:
     for e in epochs:
         for ep, s, t, status, action, base, cand_hash, _ in (r for r in rows if r[0] == e):
             c = chains[t]
-            if status == "gated":
+            if status == StepStatus.GATED:
                 _gated(c, ep, s, action, base, cand_hash, fates, bad)
             else:
                 _settlement(c, ep, action, base, cand_hash, fates, bad)

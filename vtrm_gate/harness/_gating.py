@@ -12,6 +12,7 @@ from ..options import RunOptions
 from ..stats import GateParams, TypeOutcome, decision_rule
 from ._baseline import BaselineCache
 from ._files import join_notes
+from ._status import StepStatus
 from ._workspace import Workspace
 
 
@@ -44,7 +45,7 @@ def report_aborted(ws: Workspace, epoch: int, step: int, types: Sequence[str],
     """Mark every gated type's report ``aborted`` (with what was done); state is untouched."""
     for t in types:
         row = {**extra[t], "note": join_notes(reason, extra[t].get("note"))}
-        ws.log.write_report(epoch, step, t, "aborted", outcome=outcomes.get(t),
+        ws.log.write_report(epoch, step, t, StepStatus.ABORTED, outcome=outcomes.get(t),
                             counters=counters.get(t), **row)
 
 

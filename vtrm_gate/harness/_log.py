@@ -24,6 +24,7 @@ from .._ids import EVAL_STEP, gate_prefix
 from ..errors import WorkspaceError, shown
 from ..gate import PrefixAdvanced, TypeCounters, UnitResult, UnitTask
 from ..stats import TypeOutcome
+from ._status import StepStatus
 
 if TYPE_CHECKING:
     import polars as pl
@@ -106,10 +107,9 @@ STEP_TABLES: tuple[str, ...] = ("gate_evidence", "quadrant_pairs", "step_report"
                                 "candidate_correctness")
 """Tables keyed by (epoch, step): `clear_step` deletes their rows for the step."""
 
-REPORT_STATUSES = ("gated", "skipped", "cooldown", "no_cases", "rollout_error",
-                   "evolve_error", "aborted", "probation")
-"""step_report.status: gated through the gate, or why a type was not (or did not finish);
-``probation`` rows (step 0) record the epoch-end probation settlement."""
+REPORT_STATUSES: tuple[str, ...] = tuple(StepStatus)
+"""step_report.status (`StepStatus`): gated through the gate, or why a type was not (or did
+not finish); ``probation`` rows (step 0) record the epoch-end probation settlement."""
 
 
 def _ddl(table: str) -> str:
@@ -425,7 +425,7 @@ class HarnessLog:
                 epoch, step, ev.task_type, ev.ladder_rank, ev.unit_id, _b(base), _b(cand),
                 quadrant(base, cand, infra))], cur)
 
-    def write_report(self, epoch: int, step: int, task_type: str, status: str, *,
+    def write_report(self, epoch: int, step: int, task_type: str, status: StepStatus, *,
                      outcome: TypeOutcome | None = None, counters: TypeCounters | None = None,
                      base_version: int | None = None, base_hash: str | None = None,
                      cand_hash: str | None = None, applied: str | None = None,
@@ -471,7 +471,7 @@ class HarnessLog:
     def unapplied(self, epoch: int, step: int) -> int:
         """Gated step_report rows of (epoch, step) whose Phase D result is not recorded."""
         return self.count("step_report", "applied IS NULL", epoch=epoch, step=step,
-                          status="gated")
+                          status=StepStatus.GATED)
 
     def consumed_units(self, epoch: int, step: int, task_type: str) -> set[str]:
         """The units a type's gate consumed in (epoch, step) (gate_evidence)."""
@@ -547,5 +547,5 @@ class GateSink:
 
     async def on_decided(self, task_type: str, outcome: TypeOutcome) -> None:
         self.outcomes[task_type] = outcome
-        self.log.write_report(self.epoch, self.step, task_type, "gated", outcome=outcome,
+        self.log.write_report(self.epoch, self.step, task_type, StepStatus.GATED, outcome=outcome,
                               **self.report_extra.get(task_type, {}))

@@ -20,7 +20,10 @@ from ..errors import (
     shown,
 )
 from ._files import _whole, read_json, read_text
+from ._status import StepStatus
 from ._workspace import Workspace
+
+STATUS_VALUES: tuple[str, ...] = tuple(s.value for s in StepStatus)
 
 
 def diff_inputs(old: Any, new: Any, path: str = "") -> list[str]:
@@ -107,7 +110,9 @@ def check_manifest(ws: Workspace, data: Any, epoch: int, step: int) -> dict[str,
         key = f"candidates[{t!r}]"
         _need(isinstance(c, dict) and isinstance(c.get("status"), str)
               and isinstance(c.get("note"), str | None), key, "{status, note, ...}", c)
-        if c["status"] == "gated":
+        _need(c["status"] in STATUS_VALUES, f"{key}.status", " | ".join(STATUS_VALUES),
+              c["status"])
+        if c["status"] == StepStatus.GATED:
             f = c.get("file")
             _need(isinstance(c.get("hash"), str) and isinstance(f, str)
                   and Path(f).parts[:1] == ("candidates",) and ".." not in Path(f).parts
@@ -151,12 +156,12 @@ def check_agent_unchanged(ws: Workspace, epoch: int, step: int, force: bool = Fa
 
 
 def recorded_candidates(ws: Workspace, manifest: Mapping[str, Any]
-                         ) -> dict[str, tuple[str, str | None, str | None]]:
+                         ) -> dict[str, tuple[StepStatus, str | None, str | None]]:
     """(status, candidate text, note) per type from a manifest, verified against its hashes."""
-    out: dict[str, tuple[str, str | None, str | None]] = {}
+    out: dict[str, tuple[StepStatus, str | None, str | None]] = {}
     for t, c in manifest["candidates"].items():
         text = None
-        if c.get("status") == "gated":
+        if c.get("status") == StepStatus.GATED:
             p = ws.root / c["file"]
             inside = p.resolve().is_relative_to((ws.root / "candidates").resolve())
             text = read_text(p, ws.root) if inside and p.is_file() else None
@@ -165,7 +170,7 @@ def recorded_candidates(ws: Workspace, manifest: Mapping[str, Any]
                     f"candidate file {c['file']} of {t!r} is missing or differs from the "
                     f"manifest's hash; re-run with force=True to evolve new candidates",
                     [f"candidates.{t}"])
-        out[t] = (c["status"], text, c.get("note"))
+        out[t] = (StepStatus(c["status"]), text, c.get("note"))
     return out
 
 

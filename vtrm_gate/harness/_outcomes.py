@@ -21,6 +21,7 @@ from ..stats import GateParams
 from ._access import for_reading
 from ._manifest import recorded_manifests
 from ._replay import _replay_columns, _replay_known, ladder_units
+from ._status import StepStatus
 from ._workspace import Workspace
 
 if TYPE_CHECKING:
@@ -219,7 +220,7 @@ def workspace_outcomes(workspace: Workspace | str | Path) -> pl.DataFrame:
         rows: list[dict[str, Any]] = []
         for m in recorded_manifests(ws):
             for t, c in sorted(m["candidates"].items()):
-                if c.get("status") != "gated":
+                if c.get("status") != StepStatus.GATED:
                     continue
                 ladder = m["inputs"]["ladders"][t]
                 for rank, u in enumerate(ladder_units(ws, m["step_run_id"], t, ladder)):

@@ -20,6 +20,7 @@ from ..stats import (
     replay_blocks,
     replay_prefix,
 )
+from ._status import StepStatus
 from ._workspace import Workspace
 
 if TYPE_CHECKING:
@@ -66,7 +67,7 @@ def _replay(ws: Workspace, epoch: int, step: int, block: int) -> pl.DataFrame:
         "step_report", ["task_type", "status", "action", "stop_rank"], epoch=epoch, step=step)}
     rows = []
     for t, c in sorted(manifest["candidates"].items()):
-        if c.get("status") != "gated":
+        if c.get("status") != StepStatus.GATED:
             continue
         ladder = manifest["inputs"]["ladders"][t]
         units = ladder_units(ws, srid, t, ladder)

@@ -13,6 +13,7 @@ from ..gate import (
 from ..stats import (
     Action,
 )
+from ._status import StepStatus
 
 if TYPE_CHECKING:
     import polars as pl
@@ -27,7 +28,7 @@ class TypeStep:
     """What happened to one type in a step."""
 
     task_type: str
-    status: str
+    status: StepStatus
     """gated | skipped (no real change) | cooldown | no_cases | rollout_error | evolve_error"""
     base_version: int
     version: int
@@ -76,7 +77,7 @@ class StepResult:
             o = self.gate.outcomes.get(t) if self.gate else None
             c = self.gate.counters.get(t) if self.gate else None
             rows.append({
-                "task_type": t, "status": s.status,
+                "task_type": t, "status": str(s.status),  # a plain string column
                 "action": None if s.action is None else str(s.action),
                 "W": o.W if o else None, "L": o.L if o else None,
                 "n_used": o.n_used if o else None, "e_plus": o.e_plus if o else None,

@@ -30,6 +30,7 @@ from ._log import GateSink
 from ._manifest import plain, read_manifest
 from ._order import check_settle_order
 from ._state import Probation, Rejected, SkillRef, TrainingState
+from ._status import StepStatus
 from ._step import DEFAULT_OPTIONS
 from ._workspace import Workspace
 
@@ -206,7 +207,7 @@ async def _settle(ws: Workspace, epoch: int, infer: Infer, options: RunOptions,
     for t, pr in probes.items():
         o = gate.outcomes[t]  # type: ignore[union-attr]
         outcomes[t] = _decide(ws, epoch, pr, o, skills, rejected)
-        ws.log.write_report(epoch, PROBATION_STEP, t, "probation", outcome=o,
+        ws.log.write_report(epoch, PROBATION_STEP, t, StepStatus.PROBATION, outcome=o,
                             counters=gate.counters[t],  # type: ignore[union-attr]
                             applied=outcomes[t].applied,
                             note=f"settling v{pr.probation.version} from "

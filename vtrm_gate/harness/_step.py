@@ -47,6 +47,7 @@ from ._manifest import diff_inputs, read_manifest, recorded_candidates, refusal
 from ._order import check_step_order
 from ._results import StepResult, TypeStep
 from ._state import TrainingState
+from ._status import NOT_EVOLVED, StepStatus
 from ._workspace import DEFAULT_STRATEGY, Workspace, media_note
 
 DEFAULT_OPTIONS = RunOptions()
@@ -223,7 +224,7 @@ def _ladders(ws: Workspace, cases: Mapping[str, list[str]], n_max: int, seed: st
 
 
 def _check_manifest(ws: Workspace, si: StepInputs, force: bool
-                    ) -> dict[str, tuple[str, str | None, str | None]] | None:
+                    ) -> dict[str, tuple[StepStatus, str | None, str | None]] | None:
     """The candidates a previous run of this step recorded (None: evolve afresh);
     `StepRefusedError` listing the changes when the inputs differ (unless ``force``)."""
     prior = read_manifest(ws, si.epoch, si.step)
@@ -242,12 +243,12 @@ def _check_manifest(ws: Workspace, si: StepInputs, force: bool
 class Proposals:
     """Phase A's outcome per type: status, candidate text (gated types), note."""
 
-    status: dict[str, str]
+    status: dict[str, StepStatus]
     cand: dict[str, str]
     notes: dict[str, str | None]
 
     def gated(self, types: Iterable[str]) -> list[str]:
-        return [t for t in types if self.status[t] == "gated"]
+        return [t for t in types if self.status[t] is StepStatus.GATED]
 
 
 def _before_evolving(si: StepInputs) -> Proposals:
@@ -255,43 +256,44 @@ def _before_evolving(si: StepInputs) -> Proposals:
     p = Proposals({}, {}, {})
     for t in si.texts:
         if t in si.cooldown:
-            p.status[t], p.notes[t] = "cooldown", (
+            p.status[t], p.notes[t] = StepStatus.COOLDOWN, (
                 f"cooling down until {si.base_state.cooldown_until[t]} steps are applied "
                 f"({si.base_state.steps_applied} so far)")
         elif t in si.rollout_errors:
-            p.status[t], p.notes[t] = "rollout_error", si.rollout_errors[t]
+            p.status[t], p.notes[t] = StepStatus.ROLLOUT_ERROR, si.rollout_errors[t]
         elif not si.cases[t]:
-            p.status[t], p.notes[t] = "no_cases", "no error cases this step"
+            p.status[t], p.notes[t] = StepStatus.NO_CASES, "no error cases this step"
     return p
 
 
 def _judge(proposal: object, current: str, base: str, rejected: Sequence[str]
-           ) -> tuple[str, str | None]:
+           ) -> tuple[StepStatus, str | None]:
     """(status, note) of one evolver result (``base``: the gate's base, the settled text):
     ``skipped`` with the reason for a candidate that is no skill to gate."""
     if isinstance(proposal, CandidateRefused):  # not a failure: nothing new to gate
-        return "skipped", str(proposal)
+        return StepStatus.SKIPPED, str(proposal)
     if isinstance(proposal, Exception):
-        return "evolve_error", f"{type(proposal).__name__}: {proposal}"
+        return StepStatus.EVOLVE_ERROR, f"{type(proposal).__name__}: {proposal}"
     if not isinstance(proposal, str):
-        return "evolve_error", f"evolver returned {proposal!r}"
+        return StepStatus.EVOLVE_ERROR, f"evolver returned {proposal!r}"
     why = candidate_problem(proposal, current, rejected)
     if why is not None:
-        return "skipped", why
+        return StepStatus.SKIPPED, why
     if proposal.strip() == base.strip():
-        return "skipped", "the candidate is the settled version the gate would compare it with"
-    return "gated", None
+        return StepStatus.SKIPPED, ("the candidate is the settled version the gate would "
+                                    "compare it with")
+    return StepStatus.GATED, None
 
 
 async def _phase_a(si: StepInputs, evolver: Evolver,
-                   recorded: Mapping[str, tuple[str, str | None, str | None]] | None
+                   recorded: Mapping[str, tuple[StepStatus, str | None, str | None]] | None
                    ) -> Proposals:
     """Evolve every type that has cases (concurrently), or replay the recorded candidates."""
     p = _before_evolving(si)
     todo = [t for t in si.texts if t not in p.status]
     if recorded is not None:
         for t in todo:
-            st, text, note = recorded.get(t, ("evolve_error", None, "not in manifest"))
+            st, text, note = recorded.get(t, (StepStatus.EVOLVE_ERROR, None, "not in manifest"))
             p.status[t], p.notes[t] = st, note
             if text is not None:
                 p.cand[t] = text
@@ -304,14 +306,15 @@ async def _phase_a(si: StepInputs, evolver: Evolver,
             raise r
         p.status[t], p.notes[t] = _judge(r, si.current[t], si.texts[t],
                                          si.base_state.rejected_texts(t))
-        if p.status[t] == "gated":
+        if p.status[t] is StepStatus.GATED:
             p.cand[t] = r  # type: ignore[assignment]
     return p
 
 
 def _refuse_unmeasured(ws: Workspace, si: StepInputs, p: Proposals) -> None:
     """Nothing gated and something failed: report why, apply nothing, write no manifest."""
-    failed = [t for t in si.texts if p.status[t] in ("rollout_error", "evolve_error")]
+    failed = [t for t in si.texts
+              if p.status[t] in (StepStatus.ROLLOUT_ERROR, StepStatus.EVOLVE_ERROR)]
     if not failed or p.gated(si.texts):
         return
     for t in si.texts:
@@ -347,7 +350,7 @@ def _phase_b(ws: Workspace, si: StepInputs, p: Proposals, options: RunOptions
     for t in p.gated(si.texts):
         d, f = _materialise(ws, si.epoch, si.step, t, p.cand[t], si.current)
         dirs[t], files[t] = d, str(f.relative_to(ws.root))
-    todo = [t for t in si.texts if p.status[t] not in ("cooldown", "rollout_error", "no_cases")]
+    todo = [t for t in si.texts if p.status[t] not in NOT_EVOLVED]
     write_json(ws.manifest_path(si.epoch, si.step), {
         "format": 1, "epoch": si.epoch, "step": si.step, "step_run_id": si.srid,
         "inputs": si.manifest_inputs,
@@ -407,7 +410,7 @@ async def _phase_c(ws: Workspace, si: StepInputs, p: Proposals, dirs: Mapping[st
         raise
     for plan in plans:
         t = plan.task_type
-        ws.log.write_report(si.epoch, si.step, t, "gated", outcome=gate.outcomes[t],
+        ws.log.write_report(si.epoch, si.step, t, StepStatus.GATED, outcome=gate.outcomes[t],
                             counters=gate.counters[t],
                             llm_cache=_arm_cache_stats(cache_stats, plan), **extra[t])
     return gate

@@ -44,6 +44,7 @@ from ._manifest import diff_inputs, recorded_manifests
 from ._order import TRAIN_FILE, train_record
 from ._results import StepResult
 from ._settle import ProbationResult, settle_probation
+from ._status import StepStatus
 from ._step import DEFAULT_OPTIONS, CaseSource, Evolver, run_step
 from ._workspace import Workspace
 
@@ -211,7 +212,8 @@ def _step_line(res: StepResult, seconds: float, evolve_s: float) -> str:
     for s in res.types.values():
         key = str(s.action) if s.action is not None else s.status
         counts[key] = counts.get(key, 0) + 1
-    order = [str(a) for a in Action] + ["skipped", "cooldown", "no_cases", "evolve_error"]
+    order = [*map(str, Action), *map(str, (StepStatus.SKIPPED, StepStatus.COOLDOWN,
+                                            StepStatus.NO_CASES, StepStatus.EVOLVE_ERROR))]
     what = ", ".join(f"{k} {counts[k]}" for k in order if counts.get(k))
     changed = [f"{t} v{s.base_version}->v{s.version}" for t, s in sorted(res.types.items())
                if s.version != s.base_version]

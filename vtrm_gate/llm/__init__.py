@@ -35,6 +35,7 @@ from ._agent import TEXT_TASK as TEXT_TASK
 from ._agent import THINK_PROMPT as THINK_PROMPT
 from ._agent import VIDEO_TASK as VIDEO_TASK
 from ._agent import AgentEvent as AgentEvent
+from ._agent import AgentSettings as AgentSettings
 from ._agent import LLMAgent as LLMAgent
 from ._agent import RetryPolicy as RetryPolicy
 from ._agent import parse_body as parse_body
@@ -97,3 +98,94 @@ from ._tools import tool_schemas as tool_schemas
 from ._workspace import check_llm_agent as check_llm_agent
 from ._workspace import default_llm_skill as default_llm_skill
 from ._workspace import init_llm as init_llm
+
+__all__ = [
+    "AGENT_VERSION",
+    "ANSWER_NUDGE",
+    "ANSWER_PROMPT",
+    "DEFAULT_BASE_URL",
+    "DEFAULT_CAP",
+    "DEFAULT_MAX_TOKENS",
+    "EVOLVE_PREFIX",
+    "EVOLVE_SYSTEM",
+    "EVOLVE_TASK",
+    "LETTERS",
+    "MAX_TEXT_CHARS",
+    "MAX_TRACE_CHARS",
+    "MCQ",
+    "PROBE_TIMEOUT_S",
+    "ROLLOUT_UNITS",
+    "SYSTEM_PREAMBLE",
+    "TEXT_TASK",
+    "THINK_PROMPT",
+    "TOOL_AGENT_VERSION",
+    "VIDEO_TASK",
+    "AgentBackend",
+    "AgentEvent",
+    "AgentSettings",
+    "BackendContext",
+    "BackendError",
+    "BackendFactory",
+    "CachedTransport",
+    "ContextOverflowError",
+    "Endpoint",
+    "EndpointPool",
+    "EndpointStats",
+    "EndpointUnreachableError",
+    "EndpointsError",
+    "ErrorCase",
+    "EvolveError",
+    "Exchange",
+    "GradientLimit",
+    "LLMAgent",
+    "LLMBackend",
+    "LLMEvolver",
+    "LLMInfraError",
+    "LimitParams",
+    "MediaChangedError",
+    "MediaResolver",
+    "RetryPolicy",
+    "Rollout",
+    "RolloutSource",
+    "ShardedClient",
+    "ToolAgent",
+    "ToolEvolver",
+    "agent_endpoints",
+    "cached_http_client",
+    "check_endpoint",
+    "check_endpoints_setting",
+    "check_llm_agent",
+    "content_parts",
+    "current_run_id",
+    "data_uri",
+    "default_llm_skill",
+    "endpoint_lines",
+    "evolve_system",
+    "gate_concurrency",
+    "init_llm",
+    "is_factory_spec",
+    "llm_backend",
+    "load_factory",
+    "make_backend",
+    "open_factory_backend",
+    "parse_body",
+    "parse_choice",
+    "parse_endpoints",
+    "parse_retry_after",
+    "probe_endpoint",
+    "read_endpoints_file",
+    "rollout_cases",
+    "run_scope",
+    "strip_fences",
+    "system_preamble",
+    "tool_backend",
+    "tool_schemas",
+    "with_identity",
+    "workspace_units",
+]
+
+# below __all__: the classes it names report this namespace as their module
+from .._api import declare
+
+declare(__name__, globals())
+del declare

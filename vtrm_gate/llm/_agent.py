@@ -26,8 +26,19 @@ from typing import Any, Literal
 
 import httpx
 
+from .._api import deprecated
+from .._env import (
+    DEFAULT_DEADLINE_S,
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_TIMEOUT_S,
+    environment,
+    mask_url,
+    scrub_credentials,
+    scrub_json,
+    secret_values,
+)
+from .._env import DEFAULT_MAX_TOKENS as _DEFAULT_MAX_TOKENS
 from .._env import api_key as _api_key
-from .._env import environment, mask_url, scrub_credentials, scrub_json, secret_values
 from ..cache import KeyParts, ResponseCache, protocol_failure, validate_response
 from ..cache._keys import PROTOCOL_FAILURES, Validator
 from ..errors import ContextOverflowError, LLMInfraError, MediaError
@@ -73,8 +84,8 @@ ERROR_BODY_BYTES = 64 << 10
 """An error body is read up to this size for its message."""
 SINGLE_ENDPOINT_CAP = 1 << 16
 """One ``base_url``'s cap when none is given: the gate's slot pool is the limit."""
-DEFAULT_MAX_TOKENS = {"think": 512, "answer": 64}
-"""Each step's reply budget: the think step is bounded so the answer step fits a small
+DEFAULT_MAX_TOKENS = {k: _DEFAULT_MAX_TOKENS[k] for k in ("think", "answer")}
+"""Each call kind's reply budget: the think call is bounded so the answer call fits a small
 context (llama.cpp's default is 2048 tokens); the answer needs a letter."""
 
 AGENT_VERSION = 3
@@ -130,10 +141,10 @@ class RetryPolicy:
     at most ``max_attempts`` attempts; ``max_total_s`` is the call's hard deadline (every
     attempt and every wait; a body still arriving when it passes is abandoned)."""
 
-    max_attempts: int = 6
+    max_attempts: int = DEFAULT_MAX_RETRIES + 1
     base_delay_s: float = 0.5
     max_delay_s: float = 30.0
-    max_total_s: float = 180.0
+    max_total_s: float = DEFAULT_DEADLINE_S
     jitter: float = 0.5
     retry_statuses: frozenset[int] = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
@@ -178,14 +189,45 @@ class AgentEvent:
     kind: Literal["request", "retry", "give_up"]
     run_id: str
     unit_id: str
-    step: str
+    call_kind: str
+    """Which of the unit's calls: ``think``, ``answer`` (or the evolver's ``evolve``)."""
     attempt: int
     status: int | None = None
     delay_s: float = 0.0
     error: str | None = None
     t: float = field(default_factory=time.monotonic)
 
+    @property
+    def step(self) -> str:
+        """Deprecated name of `call_kind` (``step`` means a training step everywhere else)."""
+        deprecated("AgentEvent.step", "AgentEvent.call_kind")
+        return self.call_kind
 
+
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """Which call an attempt belongs to, named in its events."""
+
+    run_id: str
+    unit_id: str
+    kind: str
+
+    def event(self, what: Literal["request", "retry", "give_up"], attempt: int,
+              status: int | None = None, delay_s: float = 0.0,
+              error: str | None = None) -> AgentEvent:
+        return AgentEvent(what, self.run_id, self.unit_id, self.kind, attempt, status,
+                          delay_s, error)
+
+
+def _renamed_step(given: Mapping[str, str], where: str) -> str:
+    """The call kind given by the old keyword ``step`` (deprecated); TypeError for others."""
+    extra = sorted(set(given) - {"step"})
+    if extra:
+        raise TypeError(f"{where}() got an unexpected keyword argument {extra[0]!r}")
+    deprecated(f"{where}(step=...)", f"{where}(call_kind=...)", stacklevel=4)
+    return given["step"]
 
 
 class _Retryable(Exception):
@@ -214,7 +256,7 @@ def _tokens(resp: Mapping[str, Any], key: str = "total_tokens") -> int:
 
 
 def _max_tokens(value: int | Mapping[str, int] | None) -> dict[str, int]:
-    """Per-step ``max_tokens`` (0 or absent: none sent, the server's default)."""
+    """Per call kind ``max_tokens`` (0 or absent: none sent, the server's default)."""
     if value is None:
         return {}
     if isinstance(value, Mapping):
@@ -227,6 +269,61 @@ def _max_tokens(value: int | Mapping[str, int] | None) -> dict[str, int]:
     return {k: v for k, v in out.items() if v}
 
 
+@dataclass(frozen=True)
+class AgentSettings:
+    """How an `LLMAgent` calls its model, as one validated value: the endpoint and model,
+    sampling, each call kind's reply budget, timeouts and retries, adaptive concurrency, and
+    the task the prompts name. ``max_tokens`` is an int (think and answer) or one budget per
+    call kind (``{"think": 512, "answer": 64}`` by default; 0 or absent: none sent)."""
+
+    base_url: str | None = None
+    """The chat endpoint (None with several ``endpoints``: the pool's identity)."""
+    model: str = ""
+    think: bool = True
+    """Two calls per unit (reason, then answer with a letter), or one answering call."""
+    temperature: float = 0.0
+    max_tokens: int | Mapping[str, int] | None = field(
+        default_factory=lambda: dict(DEFAULT_MAX_TOKENS))
+    params: Mapping[str, Any] | None = None
+    """Further request fields (``top_p``, ``seed``, ...): they key the cache like the rest."""
+    timeout: float = DEFAULT_TIMEOUT_S
+    """Each attempt's timeout (longer when the endpoint is observed slower)."""
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+    adaptive: bool = False
+    max_concurrency: int | None = None
+    """One ``base_url``'s cap (several endpoints: their own caps)."""
+    task_description: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.timeout > 0:
+            raise ValueError(f"LLMAgent.timeout must be > 0 seconds, got {self.timeout}")
+        n = self.max_response_bytes
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"LLMAgent.max_response_bytes must be an integer >= 1, got {n!r}")
+        object.__setattr__(self, "max_tokens", _max_tokens(self.max_tokens))
+
+    @property
+    def budgets(self) -> Mapping[str, int]:
+        """Each call kind's ``max_tokens`` sent (normalised: kinds without one are absent)."""
+        return self.max_tokens  # type: ignore[return-value]  # a dict after __post_init__
+
+    def request_params(self) -> dict[str, Any]:
+        """The sampling fields every request carries: ``temperature``, then ``params``."""
+        return {"temperature": self.temperature, **(self.params or {})}
+
+
+def _settings(settings: AgentSettings | None, fields: Mapping[str, Any]) -> AgentSettings:
+    """The agent's settings: ``settings``, or built from its fields given as keywords."""
+    if settings is None:
+        return AgentSettings(**{k: v for k, v in fields.items()
+                                if not (k == "retry" and v is None)})  # None: the default
+    if fields:
+        raise TypeError(f"LLMAgent takes settings or their fields as keywords, not both "
+                        f"(got {', '.join(sorted(fields))})")
+    return settings
+
+
 class LLMAgent:
     """Answers `MCQ` units over an OpenAI-compatible ``/chat/completions`` endpoint.
 
@@ -237,10 +334,12 @@ class LLMAgent:
     ``timeout`` is each attempt's timeout, longer when the endpoint is observed slower
     (`EndpointPool.attempt_timeout`), always ending before the call's deadline.
 
-    ``think=True``: two steps (reason, then answer with a letter), each a cached call whose
-    messages extend the previous step's; ``think=False``: one answering call. ``max_tokens``
-    bounds each step's reply (``{"think": 512, "answer": 64}`` by default: a rambling think
-    step stays short enough for the answer step to fit the context).
+    Its settings are one `AgentSettings` (``settings``, or its fields as keywords:
+    ``LLMAgent(units, base_url=..., model=...)``). ``think=True``: two calls per unit, their
+    kinds ``think`` (reason) then ``answer`` (a letter), each cached, the answer's messages
+    extending the think call's; ``think=False``: one answering call. ``max_tokens`` bounds
+    each kind's reply (``{"think": 512, "answer": 64}`` by default: a rambling think call
+    stays short enough for the answer call to fit the context).
 
     ``adaptive``: the endpoint's concurrency adapts to its latency (`GradientLimit`); the
     gate reads the current limit from ``infer.admission`` before each dispatch, so calls
@@ -248,64 +347,80 @@ class LLMAgent:
     ``base_url`` (several endpoints: their own caps).
     """
 
-    def __init__(self, units: Mapping[str, MCQ], *, base_url: str, model: str,
+    def __init__(self, units: Mapping[str, MCQ], settings: AgentSettings | None = None, *,
                  api_key: str | None = None, cache: ResponseCache | None = None,
-                 timeout: float = 60.0, retry: RetryPolicy | None = None, think: bool = True,
-                 temperature: float = 0.0,
-                 max_tokens: int | Mapping[str, int] | None = DEFAULT_MAX_TOKENS,
-                 params: Mapping[str, Any] | None = None,
                  on_event: Callable[[AgentEvent], Any] | None = None,
                  rng: random.Random | None = None,
                  transport: httpx.AsyncBaseTransport | None = None,
-                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
-                 endpoints: EndpointPool | None = None,
-                 media: MediaResolver | None = None, adaptive: bool = False,
-                 max_concurrency: int | None = None,
-                 task_description: str | None = None,
-                 secrets: Iterable[str] | None = None) -> None:
+                 endpoints: EndpointPool | None = None, media: MediaResolver | None = None,
+                 secrets: Iterable[str] | None = None,
+                 **fields: Any) -> None:
+        settings = _settings(settings, fields)
+        base_url = settings.base_url
         if endpoints is not None:  # several endpoints: the key holds the pool's identity
             base_url = base_url or endpoints.identity
-        if not base_url or not model:
+        if not base_url or not settings.model:
             raise ValueError("LLMAgent needs a base_url and a model")
-        if not timeout > 0:
-            raise ValueError(f"LLMAgent.timeout must be > 0 seconds, got {timeout}")
-        if isinstance(max_response_bytes, bool) or not isinstance(max_response_bytes, int) \
-                or max_response_bytes < 1:
-            raise ValueError(f"LLMAgent.max_response_bytes must be an integer >= 1, got "
-                             f"{max_response_bytes!r}")
-        self.max_response_bytes = max_response_bytes
+        self.settings = settings
         self.http_requests = 0
         """HTTP requests sent to an endpoint (every attempt, retries included)."""
         self.http_cancelled = 0
         """Of those, the ones cancelled before their reply came (a call past every stop, a
         frozen type's): no endpoint counts them among its calls."""
-        self.units, self.base_url, self.model = units, base_url.rstrip("/"), model
+        self.units, self.base_url = units, base_url.rstrip("/")
         if api_key is None:
             api_key = _api_key(dict(os.environ)) or None
         self._api_key = api_key
         self._secrets = (api_key, *(secret_values(dict(os.environ)) if secrets is None
                                     else secrets))
-        self.cache, self.timeout = cache, timeout
-        self.retry = retry or RetryPolicy()
-        self.think = think
-        self.max_tokens = _max_tokens(max_tokens)
-        self.params: dict[str, Any] = {"temperature": temperature, **(params or {})}
+        self.cache = cache
+        self.params: dict[str, Any] = settings.request_params()
+        """The sampling fields of every request (settings' temperature and params)."""
         self.on_event = on_event
         self._rng = rng or random.Random()
         self._transport = transport
         self.endpoints = endpoints
+        cap = settings.max_concurrency
         self.pool = endpoints or EndpointPool(
-            [Endpoint(self.base_url, max_concurrency or SINGLE_ENDPOINT_CAP)],
-            adaptive=adaptive, max_limit=max_concurrency)
+            [Endpoint(self.base_url, cap or SINGLE_ENDPOINT_CAP)],
+            adaptive=settings.adaptive, max_limit=cap)
         """Where calls go: ``endpoints``, or a pool of the one ``base_url``."""
         self.media = media
-        self.task_description = task_description
-        """The task the prompts name (a workspace's ``agent.task_description``); None: see
-        `task_framing`."""
         self._http: ShardedClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._outside: tuple[asyncio.AbstractEventLoop, asyncio.Condition, list[int]] | None \
             = None
+
+    @property
+    def model(self) -> str:
+        return self.settings.model
+
+    @property
+    def think(self) -> bool:
+        return self.settings.think
+
+    @property
+    def timeout(self) -> float:
+        return self.settings.timeout
+
+    @property
+    def retry(self) -> RetryPolicy:
+        return self.settings.retry
+
+    @property
+    def max_tokens(self) -> Mapping[str, int]:
+        """Each call kind's reply budget sent (a kind without one: the server's default)."""
+        return self.settings.budgets
+
+    @property
+    def max_response_bytes(self) -> int:
+        return self.settings.max_response_bytes
+
+    @property
+    def task_description(self) -> str | None:
+        """The task the prompts name (a workspace's ``agent.task_description``); None: see
+        `task_framing`."""
+        return self.settings.task_description
 
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
@@ -377,7 +492,7 @@ class LLMAgent:
     def _emit(self, ev: AgentEvent) -> None:
         if ev.kind != "request":  # retries and give-ups show in the gate's event stream
             report_progress("retrying" if ev.kind == "retry" else "giving_up",
-                            step=ev.step, attempt=ev.attempt, status=ev.status,
+                            call_kind=ev.call_kind, attempt=ev.attempt, status=ev.status,
                             delay_s=ev.delay_s, error=ev.error)
         if self.on_event is None:
             return
@@ -487,62 +602,65 @@ class LLMAgent:
         return scrub_credentials(text, self._secrets)
 
     async def chat(self, body: Mapping[str, Any], *, run_id: str = "", unit_id: str = "",
-                   step: str = "answer") -> dict[str, Any]:
+                   call_kind: str = "answer", **deprecated_step: str) -> dict[str, Any]:
         """One chat call with retries; raises `LLMInfraError` when they run out or the
         deadline (``retry.max_total_s``, attempts and waits together) passes, and
-        `ContextOverflowError` when the server says the conversation does not fit."""
-        attempts = [0, 0]  # the attempt, the last HTTP status (0: none yet)
-        deadline = time.monotonic() + self.retry.max_total_s
+        `ContextOverflowError` when the server says the conversation does not fit.
+        ``call_kind`` (``think``, ``answer``, ``evolve``) names it in events and errors."""
+        if deprecated_step:
+            call_kind = _renamed_step(deprecated_step, "LLMAgent.chat")
+        return await self._attempts(body, _Call(run_id, unit_id, call_kind))
+
+    async def _attempts(self, body: Mapping[str, Any], call: _Call) -> dict[str, Any]:
+        t0 = time.monotonic()
+        deadline = t0 + self.retry.max_total_s
+        attempt, last_status = 0, None  # the last HTTP status any attempt got
         try:
             async with asyncio.timeout(self.retry.max_total_s):
-                return await self._attempts(body, run_id, unit_id, step, attempts, deadline)
+                while True:
+                    attempt += 1
+                    self._emit(call.event("request", attempt))
+                    try:
+                        return await self._post_once(body, call.kind, deadline)
+                    except _Retryable as exc:
+                        last_status = exc.status or last_status
+                        delay = self._retry_delay(exc, attempt, t0, call, last_status)
+                        await asyncio.sleep(delay)
+                    except LLMInfraError as exc:  # a MediaError too: a frame not sendable
+                        err = self.scrub(str(exc))
+                        self._emit(call.event("give_up", attempt, exc.status, error=err))
+                        out = type(exc)(err)
+                        out.status = exc.status
+                        raise out from None
         except TimeoutError:
             err = (f"deadline of {self.retry.max_total_s:g}s exceeded during attempt "
-                   f"{attempts[0]} (retry.max_total_s)")
-            self._emit(AgentEvent("give_up", run_id, unit_id, step, attempts[0],
-                                  attempts[1] or None, 0.0, err))
+                   f"{attempt} (retry.max_total_s)")
+            self._emit(call.event("give_up", attempt, last_status, error=err))
             raise LLMInfraError(err) from None
 
-    async def _attempts(self, body: Mapping[str, Any], run_id: str, unit_id: str, step: str,
-                        attempts: list[int], deadline: float) -> dict[str, Any]:
-        t0 = time.monotonic()
-        attempt = 0
-        while True:
-            attempt += 1
-            attempts[0] = attempt
-            self._emit(AgentEvent("request", run_id, unit_id, step, attempt))
-            try:
-                return await self._post_once(body, step, deadline)
-            except _Retryable as exc:
-                attempts[1] = exc.status or attempts[1]
-                err = self.scrub(str(exc))
-                delay = exc.retry_after if exc.retry_after is not None else \
-                    self.retry.backoff(attempt, self._rng)
-                elapsed = time.monotonic() - t0
-                # another attempt needs time: not one squeezed into the deadline's last tenth
-                late = elapsed + delay > self.retry.max_total_s * 0.9
-                if attempt >= self.retry.max_attempts or late:
-                    why = (f"gave up after {attempt} attempt(s) in {elapsed:.1f}s: {err}")
-                    if attempt < self.retry.max_attempts and exc.retry_after is not None:
-                        why += (f" (the server's Retry-After {exc.retry_after:g}s would pass "
-                                f"the call's deadline of {self.retry.max_total_s:g}s, "
-                                f"retry.max_total_s)")
-                    elif attempt < self.retry.max_attempts:
-                        why += (f" (the call's deadline of {self.retry.max_total_s:g}s leaves "
-                                f"no time for another attempt, retry.max_total_s)")
-                    self._emit(AgentEvent("give_up", run_id, unit_id, step, attempt,
-                                          attempts[1] or None, 0.0, err))
-                    raise LLMInfraError(why) from None
-                self._emit(AgentEvent("retry", run_id, unit_id, step, attempt, exc.status,
-                                      delay, err))
-                await asyncio.sleep(delay)
-            except LLMInfraError as exc:  # a MediaError too: a frame that cannot be sent
-                err = self.scrub(str(exc))
-                self._emit(AgentEvent("give_up", run_id, unit_id, step, attempt, exc.status,
-                                      0.0, err))
-                out = type(exc)(err)
-                out.status = exc.status
-                raise out from None
+    def _retry_delay(self, exc: _Retryable, attempt: int, t0: float, call: _Call,
+                     last_status: int | None) -> float:
+        """The wait before the next attempt (announced); `LLMInfraError` when retries run
+        out or another attempt would not fit the call's deadline."""
+        err = self.scrub(str(exc))
+        delay = exc.retry_after if exc.retry_after is not None else \
+            self.retry.backoff(attempt, self._rng)
+        elapsed = time.monotonic() - t0
+        # another attempt needs time: not one squeezed into the deadline's last tenth
+        late = elapsed + delay > self.retry.max_total_s * 0.9
+        if attempt >= self.retry.max_attempts or late:
+            why = (f"gave up after {attempt} attempt(s) in {elapsed:.1f}s: {err}")
+            if attempt < self.retry.max_attempts and exc.retry_after is not None:
+                why += (f" (the server's Retry-After {exc.retry_after:g}s would pass "
+                        f"the call's deadline of {self.retry.max_total_s:g}s, "
+                        f"retry.max_total_s)")
+            elif attempt < self.retry.max_attempts:
+                why += (f" (the call's deadline of {self.retry.max_total_s:g}s leaves "
+                        f"no time for another attempt, retry.max_total_s)")
+            self._emit(call.event("give_up", attempt, last_status, error=err))
+            raise LLMInfraError(why) from None
+        self._emit(call.event("retry", attempt, exc.status, delay, err))
+        return delay
 
     # -- the agent --------------------------------------------------------------------
 
@@ -563,21 +681,24 @@ class LLMAgent:
         return [{"role": "system", "content": preamble + task.skill},
                 {"role": "user", "content": content}]
 
-    def body(self, step: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        """The request of one step: model, messages, sampling, the step's ``max_tokens``."""
+    def body(self, call_kind: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        """The request of one call: model, messages, sampling, its kind's ``max_tokens``."""
         body = {"model": self.model, "messages": messages, **self.params}
-        if step in self.max_tokens:
-            body["max_tokens"] = self.max_tokens[step]
+        budgets = self.max_tokens
+        if call_kind in budgets:
+            body["max_tokens"] = budgets[call_kind]
         return body
 
-    async def _step(self, task: UnitTask, step: str, messages: list[dict[str, Any]],
-                    validate: Validator) -> tuple[dict[str, Any], str]:
-        body = self.body(step, messages)
+    async def _cached_call(self, task: UnitTask, call_kind: str,
+                           messages: list[dict[str, Any]],
+                           validate: Validator) -> tuple[dict[str, Any], str]:
+        """One of the unit's calls through the cache: (the reply, where it came from)."""
+        body = self.body(call_kind, messages)
 
         async def call() -> dict[str, Any]:
             try:
                 return await self.chat(body, run_id=task.run_id, unit_id=task.unit_id,
-                                       step=step)
+                                       call_kind=call_kind)
             except ContextOverflowError as exc:  # the arm's own conversation: its answer
                 return overflow_reply(self.model, str(exc))
 
@@ -594,9 +715,9 @@ class LLMAgent:
             raise KeyError(f"LLMAgent has no unit {task.unit_id!r}")
         t0 = time.perf_counter()
         n = len(mcq.options)
-        steps: list[dict[str, Any]] = []
+        steps: list[dict[str, Any]] = []  # the trace's calls (its stored key: "steps")
         tokens = 0
-        plan = ["think", "answer"] if self.think else ["answer"]
+        kinds = ["think", "answer"] if self.think else ["answer"]
         prediction: str | None = None
         error: str | None = None
         try:  # frame references hash the files: one deleted since the ladder is INFRA
@@ -604,26 +725,26 @@ class LLMAgent:
         except MediaError as exc:
             return self._result(task, t0, steps, tokens, infra=True,
                                 error=f"unit {task.unit_id!r}: {exc}")
-        for i, step in enumerate(plan):
+        for i, kind in enumerate(kinds):
             if i:
                 messages = [*messages, {"role": "assistant", "content": steps[-1]["content"]},
                             {"role": "user", "content": ANSWER_PROMPT}]
             try:  # cached unless INFRA: an unusable answer is replayed like any answer
-                resp, source = await self._step(task, step, messages, protocol_failure)
+                resp, source = await self._cached_call(task, kind, messages, protocol_failure)
             except LLMInfraError as exc:
                 where = f"unit {task.unit_id!r}: " if isinstance(exc, MediaError) else ""
                 return self._result(task, t0, steps, tokens, infra=True,
-                                    error=f"{step} step: {where}{exc}")
+                                    error=f"{kind} step: {where}{exc}")  # stored text
             used = _tokens(resp)
             tokens += used if source in ("miss", "bypass", "uncached") else 0
-            steps.append({"step": step, "source": source, "content": reply_text(resp),
+            steps.append({"step": kind, "source": source, "content": reply_text(resp),
                           "finish_reason": finish_reason(resp), "tokens": used})
-            why = _unusable(resp, step, n)
+            why = _unusable(resp, kind, n)
             if why in PROTOCOL_FAILURES:
                 return self._result(task, t0, steps, tokens, infra=True,
-                                    error=f"{step} step: {why}")
+                                    error=f"{kind} step: {why}")
             if why is not None:
-                error = f"{step} step: {why}"  # the model answered, unusably: a wrong answer
+                error = f"{kind} step: {why}"  # the model answered, unusably: a wrong answer
                 break
         else:
             prediction = parse_choice(steps[-1]["content"], n)
@@ -644,7 +765,7 @@ class LLMAgent:
                           trace=trace, error=error)
 
 
-def _unusable(resp: Mapping[str, Any], step: str, n_options: int) -> str | None:
+def _unusable(resp: Mapping[str, Any], call_kind: str, n_options: int) -> str | None:
     """Why a step's reply cannot be used (a protocol failure: INFRA; anything else: the
     model's unusable answer, graded wrong), or None."""
     if finish_reason(resp) == "context_length":
@@ -652,7 +773,7 @@ def _unusable(resp: Mapping[str, Any], step: str, n_options: int) -> str | None:
     why = validate_response(resp)
     if why == "empty message content" and reply_text(resp):
         why = None  # a tool call carries the answer
-    if why is None and step == "answer" and parse_choice(reply_text(resp), n_options) is None:
+    if why is None and call_kind == "answer" and parse_choice(reply_text(resp), n_options) is None:
         why = "unparseable answer"
         if finish_reason(resp) == "length":
             why += " (cut at max_tokens: finish_reason length)"

@@ -21,8 +21,9 @@ from typing import Any
 
 import httpx
 
+from .._api import deprecated
+from .._env import DEFAULT_CONCURRENCY, environment, mask_url, secret_values
 from .._env import api_key as _api_key
-from .._env import environment, mask_url, secret_values
 from .._ids import content_hash, rollout_run_id, step_run_id
 from .._sync import run_sync
 from ..cache import CacheStats, ResponseCache, cache_namespace
@@ -30,7 +31,7 @@ from ..errors import CasesUnavailable, EndpointUnreachableError, WorkspaceError
 from ..gate import GuardParams, Infer, UnitTask, shuffle_key
 from ..harness import MediaOptions, Workspace, step_input_state
 from ..options import RunOptions, resolve_options
-from ._agent import AGENT_VERSION, MCQ, AgentEvent, LLMAgent, RetryPolicy
+from ._agent import AGENT_VERSION, MCQ, AgentEvent, AgentSettings, LLMAgent, RetryPolicy
 from ._endpoints import EndpointPool, EndpointStats, agent_endpoints
 from ._evolver import ErrorCase, LLMEvolver
 from ._media import MediaResolver
@@ -80,7 +81,7 @@ class Rollout:
     units: Mapping[str, MCQ]
     seed: int
     size: int = ROLLOUT_UNITS
-    concurrency: int = 32
+    concurrency: int = DEFAULT_CONCURRENCY
     _memo: dict[tuple[str, int, int, str], tuple[ErrorCase, ...]] = field(
         default_factory=dict, repr=False, compare=False)
     _infra: dict[tuple[str, int, int, str], tuple[int, int, str | None]] = field(
@@ -200,15 +201,15 @@ def llm_backend(workspace: Workspace, options: RunOptions | None = None, *,
                 endpoints: EndpointPool | None = None) -> LLMBackend:
     """The backend of an ``llm`` workspace, from its agent config (``workspace.json``).
 
-    ``options`` (default: resolved from ``env``, `vtrm_gate.options.resolve_options`) names
-    the response cache (``redis_url`` ... ``cache_share``) and the rollout's slots; ``cache``
-    overrides it (a ``cache`` with a namespace of its own keeps it). Without a Redis URL the
-    embedded Redis inside the workspace serves. Cached samples are salted with the
-    workspace's id, so no other workspace reuses them unless ``cache_share`` opts in. The API
-    key is ``api_key``, else ``OPENAI_API_KEY`` / ``VTRM_API_KEY`` from ``env`` (default:
-    ``.env`` + the process environment); it is sent as a header and stored nowhere. Several
-    endpoints (``base_url`` a list, or ``endpoints_file``) go through one `EndpointPool`
-    (``endpoints`` overrides it, e.g. with other failure settings).
+    ``options`` (the run's, resolved once by `vtrm_gate.options.resolve_options`; omitting it is
+    deprecated: it is then resolved here from ``env``) names the response cache (``redis_url``
+    ... ``cache_share``) and the rollout's slots; ``cache`` overrides it (a ``cache`` with a
+    namespace of its own keeps it). Without a Redis URL the embedded Redis inside the workspace
+    serves. Cached samples are salted with the workspace's id, so no other workspace reuses them
+    unless ``cache_share`` opts in. The API key is ``api_key``, else ``OPENAI_API_KEY`` /
+    ``VTRM_API_KEY`` from ``env`` (default: ``.env`` + the process environment); it is sent as a
+    header and stored nowhere. Several endpoints (``base_url`` a list, or ``endpoints_file``) go
+    through one `EndpointPool` (``endpoints`` overrides it, e.g. with other failure settings).
 
     The calls follow ``options``: adaptive concurrency within ``options.slots``, ``timeout``,
     ``deadline`` and ``max_retries`` (``retry`` / ``timeout`` override them), each step's
@@ -221,6 +222,8 @@ def llm_backend(workspace: Workspace, options: RunOptions | None = None, *,
                              f"(kind {workspace.config.kind!r})")
     e = environment(env)
     if options is None:
+        deprecated("llm_backend(workspace) without options",
+                   "llm_backend(workspace, resolve_options(...)) or RunOptions()")
         options = resolve_options(env=e, dotenv=None)
     if cache is None:
         cache = ResponseCache.from_options(options, workspace=workspace.root)
@@ -259,18 +262,17 @@ def _agent(workspace: Workspace, options: RunOptions, budgets: Mapping[str, int]
     media = None
     if any(u.media is not None for u in workspace.units.values()):
         media = MediaResolver(MediaOptions.from_agent(a, workspace.root))
-    kw["retry"] = kw["retry"] or RetryPolicy(max_attempts=options.max_retries + 1,
-                                             max_total_s=options.deadline)
-    kw["timeout"] = kw["timeout"] or options.timeout
-    kw["secrets"] = secret_values(kw.pop("env"))
-    return LLMAgent(workspace_units(workspace), base_url=None if endpoints else a["base_url"],
-                    model=a["model"], endpoints=endpoints, media=media,
-                    think=bool(a.get("think", True)),
-                    temperature=float(a.get("temperature", 0.0)),
-                    max_tokens={k: budgets[k] for k in ("think", "answer")},
-                    params=a.get("params"), adaptive=options.adaptive,
-                    max_concurrency=options.slots,
-                    task_description=a.get("task_description"), **kw)
+    settings = AgentSettings(
+        base_url=None if endpoints else a["base_url"], model=a["model"],
+        think=bool(a.get("think", True)), temperature=float(a.get("temperature", 0.0)),
+        max_tokens={k: budgets[k] for k in ("think", "answer")}, params=a.get("params"),
+        timeout=kw.pop("timeout") or options.timeout,
+        retry=kw.pop("retry") or RetryPolicy(max_attempts=options.max_retries + 1,
+                                             max_total_s=options.deadline),
+        adaptive=options.adaptive, max_concurrency=options.slots,
+        task_description=a.get("task_description"))
+    return LLMAgent(workspace_units(workspace), settings, endpoints=endpoints, media=media,
+                    secrets=secret_values(kw.pop("env")), **kw)
 
 
 async def rollout_cases(backend: LLMBackend, workspace: Workspace, epoch: int, step: int,

@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from .._env import scrub_credentials
+from .._env import DEFAULT_TIMEOUT_S, scrub_credentials
 from ..cache import KeyParts, ResponseCache, protocol_failure
 from ..gate import current_run_id
 from ._agent import DEFAULT_MAX_RESPONSE_BYTES, parse_body
@@ -210,7 +210,7 @@ class CachedTransport(httpx.AsyncBaseTransport):
 
 def cached_http_client(cache: ResponseCache, *, run_id: str = DEFAULT_RUN_ID,
                        base_url: str = "", headers: Mapping[str, str] | None = None,
-                       timeout: float | httpx.Timeout = 60.0,
+                       timeout: float | httpx.Timeout = DEFAULT_TIMEOUT_S,
                        transport: httpx.AsyncBaseTransport | None = None,
                        secrets: Iterable[str] = (), **limits: Any) -> httpx.AsyncClient:
     """An `httpx.AsyncClient` whose chat completions go through ``cache`` (`CachedTransport`

@@ -29,10 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._env import DEFAULT_CONCURRENCY
 from ..errors import EndpointsError
 from ._limit import PREFILL_TOKENS, GradientLimit, LimitParams
 
-DEFAULT_CAP = 32
+DEFAULT_CAP = DEFAULT_CONCURRENCY
 MIN_SAMPLES_FOR_TIMEOUT = 10
 TIMEOUT_MULTIPLE = 3.0
 """An attempt may take this multiple of the endpoint's recent p95 latency (of its kind)."""

@@ -171,7 +171,7 @@ class LLMEvolver:
         async def call() -> dict[str, Any]:
             async with self.agent.slot():  # every type evolves at once: wait for room here
                 return await self.agent.chat(body, run_id=run_id, unit_id=task_type,
-                                             step="evolve")
+                                             call_kind="evolve")
 
         try:
             if self.agent.cache is None:

@@ -29,7 +29,14 @@ from typing import Any
 
 import httpx
 
-from .._env import capped, credential_keys, scrub_credentials, scrub_json, secret_values
+from .._env import (
+    DEFAULT_CONCURRENCY,
+    capped,
+    credential_keys,
+    scrub_credentials,
+    scrub_json,
+    secret_values,
+)
 from .._ids import canonical_json, evolve_run_id, step_rollout_run_id
 from ..cache import CacheStats, ResponseCache, cache_namespace
 from ..errors import BackendError, CandidateRefused, CasesUnavailable
@@ -52,7 +59,7 @@ class BackendContext:
 
     workspace: Workspace
     cache: ResponseCache
-    concurrency: int = 32
+    concurrency: int = DEFAULT_CONCURRENCY
     env: Mapping[str, str] = field(default_factory=dict, repr=False)
     """Not in the repr: a factory's error message that shows the context shows no secret."""
 

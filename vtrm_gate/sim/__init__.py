@@ -64,3 +64,60 @@ from ._world import SimConfig as SimConfig
 from ._world import SimEvolver as SimEvolver
 from ._world import SimWorld as SimWorld
 from ._world import TrueEffect as TrueEffect
+
+__all__ = [
+    "CLASSES",
+    "DEFAULT_INFRA_RATE",
+    "DEFAULT_POOL_SIZES",
+    "EFFECTS",
+    "EFFECT_SIZE",
+    "INTERACTIVE_SECONDS",
+    "MAX_STEPS",
+    "PRESETS",
+    "REF_STEPS",
+    "ROLLOUT_BATCH",
+    "SEED_RUN_ID",
+    "TASK_TYPES",
+    "TRUE_MARGIN",
+    "Effect",
+    "EtaCheck",
+    "PolicyRun",
+    "SimBackend",
+    "SimConfig",
+    "SimEvolver",
+    "SimStep",
+    "SimWorld",
+    "TrueEffect",
+    "TypeFit",
+    "World",
+    "WorldFit",
+    "block_serial_schedule",
+    "continuous_schedule",
+    "eta_checks",
+    "fit_world",
+    "gate_plans",
+    "heldout_split",
+    "init_simulated",
+    "ladder_outcomes",
+    "local_workers",
+    "logit_per_theta",
+    "no_early_stop",
+    "quality_report",
+    "record_ground_truth",
+    "run_virtual",
+    "serial_phase_times",
+    "sim_json",
+    "sim_step",
+    "simulate_policy",
+    "simulated_backend",
+    "sweep_executor",
+    "sweep_map",
+    "training_curve",
+    "training_summary",
+]
+
+# below __all__: the classes it names report this namespace as their module
+from .._api import declare
+
+declare(__name__, globals())
+del declare

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .._env import DEFAULT_CONCURRENCY
 from ..gate import GateForecast, run_gate
 from ..stats import GateParams
 from ._step import sim_step
@@ -28,7 +29,7 @@ class EtaCheck:
         return (self.eta_s - self.actual_s) / self.actual_s
 
 
-def eta_checks(seed: int, shares: Sequence[float] = SHARES, concurrency: int = 32,
+def eta_checks(seed: int, shares: Sequence[float] = SHARES, concurrency: int = DEFAULT_CONCURRENCY,
                params: GateParams | None = None) -> list[EtaCheck]:
     """Run the simulated step of ``seed`` (virtual clock), then replay its events into a
     `GateForecast` and read the ETA at each share of the makespan."""

@@ -10,7 +10,14 @@ from typing import Any
 from .._ids import content_hash, eval_run_id, probation_run_id
 from ..errors import WorkspaceError
 from ..gate import TypePlan
-from ..harness import FATES, Workspace, read_manifest, recorded_manifests, settled_audit
+from ..harness import (
+    FATES,
+    StepStatus,
+    Workspace,
+    read_manifest,
+    recorded_manifests,
+    settled_audit,
+)
 from ..stats import GateParams
 from ._schedules import block_serial_schedule, simulate_policy
 from ._world import TRUE_MARGIN, SimWorld
@@ -28,7 +35,7 @@ def record_ground_truth(workspace: Workspace, world: SimWorld) -> int:
     for m in recorded_manifests(workspace):
         e, s = m["epoch"], m["step"]
         for t, c in sorted(m["candidates"].items()):
-            if c.get("status") != "gated":
+            if c.get("status") != StepStatus.GATED:
                 continue
             base = workspace.version_text(t, m["inputs"]["base_skills"][t]["version"])
             cand = (workspace.root / c["file"]).read_text(encoding="utf-8")
@@ -153,7 +160,8 @@ def serial_phase_times(workspace: Workspace, world: SimWorld,
         plans = [TypePlan(t, m["inputs"]["ladders"][t], base[t],
                           (workspace.root / c["file"]).read_text(encoding="utf-8"),
                           m["step_run_id"])
-                 for t, c in sorted(m["candidates"].items()) if c.get("status") == "gated"]
+                 for t, c in sorted(m["candidates"].items())
+                 if c.get("status") == StepStatus.GATED]
         if plans:  # the old gate with the step's own parameters (n_max, lambda, ...)
             params = GateParams(**m["inputs"]["config"]["params"])
             old = block_serial_schedule(world, plans, params, block=block)

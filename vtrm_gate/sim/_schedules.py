@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .._env import DEFAULT_CONCURRENCY
 from .._ids import step_run_id as _step_run_id
 from ..errors import shown
 from ..gate import GuardParams, TypePlan, UnitResult, UnitTask, build_ladder, ladder_units, run_gate
@@ -99,7 +100,7 @@ def no_early_stop(world: SimWorld, plans: Sequence[TypePlan]) -> dict[str, Any]:
 
 
 def continuous_schedule(world: SimWorld, plans: Sequence[TypePlan],
-                        params: GateParams | None = None, concurrency: int = 32,
+                        params: GateParams | None = None, concurrency: int = DEFAULT_CONCURRENCY,
                         guard: GuardParams | None = None) -> dict[str, Any]:
     """The continuous gate (`run_gate`) on a virtual clock, with exact makespan, busy slot
     time (discarded work included), and the lower bound: needed inference time / slots.

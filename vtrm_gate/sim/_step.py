@@ -16,9 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .._env import DEFAULT_CONCURRENCY
 from .._ids import step_run_id
 from ..errors import shown
 from ..gate import TypePlan, build_ladder, ladder_units
+from ..harness import StepStatus
 from ..stats import GateParams
 from ._schedules import continuous_schedule
 from ._world import SimConfig, SimEvolver, SimWorld
@@ -36,7 +38,7 @@ class SimStep:
     step: int
     world: SimWorld
     plans: tuple[TypePlan, ...]
-    skipped: dict[str, str]
+    skipped: dict[str, StepStatus]
     """Types not gated, with the reason (as `run_step`'s step_report status)."""
     virtual_makespan_s: float | None = None
     """The step's exact makespan in simulated seconds (set when ``wall_seconds`` was)."""
@@ -63,7 +65,7 @@ class SimStep:
 
 def sim_step(seed: int, epoch: int = 1, step: int = 1, *, params: GateParams | None = None,
              wall_seconds: float | None = INTERACTIVE_SECONDS, time_scale: float = 1.0,
-             concurrency: int = 32, **sim: Any) -> SimStep:
+             concurrency: int = DEFAULT_CONCURRENCY, **sim: Any) -> SimStep:
     """The gate step ``(epoch, step)`` of the simulated world ``SimConfig(seed, **sim)``.
 
     ``wall_seconds`` (default 30, a pace a person can watch): pick ``time_scale`` so that
@@ -78,16 +80,16 @@ def sim_step(seed: int, epoch: int = 1, step: int = 1, *, params: GateParams | N
     evolver = SimEvolver(world)
     srid = step_run_id(epoch, step)
     plans: list[TypePlan] = []
-    skipped: dict[str, str] = {}
+    skipped: dict[str, StepStatus] = {}
     for t in world.task_types:
         base = world.initial_skill(t)
         cases = list(dict.fromkeys(world.error_cases(t, epoch, step, base)))
         if not cases:
-            skipped[t] = "no_cases"
+            skipped[t] = StepStatus.NO_CASES
             continue
         cand = evolver.propose(t, base, (), epoch, step)
         if cand.strip() == base.strip():
-            skipped[t] = "skipped"  # no real change: run_step never gates it
+            skipped[t] = StepStatus.SKIPPED  # no real change: run_step never gates it
             continue
         # keyed as harness.step keys it (_ladder_seed): "{workspace seed}:{step_run_id}"
         ladder = build_ladder(world.pool(t), world.seed_record(t), exclude=cases,

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._env import DEFAULT_CONCURRENCY
 from ..errors import WorkspaceError
 from ..gate import Infer, UnitTask
 from ..harness import (
@@ -85,7 +86,7 @@ class SimBackend:
     cases: CaseSource
     pools: Mapping[str, Sequence[str]] = field(default_factory=dict)
 
-    def rollout(self, workspace: Workspace, concurrency: int = 32
+    def rollout(self, workspace: Workspace, concurrency: int = DEFAULT_CONCURRENCY
                 ) -> Callable[[int, int], Any]:
         """``train``'s rollout: each step's rollout batch of every type not cooling down, run
         through ``concurrency`` slots with the simulated latency; returns the error cases."""

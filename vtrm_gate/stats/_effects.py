@@ -70,7 +70,8 @@ def _simplex(step: float = SHARE_STEP) -> np.ndarray:
 
 def _log_mix(f: np.ndarray) -> np.ndarray:
     """log of each gate's mixture likelihood at every grid pair and share point (K, G, P)."""
-    return np.log(np.einsum("kgc,pc->kgp", f, _simplex()))
+    out: np.ndarray = np.log(np.einsum("kgc,pc->kgp", f, _simplex()))
+    return out
 
 
 def _best(log_mix: np.ndarray, weight: np.ndarray) -> tuple[int, int, float]:

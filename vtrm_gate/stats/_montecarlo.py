@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -169,7 +170,7 @@ class FalseAcceptCurve:
     def arrival_rates(self) -> tuple[float, ...]:
         return tuple(k / self.n_rep for k in self.arrival_accepts)
 
-    def columns(self) -> dict[str, list]:
+    def columns(self) -> dict[str, list[Any]]:
         """Long format: one row per (consumption order, correlation)."""
         k = len(self.correlations)
         accepts = [self.prefix_accepts] * k + list(self.arrival_accepts)
@@ -237,7 +238,7 @@ class UnitsCurve:
     n_rep: int
     seed: int | None
 
-    def columns(self) -> dict[str, list]:
+    def columns(self) -> dict[str, list[Any]]:
         k = len(self.p_wins)
         return {
             "p_win": list(self.p_wins),

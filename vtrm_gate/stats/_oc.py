@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -47,10 +48,10 @@ def _powers(f: float, n: int) -> np.ndarray:
     return out
 
 
-def _product(*factors: np.ndarray) -> np.ndarray:
+def _product(first: np.ndarray | np.float64, *factors: np.ndarray) -> np.ndarray:
     """Elementwise product of capital factors where any zero factor gives exactly 0."""
-    out = factors[0]
-    for f in factors[1:]:
+    out = cast(np.ndarray, first)  # a float64 multiplies like a 0-d array
+    for f in factors:
         out = _times_array(out, f)
     return out
 

@@ -39,7 +39,7 @@ def best_case_floor(target: float, n_remaining: int, params: GateParams) -> floa
     return math.exp(math.log(target) - n_remaining * lw) * (1.0 - FUTILITY_RTOL)
 
 
-def _hopeful(e_plus, w_net, n_remaining: int, params: GateParams):  # type: ignore[no-untyped-def]
+def _hopeful(e_plus, w_net, n_remaining: int, params: GateParams):  # type: ignore[no-untyped-def]  # floats or arrays
     """Can straight wins still reach ACCEPT or PROVISIONAL? (floats or numpy arrays alike)"""
     w_best = w_net + n_remaining
     acc = ((e_plus >= best_case_floor(params.e_confirm, n_remaining, params))

@@ -17,6 +17,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
+from .._env import DEFAULT_CONCURRENCY
 from ..gate import GateEvent, run_gate
 from ..sim import block_serial_schedule, continuous_schedule, no_early_stop, run_virtual, sim_step
 from ..stats import GateParams, false_accept_curve, units_curve
@@ -44,7 +45,7 @@ class ReviewParams:
     correlations: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 0.95)
     p_wins: tuple[float, ...] = (0.5, 0.6, 0.7, 0.8, 0.9)
     discordances: tuple[float, ...] = (0.3, 0.5, 0.7)
-    concurrency: int = 32
+    concurrency: int = DEFAULT_CONCURRENCY
     epochs: int = 3
     steps_per_epoch: int = 5
     params: GateParams = field(default_factory=GateParams)
@@ -53,7 +54,7 @@ class ReviewParams:
 
 
 @functools.lru_cache(maxsize=4)
-def simulated_step(sim_seed: int, concurrency: int = 32,
+def simulated_step(sim_seed: int, concurrency: int = DEFAULT_CONCURRENCY,
                    params: GateParams | None = None) -> dict[str, Any]:
     """The step of ``sim_seed`` under the old gate, the v3 gate (virtual clock, events
     recorded) and no early stop."""
@@ -108,7 +109,7 @@ def waste(rp: ReviewParams) -> Figure:
 
 @functools.lru_cache(maxsize=2)
 def simulated_training(sim_seed: int, epochs: int, steps_per_epoch: int,
-                       concurrency: int = 32) -> dict[str, Any]:
+                       concurrency: int = DEFAULT_CONCURRENCY) -> dict[str, Any]:
     """A simulated training run (virtual clock, recommended probation rule) of the 12-type
     world of ``sim_seed``: its training curve and its old-vs-v3 time per phase."""
     import tempfile
