@@ -140,6 +140,7 @@ __all__ = [
     "best_case_floor",
     "bet_factors",
     "bootstrap_effects",
+    "BOOT_CHUNK",
     "cand_wrong_probability",
     "check_ladder_length",
     "correlated_latency",

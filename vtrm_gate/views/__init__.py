@@ -117,6 +117,8 @@ __all__ = [
     "plot_call_breakdown",
     "plot_false_accept",
     "plot_harmful_crossover",
+    "crossover_claim",
+    "harmful_sweep_frame",
     "plot_makespan",
     "plot_operating_characteristics",
     "plot_phase_times",
