@@ -101,6 +101,7 @@ from ._rules import rule_oc as rule_oc
 __all__ = [
     "ACTION_CODES",
     "ALTERNATIVES",
+    "BOOT_CHUNK",
     "DECISION_RULES",
     "DEFAULT_RULE",
     "GUARANTEES",
@@ -140,7 +141,6 @@ __all__ = [
     "best_case_floor",
     "bet_factors",
     "bootstrap_effects",
-    "BOOT_CHUNK",
     "cand_wrong_probability",
     "check_ladder_length",
     "correlated_latency",
