@@ -194,7 +194,11 @@ def test_a_second_launch_is_served_from_redis(redis_target):
 
     first, paid1, answered1, _ = asyncio.run(launch_once())
     second, paid2, _, stats2 = asyncio.run(launch_once())
-    assert len(paid1) == first.total("started") > 0
+    # every started call reached the backend, but for one cancelled past a stop while it was
+    # still in its cache lookup (under load this happens: 216 of 218 once)
+    started = first.total("started")
+    assert 0 < len(paid1) <= started
+    assert started - len(paid1) <= first.total("cancelled_in_flight")
     # Everything the first launch got back is served from Redis. Which calls start past a
     # type's stop depends on completion order (cache hits return sooner than the backend did),
     # so the second launch may start a few the first never did or cancelled past a stop: only
