@@ -48,15 +48,13 @@ def test_lab_serves_without_news_and_removes_its_settings_directory(tmp_path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         url = f"http://127.0.0.1:{port}/lab/api/settings/{NEWS}?token={token}"
-        deadline = time.monotonic() + 120
-        while True:
+        while True:  # until it serves its settings, or exits (a hang: pytest's timeout)
             try:
                 with urllib.request.urlopen(url, timeout=5) as r:
                     schema = json.loads(r.read())["schema"]["properties"]
                 break
             except OSError:
                 assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-                assert time.monotonic() < deadline, "JupyterLab did not start in 120 s"
                 time.sleep(0.5)
         # the overrides are the defaults it serves (JupyterLab's own: fetchNews "none", which
         # asks with a toast over the notebook)

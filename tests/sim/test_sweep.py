@@ -103,27 +103,28 @@ def _alive(pid: int) -> bool:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL, signal.SIGINT])
 def test_local_workers_end_with_their_parent(tmp_path, sig):
-    """Two workers hold a task each; the parent gets ``sig``; within 10 s neither worker
-    runs (a plain ProcessPoolExecutor's workers lived on after SIGTERM/SIGKILL)."""
+    """Two workers hold a task each; the parent gets ``sig``; then neither worker runs (a
+    plain ProcessPoolExecutor's workers lived on after SIGTERM/SIGKILL, until the timeout)."""
     script = tmp_path / "child.py"
     script.write_text(_CHILD)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     child = subprocess.Popen([sys.executable, str(script), str(tmp_path)], env=env)
     pids: set[int] = set()
     try:
-        deadline = time.monotonic() + 60
+        # no wall-clock bound (a loaded machine starts workers late): the parent must stay up
+        # until both run; a hang is pytest's timeout
         while len(list(tmp_path.glob("w*"))) < 2 or any(
                 not p.read_text() for p in tmp_path.glob("w*")):
-            assert child.poll() is None and time.monotonic() < deadline, "workers never ran"
+            assert child.poll() is None, "the parent ended before its workers ran"
             time.sleep(0.1)
         pids = {int(p.read_text()) for p in tmp_path.glob("w*")}
         assert len(pids) == 2 and all(_alive(p) for p in pids)
         child.send_signal(sig)
         child.wait(30)
-        deadline = time.monotonic() + 10
-        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        # the property, not a time: every worker ends once its parent has (a worker that
+        # outlives it keeps this loop going until pytest's timeout names the test)
+        while [p for p in pids if _alive(p)]:
             time.sleep(0.1)
-        assert not [p for p in pids if _alive(p)], f"workers outlived their parent ({sig!r})"
     finally:
         if child.poll() is None:
             child.kill()
