@@ -225,9 +225,10 @@ class MediaChangedError(MediaError):
 
 class CandidateRefused(VtrmError):
     """Every sample the evolver gave (the first and its bounded retries) failed the candidate
-    check (`vtrm_gate.harness.candidate_problem`: empty, unchanged, a rejected one, a chat
-    reply, far too short, over the size cap): the type is ``skipped`` for the step with this
-    message as its note, nothing is gated and no cooldown is charged."""
+    check (cut at ``max_tokens``, or `vtrm_gate.harness.candidate_problem`: empty,
+    unchanged, a rejected one, a chat reply, far too short, over the size cap): the type is
+    ``skipped`` for the step with this message as its note, nothing is gated and no cooldown
+    is charged."""
 
 
 class RepeatedCandidate(CandidateRefused):

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from vtrm_gate.cache import ResponseCache
-from vtrm_gate.errors import EvolveError
+from vtrm_gate.errors import CandidateRefused, EvolveError
 from vtrm_gate.gate import UnitResult, UnitTask
 from vtrm_gate.harness import MediaOptions, parse_media
 from vtrm_gate.llm import (
@@ -159,23 +159,55 @@ def test_a_tool_call_answer_is_read_from_its_arguments(chat_server: ChatServer) 
     assert not res.infra and res.prediction == "D" and res.correct
 
 
-def test_a_truncated_evolver_reply_is_never_a_skill(chat_server: ChatServer) -> None:
-    chat_server.inject(Fault(body=completion("1. A new skill file:\n```python\n#\n",
-                                             "length")))
-    a = agent(chat_server)
-
+def evolve_twice(chat_server: ChatServer, redis_target: RedisTarget) -> list[Any]:
+    """``LLMEvolver.evolve`` for one type, run twice on one Redis cache: each run's candidate
+    text or raised error, and how many requests the server saw after each."""
     async def cases(*_: Any) -> list[ErrorCase]:
         return [ErrorCase("u1", UNITS["u1"], "A")]
 
-    async def go() -> str:
+    async def go() -> str | Exception:
+        a = agent(chat_server, cache=ResponseCache(redis_target.url,
+                                                   prefix=redis_target.prefix))
         try:
-            return await LLMEvolver(a, cases, max_tokens=256).evolve("OCR", "skill", [], 1, 1)
+            return await LLMEvolver(a, cases, max_tokens=256).evolve(
+                "OCR", "skill", [], 1, 1)
+        except Exception as exc:
+            return exc
         finally:
             await a.aclose()
+            await a.cache.aclose()
 
-    with pytest.raises(EvolveError, match="truncated"):
-        asyncio.run(go())
-    assert chat_server.requests[0]["max_tokens"] == 256
+    out = []
+    for _ in range(2):
+        out += [asyncio.run(go()), len(chat_server.requests)]
+    return out
+
+
+CUT = "1. A new skill file:\n```python\n#\n"
+
+
+def test_a_truncated_evolver_reply_is_sampled_again_and_cached(
+        chat_server: ChatServer, redis_target: RedisTarget) -> None:
+    """A reply cut at max_tokens is the model's answer, not a fault: it is stored (a re-run
+    replays it, sending nothing) and the next sample, if whole, is the candidate."""
+    whole = "# OCR\n\nRead every character of the text in the frame before you answer."
+    chat_server.inject(Fault(body=completion(CUT, "length")),
+                       Fault(body=completion(whole, "stop")))
+    first, n1, again, n2 = evolve_twice(chat_server, redis_target)
+    assert first == again == whole + "\n"
+    assert (n1, n2) == (2, 2) and chat_server.requests[0]["max_tokens"] == 256
+
+
+def test_an_evolver_cut_at_max_tokens_every_time_skips_the_type_and_says_why(
+        chat_server: ChatServer, redis_target: RedisTarget) -> None:
+    """Every sample truncated: `CandidateRefused` (the type is ``skipped`` for the step, no
+    cooldown) naming the cut and the setting to raise; the re-run asks nothing again."""
+    chat_server.inject(*[Fault(body=completion(CUT, "length"))] * 3)
+    first, n1, again, n2 = evolve_twice(chat_server, redis_target)
+    assert isinstance(first, CandidateRefused) and not isinstance(first, EvolveError)
+    assert "truncated (finish_reason length at max_tokens=256" in str(first)
+    assert "max_tokens_evolve" in str(first) and str(again) == str(first)
+    assert (n1, n2) == (LLMEvolver.REPEAT_RETRIES + 1,) * 2
 
 
 def test_a_200_that_is_no_chat_completion_marks_its_endpoint_down() -> None:

@@ -69,12 +69,12 @@ class LLMEvolver:
     agent's wrong answer, the right one) and the type's rejected buffer. The call goes
     through the agent's endpoint, retries and response cache, salted by the run id
     ``{step_run_id}_evolve_{slug}`` (a re-run proposes the same text at zero cost). A failed
-    call or an unusable reply (not a chat completion, cut off at ``max_tokens``) raises
-    `EvolveError`, which the step records per type as ``evolve_error`` with the reason (it
-    never crashes a step, and a failure is never reported as "no real change"). A reply that
-    is no skill to gate (`vtrm_gate.harness.candidate_problem`: empty, unchanged, a rejected
-    candidate, a chat reply, far shorter than the current skill, over the size cap) is
-    sampled again up to `REPEAT_RETRIES` times; if every sample fails the check,
+    call or an unusable reply (not a chat completion, no content) raises `EvolveError`,
+    which the step records per type as ``evolve_error`` with the reason (it never crashes a
+    step, and a failure is never reported as "no real change"). A reply that is no skill to
+    gate (cut off at ``max_tokens``, or `vtrm_gate.harness.candidate_problem`: empty,
+    unchanged, a rejected candidate, a chat reply, far shorter than the current skill, over
+    the size cap) is sampled again up to `REPEAT_RETRIES` times; if every sample fails the check,
     `CandidateRefused` (`RepeatedCandidate` when every one repeats a rejected candidate)
     skips the type for the step (``skipped``, with the reason) and the run goes on.
     """
@@ -142,8 +142,8 @@ class LLMEvolver:
                 **self.params}
         problems: list[str] = []
         for retry in range(self.REPEAT_RETRIES + 1):
-            text = await self._sample(task_type, body, run_id, retry)
-            why = candidate_problem(text, current_skill, rejected)
+            text, cut = await self._sample(task_type, body, run_id, retry)
+            why = cut or candidate_problem(text, current_skill, rejected)
             if why is None:
                 return text
             problems.append(why)
@@ -157,16 +157,11 @@ class LLMEvolver:
             + "; ".join(dict.fromkeys(problems)) + "); the type is skipped for this step")
 
     async def _sample(self, task_type: str, body: Mapping[str, Any], run_id: str,
-                      retry: int = 0) -> str:
+                      retry: int = 0) -> tuple[str, str | None]:
         """One proposal: the call through the agent's endpoint and cache, salted by the run
-        id (and ``retry``, for a fresh sample), checked and unfenced."""
-        def usable(resp: Any) -> str | None:
-            why = validate_response(resp)
-            if why is None and finish_reason(resp) == "length":  # never a cut-off skill file
-                why = (f"truncated (finish_reason length at max_tokens="
-                       f"{self.params.get('max_tokens', 'the server default')}; raise "
-                       f"max_tokens_evolve)")
-            return why
+        id (and ``retry``, for a fresh sample), unfenced, with why it is no skill file when
+        the model's reply was cut at ``max_tokens`` (the model's answer, cached like any
+        other: a re-run replays it, and another sample may fit)."""
 
         async def call() -> dict[str, Any]:
             async with self.agent.slot():  # every type evolves at once: wait for room here
@@ -184,7 +179,12 @@ class LLMEvolver:
                                                            run_id=run_id)).response
         except LLMInfraError as exc:
             raise EvolveError(f"evolver call for {task_type!r} failed: {exc}") from None
-        why = usable(resp)
+        why = validate_response(resp)
         if why is not None:
             raise EvolveError(f"evolver reply for {task_type!r} unusable: {why}")
-        return strip_fences(_content(resp)) + "\n"
+        cut = None
+        if finish_reason(resp) == "length":  # never a cut-off skill file
+            cut = (f"truncated (finish_reason length at max_tokens="
+                   f"{self.params.get('max_tokens', 'the server default')}; raise "
+                   f"max_tokens_evolve)")
+        return strip_fences(_content(resp)) + "\n", cut

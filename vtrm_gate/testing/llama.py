@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from .._ids import canonical_json
 from .._reaper import forget, stop_at_exit
 
 MODEL_ALIAS = "smollm2-135m-instruct"
@@ -203,6 +204,24 @@ class RecordingProxy:
         """How many requests so far (to split runs)."""
         with self.lock:
             return len(self.exchanges)
+
+    def reasked(self, n1: int, n2: int) -> tuple[set[str], str]:
+        """The request bodies answered to the client among exchanges ``[:n1]`` and asked again
+        among ``[n1:n2]`` (a re-run), with a line per body saying what the proxy saw of it:
+        its budget, turns and last message, for a failure message naming the call."""
+        with self.lock:
+            run1, rerun = self.exchanges[:n1], self.exchanges[n1:n2]
+        answered = {canonical_json(e.body) for e in run1 if e.status == 200 and e.delivered}
+        again = answered & {canonical_json(e.body) for e in rerun}
+        lines = []
+        for body in sorted(again):
+            b = json.loads(body)
+            seen = [(e.status, e.delivered) for e in run1 if canonical_json(e.body) == body]
+            n = sum(canonical_json(e.body) == body for e in rerun)
+            last = str(b["messages"][-1].get("content"))[-160:]
+            lines.append(f"max_tokens={b.get('max_tokens')} messages={len(b['messages'])} "
+                         f"first run={seen} re-run={n}x last message={last!r}")
+        return again, "\n".join(lines)
 
     def close(self) -> None:
         self.httpd.shutdown()
