@@ -162,7 +162,7 @@ def test_a_relabelled_unit_is_measured_again_on_a_rerun(
     def step() -> None:
         cache = ResponseCache(redis_target.url, prefix=redis_target.prefix)
         with Workspace.open(tmp_path / "ws") as w:
-            backend = llm_backend(w, cache=cache, api_key="k", env={}, retry=FAST)
+            backend = llm_backend(w, RunOptions(), cache=cache, api_key="k", env={}, retry=FAST)
 
             async def go() -> None:
                 try:
@@ -197,7 +197,7 @@ def test_an_echoed_api_key_never_reaches_the_log_rows_or_the_workspace(
     ws = make_ws(tmp_path / "ws", chat_server)
     cache = ResponseCache(redis_target.url, prefix=redis_target.prefix)
     errors: list[str] = []
-    backend = llm_backend(ws, cache=cache, api_key=secret, env={}, retry=FAST,
+    backend = llm_backend(ws, RunOptions(), cache=cache, api_key=secret, env={}, retry=FAST,
                           on_event=lambda ev: ev.error and errors.append(ev.error))
     # every agent call refused (the evolver still proposes): the gate's calls are all INFRA
     chat_server.inject(*[Fault(status=401, echo_auth=True, step="think")] * 200)
