@@ -161,3 +161,28 @@ def test_fit_with_jobs_prints_the_serial_fit(runs: dict[str, Path],
         outs.append(json.loads(capsys.readouterr().out))
     assert outs[0] == outs[1] and outs[0]["n_boot"] == 60
     assert outs[0]["intervals"]["p_helpful"][0] < outs[0]["intervals"]["p_helpful"][1]
+
+
+@pytest.mark.slow
+def test_fit_on_a_dask_cluster_prints_the_serial_fit(
+        runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """``fit --scheduler`` on a real 2-process Dask cluster (loopback) prints the serial fit,
+    bit for bit, and its bootstrap's refits ran on the cluster: ceil(60 / 25) = 3 chunks."""
+    from dask.distributed import LocalCluster
+
+    from vtrm_gate.stats import BOOT_CHUNK
+
+    capsys.readouterr()
+    args = ["fit", "--workspace", str(runs["mostly_helpful"]), "--json", "--boot", "60"]
+    assert main(args) == 0
+    serial = json.loads(capsys.readouterr().out)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster:
+        assert main([*args, "--scheduler", cluster.scheduler_address]) == 0
+        refits = cluster.scheduler.task_prefixes["refit_shares"].state_counts
+        workers = {w.pid for w in cluster.scheduler.workers.values()}
+    assert json.loads(capsys.readouterr().out) == serial
+    assert refits["memory"] == math.ceil(60 / BOOT_CHUNK) == 3
+    assert len(workers) == 2 and os.getpid() not in workers
+    lo, hi = serial["intervals"]["p_helpful"]
+    assert lo < hi  # the resamples differ: a real comparison
