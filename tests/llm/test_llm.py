@@ -175,7 +175,7 @@ def test_503_with_retry_after_is_retried_after_the_delay(chat_server: ChatServer
     assert res.correct and not res.infra
     retries = [e for e in events if e.kind == "retry"]
     assert len(retries) == 1 and retries[0].status == 503 and retries[0].delay_s == 0.3
-    assert retries[0].step == "think" and retries[0].unit_id == "u1"
+    assert retries[0].call_kind == "think" and retries[0].unit_id == "u1"
 
 
 def test_a_retry_after_past_the_deadline_gives_up_at_once_saying_why(
