@@ -149,22 +149,25 @@ _SHORT_ESCAPES = {"/": "/", '"': '"', "\\": "\\", "\b": "b", "\f": "f", "\n": "n
 
 
 def _u_escape(unit: int) -> str:
-    """A regex for ``\\uXXXX`` of one UTF-16 code unit, its hex digits in either case."""
-    return "\\\\u" + "".join(f"[{d}{d.upper()}]" if d.isalpha() else d
+    """A regex for ``\\uXXXX`` of one UTF-16 code unit, its hex digits in either case, its
+    backslash doubled any number of times (JSON inside JSON)."""
+    # one backslash, then any more: a "+" repeat would make the scan three times slower
+    return "\\\\\\\\*u" + "".join(f"[{d}{d.upper()}]" if d.isalpha() else d
                                for d in f"{unit:04x}")
 
 
 @functools.lru_cache(maxsize=64)
 def _escaped_pattern(secret: str) -> re.Pattern[str]:
     """``secret`` as a JSON string spells it with any of its characters ``\\u``-escaped
-    (hex digits in either case; a surrogate pair past U+FFFF) or short-escaped (``\\/``)."""
+    (hex digits in either case; a surrogate pair past U+FFFF) or short-escaped (``\\/``), at
+    any depth of JSON inside JSON."""
     parts = []
     for c in secret:
         units = [ord(c)] if ord(c) < 0x10000 else [
             0xD800 + ((ord(c) - 0x10000) >> 10), 0xDC00 + ((ord(c) - 0x10000) & 0x3FF)]
         alts = [re.escape(c), "".join(_u_escape(u) for u in units)]
         if c in _SHORT_ESCAPES:
-            alts.append(re.escape("\\" + _SHORT_ESCAPES[c]))
+            alts.append("\\\\\\\\*" + re.escape(_SHORT_ESCAPES[c]))
         parts.append(f"(?:{'|'.join(alts)})")
     return re.compile("".join(parts))
 

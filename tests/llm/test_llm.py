@@ -642,6 +642,7 @@ def _escaped(text: str, every: int = 1, upper: bool = False) -> str:
 @pytest.mark.parametrize("form", [
     _escaped(SECRET), _escaped(SECRET, upper=True), _escaped(SECRET, 2),
     _escaped(SECRET, 3, upper=True), SECRET[:5] + _escaped(SECRET[5]) + SECRET[6:],
+    _escaped(SECRET, 2).replace("\\", "\\\\"),  # escaped twice: JSON inside JSON
     SECRET.encode().hex(), SECRET.encode().hex().upper()])
 def test_json_escaped_and_hex_copies_of_a_secret_are_scrubbed(form: str) -> None:
     # Issue 27: a \u-escaped (any mix of escaped and plain characters, hex digits in
