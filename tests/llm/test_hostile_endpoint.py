@@ -59,3 +59,34 @@ def test_a_step_against_a_trickling_server_exits_2_unreachable_naming_it(
     assert not chat_server.requests  # no chat call, nothing written
     assert {p: p.read_bytes() for p in ws.root.rglob("*") if p.is_file()
             and p.name != ".lock"} == {p: b for p, b in before.items() if p.name != ".lock"}
+
+
+@pytest.mark.timeout(120)
+def test_a_busy_server_that_answers_the_probe_late_is_waited_for_like_a_call(
+        tmp_path: Path, chat_server: ChatServer, redis_target: RedisTarget,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """llama.cpp's single-slot server answers ``GET /models`` only between generations: a
+    re-run started while it finished a call the killed run had sent was "unreachable (no
+    answer within 5 s)" (a CI failure). The connection opens at once, so the probe waits
+    for the head as long as one attempt would (``--timeout``), and the step runs."""
+    ws = init_llm(tmp_path / "ws", write_units(tmp_path / "u.jsonl"), base_url=chat_server.url,
+                  model="m", seed=1)
+    ws.close()
+    monkeypatch.setenv("REDIS_URL", redis_target.url)
+    monkeypatch.setenv("VTRM_CACHE_PREFIX", redis_target.prefix)
+    chat_server.probe_fault = Fault(sleep=6.0, status=404)  # busy for 6 s, then any answer
+    code = cli.main(["step", "--workspace", str(ws.root), "--epoch", "1", "--step", "1",
+                     "--timeout", "10"])
+    assert code == 0, capsys.readouterr().err
+    assert chat_server.probes == 1 and chat_server.requests
+
+
+@pytest.mark.timeout(30)  # refused at once, never the minute the head may take
+def test_a_refused_connection_is_unreachable_at_once_naming_the_url() -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    with pytest.raises(EndpointUnreachableError, match=rf"{url} is unreachable \(ConnectError"):
+        check_endpoint(url, timeout=60.0, connect_timeout=5.0)

@@ -122,9 +122,11 @@ async def _llm(ws: Workspace, options: RunOptions, env: Mapping[str, str],
     except ValueError as exc:
         raise WorkspaceError(f"workspace.json: {exc}") from None
     endpoints = agent_endpoints(ws.config.agent, ws.root)
-    # before anything starts or is written (embedded Redis, rows); all at once, each within
-    # the probe's deadline (no longer than one attempt's timeout)
-    probes = await asyncio.gather(*(probe_endpoint(ep.url, min(PROBE_TIMEOUT_S, options.timeout))
+    # before anything starts or is written (embedded Redis, rows); all at once: a connection
+    # within the probe's timeout, the answer's head within one attempt's (a busy single-slot
+    # server answers between generations, as it would the first call)
+    probes = await asyncio.gather(*(probe_endpoint(ep.url, min(options.timeout, options.deadline),
+                                                   PROBE_TIMEOUT_S)
                                     for ep in endpoints), return_exceptions=True)
     down = [str(p) for p in probes if isinstance(p, EndpointUnreachableError)]
     for p in probes:

@@ -41,19 +41,26 @@ ROLLOUT_UNITS = 8
 
 
 PROBE_TIMEOUT_S = 5.0
-"""The endpoint probe's total deadline (connect, request and the answer's head together)."""
+"""How long the endpoint probe waits for a connection (and, by default, for everything)."""
 
 
-async def probe_endpoint(base_url: str, timeout: float = PROBE_TIMEOUT_S) -> int:
+async def probe_endpoint(base_url: str, timeout: float = PROBE_TIMEOUT_S,
+                         connect_timeout: float | None = None) -> int:
     """The HTTP status ``base_url``'s ``GET /models`` answers with (any status proves the
-    server is there: a 401 or 404 too). Only the head is read, never the body, and the
-    whole probe ends within ``timeout`` seconds: `EndpointUnreachableError` (URL masked)
+    server is there: a 401 or 404 too). Only the head is read, never the body. The
+    connection must open within ``connect_timeout`` (default ``timeout``) and the whole
+    probe ends within ``timeout`` seconds (a busy single-slot server, llama.cpp's, answers
+    ``/models`` only between generations): `EndpointUnreachableError` (URL masked)
     otherwise. Sends no key and costs no tokens."""
     url = base_url.rstrip("/") + "/models"
+    connect = min(timeout, connect_timeout or timeout)
+    limits = httpx.Timeout(timeout, connect=connect)
     try:
-        async with asyncio.timeout(timeout), httpx.AsyncClient(timeout=timeout) as client, \
+        async with asyncio.timeout(timeout), httpx.AsyncClient(timeout=limits) as client, \
                 client.stream("GET", url) as r:
             return r.status_code  # leaving the block closes the connection unread
+    except httpx.ConnectTimeout:
+        why = f"no connection within {connect:g} s"
     except TimeoutError:
         why = f"no answer within {timeout:g} s"
     except httpx.HTTPError as exc:
@@ -62,9 +69,10 @@ async def probe_endpoint(base_url: str, timeout: float = PROBE_TIMEOUT_S) -> int
                                    f"({why})")
 
 
-def check_endpoint(base_url: str, timeout: float = PROBE_TIMEOUT_S) -> int:
+def check_endpoint(base_url: str, timeout: float = PROBE_TIMEOUT_S,
+                   connect_timeout: float | None = None) -> int:
     """`probe_endpoint`, from sync code (a script or a notebook cell)."""
-    return run_sync(probe_endpoint(base_url, timeout))
+    return run_sync(probe_endpoint(base_url, timeout, connect_timeout))
 
 
 @dataclass(frozen=True)
