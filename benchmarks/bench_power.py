@@ -23,8 +23,8 @@ ones, reject the rest like the gate, cooldown included: not an upper bound), ``o
 paired by seed; no gate and the oracle are `simulate_policy` runs of the same seed, as in
 the training summary. Section ``harmful``: the four as the share of harmful candidates grows
 0 -> 60% (helpful : neutral 40 : 35, drawn per candidate) and the share where each gate starts
-beating no gate (bootstrap over seeds). Section ``levers``: lambda 0.7, n_max 80 and the
-seed-wrong-first probe on the presets, paired with v3. ``--quick``: the baselines on the three
+beating no gate (bootstrap over seeds). Section ``levers``: lambda 0.7, n_max 80, n_max 120 and
+the seed-wrong-first probe on the presets, paired with v3. ``--quick``: the baselines on the three
 presets, 3 seeds.
 
 Run: ``python -m benchmarks.bench_power [--quick] [--seeds N] [--tune-seeds N] [--jobs J]
@@ -267,9 +267,11 @@ HARMFUL_SHARES = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
 """The crossover sweep: the share of harmful candidates; helpful : neutral stays 40 : 35."""
 SECTIONS = ("frontier", "baselines", "harmful", "levers", "ranking")
 LEVERS = (Config("v3 lambda 0.7", lambda_dir=0.7), Config("v3 n_max 80", n_max=80),
+          Config("v3 n_max 120", n_max=120),
           Config("v3 probe seed-wrong-first", probation_order="seed_wrong_first"))
 """Ways to spend the speed on information that keep the validity guarantee (opt-in): a
-larger bet (worst-case false accept 4.35% <= 5%), longer ladders, the probe's order."""
+larger bet (worst-case false accept 4.35% <= 5%), longer ladders (n_max 80 and 120, each
+capped by the type's pool), the probe's order."""
 
 
 def harmful_world(share: float) -> dict[str, Any]:

@@ -15,26 +15,34 @@ version) with the simulator's own outcomes, so they differ only in what is gated
   so an edit can help one and harm another) or by one effect for all (``shared``: the best
   case for B), gated on one ladder over the union of the members' units.
 
-Reported per option: final true accuracy of the small types (mean over types), changes
+Worlds: today's (each type's evolver helpful / neutral / harmful for the whole run) and the
+presets ``mostly_harmful`` / ``mostly_neutral`` / ``mostly_helpful`` of `vtrm_gate.sim.World`
+(each candidate draws its class from the world's shares; under ``independent`` each member
+draws its own, under ``shared`` the group takes the first member's), and every ``--world``.
+
+Reported per world and option: final true accuracy of the small types (mean over types), changes
 applied that were truly better / neutral-or-worse for a member, and subgroup harm (a change
 applied to the group that made some member truly worse by >= 1 point).
 
-Run: ``python -m benchmarks.bench_small_types [--quick] [--seeds N]``.
+Run: ``python -m benchmarks.bench_small_types [--quick] [--seeds N] [--world FILE|PRESET ...]``.
 """
 
 from __future__ import annotations
 
 import statistics
+import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from benchmarks._common import machine, print_table, run_with_seeds
+from benchmarks._common import machine, parser, print_table
 from vtrm_gate._ids import content_hash
+from vtrm_gate.errors import VtrmError
 from vtrm_gate.gate import UnitTask, build_ladder, ladder_units, shuffle_key
-from vtrm_gate.sim import EFFECT_SIZE, SimConfig, SimWorld, heldout_split
+from vtrm_gate.sim import SimConfig, SimWorld, heldout_split
 from vtrm_gate.stats import Action, EContinueRule, GateParams, replay_prefix
 
 EPOCHS, STEPS, COOLDOWN, SMALL, PROBE = 3, 5, 2, 50, 40
@@ -88,16 +96,25 @@ def _ladder(group: list[Member], exclude: set[str], n: int, key: str) -> list[tu
                                                                n_max=n, seed=key))]
 
 
+def _effect_class(world: SimWorld, t: str, e: int, s: int) -> str:
+    """Member ``t``'s true effect class for the candidate of step (e, s): the type's class
+    fixed for the run, or in a per-candidate world its own draw from the world's shares."""
+    return world.effects.get(t) or world.world.classify(
+        _uniform(world.config.seed, t, e, s, "effect"), t)
+
+
 def _effect_shift(world: SimWorld, group: list[Member], e: int, s: int, mode: str
                   ) -> dict[str, float] | None:
-    """The candidate's ability shift per member (None: the evolver changed nothing)."""
-    if _uniform(world.config.seed, group[0].t, e, s, "no-change") < world.config.no_change_rate:
+    """The candidate's ability shift per member (None: the evolver changed nothing); one
+    size from the world's size distribution, each member's own class (``independent``) or
+    the first member's for all (``shared``)."""
+    lead = group[0].t
+    if _uniform(world.config.seed, lead, e, s, "no-change") < world.config.no_change_rate:
         return None
-    lo, hi = EFFECT_SIZE
-    size = lo + (hi - lo) * _uniform(world.config.seed, group[0].t, e, s, "size")
+    size = world.world.size(_uniform(world.config.seed, lead, e, s, "size"))
     sign = {"helpful": 1.0, "neutral": 0.0, "harmful": -1.0}
-    lead = world.effects[group[0].t]
-    return {m.t: size * sign[world.effects[m.t] if mode != "shared" else lead] for m in group}
+    return {m.t: size * sign[_effect_class(world, m.t if mode != "shared" else lead, e, s)]
+            for m in group}
 
 
 def train_group(world: SimWorld, group: list[Member], mode: str, log: list[dict[str, Any]]
@@ -166,8 +183,11 @@ def _change(world: SimWorld, group: list[Member], base: dict[str, float],
     return {"how": how, "gains": gains}
 
 
-def run_seed(seed: int, option: str, mode: str = "independent") -> dict[str, Any]:
-    world = SimWorld(SimConfig(seed=seed))
+def run_seed(seed: int, option: str, mode: str = "independent",
+             world_spec: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One run of ``option`` (A or B, effects ``mode``) on ``seed`` in ``world_spec`` (a
+    `World`'s JSON object; None: today's per-type world)."""
+    world = SimWorld(SimConfig(seed=seed, world=world_spec))
     members = []
     for t in world.task_types:
         units = world.pool(t)
@@ -201,16 +221,13 @@ def boot(xs: list[float]) -> str:
     return f"{a.mean():.3g} [{np.quantile(m, 0.025):.3g}, {np.quantile(m, 0.975):.3g}]"
 
 
-def main(quick: bool = False, seeds: int | None = None) -> None:
-    n = seeds or (4 if quick else 40)
-    print(f"machine: {machine()}")
-    print(f"{n} seeds x {EPOCHS} epochs x {STEPS} steps, small types (< {SMALL} units), "
-          f"n_max 40, e_continue probation ({PROBE} fresh units); mean [95% bootstrap "
-          f"interval over seeds]")
+def compare(n: int, world_spec: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """A, B with independent and B with shared effects on seeds 0..n-1 of one world, each
+    summarised over seeds (B - A paired by seed)."""
     rows = []
-    a = [run_seed(s, "A") for s in range(n)]
+    a = [run_seed(s, "A", world_spec=world_spec) for s in range(n)]
     for option, mode in (("A", "independent"), ("B", "independent"), ("B", "shared")):
-        rs = a if option == "A" else [run_seed(s, option, mode) for s in range(n)]
+        rs = a if option == "A" else [run_seed(s, option, mode, world_spec) for s in range(n)]
         rows.append({"option": option + ("" if option == "A" else f" ({mode} effects)"),
                      "true_accuracy": boot([r["accuracy"] for r in rs]),
                      "minus_A_paired": boot([r["accuracy"] - ra["accuracy"]
@@ -221,8 +238,38 @@ def main(quick: bool = False, seeds: int | None = None) -> None:
                      "subgroup_harm": sum(r["subgroup_harm"] for r in rs),
                      "accepted": sum(r["accepted"] for r in rs),
                      "kept": sum(r["kept"] for r in rs)})
-    print_table("small types: option A (today) vs option B (one pooled gate)", rows)
+    return rows
+
+
+def main(quick: bool = False, seeds: int | None = None, worlds: list[str] | None = None
+         ) -> None:
+    """Today's world and the three preset worlds (and every ``worlds`` entry: a preset name
+    or a JSON file), ``seeds`` seeds each (default 40; ``quick``: 4)."""
+    from benchmarks.bench_power import PRESET_WORLDS, read_worlds
+
+    world_set = read_worlds(["default", *PRESET_WORLDS, *(worlds or [])])
+    n = seeds or (4 if quick else 40)
+    print(f"machine: {machine()}")
+    print(f"{n} seeds x {EPOCHS} epochs x {STEPS} steps per world, small types (< {SMALL} "
+          f"units), n_max 40, e_continue probation ({PROBE} fresh units); mean [95% "
+          f"bootstrap interval over seeds]")
+    t0 = time.perf_counter()
+    for name, spec in world_set.items():
+        print_table(f"{name}: small types, option A (today) vs option B (one pooled gate)",
+                    compare(n, spec))
+    print(f"wall time of this benchmark: {time.perf_counter() - t0:.0f} s")
 
 
 if __name__ == "__main__":
-    run_with_seeds(main)
+    ap = parser()
+    ap.add_argument("--seeds", type=int, default=None, help="seeds per world (default 40)")
+    ap.add_argument("--world", action="append", default=None, metavar="FILE|PRESET",
+                    help="also run on this world (repeatable; today's and the three "
+                         "presets always run)")
+    args = ap.parse_args()
+    try:
+        main(quick=args.quick, seeds=args.seeds, worlds=args.world)
+    except VtrmError as e:
+        print(f"bench_small_types: {e}", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(0)

@@ -8,6 +8,7 @@ import json
 import math
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,9 @@ from benchmarks.bench_power import (
     BASELINES,
     DEFAULT,
     HARMFUL_SHARES,
+    LEVERS,
     OLD,
+    PRESET_WORLDS,
     RANK_LABELS,
     RANKED,
     Config,
@@ -125,6 +128,18 @@ def test_a_bad_world_file_is_exit_2_naming_file_and_field(tmp_path):
     assert "bad.json" in p.stderr and "p_harmful" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
     assert not (tmp_path / "r.json").exists()
+
+
+def test_the_longer_ladder_levers_differ_from_v3_only_in_n_max_and_are_all_recorded():
+    ladders = {c.n_max: c for c in LEVERS if c.n_max != DEFAULT.n_max}
+    assert sorted(ladders) == [80, 120]
+    for n, c in ladders.items():
+        assert c == replace(DEFAULT, name=f"v3 n_max {n}", n_max=n)
+    stored = json.loads((ROOT / "benchmarks/results/bench_power.json").read_text())["levers"]
+    assert tuple(stored) == PRESET_WORLDS
+    for entries in stored.values():
+        assert [e["config"] for e in entries] == [c.name for c in LEVERS]
+        assert {e["seeds"] for e in entries} == {6} and sum(e["violations"] for e in entries) == 0
 
 
 def test_rankings_compare_mean_accuracies_pair_by_pair():
