@@ -75,7 +75,7 @@ def _need(cond: bool, key: str, what: str, value: object) -> None:
 def _of_types(ws: Workspace, value: Any, key: str, what: str) -> dict[str, Any]:
     _need(isinstance(value, dict) and set(value) <= set(ws.pool), key,
           f"an object {{type of pool.json: {what}}}", value)
-    return value  # type: ignore[no-any-return]
+    return value
 
 
 def _unit_lists(ws: Workspace, value: Any, key: str) -> None:

@@ -128,7 +128,7 @@ def _case_source(cases: Cases, evolver: object) -> CaseSource:
     for owner in (evolver, getattr(evolver, "world", None)):
         fn = getattr(owner, "error_cases", None)
         if callable(fn):
-            return fn  # type: ignore[no-any-return]
+            return fn
     raise TypeError("run_step needs this step's error cases: pass cases=(task_type, epoch, "
                     "step, current_skill) -> unit ids, or an evolver with error_cases "
                     "(or a .world with error_cases, like SimEvolver)")

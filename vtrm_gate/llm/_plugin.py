@@ -140,7 +140,7 @@ def load_factory(spec: str) -> BackendFactory:
     if not callable(obj):
         raise BackendError(f"backend {spec!r}: {attr!r} is not callable "
                            f"({type(obj).__name__})")
-    return obj  # type: ignore[no-any-return]
+    return obj
 
 
 async def make_backend(spec: str, ctx: BackendContext) -> AgentBackend:
