@@ -141,7 +141,7 @@ def _simulated_without_redis(args: argparse.Namespace) -> bool:
     return kind == "simulated"
 
 
-def _simulated_note(args: argparse.Namespace, cmd: str) -> int:
+def _simulated_note(args: argparse.Namespace, cmd: str | None) -> int:
     """Say plainly that a simulated workspace has no Redis, and where to see one (exit 0)."""
     from ..cache import environment
     from ._table import terminal_width, wrap
