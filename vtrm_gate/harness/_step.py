@@ -363,7 +363,7 @@ def _phase_b(ws: Workspace, si: StepInputs, p: Proposals, options: RunOptions
                               if t in p.cand else {})}
                        for t in todo},
     })
-    extra = {t: {"base_version": si.base_state.settled_version(t),
+    extra: dict[str, dict[str, Any]] = {t: {"base_version": si.base_state.settled_version(t),
                  "base_hash": content_hash(si.texts[t]),
                  "cand_hash": content_hash(p.cand[t]) if t in p.cand else None,
                  "note": join_notes(p.notes.get(t), si.media_notes.get(t))}
