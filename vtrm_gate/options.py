@@ -195,7 +195,7 @@ class RunOptions:
 
     def __post_init__(self) -> None:
         c = self.concurrency
-        if c is not UNSET and (not _whole(c) or c < 1):  # type: ignore[operator]
+        if c is not UNSET and (not _whole(c) or c < 1):  # type: ignore[operator]  # c: a number (_whole)
             raise ConfigError(f"concurrency must be an integer >= 1, got {shown(c)}")
         if not isinstance(self.gate, GateParams) or not isinstance(self.guard, GuardParams):
             raise ConfigError("gate and guard must be GateParams and GuardParams")
@@ -283,7 +283,7 @@ class RunOptions:
     @property
     def slots(self) -> int:
         """The gate's slot count: ``concurrency``, or 32 when it was not given."""
-        return DEFAULT_CONCURRENCY if self.concurrency is UNSET else int(self.concurrency)  # type: ignore[arg-type]
+        return DEFAULT_CONCURRENCY if self.concurrency is UNSET else int(self.concurrency)  # type: ignore[arg-type]  # not UNSET
 
     @property
     def masked_redis_url(self) -> str | None:

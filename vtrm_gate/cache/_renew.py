@@ -157,7 +157,7 @@ async def _resolve_method(client: cluster.Client, method: str, dry_run: bool) ->
         if version < (7,):
             raise ConfigError(f"EXPIRE ... GT needs Redis >= 7; the server is "
                              f"{'.'.join(map(str, version))}")
-    return method  # type: ignore[return-value]
+    return method  # type: ignore[return-value]  # one of RENEW_METHODS (checked above)
 
 
 async def _renew_one(client: cluster.Client, key: bytes, ttl: int, dry_run: bool) -> int:

@@ -130,7 +130,7 @@ def recorded_manifests(ws: Workspace) -> list[dict[str, Any]]:
         m = re.fullmatch(r"e(\d+)_s(\d+)\.json", path.name)
         if m:
             found.append((int(m[1]), int(m[2])))
-    return [read_manifest(ws, e, s) for e, s in sorted(found)]  # type: ignore[misc]
+    return [read_manifest(ws, e, s) for e, s in sorted(found)]  # type: ignore[misc]  # each exists
 
 
 def refusal(ws: Workspace, epoch: int, step: int, changes: list[str]) -> StepRefusedError:

@@ -307,7 +307,7 @@ async def _phase_a(si: StepInputs, evolver: Evolver,
         p.status[t], p.notes[t] = _judge(r, si.current[t], si.texts[t],
                                          si.base_state.rejected_texts(t))
         if p.status[t] is StepStatus.GATED:
-            p.cand[t] = r  # type: ignore[assignment]
+            p.cand[t] = r  # type: ignore[assignment]  # GATED: a str reply (_judge)
     return p
 
 

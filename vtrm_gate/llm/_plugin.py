@@ -358,7 +358,7 @@ def guarded(backend: AgentBackend, workspace: Workspace, spec: str,
     async def checked_rollout(epoch: int, step: int) -> Mapping[str, Any]:
         try:
             with run_scope(step_rollout_run_id(epoch, step)):
-                out = await rollout(epoch, step)  # type: ignore[misc]
+                out = await rollout(epoch, step)  # type: ignore[misc]  # wrapped when given
         except (TypeError, AttributeError, NameError) as exc:
             raise scrubbed_exception(exc, scrub) from None
         except Exception as exc:
@@ -368,7 +368,7 @@ def guarded(backend: AgentBackend, workspace: Workspace, spec: str,
 
     def scrubbed_cases(*args: Any) -> Sequence[str]:
         try:
-            return cases(*args)  # type: ignore[misc]
+            return cases(*args)  # type: ignore[misc]  # wrapped only when given
         except Exception as exc:
             raise scrubbed_exception(exc, scrub) from None
 

@@ -112,7 +112,7 @@ def _decades(ax: Axes, lo: float, hi: float) -> None:
 
 def _axes(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axes]:
     if ax is not None:
-        return ax.get_figure(), ax  # type: ignore[return-value]
+        return ax.get_figure(), ax  # type: ignore[return-value]  # a top-level figure's axes
     fig = new_figure(figsize)
     return fig, fig.add_subplot()
 
@@ -416,7 +416,7 @@ def plot_trajectories(outcomes: Mapping[str, TypeOutcome], params: GateParams | 
     series = trajectory_series(outcomes)
     if ax is not None:
         draw_trajectories(ax, series, params, n_max=params.n_max)
-        return ax.get_figure()  # type: ignore[return-value]
+        return ax.get_figure()  # type: ignore[return-value]  # a top-level figure's axes
     title = title or decisions_claim(series)
     if layout == "panels":
         fig = new_figure(SLIDE, None)
@@ -469,7 +469,7 @@ def plot_prefix_vs_block(comparison: pl.DataFrame, ax: Axes | None = None) -> Fi
     ax.set_title(f"Same outcomes: block {total_b} → prefix {total_p} units ({saved:.0%} fewer);"
                  f" same label {int(rows['agree'].sum())}/{rows.height}, same effect on the "
                  f"skill {n_eff}/{rows.height}", loc="left")
-    ax.set_xlim(0, max(int(rows["n_ladder"].max() or 1), 1) * 1.75)  # type: ignore[arg-type]  # polars: any literal; a number here
+    ax.set_xlim(0, max(int(rows["n_ladder"].max() or 1), 1) * 1.75)  # type: ignore[arg-type]  # a numeric polars cell
     ax.legend(loc="upper right", ncols=2, frameon=False)
     ax.set_ylim(-0.7, rows.height + 0.5)  # a free row on top for the legend
     return fig
@@ -517,14 +517,14 @@ def plot_false_accept(curve: pl.DataFrame | FalseAcceptCurve, ax: Axes | None = 
                    label=f"prefix, exact (dynamic programming): {exact:.2%}")
     ax.set_xlabel("correlation of the candidate's log-latency with being wrong")
     ax.set_ylabel("P(ACCEPT) under H0 (share of runs)")
-    ax.set_ylim(0, min(1.0, max(float(df["ci_high"].max()), bound) * 1.15))  # type: ignore[arg-type]  # polars: any literal; a number here
-    worst = float(arr["false_accept"].max()) if arr.height else float("nan")  # type: ignore[arg-type]  # polars: any literal; a number here
+    ax.set_ylim(0, min(1.0, max(float(df["ci_high"].max()), bound) * 1.15))  # type: ignore[arg-type]  # a numeric polars cell
+    worst = float(arr["false_accept"].max()) if arr.height else float("nan")  # type: ignore[arg-type]  # a numeric polars cell
     over = arr.filter(pl.col("ci_low") > bound)
-    first = (f"above the bound from correlation {float(over['correlation'].min()):g}"  # type: ignore[arg-type]  # polars: any literal; a number here
+    first = (f"above the bound from correlation {float(over['correlation'].min()):g}"  # type: ignore[arg-type]  # a numeric polars cell
              if over.height else "never above the bound")
     ax.set_title(f"Arrival order reaches {worst:.0%} false accepts ({first}); "
                  f"the ladder prefix stays at {prefix_rate:.1%} ≤ {bound:.0%}", loc="left")
-    half = float((df["ci_high"] - df["ci_low"]).max()) / 2  # type: ignore[arg-type]  # polars: any literal; a number here
+    half = float((df["ci_high"] - df["ci_low"]).max()) / 2  # type: ignore[arg-type]  # a numeric polars cell
     _caption(fig, f"H0: p_win = {float(df['p_win'][0]):g}, discordance "
                   f"{float(df['discordance'][0]):g}, {n} units, {n_rep:,} replicates per point "
                   f"(seed {df['seed'][0]}); shaded bars: 95% Wilson intervals, at most "

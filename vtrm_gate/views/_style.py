@@ -85,7 +85,7 @@ def styled(fn: F) -> F:
     def wrapper(*args: Any, **kw: Any) -> Any:
         with rc_context(RC):
             return fn(*args, **kw)
-    return wrapper  # type: ignore[return-value]
+    return wrapper  # type: ignore[return-value]  # fn's signature (functools.wraps)
 
 
 def type_colour(i: int) -> str:
