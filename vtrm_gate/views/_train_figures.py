@@ -194,7 +194,7 @@ def plot_power_frontier(result: Mapping[str, Any]) -> GateFigure:
     return fig
 
 
-def _frontier_errorbars(ax: Axes, summary: list[dict], old: str, rec: str) -> None:
+def _frontier_errorbars(ax: Axes, summary: list[dict[str, Any]], old: str, rec: str) -> None:
     """Every configuration's point with its intervals (drawn on both halves of the axis)."""
     # type colours, less the teal too close to the 6-epoch point's green
     others = iter([c for c in TYPE_COLOURS if c != "#009988"] * 2)
@@ -212,10 +212,10 @@ def _frontier_errorbars(ax: Axes, summary: list[dict], old: str, rec: str) -> No
     ax.grid(True, alpha=0.4)
 
 
-def _break_time_axis(near: Axes, far: Axes, summary: list[dict], old: str) -> None:
+def _break_time_axis(near: Axes, far: Axes, summary: list[dict[str, Any]], old: str) -> None:
     """Left: the v3 configurations' hours; right: the old gate's; diagonal marks at the
     break."""
-    def span(entries: list[dict]) -> tuple[float, float]:
+    def span(entries: list[dict[str, Any]]) -> tuple[float, float]:
         lo = min(e["wall_h"][1] for e in entries)
         hi = max(e["wall_h"][2] for e in entries)
         pad = 0.08 * max(hi - lo, 1.0)
@@ -236,11 +236,11 @@ def _break_time_axis(near: Axes, far: Axes, summary: list[dict], old: str) -> No
     far.plot([0, 0], [0, 1], transform=far.transAxes, **d)
 
 
-def _frontier_points(summary: list[dict], rec: str) -> list[tuple[dict, str]]:
+def _frontier_points(summary: list[dict[str, Any]], rec: str) -> list[tuple[dict[str, Any], str]]:
     """Each configuration to draw with its legend label; one measured exactly like an earlier
     one (the best fixed λ when it is the default's) joins that point's label instead of
     hiding it."""
-    points: list[tuple[dict, list[str]]] = []
+    points: list[tuple[dict[str, Any], list[str]]] = []
     for e in summary:
         name = e["config"] + (" (chosen on the tuning seeds)" if e["config"] == rec else "")
         same = next((p for p in points if (p[0]["wall_h"], p[0]["accuracy"])
@@ -252,7 +252,7 @@ def _frontier_points(summary: list[dict], rec: str) -> list[tuple[dict, str]]:
     return [(e, " = ".join(names)) for e, names in points]
 
 
-def _frontier_claim(result: Mapping[str, Any], summary: list[dict]) -> str:
+def _frontier_claim(result: Mapping[str, Any], summary: list[dict[str, Any]]) -> str:
     """The frontier's title: how much faster the default v3 trains than the old gate, at
     what difference in final accuracy, and (when measured) what the saved time buys when it
     is spent on more epochs (from the result, never hard-coded)."""
@@ -264,7 +264,7 @@ def _frontier_claim(result: Mapping[str, Any], summary: list[dict]) -> str:
     if old is None or default is None or not default["wall_h"][0]:
         return f"Final accuracy against training time ({runs}, 95% intervals over seeds)"
 
-    def signed(a: dict, b: dict) -> str:
+    def signed(a: dict[str, Any], b: dict[str, Any]) -> str:
         return f"{100 * (a['accuracy'][0] - b['accuracy'][0]):+.1f}".replace("-", "−")
 
     speed = old["wall_h"][0] / default["wall_h"][0]
@@ -321,12 +321,12 @@ def plot_harmful_crossover(result: Mapping[str, Any]) -> GateFigure:
     return fig
 
 
-def crossover_claim(sweep: Mapping) -> str:
+def crossover_claim(sweep: Mapping[str, Any]) -> str:
     """The title: where v3 starts beating no gate (with its interval), and the gap at both
     ends of the sweep (from the result, never hard-coded)."""
     pts = sweep["points"]
 
-    def gap(p: Mapping) -> float:
+    def gap(p: Mapping[str, Any]) -> float:
         return 100 * next(e["vs_no_gate"][0] for e in p["summary"] if e["label"] == "v3")
 
     first, last = pts[0], pts[-1]
@@ -406,7 +406,7 @@ def _progress_claim(points: pl.DataFrame) -> str:
     return f"Training run after {where}"
 
 
-def _frontier_caption(result: Mapping[str, Any], summary: list[dict]) -> str:
+def _frontier_caption(result: Mapping[str, Any], summary: list[dict[str, Any]]) -> str:
     """What the frontier's speed-up is (its definition and runs) and where the initial
     skills and the oracle gate lie (off the accuracy axis)."""
     by = {e["config"]: e for e in summary}
