@@ -132,28 +132,70 @@ def _base64_forms(raw: bytes) -> set[str]:
 @functools.lru_cache(maxsize=64)
 def secret_forms(secret: str) -> frozenset[str]:
     """The texts that give ``secret`` away: itself, percent-encoded (only where needed, or
-    every byte, in either case), reversed and base64-encoded (`_base64_forms`); a secret
-    shorter than `SHORT_SECRET` only itself and percent-encoded."""
+    every byte, in either case), hex of its UTF-8 bytes (either case), reversed and
+    base64-encoded (`_base64_forms`); a secret shorter than `SHORT_SECRET` only itself and
+    percent-encoded. JSON ``\\u`` escapes: `_escaped_pattern`."""
     forms = {secret, quote(secret, safe="")}
     if len(secret) >= SHORT_SECRET:
         raw = secret.encode()
         every = "".join(f"%{b:02X}" for b in raw)
-        forms |= {every, every.lower(), secret[::-1], *_base64_forms(raw)}
+        forms |= {every, every.lower(), raw.hex(), raw.hex().upper(), secret[::-1],
+                  *_base64_forms(raw)}
     return frozenset(forms)
 
 
+_SHORT_ESCAPES = {"/": "/", '"': '"', "\\": "\\", "\b": "b", "\f": "f", "\n": "n",
+                  "\r": "r", "\t": "t"}
+
+
+def _u_escape(unit: int) -> str:
+    """A regex for ``\\uXXXX`` of one UTF-16 code unit, its hex digits in either case, its
+    backslash doubled any number of times (JSON inside JSON)."""
+    # one backslash, then any more: a "+" repeat would make the scan three times slower
+    return "\\\\\\\\*u" + "".join(f"[{d}{d.upper()}]" if d.isalpha() else d
+                               for d in f"{unit:04x}")
+
+
+@functools.lru_cache(maxsize=64)
+def _escaped_pattern(secret: str) -> re.Pattern[str]:
+    """``secret`` as a JSON string spells it with any of its characters ``\\u``-escaped
+    (hex digits in either case; a surrogate pair past U+FFFF) or short-escaped (``\\/``), at
+    any depth of JSON inside JSON."""
+    parts = []
+    for c in secret:
+        units = [ord(c)] if ord(c) < 0x10000 else [
+            0xD800 + ((ord(c) - 0x10000) >> 10), 0xDC00 + ((ord(c) - 0x10000) & 0x3FF)]
+        alts = [re.escape(c), "".join(_u_escape(u) for u in units)]
+        if c in _SHORT_ESCAPES:
+            alts.append("\\\\\\\\*" + re.escape(_SHORT_ESCAPES[c]))
+        parts.append(f"(?:{'|'.join(alts)})")
+    return re.compile("".join(parts))
+
+
+@functools.lru_cache(maxsize=64)
+def _escape_marks(secret: str) -> tuple[str, ...]:
+    """The escapes a JSON spelling of ``secret`` may hold: a text with none of them cannot
+    hold one (a fast check before `_escaped_pattern`)."""
+    return ("\\u", *sorted({"\\" + _SHORT_ESCAPES[c] for c in secret if c in _SHORT_ESCAPES}))
+
+
 def scrub_credentials(text: str, secrets: Iterable[str | None] = ()) -> str:
-    """``text`` with every ``secrets`` value (raw, percent-encoded, base64-encoded or
-    reversed: `secret_forms`), every credential header's value (Authorization, api-key,
-    x-api-key) and every Bearer/Basic token replaced by ``***``: apply to any text from
-    outside before it is logged, stored or raised. A secret shorter than `SHORT_SECRET`
-    characters is replaced where it stands alone as a token."""
-    literals = {x for s in secrets if s for x in secret_forms(s)}
+    """``text`` with every ``secrets`` value (raw, percent-encoded, hex, base64-encoded or
+    reversed: `secret_forms`; JSON-escaped: `_escaped_pattern`), every credential header's
+    value (Authorization, api-key, x-api-key) and every Bearer/Basic token replaced by
+    ``***``: apply to any text from outside before it is logged, stored or raised. A secret
+    shorter than `SHORT_SECRET` characters is replaced where it stands alone as a token."""
+    named = {s for s in secrets if s}
+    literals = {x for s in named for x in secret_forms(s)}
     for lit in sorted(literals, key=len, reverse=True):
         if len(lit) >= SHORT_SECRET:
             text = text.replace(lit, "***")
         else:
             text = re.sub(rf"(?<![\w.~+/=-]){re.escape(lit)}(?![\w~+/=-]|\.\w)", "***", text)
+    if "\\" in text:  # a JSON-escaped spelling needs an escape: most replies skip this
+        for s in sorted(named, key=len, reverse=True):
+            if len(s) >= SHORT_SECRET and any(m in text for m in _escape_marks(s)):
+                text = _escaped_pattern(s).sub("***", text)
     text = _CREDENTIAL_FIELD.sub(
         lambda m: f"{m[1]}{m[2]}{m[3] + ' ' if m[3] else ''}***", text)
     return _BEARER.sub(lambda m: f"{m[1]} ***", text)

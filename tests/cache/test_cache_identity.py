@@ -162,7 +162,7 @@ def test_a_relabelled_unit_is_measured_again_on_a_rerun(
     def step() -> None:
         cache = ResponseCache(redis_target.url, prefix=redis_target.prefix)
         with Workspace.open(tmp_path / "ws") as w:
-            backend = llm_backend(w, cache=cache, api_key="k", env={}, retry=FAST)
+            backend = llm_backend(w, RunOptions(), cache=cache, api_key="k", env={}, retry=FAST)
 
             async def go() -> None:
                 try:
@@ -197,7 +197,7 @@ def test_an_echoed_api_key_never_reaches_the_log_rows_or_the_workspace(
     ws = make_ws(tmp_path / "ws", chat_server)
     cache = ResponseCache(redis_target.url, prefix=redis_target.prefix)
     errors: list[str] = []
-    backend = llm_backend(ws, cache=cache, api_key=secret, env={}, retry=FAST,
+    backend = llm_backend(ws, RunOptions(), cache=cache, api_key=secret, env={}, retry=FAST,
                           on_event=lambda ev: ev.error and errors.append(ev.error))
     # every agent call refused (the evolver still proposes): the gate's calls are all INFRA
     chat_server.inject(*[Fault(status=401, echo_auth=True, step="think")] * 200)
@@ -219,3 +219,58 @@ def test_an_echoed_api_key_never_reaches_the_log_rows_or_the_workspace(
         assert secret not in text and "Bearer sk-" not in text
     for p in (tmp_path / "ws").rglob("*"):
         assert not p.is_file() or secret.encode() not in p.read_bytes(), p
+
+
+def _gives_away(blob: bytes, secret: str) -> bool:
+    """``blob`` holds ``secret`` raw, JSON-escaped (at any depth of JSON inside JSON, any mix
+    of ``\\u`` escapes) or as hex of its bytes (either case)."""
+    import re
+
+    text = blob.decode("utf-8", "replace")
+    for _ in range(4):
+        text = text.replace("\\\\", "\\")
+    text = re.sub(r"\\u([0-9a-fA-F]{4})", lambda m: chr(int(m[1], 16)), text)
+    return secret in text or secret.encode().hex() in text.lower()
+
+
+def test_an_escaped_or_hex_echo_of_the_key_in_200_replies_is_stored_nowhere(
+        tmp_path: Path, chat_server: ChatServer, redis_target: RedisTarget) -> None:
+    """Issue 27: the key echoed in normal replies \\u-escaped (whole, or mixed with plain
+    characters, hex digits in either case) or as hex (either case) reaches neither the Redis
+    values, the SQLite rows nor any workspace file (the raw form was already masked)."""
+    secret = "sk-live-4f9a0c1e7b2d3a5f6e8c"
+
+    def forms(key: str) -> str:
+        every = "".join(f"\\u{ord(c):04x}" for c in key)
+        mixed = "".join(f"\\u{ord(c):04X}" if i % 2 else c for i, c in enumerate(key))
+        return f" (signed {every}, {mixed}, {key.encode().hex()}, {key.encode().hex().upper()})"
+
+    chat_server.echo = lambda auth: forms(auth.split()[-1])
+    ws = make_ws(tmp_path / "ws", chat_server)
+    cache = ResponseCache(redis_target.url, prefix=redis_target.prefix)
+    backend = llm_backend(ws, RunOptions(concurrency=8), cache=cache, api_key=secret, env={},
+                          retry=FAST)
+
+    async def go() -> None:
+        try:
+            await run_step(ws, 1, 1, infer=backend.infer, evolver=backend.evolver,
+                           cases={"OCR Problems": ["u09"]}, options=RunOptions(concurrency=8))
+        finally:
+            await backend.aclose()
+
+    asyncio.run(go())
+    rows = [r for table in ("traces", "baseline_cache", "predictions")
+            for r in ws.log.query(f"SELECT * FROM {table}")]
+    ws.close()
+    assert chat_server.auth[-1] == f"Bearer {secret}"
+    assert any("signed ***, ***, ***, ***" in str(r) for r in rows)  # echoed, then masked
+    assert not [r for r in rows if _gives_away(repr(r).encode(), secret)]
+    r = redis_target.sync_client()
+    try:
+        values = [r.get(k) for k in r.scan_iter(match=redis_target.pattern)
+                  if r.type(k) == b"string"]
+    finally:
+        r.close()
+    assert values and not [v for v in values if _gives_away(v, secret)]
+    files = [p for p in (tmp_path / "ws").rglob("*") if p.is_file()]
+    assert not [p for p in files if _gives_away(p.read_bytes(), secret)]

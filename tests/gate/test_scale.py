@@ -93,7 +93,8 @@ def test_a_step_with_media_three_endpoints_and_a_redis_cluster_runs_end_to_end(
         def once() -> Any:
             cache = ResponseCache(redis_cluster.url, prefix=redis_cluster.prefix)
             pool = EndpointPool([Endpoint(s.url, 3) for s in servers])
-            backend = llm_backend(ws, cache=cache, api_key="k", env={}, endpoints=pool)
+            backend = llm_backend(ws, RunOptions(),
+                                  cache=cache, api_key="k", env={}, endpoints=pool)
 
             async def go() -> Any:
                 try:

@@ -636,7 +636,8 @@ def test_llm_training_run_settles_and_a_resume_makes_zero_requests(tmp_path, cha
     ws = make_ws(tmp_path, chat_server)
 
     def run(epochs: int):
-        be = llm_backend(ws, cache=ResponseCache(redis_target.url, prefix=redis_target.prefix),
+        be = llm_backend(ws, RunOptions(),
+                         cache=ResponseCache(redis_target.url, prefix=redis_target.prefix),
                          api_key=SECRET, env={}, retry=FAST)
 
         async def go():

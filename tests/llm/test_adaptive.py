@@ -210,7 +210,8 @@ def test_attempt_timeouts_follow_the_observed_latency_and_the_reply_budget() -> 
     state = pool._states[0]
     for _ in range(10):  # think replies of 32 tokens in 2 s: 1 s per prefill-equivalent
         state.in_flight += 1
-        pool._settle(state, Exchange(httpx.Response(200), url, 2.0, "ok", 32), "think", 1, 0.0)
+        pool._settle(state, state.generation, Exchange(httpx.Response(200), url, 2.0, "ok", 32),
+                     "think", 1, 0.0)
         state.in_flight -= 1
     assert pool.attempt_timeout(url, "think", 1.0) == pytest.approx(6.0)  # 3 x p95
     assert pool.attempt_timeout(url, "think", 60.0) == 60.0  # never below the floor

@@ -14,6 +14,7 @@ from tests.llm.test_backends import SECRET, cli, make_ws, step_once, write_units
 from vtrm_gate._ids import canonical_json
 from vtrm_gate.harness import BaselineCache
 from vtrm_gate.llm import AGENT_VERSION, llm_backend
+from vtrm_gate.options import RunOptions
 from vtrm_gate.testing import ChatServer, RedisTarget
 
 
@@ -82,10 +83,10 @@ def test_a_new_agent_version_never_reuses_the_baseline_cache(
     step_once(ws, redis_target)
     stored = BaselineCache.for_workspace(ws)
     assert len(stored) > 0  # the base arm's fresh results, keyed by this agent version
-    llm_backend(ws, env={})  # the same agent: the same key
+    llm_backend(ws, RunOptions(), env={})  # the same agent: the same key
     assert len(BaselineCache.for_workspace(ws)) == len(stored)
     monkeypatch.setattr("vtrm_gate.llm._backend.AGENT_VERSION", AGENT_VERSION + 1)
-    llm_backend(ws, env={})  # prompts, grading or parsing changed: another key
+    llm_backend(ws, RunOptions(), env={})  # prompts, grading or parsing changed: another key
     assert ws.config.agent["agent_version"] == AGENT_VERSION + 1
     assert len(BaselineCache.for_workspace(ws)) == 0
 

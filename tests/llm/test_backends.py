@@ -219,7 +219,7 @@ def test_llm_agent_config_never_holds_a_key_and_keys_the_baseline_cache() -> Non
 def test_default_cache_is_the_embedded_redis_inside_the_workspace(tmp_path: Path) -> None:
     ws = init_llm(tmp_path / "ws", write_units(tmp_path / "units.jsonl"),
                             base_url="http://h/v1", model="m")
-    backend = llm_backend(ws, env={})
+    backend = llm_backend(ws, RunOptions(), env={})
     assert isinstance(backend, LLMBackend)
     assert backend.cache.url is None and backend.cache.workspace == ws.root  # not started yet
     assert backend.cache_stats == backend.cache.stats and backend.infer is backend.agent
@@ -257,7 +257,7 @@ def test_evolver_prompt_holds_skill_cases_and_rejected_buffer() -> None:
 def test_rollout_batch_is_seeded_by_step_and_cases_need_a_rollout(
         tmp_path: Path, chat_server: ChatServer) -> None:
     ws = make_ws(tmp_path, chat_server)
-    b = llm_backend(ws, cache=ResponseCache(enabled=False), env={})
+    b = llm_backend(ws, RunOptions(), cache=ResponseCache(enabled=False), env={})
     t = "Action Reasoning"
     first = b.rollout.batch(t, 1, 1)
     assert len(first) == ROLLOUT_UNITS and first == b.rollout.batch(t, 1, 1)

@@ -46,7 +46,7 @@ def farm(*delays: float) -> list[SlowChatServer]:
 def run(ws: Workspace, target: RedisTarget, pool: EndpointPool | None,
         concurrency: int, subscribers: Any = ()) -> StepResult:
     cache = ResponseCache(target.url, prefix=target.prefix)
-    backend = llm_backend(ws, cache=cache, api_key="k", env={}, retry=PATIENT,
+    backend = llm_backend(ws, RunOptions(), cache=cache, api_key="k", env={}, retry=PATIENT,
                           endpoints=pool)
 
     async def go() -> StepResult:
@@ -259,6 +259,47 @@ def test_a_down_endpoint_is_probed_even_while_others_have_free_slots() -> None:
     finally:
         a.close()
         b.close()
+
+
+def test_an_answer_sent_before_the_endpoint_died_does_not_revive_it() -> None:
+    """A slow call sent to A before A stopped listening is answered (its connection was
+    accepted) after two refused calls marked A down: that stale answer says nothing of A
+    now, so A stays down until its probe and calls go to B (it revived A, which then went
+    down again: ``times_down`` 2 in a three-endpoint step under load)."""
+    import httpx
+
+    a, b = farm(0.5, 1.0)
+    pool = EndpointPool([Endpoint(a.url, 4), Endpoint(b.url, 1)], fail_after=2,
+                        probe_after_s=60)
+
+    async def go() -> list[Any]:
+        async with httpx.AsyncClient() as client:
+            stale = asyncio.create_task(pool.post(client, "nothing-here", json={}))
+            while a.active == 0:  # a tie: A took it, and holds it for 0.5 s
+                await asyncio.sleep(0.01)
+            busy = asyncio.create_task(pool.post(client, "nothing-here", json={}))
+            while b.active == 0:  # B's one slot, held for 1 s
+                await asyncio.sleep(0.01)
+            a.stop()
+            for _ in range(2):  # B is full: A, which refuses
+                with pytest.raises(httpx.ConnectError):
+                    await pool.post(client, "nothing-here", json={})
+            assert [s.up for s in pool.stats()] == [False, True]
+            assert (await stale).status_code == 404  # answered after A went down
+            up = [s.up for s in pool.stats()]
+            await busy
+            info: dict[str, Any] = {}
+            async with pool.exchange(client, "POST", "nothing-here", json={}, info=info) as ex:
+                ex.outcome = "ok"
+            return [up, info["url"]]
+
+    try:
+        assert asyncio.run(go()) == [[False, True], b.url]
+    finally:
+        a.close()
+        b.close()
+    st = pool.stats()[0]
+    assert st.times_down == 1 and st.transport_failures == 2
 
 
 def test_the_live_view_shows_each_endpoints_counters(tmp_path: Path,

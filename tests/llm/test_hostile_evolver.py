@@ -44,7 +44,7 @@ def fenced(skill: str, line: str) -> str:
 
 def step(ws: Workspace, target: RedisTarget, n: int) -> StepResult:
     cache = ResponseCache(target.url, prefix=target.prefix)
-    backend = llm_backend(ws, cache=cache, api_key="k", env={}, retry=FAST)
+    backend = llm_backend(ws, RunOptions(), cache=cache, api_key="k", env={}, retry=FAST)
 
     async def go() -> StepResult:
         try:
@@ -84,7 +84,8 @@ def test_a_type_whose_evolver_only_repeats_a_rejected_candidate_is_skipped_and_t
     assert len(server.requests) == n and again.types[T].status == "skipped"
     # the evolver itself, asked again (a step that crashed before its manifest): every
     # sample, the retries included, comes from Redis
-    backend = llm_backend(ws, cache=ResponseCache(redis_target.url, prefix=redis_target.prefix),
+    backend = llm_backend(ws, RunOptions(),
+                          cache=ResponseCache(redis_target.url, prefix=redis_target.prefix),
                           api_key="k", env={}, retry=FAST)
 
     async def evolve_again() -> None:
@@ -135,7 +136,8 @@ def test_a_chat_reply_is_sampled_again_and_a_later_skill_is_gated(
     assert len(chat_server.of_step("evolve")) == 3
     assert res.types[T].status == "gated" and res.types[T].action is not None
     n = len(chat_server.requests)
-    backend = llm_backend(ws, cache=ResponseCache(redis_target.url, prefix=redis_target.prefix),
+    backend = llm_backend(ws, RunOptions(),
+                          cache=ResponseCache(redis_target.url, prefix=redis_target.prefix),
                           api_key="k", env={}, retry=FAST)
 
     async def evolve_again() -> str:

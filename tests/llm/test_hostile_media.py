@@ -215,7 +215,7 @@ def evolve(task_type: str, skill: str, body: dict[str, Any]) -> str:
 def run(ws: Workspace, target: RedisTarget, on_event: Any = None,
         concurrency: int = 4) -> StepResult:
     cache = ResponseCache(target.url, prefix=target.prefix)
-    backend = llm_backend(ws, cache=cache, api_key="k", env={}, retry=FAST,
+    backend = llm_backend(ws, RunOptions(), cache=cache, api_key="k", env={}, retry=FAST,
                           on_event=on_event)
     options = RunOptions(concurrency=concurrency, guard=GuardParams(max_ratio=0.5))
 

@@ -53,6 +53,8 @@ def make_backend(ctx):
 
     class Evolver:
         async def evolve(self, task_type, current_skill, rejected, epoch, step):
+            if mode == "evolve_hangs":
+                await asyncio.Event().wait()  # never returns
             if mode == "evolve_raises":
                 raise RuntimeError(f"the evolver's endpoint refused key {key}")
             if mode == "evolve_leaks":
@@ -60,6 +62,8 @@ def make_backend(ctx):
             return current_skill.rstrip() + "\\n- Prefer the longest option.\\n"
 
     async def rollout(epoch, step):
+        if mode == "rollout_hangs":
+            await asyncio.Event().wait()  # never returns
         if mode == "rollout_raises":
             raise ConnectionError(f"rollout failed: token={tok}")
         if mode == "rollout_bad":
@@ -268,6 +272,39 @@ def test_an_infer_that_never_returns_is_infra_at_the_deadline(
     con.close()
     assert errors == {"TimeoutError: infer did not return within the call's deadline of "
                       "0.3 s (--deadline)"}, errors
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("mode", "says"), [
+    ("evolve_hangs", "evolve_error: EvolveError: the evolver did not return within the call's "
+                     "deadline of 0.5 s (--deadline)"),
+    ("rollout_hangs", "rollout_error: rollout failed: TimeoutError: the rollout did not return "
+                      "within its bound (one call's deadline a pool unit) of 3 s (--deadline)"),
+])
+def test_an_evolver_or_rollout_that_never_returns_ends_the_step_at_the_deadline(
+        workspace: Path, tmp_path: Path, mode: str, says: str) -> None:
+    """Issue 27: ``--deadline`` bounds a bring-your-own evolver (each ``evolve`` call) and
+    rollout (one call's deadline a pool unit: 30 units x 0.1 s here); they hung the step.
+    Run as a subprocess: the step exits 3 naming what hung, nothing is applied, and the same
+    step then runs clean."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "HOSTILE": mode, "PYTHONPATH": os.pathsep.join(
+        [str(tmp_path / "plugins"), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    deadline = "0.5" if mode == "evolve_hangs" else "0.1"
+    args = [sys.executable, "-m", "vtrm_gate", "step", "--workspace", str(workspace),
+            "--epoch", "1", "--step", "1", "--concurrency", "4"]
+    state = (workspace / "state.json").read_bytes()
+    r = subprocess.run([*args, "--deadline", deadline], capture_output=True, text=True,
+                       env=env, timeout=30)
+    assert r.returncode == 3, r.stderr
+    assert "nothing could be measured" in r.stderr and says in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and (workspace / "state.json").read_bytes() == state
+    r = subprocess.run(args, capture_output=True, text=True, env={**env, "HOSTILE": ""},
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
 
 
 @pytest.mark.timeout(120)

@@ -175,7 +175,7 @@ def test_503_with_retry_after_is_retried_after_the_delay(chat_server: ChatServer
     assert res.correct and not res.infra
     retries = [e for e in events if e.kind == "retry"]
     assert len(retries) == 1 and retries[0].status == 503 and retries[0].delay_s == 0.3
-    assert retries[0].step == "think" and retries[0].unit_id == "u1"
+    assert retries[0].call_kind == "think" and retries[0].unit_id == "u1"
 
 
 def test_a_retry_after_past_the_deadline_gives_up_at_once_saying_why(
@@ -631,6 +631,31 @@ def test_an_echoed_key_in_a_200_reply_never_reaches_the_result(chat_server: Chat
     text = json.dumps(res.trace)
     assert "signed with Bearer ***; ***" in text and SECRET not in text
     assert _b64(SECRET).rstrip("=") not in text
+
+
+def _escaped(text: str, every: int = 1, upper: bool = False) -> str:
+    """``text`` as JSON spells it with every ``every``-th character ``\\u``-escaped."""
+    return "".join((f"\\u{ord(c):04X}" if upper else f"\\u{ord(c):04x}") if i % every == 0
+                   else c for i, c in enumerate(text))
+
+
+@pytest.mark.parametrize("form", [
+    _escaped(SECRET), _escaped(SECRET, upper=True), _escaped(SECRET, 2),
+    _escaped(SECRET, 3, upper=True), SECRET[:5] + _escaped(SECRET[5]) + SECRET[6:],
+    _escaped(SECRET, 2).replace("\\", "\\\\"),  # escaped twice: JSON inside JSON
+    SECRET.encode().hex(), SECRET.encode().hex().upper()])
+def test_json_escaped_and_hex_copies_of_a_secret_are_scrubbed(form: str) -> None:
+    # Issue 27: a \u-escaped (any mix of escaped and plain characters, hex digits in
+    # either case) or hex copy of the key passed the scrubber
+    out = scrub_credentials(f'upstream said: "{form}" and caf\\u00e9.', [SECRET])
+    assert out == 'upstream said: "***" and caf\\u00e9.', out
+
+
+def test_json_short_escapes_and_surrogate_pairs_of_a_secret_are_scrubbed() -> None:
+    slash, emoji = "tok/planted/4711", "\U0001F600-planted-key"
+    text = ("tok\\/planted\\u002F4711 and "
+            "\\ud83d\\uDE00-planted-\\u006bey; 0123 \\/ \\ud83d.")
+    assert scrub_credentials(text, [slash, emoji]) == "*** and ***; 0123 \\/ \\ud83d."
 
 
 @pytest.mark.parametrize("key", ["x", "sk", "local", "1234567"])

@@ -177,7 +177,8 @@ def test_llmocks_canned_reply_is_never_gated(llmock: Llmock, tmp_path: Path,
     units.write_text("".join(json.dumps(x) + "\n" for x in lines))
     ws = init_llm(tmp_path / "ws", units, base_url=llmock.url, model="gpt-4o-mini", seed=1,
                   cooldown_steps=2)
-    backend = llm_backend(ws, cache=ResponseCache(redis_target.url, prefix=redis_target.prefix),
+    backend = llm_backend(ws, RunOptions(),
+                          cache=ResponseCache(redis_target.url, prefix=redis_target.prefix),
                           api_key="sk-test-llmock-0001", env={},
                           retry=RetryPolicy(max_attempts=2, base_delay_s=0.01, max_total_s=20))
     gate_calls: list[UnitTask] = []

@@ -79,7 +79,7 @@ def evolve(task_type: str, skill: str, body: dict[str, Any]) -> str:
 
 def step(ws: Workspace, target: RedisTarget) -> tuple[StepResult, ResponseCache]:
     cache = ResponseCache(target.url, prefix=target.prefix)
-    backend = llm_backend(ws, cache=cache, api_key="k", env={}, retry=FAST)
+    backend = llm_backend(ws, RunOptions(), cache=cache, api_key="k", env={}, retry=FAST)
 
     async def go() -> StepResult:
         try:

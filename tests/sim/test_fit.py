@@ -150,6 +150,46 @@ def test_fit_refuses_bad_sources_in_one_line(tmp_path: Path,
         assert what in err and err.count("\n") == 1, err
 
 
+_HEADER = "epoch,step,task_type,unit_id,ladder_rank,base_correct,cand_correct,infra\n"
+
+
+def test_fit_of_sources_with_nothing_measured_is_bad_input_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A fresh workspace (no gate yet; was a polars traceback, exit 1) and an outcomes file
+    whose every pair is INFRA: exit 2, one line naming the source."""
+    infra = tmp_path / "infra.csv"
+    infra.write_text(_HEADER + "1,1,OCR,u0,0,0,1,1\n1,1,OCR,u1,1,1,0,1\n")
+    fresh = tmp_path / "ws"
+    assert main(["init", str(fresh), "--seed", "1"]) == 0
+    capsys.readouterr()
+    for args, name in ((["--outcomes", str(infra)], str(infra)),
+                       (["--workspace", str(fresh)], str(fresh))):
+        assert main(["fit", *args]) == 2
+        err = capsys.readouterr().err
+        assert f"{name}: no gate with a measured pair" in err and err.count("\n") == 1, err
+
+
+def test_a_valueerror_inside_fit_is_reported_as_a_bug_not_bad_input(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI no longer maps every ValueError of ``fit_world`` to exit 2: an internal one
+    (injected into the effects fit, on a valid file) is a bug, exit 1 with its traceback."""
+    import vtrm_gate.sim._fit as fit_module
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise ValueError("internal: shapes disagree")
+
+    good = tmp_path / "o.csv"
+    good.write_text(_HEADER + "1,1,OCR,u0,0,0,1,0\n1,1,OCR,u1,1,1,1,0\n")
+    assert main(["fit", "--outcomes", str(good), "--boot", "5"]) == 0
+    monkeypatch.setattr(fit_module, "fit_effects", broken)
+    capsys.readouterr()
+    assert main(["fit", "--outcomes", str(good), "--boot", "5"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "this is a bug in vtrm_gate" in err, err
+    assert "internal: shapes disagree" in err
+
+
 @pytest.mark.slow
 def test_fit_with_jobs_prints_the_serial_fit(runs: dict[str, Path],
                                              capsys: pytest.CaptureFixture[str]) -> None:
@@ -161,3 +201,28 @@ def test_fit_with_jobs_prints_the_serial_fit(runs: dict[str, Path],
         outs.append(json.loads(capsys.readouterr().out))
     assert outs[0] == outs[1] and outs[0]["n_boot"] == 60
     assert outs[0]["intervals"]["p_helpful"][0] < outs[0]["intervals"]["p_helpful"][1]
+
+
+@pytest.mark.slow
+def test_fit_on_a_dask_cluster_prints_the_serial_fit(
+        runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """``fit --scheduler`` on a real 2-process Dask cluster (loopback) prints the serial fit,
+    bit for bit, and its bootstrap's refits ran on the cluster: ceil(60 / 25) = 3 chunks."""
+    from dask.distributed import LocalCluster
+
+    from vtrm_gate.stats import BOOT_CHUNK
+
+    capsys.readouterr()
+    args = ["fit", "--workspace", str(runs["mostly_helpful"]), "--json", "--boot", "60"]
+    assert main(args) == 0
+    serial = json.loads(capsys.readouterr().out)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster:
+        assert main([*args, "--scheduler", cluster.scheduler_address]) == 0
+        refits = cluster.scheduler.task_prefixes["refit_shares"].state_counts
+        workers = {w.pid for w in cluster.scheduler.workers.values()}
+    assert json.loads(capsys.readouterr().out) == serial
+    assert refits["memory"] == math.ceil(60 / BOOT_CHUNK) == 3
+    assert len(workers) == 2 and os.getpid() not in workers
+    lo, hi = serial["intervals"]["p_helpful"]
+    assert lo < hi  # the resamples differ: a real comparison

@@ -53,11 +53,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
             raise CliError(f"{source}: is a directory; --outcomes takes a file (a workspace: "
                            f"--workspace)")
     with _executor(args.jobs, args.scheduler) as ex:
-        try:
-            fit = fit_world(source, n_boot=args.boot, seed=args.seed,
-                            free_sizes=args.free_sizes, executor=ex)
-        except ValueError as exc:
-            raise CliError(str(exc)) from None
+        fit = fit_world(source, n_boot=args.boot, seed=args.seed,
+                        free_sizes=args.free_sizes, executor=ex)
     if args.out:
         fit.world.to_json(args.out)
     data = fit.to_dict()

@@ -61,8 +61,9 @@ def register(sub: Any) -> None:
                         "default 768)")
     i.add_argument("--task-description",
                    help="--llm: what the agent answers, named in the prompts and default "
-                        "skills (default 'multiple-choice questions', with 'about a video' "
-                        "for units that show media)")
+                        "skills; overrides the units file's task_description (default: "
+                        "that, else 'multiple-choice questions', with 'about a video' for "
+                        "units that show media)")
     i.add_argument("--backend", help="--llm: your own agent, a factory "
                                      "'package.module:function' (see docs/real-agents.md) "
                                      "instead of --base-url/--model")
@@ -130,10 +131,14 @@ def _init_llm(root: Path, args: argparse.Namespace) -> int:
     agent = {"backend": args.backend} if args.backend else {"model": args.model}
     if args.backend and args.model:
         agent["model"] = args.model
+    task = ws.config.agent.get("task_description")
     out = {"workspace": str(root), "kind": "llm", "types": len(ws.pool),
-           "units": sum(len(u) for u in ws.pool.values()), **agent, "seed": args.seed}
+           "units": sum(len(u) for u in ws.pool.values()), **agent, "seed": args.seed,
+           "task_description": task}
     ws.close()
     who = ", ".join(f"{k} {v}" for k, v in agent.items())
+    named = f"; the prompts name the task {task!r}" if task else ""
     emit(args, out, wrap(f"created llm workspace {root} ({out['types']} types, "
-                         f"{out['units']} units, {who}, seed {args.seed})", terminal_width()))
+                         f"{out['units']} units, {who}, seed {args.seed}){named}",
+                         terminal_width()))
     return 0

@@ -111,6 +111,7 @@ from ._units import parse_media as parse_media
 from ._units import pick_frames as pick_frames
 from ._units import read_units as read_units
 from ._units import units_pool as units_pool
+from ._units import units_task_description as units_task_description
 from ._workspace import DEFAULT_STRATEGY as DEFAULT_STRATEGY
 from ._workspace import UNITS_FILE as UNITS_FILE
 from ._workspace import Workspace as Workspace
@@ -211,6 +212,7 @@ __all__ = [
     "train_started",
     "train_sync",
     "units_pool",
+    "units_task_description",
     "workspace_lock",
     "workspace_outcomes",
     "write_json",

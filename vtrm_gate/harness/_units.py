@@ -39,6 +39,9 @@ DEFAULT_MAX_FRAME_BYTES = 32 << 20
 DEFAULT_MAX_PIXELS = 40_000_000
 """A frame whose header claims more pixels is refused before it is decoded (a 4K frame is
 8.3 M; Pillow's own decompression-bomb guard starts at 89 M)."""
+MAX_TASK_DESCRIPTION = 300
+"""A task description (``agent.task_description``, a unit line's ``task_description``) is one
+line of at most this many characters."""
 
 
 def _is_url(s: str) -> bool:
@@ -322,9 +325,20 @@ class UnitRecord:
     answer: str
     media: Media | None = None
     """Frames and/or a video shown with the question (`Media`)."""
+    task_description: str | None = None
+    """The task the prompts name, as the line states it (one per file: `units_task_description`)."""
 
 
 _LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def task_description_problem(task: Any) -> str | None:
+    """What is wrong with a task description (None: it is one non-empty line of at most
+    `MAX_TASK_DESCRIPTION` characters)."""
+    if isinstance(task, str) and task.strip() and "\n" not in task \
+            and len(task) <= MAX_TASK_DESCRIPTION:
+        return None
+    return f"must be one non-empty line of at most {MAX_TASK_DESCRIPTION} characters"
 
 
 def _unit_record(obj: Any) -> UnitRecord:
@@ -347,8 +361,11 @@ def _unit_record(obj: Any) -> UnitRecord:
     valid = _LETTERS[:len(opts)]
     if not isinstance(ans, str) or ans.strip().upper() not in valid or len(ans.strip()) != 1:
         raise InputError(f"answer must be one letter of {valid!r}, got {shown(ans)}")
+    task = obj.get("task_description")
+    if task is not None and (why := task_description_problem(task)):
+        raise InputError(f"task_description {why}, got {shown(task)}")
     return UnitRecord(obj["unit_id"], obj["task_type"], obj["question"], tuple(opts),
-                      ans.strip().upper(), parse_media(obj.get("media")))
+                      ans.strip().upper(), parse_media(obj.get("media")), task)
 
 
 def _check_text(obj: Any) -> None:
@@ -366,7 +383,8 @@ def read_units(path: Path, root: Path | None = None) -> dict[str, UnitRecord]:
     """Parse and validate a units file (JSON lines; blank lines skipped), in file order.
 
     Raises WorkspaceError naming the file and the line of the first fault (malformed JSON,
-    invalid text such as a lone surrogate, missing key, bad options or answer, duplicate unit id).
+    invalid text such as a lone surrogate, missing key, bad options or answer, duplicate unit id,
+    a ``task_description`` unlike an earlier line's: a file names one task).
     """
     name = _rel(root, path) if root else str(path)
     if not path.is_file():
@@ -376,6 +394,7 @@ def read_units(path: Path, root: Path | None = None) -> dict[str, UnitRecord]:
     except UnicodeDecodeError as exc:
         raise WorkspaceError(f"{name}: not UTF-8 text ({exc.reason})") from None
     units: dict[str, UnitRecord] = {}
+    task: tuple[int, str] | None = None  # the first line that states a task_description
     for i, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -390,10 +409,22 @@ def read_units(path: Path, root: Path | None = None) -> dict[str, UnitRecord]:
             raise WorkspaceError(f"{name}: line {i}: {exc}") from None
         if rec.unit_id in units:
             raise WorkspaceError(f"{name}: line {i}: duplicate unit_id {rec.unit_id!r}")
+        if rec.task_description is not None:
+            task = task or (i, rec.task_description)
+            if rec.task_description != task[1]:
+                raise WorkspaceError(
+                    f"{name}: line {i}: task_description {rec.task_description!r:.80} differs "
+                    f"from line {task[0]}'s {task[1]!r:.80} (a units file names one task)")
         units[rec.unit_id] = rec
     if not units:
         raise WorkspaceError(f"{name}: no units (expected one JSON object a line)")
     return units
+
+
+def units_task_description(units: Mapping[str, UnitRecord]) -> str | None:
+    """The task a units file names (the ``task_description`` its lines agree on), or None."""
+    return next((u.task_description for u in units.values()
+                 if u.task_description is not None), None)
 
 
 def units_pool(units: Mapping[str, UnitRecord]) -> dict[str, list[str]]:

@@ -171,6 +171,9 @@ class _State:
     errors: int = 0
     transport_failures: int = 0
     times_down: int = 0
+    generation: int = 0
+    """Bumped each time the endpoint goes down or comes back: a call's verdict counts only
+    in the generation it started in (a stale answer never revives a dead endpoint)."""
     latencies: deque[float] = field(default_factory=lambda: deque(maxlen=100_000))
     by_kind: dict[str, deque[float]] = field(default_factory=dict)
     per_token: deque[float] = field(default_factory=lambda: deque(maxlen=200))
@@ -270,25 +273,30 @@ class EndpointPool:
                     self._wake()  # pass the wake-up on
                 raise
 
-    def _answered(self, s: _State, *, error: bool, latency: float) -> None:
+    def _answered(self, s: _State, gen: int, *, error: bool, latency: float) -> None:
         s.calls += 1
         s.errors += error
         s.latencies.append(latency)
+        if gen != s.generation:  # sent before it went down (or came back): says nothing now
+            return
         s.consecutive_failures = 0
         if not s.up or s.probing:
             s.up, s.probing = True, False
+            s.generation += 1
             self._wake(len(self._waiters))
 
-    def _failed(self, s: _State) -> None:
+    def _failed(self, s: _State, gen: int) -> None:
         s.calls += 1
         s.errors += 1
         s.transport_failures += 1
-        s.consecutive_failures += 1
-        if s.probing or (s.up and s.consecutive_failures >= self.fail_after):
-            if s.up:
-                s.times_down += 1
-            s.up, s.probing = False, False
-            s.next_probe = self._clock() + self.probe_after_s
+        if gen == s.generation:  # a call from before the last change of state counts no more
+            s.consecutive_failures += 1
+            if s.probing or (s.up and s.consecutive_failures >= self.fail_after):
+                if s.up:
+                    s.times_down += 1
+                    s.generation += 1
+                s.up, s.probing = False, False
+                s.next_probe = self._clock() + self.probe_after_s
         self._wake(len(self._waiters))  # the work may go elsewhere now
 
     def _done(self, s: _State, probe: bool) -> None:
@@ -318,14 +326,15 @@ class EndpointPool:
             out = max(out, 2.0 * p95 * (1.0 + max_tokens / PREFILL_TOKENS))
         return out
 
-    def _settle(self, s: _State, ex: Exchange, kind: str, sent_in_flight: int,
+    def _settle(self, s: _State, gen: int, ex: Exchange, kind: str, sent_in_flight: int,
                 sent_at: float) -> None:
-        """Account one answered request once its body was read (or abandoned)."""
+        """Account one answered request once its body was read (or abandoned); ``gen`` is
+        the endpoint's generation when it was sent."""
         status = ex.response.status_code
         if ex.outcome == "malformed":
-            self._failed(s)
+            self._failed(s, gen)
             return
-        self._answered(s, error=status >= 500 or status == 429, latency=ex.latency_s)
+        self._answered(s, gen, error=status >= 500 or status == 429, latency=ex.latency_s)
         if s.limiter is not None and status in (429, 503):
             s.limiter.on_overload(sent_at)
         elif ex.outcome == "ok" and status < 400:
@@ -356,7 +365,7 @@ class EndpointPool:
 
         s = await self._acquire()
         probe = not s.up  # a call on a down endpoint is its probe
-        sent_in_flight, t0 = s.in_flight, self._clock()
+        sent_in_flight, t0, gen = s.in_flight, self._clock(), s.generation
         if timeout is not None:
             budget = (kwargs.get("json") or {}).get("max_tokens")
             t = self.attempt_timeout(s.endpoint.url, kind, timeout,
@@ -379,10 +388,10 @@ class EndpointPool:
                     ex.outcome = "malformed"
                     raise
                 finally:
-                    self._settle(s, ex, kind, sent_in_flight, t0)
+                    self._settle(s, gen, ex, kind, sent_in_flight, t0)
         except httpx.TransportError as exc:
             if ex is None:
-                self._failed(s)
+                self._failed(s, gen)
                 if s.limiter is not None and isinstance(exc, httpx.TimeoutException):
                     s.limiter.on_overload(t0)
             raise

@@ -39,7 +39,7 @@ from .._env import (
 )
 from .._ids import canonical_json, evolve_run_id, step_rollout_run_id
 from ..cache import CacheStats, ResponseCache, cache_namespace
-from ..errors import BackendError, CandidateRefused, CasesUnavailable
+from ..errors import BackendError, CandidateRefused, CasesUnavailable, EvolveError
 from ..gate import Infer, UnitResult, UnitTask, run_scope
 from ..harness import CaseSource, Evolver, Workspace
 from ._client import cached_http_client
@@ -302,15 +302,19 @@ def _evolve_run(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
     return evolve_run_id(named["task_type"], named["epoch"], named["step"])
 
 
-async def within_deadline(call: Awaitable[UnitResult], deadline: float | None) -> UnitResult:
-    """``await call``, or past ``deadline`` seconds an INFRA result saying so: the call is
-    cancelled and not waited for (an ``infer`` that ignores cancellation cannot stall the
-    gate); a cancel from the gate cancels the call too."""
-    if deadline is None:
+_TIMED_OUT = object()
+"""What `_bounded` returns for a call still running at its deadline."""
+
+
+async def _bounded(call: Awaitable[Any], seconds: float | None) -> Any:
+    """``await call``, or past ``seconds`` `_TIMED_OUT`: the call is cancelled and not
+    waited for (one that ignores cancellation cannot stall the step); a cancel from the
+    caller cancels the call too."""
+    if seconds is None:
         return await call
     inner = asyncio.ensure_future(call)
     try:
-        done, _ = await asyncio.wait({inner}, timeout=deadline)
+        done, _ = await asyncio.wait({inner}, timeout=seconds)
     except asyncio.CancelledError:
         inner.cancel()
         raise
@@ -318,9 +322,29 @@ async def within_deadline(call: Awaitable[UnitResult], deadline: float | None) -
         return inner.result()
     inner.cancel()
     inner.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: no warning
+    return _TIMED_OUT
+
+
+def _late(what: str, seconds: float, why: str = "the call's deadline") -> str:
+    return f"{what} did not return within {why} of {seconds:g} s (--deadline)"
+
+
+async def within_deadline(call: Awaitable[UnitResult], deadline: float | None) -> UnitResult:
+    """``await call``, or past ``deadline`` seconds an INFRA result saying so (`_bounded`)."""
+    res = await _bounded(call, deadline)
+    if res is not _TIMED_OUT:
+        return res
+    assert deadline is not None
     return UnitResult(infra=True, latency_s=deadline,
-                      error=f"TimeoutError: infer did not return within the call's deadline "
-                            f"of {deadline:g} s (--deadline)")
+                      error=f"TimeoutError: {_late('infer', deadline)}")
+
+
+def rollout_deadline(workspace: Workspace, deadline: float | None) -> float | None:
+    """A bring-your-own rollout's bound: one call's ``deadline`` per unit of the workspace's
+    pools (as if it answered each in turn), so a rollout that never returns ends the step."""
+    if deadline is None:
+        return None
+    return deadline * max(1, sum(len(us) for us in workspace.pool.values()))
 
 
 def guarded(backend: AgentBackend, workspace: Workspace, spec: str,
@@ -328,12 +352,14 @@ def guarded(backend: AgentBackend, workspace: Workspace, spec: str,
     """``backend`` with every text it returns or raises scrubbed (the evolver's skill too)
     and its rollout checked;
     with a ``deadline`` (seconds, the run's ``deadline``) a call of ``infer`` still running
-    past it is an INFRA result (`within_deadline`).
+    past it is an INFRA result (`within_deadline`), an ``evolve`` call an `EvolveError`
+    (``evolve_error``) and the rollout (bound: `rollout_deadline`) ``rollout_error``.
 
     A rollout that raises (not a programming error) makes every type ``rollout_error`` with
     the scrubbed reason, as the LLM rollout does for a type whose calls fail."""
     infer, evolver, rollout, cases = backend.infer, backend.evolver, backend.rollout, \
         backend.cases
+    bound = rollout_deadline(workspace, deadline)
 
     async def scrubbed_infer(task: UnitTask) -> UnitResult:
         try:
@@ -350,15 +376,20 @@ def guarded(backend: AgentBackend, workspace: Workspace, spec: str,
         async def evolve(self, *args: Any, **kwargs: Any) -> str:
             try:
                 with run_scope(_evolve_run(args, kwargs)):  # a cached client salts with it
-                    skill = await evolver.evolve(*args, **kwargs)
+                    skill = await _bounded(evolver.evolve(*args, **kwargs), deadline)
             except Exception as exc:
                 raise scrubbed_exception(exc, scrub) from None
+            if skill is _TIMED_OUT:
+                raise EvolveError(_late("the evolver", deadline or 0))
             return scrub(skill) if isinstance(skill, str) else skill  # else refused later
 
     async def checked_rollout(epoch: int, step: int) -> Mapping[str, Any]:
         try:
             with run_scope(step_rollout_run_id(epoch, step)):
-                out = await rollout(epoch, step)  # type: ignore[misc]  # wrapped when given
+                out = await _bounded(rollout(epoch, step), bound)  # type: ignore[misc]  # wrapped when given
+            if out is _TIMED_OUT:
+                raise TimeoutError(_late("the rollout", bound or 0, "its bound (one call's "
+                                         "deadline a pool unit)"))
         except (TypeError, AttributeError, NameError) as exc:
             raise scrubbed_exception(exc, scrub) from None
         except Exception as exc:

@@ -26,13 +26,12 @@ from ..harness import (
     read_units,
     split_heldout,
     units_pool,
+    units_task_description,
 )
+from ..harness._units import task_description_problem
 from ..harness._workspace import _check_no_secret
 from ._agent import TEXT_TASK, VIDEO_TASK
 from ._endpoints import check_endpoints_setting, read_endpoints_file
-
-MAX_TASK_DESCRIPTION = 300
-"""``agent.task_description`` is one line of at most this many characters."""
 
 
 def _refuse_url_credentials(url: str) -> None:
@@ -58,10 +57,8 @@ def check_llm_agent(agent: Mapping[str, Any]) -> None:
                           f"function' for an llm workspace, got {shown(backend)}")
     _check_no_secret(agent)
     task = agent.get("task_description")
-    if task is not None and (not isinstance(task, str) or not task.strip() or "\n" in task
-                             or len(task) > MAX_TASK_DESCRIPTION):
-        raise ValueError(f"agent.task_description must be one non-empty line of at most "
-                         f"{MAX_TASK_DESCRIPTION} characters (what the agent answers, e.g. "
+    if task is not None and (why := task_description_problem(task)):
+        raise ValueError(f"agent.task_description {why} (what the agent answers, e.g. "
                          f"{VIDEO_TASK!r}), got {task!r:.80}")
     if agent.get("media") is not None:
         m = agent["media"]
@@ -122,9 +119,9 @@ def init_llm(path: str | Path, units_file: str | Path, *,
     must exist under the units file's directory. ``heldout_fraction`` holds a seeded share of
     each type's units out of the pool (``heldout.json``: never gated, the epoch-end
     evaluation's split, as for a simulated workspace). ``task_description`` (one line, e.g.
-    "multiple-choice questions about a chest X-ray") is the task the prompts and the default
-    skills name; without it they say "multiple-choice questions", and "about a video" only
-    for units that show media. ``media`` sets ``max_frames`` /
+    "multiple-choice questions about a chest X-ray", else the units file's) is the task the
+    prompts and the default skills name; without either they say "multiple-choice questions",
+    and "about a video" only for units that show media. ``media`` sets ``max_frames`` /
     ``max_side`` / ``detail``. ``backend="package.module:function"`` names your own
     agent's factory instead of the endpoint (`vtrm_gate.llm.AgentBackend`). ``config`` sets other
     `WorkspaceConfig` fields (cooldown_steps, ...). Everything is validated before the
@@ -136,8 +133,9 @@ def init_llm(path: str | Path, units_file: str | Path, *,
     agent = _agent_config(base_url, endpoints_file, model, backend, temperature, max_tokens,
                           think)
     agent.update(_media_settings(src, units, media))
-    if task_description is not None:
-        agent["task_description"] = task_description
+    task = units_task_description(units) if task_description is None else task_description
+    if task is not None:  # the argument wins over the units file
+        agent["task_description"] = task
     try:
         check_llm_agent(agent)
         cfg = WorkspaceConfig(kind="llm", agent=agent, seed=seed, **config)
@@ -147,8 +145,8 @@ def init_llm(path: str | Path, units_file: str | Path, *,
         heldout = {t: split_heldout(us, seed, heldout_fraction) for t, us in pool.items()}
     except ValueError as exc:
         raise WorkspaceError(f"init_llm: {exc}") from None
-    task = task_description or (VIDEO_TASK if "media_root" in agent else TEXT_TASK)
-    skills, strategy = _initial_skills(pool, skills_dir, task)
+    skills, strategy = _initial_skills(
+        pool, skills_dir, task or (VIDEO_TASK if "media_root" in agent else TEXT_TASK))
     files = {UNITS_FILE: src.read_text(encoding="utf-8")}
     if heldout_fraction:
         files[HELDOUT_FILE] = json.dumps(heldout, indent=2) + "\n"

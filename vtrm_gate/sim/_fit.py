@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..errors import InputError
 from ..harness import Workspace, read_outcomes, replay_outcomes, workspace_outcomes
 from ..stats import GateParams, bootstrap_effects, fit_effects
 from ._effects import SHARES, World
@@ -158,9 +159,10 @@ def fit_world(source: pl.DataFrame | Workspace | str | Path, *, n_boot: int = 20
     (unstable below a few hundred gates: docs/worlds.md)."""
     frame, name = _frame(source)
     params = params or GateParams()
-    gates = _gates(frame, params)
-    if gates.height == 0:
-        raise ValueError(f"{name}: no gate with a measured pair to fit")
+    gates = _gates(frame, params) if frame.height else frame
+    if gates.height == 0:  # the user's source: bad input (exit 2), not a bug
+        raise InputError(f"{name}: no gate with a measured pair to fit (every pair of its "
+                         f"gates is INFRA, or nothing was gated yet)")
     w, l = gates["W"].to_numpy(), gates["L"].to_numpy()
     k = logit_per_theta()
     sizes = World()

@@ -168,7 +168,9 @@ class RecordingProxy:
 
             def do_POST(self) -> None:
                 n = int(self.headers.get("content-length", 0))
-                outer.forward(self, self.rfile.read(n))
+                data = self.rfile.read(n)
+                if len(data) == n:  # else the client left mid-body (a cancel): nothing sent
+                    outer.forward(self, data)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
