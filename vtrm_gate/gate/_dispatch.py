@@ -218,7 +218,7 @@ class _HeapOrder(DispatchOrder[LaneT]):
         waits = self._by_wait
         # the oldest entry (stale ones are older still) not yet due: nobody is (no heap walk);
         # ``waits`` holds entries only when max_wait is set (not None)
-        if waits and self._count - waits[0][0] >= self.max_wait:  # type: ignore[operator]  # waits: max_wait set
+        if waits and self._count - waits[0][0] >= self.max_wait:  # type: ignore[operator]
             top = self._top(waits, self._wait_version)
             if top is not None and self._count - top[0] >= self.max_wait:
                 best = top
