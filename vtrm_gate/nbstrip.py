@@ -10,23 +10,24 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 CHECK_MARK = "NBVAL_CHECK_OUTPUT"
 
 
-def is_checked(cell: dict) -> bool:
+def is_checked(cell: dict[str, Any]) -> bool:
     src = cell.get("source", "")
     return CHECK_MARK in ("".join(src) if isinstance(src, list) else src)
 
 
-def dirty_cells(nb: dict) -> list[int]:
+def dirty_cells(nb: dict[str, Any]) -> list[int]:
     """Indices of code cells that carry outputs (or an execution count) but are not checked."""
     return [i for i, c in enumerate(nb.get("cells", []))
             if c.get("cell_type") == "code" and not is_checked(c)
             and (c.get("outputs") or c.get("execution_count") is not None)]
 
 
-def strip(nb: dict) -> dict:
+def strip(nb: dict[str, Any]) -> dict[str, Any]:
     for c in nb.get("cells", []):
         if c.get("cell_type") == "code" and not is_checked(c):
             c["outputs"], c["execution_count"] = [], None

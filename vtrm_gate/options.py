@@ -43,7 +43,14 @@ from ._env import (
     read_dotenv,
 )
 from .errors import ConfigError, shown
-from .gate import DEFAULT_DISPATCH, DISPATCH_NAMES, PAST_STOP_POLICIES, GuardParams
+from .gate import (
+    DEFAULT_DISPATCH,
+    DISPATCH_NAMES,
+    PAST_STOP_POLICIES,
+    DispatchName,
+    GuardParams,
+    PastStop,
+)
 from .stats import DECISION_RULES, PROBATION_RULES, GateParams
 
 __all__ = [
@@ -140,7 +147,7 @@ class RunOptions:
     decision_rule: str = "paired_betting"
     """The gate's decision rule (`vtrm_gate.stats.DECISION_RULES`): the SPEC's paired
     betting, or an opt-in one with the same guarantee (``lambda_mixture``, ``old_blocks``)."""
-    dispatch: str = DEFAULT_DISPATCH
+    dispatch: DispatchName = DEFAULT_DISPATCH
     """Which type the gate feeds next (`vtrm_gate.gate`: ``expected_need`` by default, or
     ``round_robin``, the SPEC's fair order, or ``need_aware``); decisions do not depend on
     it."""
@@ -148,7 +155,7 @@ class RunOptions:
     """Cancel a frozen type's in-flight calls whose answers serve nothing more (every
     candidate call; base-arm calls unless the baseline survives and fills the BaselineCache)
     instead of letting them finish."""
-    past_stop: str = "cancel"
+    past_stop: PastStop = "cancel"
     """Once every type has decided: ``cancel`` the calls still in flight (none can change a
     decision) or ``wait`` for them (stored, never counted) before the gate returns."""
     time_scale: float | None = None
@@ -188,7 +195,7 @@ class RunOptions:
 
     def __post_init__(self) -> None:
         c = self.concurrency
-        if c is not UNSET and (not _whole(c) or c < 1):  # type: ignore[operator]
+        if c is not UNSET and (not _whole(c) or c < 1):  # type: ignore[operator]  # c: a number (_whole)
             raise ConfigError(f"concurrency must be an integer >= 1, got {shown(c)}")
         if not isinstance(self.gate, GateParams) or not isinstance(self.guard, GuardParams):
             raise ConfigError("gate and guard must be GateParams and GuardParams")
@@ -276,7 +283,7 @@ class RunOptions:
     @property
     def slots(self) -> int:
         """The gate's slot count: ``concurrency``, or 32 when it was not given."""
-        return DEFAULT_CONCURRENCY if self.concurrency is UNSET else int(self.concurrency)  # type: ignore[arg-type]
+        return DEFAULT_CONCURRENCY if self.concurrency is UNSET else int(self.concurrency)  # type: ignore[arg-type]  # not UNSET
 
     @property
     def masked_redis_url(self) -> str | None:

@@ -193,6 +193,17 @@ def test_invalid_responses_are_recognised(resp: Any, reason: str) -> None:
     assert validate_response(ok()) is None
 
 
+def test_per_run_counters_are_the_stats_fields() -> None:
+    """A run's mutable counters (a declared class, so the type checker sees each increment)
+    have exactly `CacheStats`' fields: one counted on its own would never reach a snapshot."""
+    from dataclasses import fields
+
+    from vtrm_gate.cache._response import _Counters
+
+    assert [f.name for f in fields(_Counters)] == [f.name for f in fields(CacheStats)]
+    assert {f.default for f in fields(_Counters)} == {0}
+
+
 # ---- against a real Redis -------------------------------------------------------------
 
 

@@ -185,6 +185,17 @@ def test_init_refuses_a_bad_endpoint_list(tmp_path: Path) -> None:
     assert not (tmp_path / "ws").exists()
 
 
+def test_init_takes_endpoints_as_any_sequence(tmp_path: Path) -> None:
+    """``base_url`` is typed ``str | Sequence``: a tuple is the same list (was an
+    AttributeError: the tuple went down the single-URL path, ``.rstrip``)."""
+    urls = ["http://127.0.0.1:1/v1", "http://127.0.0.1:2/v1"]
+    units = write_units(tmp_path / "u.jsonl")
+    as_list = init_llm(tmp_path / "a", units, base_url=urls, model="m")
+    as_tuple = init_llm(tmp_path / "b", units, base_url=tuple(urls), model="m")
+    assert as_tuple.config.agent == as_list.config.agent
+    assert as_tuple.config.agent["base_url"] == urls
+
+
 def test_gate_concurrency_is_the_sum_unless_set_lower() -> None:
     eps = [Endpoint("http://a", 3), Endpoint("http://b", 5)]
     assert gate_concurrency(None, eps) == 8

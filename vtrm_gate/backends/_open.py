@@ -89,6 +89,7 @@ async def open_backend(workspace: Workspace, options: RunOptions, *,
     options = options.with_workspace(workspace.config.probation_rule)
     spec = _factory_spec(workspace, options)
     env = environment(env)
+    opened: tuple[Backend, Callable[[], Awaitable[None]] | None]
     if spec is not None:
         opened = await _factory(workspace, spec, options, env)
     elif workspace.config.kind == "simulated":

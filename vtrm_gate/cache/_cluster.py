@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, TypeGuard, cast
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import redis.asyncio as aredis
@@ -28,14 +28,16 @@ from .._env import REDIS_SOCKET_TIMEOUT_S
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 # Per node; the cluster client cannot wait for a free connection, it raises past the cap.
 MAX_NODE_CONNECTIONS = 4096
+# What `connect` gives: a single node's client or a cluster's.
+Client = aredis.Redis | aredis.RedisCluster
 
 
 def is_cluster_url(url: str | None) -> bool:
     """True for ``redis+cluster://`` and ``rediss+cluster://`` URLs."""
-    return bool(url) and url.split("://", 1)[0].lower() in CLUSTER_SCHEMES  # type: ignore[union-attr]
+    return url is not None and url.split("://", 1)[0].lower() in CLUSTER_SCHEMES
 
 
-def is_cluster(client: Any) -> bool:
+def is_cluster(client: object) -> TypeGuard[aredis.RedisCluster]:
     return isinstance(client, aredis.RedisCluster)
 
 
@@ -87,8 +89,8 @@ async def scan_batches(client: aredis.RedisCluster, pattern: str,
             cursors, keys = await client.scan(cursor=cursor, match=pattern, count=batch,
                                               target_nodes=node)
             if keys:
-                yield keys
-            cursor = int(cursors[node.name])
+                yield cast(list[bytes], keys)  # no decode_responses: keys are bytes
+            cursor = int(cursors[node.name])  # type: ignore[index]  # with target_nodes: {node: cursor}
             if cursor == 0:
                 break
 

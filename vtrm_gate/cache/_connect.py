@@ -30,7 +30,7 @@ MAX_CONNECTIONS = 256
 
 
 def connect(url: str, *, socket_timeout: float = REDIS_SOCKET_TIMEOUT_S,
-            retries: int = 1) -> aredis.Redis:
+            retries: int = 1) -> cluster.Client:
     """A `redis.asyncio.Redis` with short timeouts, so a dead server never hangs a call.
 
     One immediate retry on a fresh connection covers pooled sockets left stale by a restart.

@@ -5,11 +5,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, fields
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
-import redis.asyncio as aredis
 from redis.exceptions import NoPermissionError
 
 from ..errors import ConfigError, shown
@@ -74,7 +73,7 @@ class RenewReport:
         return d
 
 
-async def server_version(client: aredis.Redis) -> tuple[int, ...]:
+async def server_version(client: cluster.Client) -> tuple[int, ...]:
     """The server's ``redis_version`` as a tuple, e.g. (6, 2, 14) (a cluster: its lowest)."""
     if cluster.is_cluster(client):
         return await cluster.cluster_version(client)
@@ -83,21 +82,22 @@ async def server_version(client: aredis.Redis) -> tuple[int, ...]:
                  if x.isdigit())
 
 
-async def _scan_batches(client: aredis.Redis, pattern: str, batch: int):  # type: ignore[no-untyped-def]
+async def _scan_batches(client: cluster.Client, pattern: str,
+                        batch: int) -> AsyncIterator[list[bytes]]:
     if cluster.is_cluster(client):  # every primary in turn
         async for keys in cluster.scan_batches(client, pattern, batch):
             yield keys
         return
-    cursor: int | bytes = 0
+    cursor = 0
     while True:
-        cursor, keys = await client.scan(cursor, match=pattern, count=batch)
-        if keys:
-            yield keys
+        cursor, found = await client.scan(cursor, match=pattern, count=batch)
+        if found:
+            yield cast(list[bytes], found)  # no decode_responses: keys are bytes
         if int(cursor) == 0:
             return
 
 
-async def renew_ttl(client: aredis.Redis, ttl: int, pattern: str = f"{DEFAULT_PREFIX}:*",
+async def renew_ttl(client: cluster.Client, ttl: int, pattern: str = f"{DEFAULT_PREFIX}:*",
                     dry_run: bool = False, batch: int = 1000,
                     progress: Callable[[RenewProgress], Any] | None = None,
                     method: RenewMethod = "auto") -> RenewReport:
@@ -143,7 +143,7 @@ async def renew_ttl(client: aredis.Redis, ttl: int, pattern: str = f"{DEFAULT_PR
                        time.perf_counter() - t0)
 
 
-async def _resolve_method(client: aredis.Redis, method: str, dry_run: bool) -> RenewMethod:
+async def _resolve_method(client: cluster.Client, method: str, dry_run: bool) -> RenewMethod:
     """The method to use; a dry run reads TTLs only (no script: it needs no scripting
     rights), and ``gt`` needs Redis >= 7."""
     if method not in RENEW_METHODS:
@@ -157,10 +157,10 @@ async def _resolve_method(client: aredis.Redis, method: str, dry_run: bool) -> R
         if version < (7,):
             raise ConfigError(f"EXPIRE ... GT needs Redis >= 7; the server is "
                              f"{'.'.join(map(str, version))}")
-    return method  # type: ignore[return-value]
+    return method  # type: ignore[return-value]  # one of RENEW_METHODS (checked above)
 
 
-async def _renew_one(client: aredis.Redis, key: bytes, ttl: int, dry_run: bool) -> int:
+async def _renew_one(client: cluster.Client, key: bytes, ttl: int, dry_run: bool) -> int:
     """The seed note's per-key loop body: 1 if the key's TTL is in (0, ttl) (and extended)."""
     t = await client.ttl(key)
     if not 0 < t < ttl:
@@ -170,7 +170,7 @@ async def _renew_one(client: aredis.Redis, key: bytes, ttl: int, dry_run: bool) 
     return 1
 
 
-async def _renew_batch(client: aredis.Redis, script: Any, method: str, keys: list[bytes],
+async def _renew_batch(client: cluster.Client, script: Any, method: str, keys: list[bytes],
                        ttl: int, dry_run: bool) -> int:
     """One round trip (two for ``pipeline``) for a batch of keys; returns keys extended."""
     if script is not None and cluster.is_cluster(client):  # one slot per script
@@ -217,7 +217,7 @@ class KeyStats:
         return d
 
 
-async def cache_stats(client: aredis.Redis, prefix: str = DEFAULT_PREFIX,
+async def cache_stats(client: cluster.Client, prefix: str = DEFAULT_PREFIX,
                       batch: int = 1000) -> KeyStats:
     """Count, memory (MEMORY USAGE, summed) and TTL histogram of ``{prefix}:*`` via SCAN."""
     counts = dict.fromkeys((b for b, _ in TTL_BUCKETS), 0)

@@ -19,11 +19,10 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, fields, make_dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import redis.asyncio as aredis
 from redis.exceptions import RedisError, ResponseError
 
 from .._env import (
@@ -117,8 +116,19 @@ class CacheStats:
         return d
 
 
-# The mutable per-run counters behind a CacheStats snapshot: the same fields, one list.
-_Counters = make_dataclass("_Counters", [(f.name, int, 0) for f in fields(CacheStats)])
+@dataclass
+class _Counters:
+    """The mutable per-run counters behind a CacheStats snapshot: its fields, by name."""
+
+    hits: int = 0
+    misses: int = 0
+    coalesced: int = 0
+    bypassed: int = 0
+    errors: int = 0
+    malformed: int = 0
+    mismatched: int = 0
+    writes: int = 0
+    not_cached: int = 0
 
 
 @dataclass(frozen=True)
@@ -142,7 +152,7 @@ _WRONG_TYPE = b"\x00wrong-type"
 """What `_get` returns for a key that holds a hash, list...: not an entry (a miss)."""
 
 
-async def _get(client: aredis.Redis, key: str) -> Any:
+async def _get(client: cluster.Client, key: str) -> Any:
     """``GET key``; a key of another Redis type is that key's miss, not an outage."""
     try:
         return await client.get(key)
@@ -184,7 +194,7 @@ class ResponseCache:
         self.namespace = namespace
         self.workspace = Path(workspace) if workspace is not None else None
         self.socket_timeout, self.retry_interval = socket_timeout, retry_interval
-        self._redis: aredis.Redis | None = None
+        self._redis: cluster.Client | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._inflight: dict[str, asyncio.Future[Response]] = {}
         self._inflight_loop: asyncio.AbstractEventLoop | None = None
@@ -269,26 +279,26 @@ class ResponseCache:
 
     # -- connection -------------------------------------------------------------------
 
-    async def _client(self) -> aredis.Redis:
+    async def _client(self) -> cluster.Client:
         loop = asyncio.get_running_loop()
         if self._redis is None or self._loop is not loop:
-            if self._url is None:
-                await self._start_embedded(loop)
-            if cluster.is_cluster_url(self._url):
-                await self._connect_cluster(loop)
+            url = self._url if self._url is not None else await self._start_embedded(loop)
+            if cluster.is_cluster_url(url):
+                await self._connect_cluster(loop, url)
             elif self._redis is None or self._loop is not loop:  # re-checked after the await
-                self._redis = connect(self._url, socket_timeout=self.socket_timeout)
+                self._redis = connect(url, socket_timeout=self.socket_timeout)
                 self._loop = loop
+        assert self._redis is not None  # connected above (by this call or a racing one)
         return self._redis
 
-    async def _connect_cluster(self, loop: asyncio.AbstractEventLoop) -> None:
+    async def _connect_cluster(self, loop: asyncio.AbstractEventLoop, url: str) -> None:
         """Load a cluster's topology once, before any command: redis-py's cluster client
         drops connections when many first commands race to initialise it."""
         if self._start_lock is None or self._start_lock[0] is not loop:
             self._start_lock = (loop, asyncio.Lock())
         async with self._start_lock[1]:
             if self._redis is None or self._loop is not loop:
-                client = connect(self._url, socket_timeout=self.socket_timeout)
+                client = connect(url, socket_timeout=self.socket_timeout)
                 try:
                     await client.initialize()
                 except BaseException:
@@ -296,8 +306,9 @@ class ResponseCache:
                     raise
                 self._redis, self._loop = client, loop
 
-    async def _start_embedded(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Start the workspace's embedded server once, however many first calls race."""
+    async def _start_embedded(self, loop: asyncio.AbstractEventLoop) -> str:
+        """Start the workspace's embedded server once, however many first calls race;
+        its URL."""
         if self._start_lock is None or self._start_lock[0] is not loop:
             self._start_lock = (loop, asyncio.Lock())
         async with self._start_lock[1]:
@@ -305,12 +316,14 @@ class ResponseCache:
                 ws = self.workspace or Path(os.environ.get("VTRM_WORKSPACE") or "workspace")
                 self._server = await asyncio.to_thread(embedded_server, ws)
                 self._url = self._server.url
+        return self._url
 
     def _skip(self) -> bool:
         """True while Redis is known down and the next probe is not due yet."""
         return self._down and time.monotonic() < self._next_probe
 
-    async def _op(self, run: str, fn: Callable[[aredis.Redis], Awaitable[Any]]) -> tuple[bool, Any]:
+    async def _op(self, run: str,
+                  fn: Callable[[cluster.Client], Awaitable[Any]]) -> tuple[bool, Any]:
         """Run one Redis operation; on failure count it and return False.
 
         One warning when an outage begins and one when it ends. An outage ends after
@@ -385,7 +398,7 @@ class ResponseCache:
         if validate(resp) is not None:
             c.malformed += 1
             return None
-        return resp  # type: ignore[no-any-return]
+        return resp
 
     def _encode(self, parts: KeyParts, resp: Response) -> bytes | None:
         """The stored value, or None when ``resp`` has no JSON form (NaN, sets, nesting too

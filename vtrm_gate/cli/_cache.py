@@ -12,6 +12,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .._env import MAX_TTL
@@ -140,7 +141,7 @@ def _simulated_without_redis(args: argparse.Namespace) -> bool:
     return kind == "simulated"
 
 
-def _simulated_note(args: argparse.Namespace, cmd: str) -> int:
+def _simulated_note(args: argparse.Namespace, cmd: str | None) -> int:
     """Say plainly that a simulated workspace has no Redis, and where to see one (exit 0)."""
     from ..cache import environment
     from ._table import terminal_width, wrap
@@ -189,7 +190,7 @@ def _resolve_url(args: argparse.Namespace) -> tuple[str, Any]:
     return server.url, server
 
 
-def _progress_printer(enabled: bool):  # type: ignore[no-untyped-def]
+def _progress_printer(enabled: bool) -> tuple[Callable[[Any], None], Callable[[], None]]:
     state = {"last": time.monotonic(), "shown": False}
 
     def show(p: Any) -> None:

@@ -84,11 +84,12 @@ def cmd_init(args: argparse.Namespace) -> int:
         raise CliError(f"{', '.join(given)} need --llm (an LLM workspace)")
     from ..sim import SimConfig, World, init_simulated
 
-    given = {k: v for k, v in (("infra_rate", args.infra_rate),
-                               ("world", args.world and World.from_json(args.world)))
-             if v is not None}
+    chosen: dict[str, Any] = {
+        k: v for k, v in (("infra_rate", args.infra_rate),
+                          ("world", args.world and World.from_json(args.world)))
+        if v is not None}
     try:
-        sim = SimConfig(seed=args.seed, **given)
+        sim = SimConfig(seed=args.seed, **chosen)
     except ValueError as exc:  # a world file's per-type shares for types it does not have
         raise CliError(f"{args.world}: {exc}" if args.world else str(exc)) from None
     ws = init_simulated(root, sim, heldout_fraction=0.2 if args.heldout_fraction is None

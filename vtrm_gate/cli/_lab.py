@@ -20,9 +20,10 @@ from typing import Any
 
 from ..errors import CliError
 
-WIDGET_SETTINGS = {"@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": True},
-                   "@jupyterlab/apputils-extension:notification": {
-                       "fetchNews": "false", "checkForUpdates": False}}
+WIDGET_SETTINGS: dict[str, dict[str, Any]] = {
+    "@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": True},
+    "@jupyterlab/apputils-extension:notification": {"fetchNews": "false",
+                                                    "checkForUpdates": False}}
 """JupyterLab settings overrides: save widget state when a notebook is saved; no news toast
 (it covered part of every notebook) and no update check."""
 

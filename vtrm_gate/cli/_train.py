@@ -70,6 +70,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             command="vtrm-gate train"))
     finally:
         ws.close()
+    assert run.summary is not None  # train_workspace always summarises
     if args.json:
         print(json.dumps({"event": "summary", **run.summary}, default=str))
     else:

@@ -173,8 +173,8 @@ class _EvalSink:
         """Per-arm accuracy and the paired difference current - initial of one type."""
         units = self.answers.get(task_type, {}).values()
         arm = {a: [u[a] for u in units if u.get(a) is not None] for a in ("base", "cand")}
-        pairs = [(u["cand"], u["base"]) for u in units
-                 if u.get("base") is not None and u.get("cand") is not None]
+        pairs = [(c, b) for u in units
+                 if (b := u.get("base")) is not None and (c := u.get("cand")) is not None]
         both = sum(c and b for c, b in pairs)
         wins = sum(c and not b for c, b in pairs)
         losses = sum(b and not c for c, b in pairs)

@@ -168,7 +168,7 @@ def _bad_cell(cols: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]) ->
     for row in rows:
         for (name, typ), v in zip(cols, row, strict=False):
             ok = v is None or (isinstance(v, kinds[typ]) and not (
-                typ == "INTEGER" and not -2**63 <= v < 2**63))
+                typ == "INTEGER" and isinstance(v, int) and not -2**63 <= v < 2**63))
             if not ok:
                 return f"column {name} holds {v!r}, not {typ}"
     return "a value does not fit its column"

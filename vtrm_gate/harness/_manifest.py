@@ -75,7 +75,7 @@ def _need(cond: bool, key: str, what: str, value: object) -> None:
 def _of_types(ws: Workspace, value: Any, key: str, what: str) -> dict[str, Any]:
     _need(isinstance(value, dict) and set(value) <= set(ws.pool), key,
           f"an object {{type of pool.json: {what}}}", value)
-    return value  # type: ignore[no-any-return]
+    return value
 
 
 def _unit_lists(ws: Workspace, value: Any, key: str) -> None:
@@ -130,7 +130,7 @@ def recorded_manifests(ws: Workspace) -> list[dict[str, Any]]:
         m = re.fullmatch(r"e(\d+)_s(\d+)\.json", path.name)
         if m:
             found.append((int(m[1]), int(m[2])))
-    return [read_manifest(ws, e, s) for e, s in sorted(found)]  # type: ignore[misc]
+    return [read_manifest(ws, e, s) for e, s in sorted(found)]  # type: ignore[misc]  # each exists
 
 
 def refusal(ws: Workspace, epoch: int, step: int, changes: list[str]) -> StepRefusedError:

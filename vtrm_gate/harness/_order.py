@@ -39,7 +39,7 @@ def train_record(ws: Workspace) -> dict[str, Any] | None:
         fault = _config_fault(data["config"])
     if fault:
         raise WorkspaceError(f"{TRAIN_FILE}: {fault}; restore it or start a new workspace")
-    return data  # type: ignore[no-any-return]
+    return data
 
 
 def _config_fault(config: dict[str, Any]) -> str | None:

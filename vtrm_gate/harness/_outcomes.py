@@ -11,7 +11,7 @@ when the table holds only the measured prefix of a longer ladder, as a workspace
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -250,7 +250,9 @@ def write_outcomes(outcomes: pl.DataFrame | Workspace | str | Path, path: str | 
     fmt = _format(out)
     df = outcomes if isinstance(outcomes, pl.DataFrame) else workspace_outcomes(outcomes)
     tmp = out.with_name(f".{out.name}.tmp")
-    {"csv": df.write_csv, "parquet": df.write_parquet, "jsonl": df.write_ndjson}[fmt](tmp)
+    write: dict[str, Callable[[Path], object]] = {
+        "csv": df.write_csv, "parquet": df.write_parquet, "jsonl": df.write_ndjson}
+    write[fmt](tmp)
     tmp.replace(out)
     return out
 

@@ -205,10 +205,10 @@ async def _settle(ws: Workspace, epoch: int, infer: Infer, options: RunOptions,
     skills, rejected = dict(state.skills), {t: tuple(rs) for t, rs in state.rejected.items()}
     outcomes = {}
     for t, pr in probes.items():
-        o = gate.outcomes[t]  # type: ignore[union-attr]
+        o = gate.outcomes[t]  # type: ignore[union-attr]  # probes ran the gate
         outcomes[t] = _decide(ws, epoch, pr, o, skills, rejected)
         ws.log.write_report(epoch, PROBATION_STEP, t, StepStatus.PROBATION, outcome=o,
-                            counters=gate.counters[t],  # type: ignore[union-attr]
+                            counters=gate.counters[t],  # type: ignore[union-attr]  # as above
                             applied=outcomes[t].applied,
                             note=f"settling v{pr.probation.version} from "
                                  f"e{pr.probation.epoch} s{pr.probation.step}", **extra[t])

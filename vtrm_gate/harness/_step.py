@@ -128,7 +128,7 @@ def _case_source(cases: Cases, evolver: object) -> CaseSource:
     for owner in (evolver, getattr(evolver, "world", None)):
         fn = getattr(owner, "error_cases", None)
         if callable(fn):
-            return fn  # type: ignore[no-any-return]
+            return fn
     raise TypeError("run_step needs this step's error cases: pass cases=(task_type, epoch, "
                     "step, current_skill) -> unit ids, or an evolver with error_cases "
                     "(or a .world with error_cases, like SimEvolver)")
@@ -307,7 +307,7 @@ async def _phase_a(si: StepInputs, evolver: Evolver,
         p.status[t], p.notes[t] = _judge(r, si.current[t], si.texts[t],
                                          si.base_state.rejected_texts(t))
         if p.status[t] is StepStatus.GATED:
-            p.cand[t] = r  # type: ignore[assignment]
+            p.cand[t] = r  # type: ignore[assignment]  # GATED: a str reply (_judge)
     return p
 
 
@@ -363,7 +363,7 @@ def _phase_b(ws: Workspace, si: StepInputs, p: Proposals, options: RunOptions
                               if t in p.cand else {})}
                        for t in todo},
     })
-    extra = {t: {"base_version": si.base_state.settled_version(t),
+    extra: dict[str, dict[str, Any]] = {t: {"base_version": si.base_state.settled_version(t),
                  "base_hash": content_hash(si.texts[t]),
                  "cand_hash": content_hash(p.cand[t]) if t in p.cand else None,
                  "note": join_notes(p.notes.get(t), si.media_notes.get(t))}

@@ -120,7 +120,7 @@ class _PhaseClock:
                 finally:
                     clock.evolve_spans.append((t0, clock.now()))
 
-        return Timed()  # type: ignore[return-value]
+        return Timed()
 
     def take_evolution(self) -> tuple[float, float]:
         """The step's evolution: its span, and its calls' summed time (one after another)."""

@@ -79,7 +79,8 @@ def parse_endpoints(value: Any) -> tuple[Endpoint, ...]:
         if isinstance(item, str):
             out.append(Endpoint(item))
         elif isinstance(item, Mapping) and set(item) <= {"url", "max_concurrency"}:
-            out.append(Endpoint(item.get("url"), item.get("max_concurrency", DEFAULT_CAP)))
+            out.append(Endpoint(item.get("url"),  # type: ignore[arg-type]  # checked there
+                                item.get("max_concurrency", DEFAULT_CAP)))
         else:
             raise EndpointsError(f"endpoint {item!r}: expected a URL or "
                                  f"{{\"url\", \"max_concurrency\"}}")

@@ -140,7 +140,7 @@ def load_factory(spec: str) -> BackendFactory:
     if not callable(obj):
         raise BackendError(f"backend {spec!r}: {attr!r} is not callable "
                            f"({type(obj).__name__})")
-    return obj  # type: ignore[no-any-return]
+    return obj
 
 
 async def make_backend(spec: str, ctx: BackendContext) -> AgentBackend:
@@ -333,7 +333,7 @@ async def within_deadline(call: Awaitable[UnitResult], deadline: float | None) -
     """``await call``, or past ``deadline`` seconds an INFRA result saying so (`_bounded`)."""
     res = await _bounded(call, deadline)
     if res is not _TIMED_OUT:
-        return res  # type: ignore[no-any-return]
+        return res
     assert deadline is not None
     return UnitResult(infra=True, latency_s=deadline,
                       error=f"TimeoutError: {_late('infer', deadline)}")
@@ -386,7 +386,7 @@ def guarded(backend: AgentBackend, workspace: Workspace, spec: str,
     async def checked_rollout(epoch: int, step: int) -> Mapping[str, Any]:
         try:
             with run_scope(step_rollout_run_id(epoch, step)):
-                out = await _bounded(rollout(epoch, step), bound)  # type: ignore[misc]
+                out = await _bounded(rollout(epoch, step), bound)  # type: ignore[misc]  # wrapped when given
             if out is _TIMED_OUT:
                 raise TimeoutError(_late("the rollout", bound or 0, "its bound (one call's "
                                          "deadline a pool unit)"))
@@ -399,7 +399,7 @@ def guarded(backend: AgentBackend, workspace: Workspace, spec: str,
 
     def scrubbed_cases(*args: Any) -> Sequence[str]:
         try:
-            return cases(*args)  # type: ignore[misc]
+            return cases(*args)  # type: ignore[misc]  # wrapped only when given
         except Exception as exc:
             raise scrubbed_exception(exc, scrub) from None
 

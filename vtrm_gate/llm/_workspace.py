@@ -166,6 +166,8 @@ def _agent_config(base_url: str | Sequence[Any] | None, endpoints_file: str | Pa
         return {"backend": backend, **({"model": model} if model else {})}
     if isinstance(base_url, str) and "," in base_url:  # several endpoints
         base_url = [u.strip() for u in base_url.split(",") if u.strip()]
+    elif not isinstance(base_url, str | None):  # a tuple or any sequence: the same list
+        base_url = list(base_url)
     agent: dict[str, Any] = {
         "backend": "openai", "model": model, "think": bool(think),
         "temperature": temperature,

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .._env import DEFAULT_CONCURRENCY
-from ..gate import GateForecast, run_gate
+from ..gate import GateEvent, GateForecast, run_gate
 from ..stats import GateParams
 from ._step import sim_step
 from ._virtual import run_virtual
@@ -34,7 +34,7 @@ def eta_checks(seed: int, shares: Sequence[float] = SHARES, concurrency: int = D
     """Run the simulated step of ``seed`` (virtual clock), then replay its events into a
     `GateForecast` and read the ETA at each share of the makespan."""
     st = sim_step(seed, wall_seconds=None, params=params)
-    events: list = []
+    events: list[GateEvent] = []
     res = run_virtual(run_gate(list(st.plans), st.world.infer, params or GateParams(),
                                concurrency, subscribers=[events.append]))
     start, total = events[0].t, res.wall_time_s

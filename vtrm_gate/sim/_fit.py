@@ -75,7 +75,7 @@ class WorldFit:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON values (``world``: the `World` file's object)."""
-        out = asdict(replace(self, world=None))  # type: ignore[arg-type]
+        out = asdict(replace(self, world=None))  # type: ignore[arg-type]  # set just below
         out["world"] = self.world.to_dict()
         out["intervals"] = {k: list(v) for k, v in self.intervals.items()}
         return out

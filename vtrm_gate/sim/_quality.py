@@ -72,8 +72,9 @@ def quality_report(workspace: Workspace, world: SimWorld, epochs: int,
     acc = _accuracy(workspace, world, runs)
     mean = {k: sum(r[k] for r in acc) / len(acc) for k in ("initial", "gate", "accept_all",
                                                            "oracle")}
-    policy = {p: {"applied": dict.fromkeys(CLASSES, 0), "candidates": len(r.decisions)}
-              for p, r in runs.items()}
+    policy: dict[str, dict[str, Any]] = {
+        p: {"applied": dict.fromkeys(CLASSES, 0), "candidates": len(r.decisions)}
+        for p, r in runs.items()}
     for p, r in runs.items():
         for *_, on, tr in r.decisions:
             if on:

@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+Counts = Sequence[int] | np.ndarray
+"""Per-gate counts (W or L): a sequence or an integer array (a frame's column)."""
 THETA_GRID: tuple[float, ...] = tuple(round(0.25 * i, 2) for i in range(1, 13))
 """Candidate bounds ``a < b`` of |theta| for the helpful and harmful parts (0.25 .. 3)."""
 REFERENCE: tuple[float, float] = (0.57, 1.71)
@@ -94,8 +96,8 @@ def _grid(bounds: tuple[float, float] | None, reference: tuple[float, float]) ->
     return np.array([reference, *((a, b) for i, a in enumerate(g) for b in g[i + 1:])])
 
 
-def _counts(wins: Sequence[int], losses: Sequence[int]) -> tuple[np.ndarray, np.ndarray,
-                                                                 np.ndarray, np.ndarray]:
+def _counts(wins: Counts, losses: Counts) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                   np.ndarray]:
     """Distinct (W, L) rows, their counts, and each gate's row index."""
     w = np.asarray(wins, dtype=np.int64)
     l = np.asarray(losses, dtype=np.int64)
@@ -109,7 +111,7 @@ def _counts(wins: Sequence[int], losses: Sequence[int]) -> tuple[np.ndarray, np.
         index.reshape(-1)
 
 
-def fit_effects(wins: Sequence[int], losses: Sequence[int],
+def fit_effects(wins: Counts, losses: Counts,
                 bounds: tuple[float, float] | None = None,
                 reference: tuple[float, float] = REFERENCE) -> EffectsFit:
     """Fit the mixture to gates' discordant wins and losses (one entry per gate). (a, b):
@@ -131,7 +133,7 @@ BOOT_CHUNK = 25
 """Replicates refitted per task of a bootstrap run on an executor."""
 
 
-def bootstrap_effects(wins: Sequence[int], losses: Sequence[int], n_boot: int = 200,
+def bootstrap_effects(wins: Counts, losses: Counts, n_boot: int = 200,
                       seed: int = 0, bounds: tuple[float, float] | None = None,
                       reference: tuple[float, float] = REFERENCE,
                       map_fn: Callable[[Callable[[Any], Any], list[Any]], list[Any]] | None = None

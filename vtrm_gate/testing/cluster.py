@@ -13,7 +13,7 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,7 +115,7 @@ class RedisCluster:
         self._wait(self.ok, "cluster_state:ok on every node", timeout)
 
     @staticmethod
-    def _wait(cond, what: str, timeout: float = 15.0) -> None:  # type: ignore[no-untyped-def]
+    def _wait(cond: Callable[[], object], what: str, timeout: float = 15.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if cond():

@@ -41,7 +41,7 @@ class SlowChatServer(ChatServer):
             die = self._die is not None and self.served == self._die[0]
         try:
             if die:
-                threading.Thread(target=self._outage, args=(self._die[1],),  # type: ignore[index]
+                threading.Thread(target=self._outage, args=(self._die[1],),  # type: ignore[index]  # die: set
                                  daemon=True).start()
             if self.delay_s:
                 time.sleep(self.delay_s)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
@@ -29,8 +30,8 @@ class OutcomeTable:
     in_flight: int = 0
     peak: int = 0
 
-    def plans(self, **kw: object) -> list[TypePlan]:
-        return [TypePlan(t, [f"{t}-u{i:03d}" for i in range(len(o))], **kw)  # type: ignore[arg-type]
+    def plans(self, **kw: Any) -> list[TypePlan]:
+        return [TypePlan(t, [f"{t}-u{i:03d}" for i in range(len(o))], **kw)
                 for t, o in self.outcomes.items()]
 
     def result(self, task: UnitTask) -> UnitResult:

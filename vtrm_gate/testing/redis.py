@@ -16,11 +16,17 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from .._env import mask_url
 from ..cache import RedisServer, connect
+
+if TYPE_CHECKING:
+    import redis
+
+    from ..cache._cluster import Client
 
 
 @dataclass(frozen=True)
@@ -37,11 +43,11 @@ class RedisTarget:
     def pattern(self) -> str:
         return f"{self.prefix}:*"
 
-    def client(self, socket_timeout: float = 5.0):  # type: ignore[no-untyped-def]
+    def client(self, socket_timeout: float = 5.0) -> Client:
         """A `redis.asyncio.Redis` for this target (create it inside the test's event loop)."""
         return connect(self.url, socket_timeout=socket_timeout)
 
-    def sync_client(self):  # type: ignore[no-untyped-def]
+    def sync_client(self) -> redis.Redis | redis.RedisCluster:
         """A blocking `redis.Redis` (a `redis.RedisCluster` for a cluster URL)."""
         import redis
 

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import pytest
 
 from ..sim import SimConfig, SimWorld
+
+if TYPE_CHECKING:
+    from ..harness import TrainResult
 
 SMALL_POOLS = {"Action Reasoning": 40, "Counting Problem": 9, "OCR Problems": 23}
 
@@ -20,8 +26,9 @@ TRAIN_EFFECTS = {"Action Reasoning": "helpful", "Counting Problem": "harmful",
                  "OCR Problems": "helpful"}
 
 
-def train_small_workspace(path, epochs: int = 3, steps_per_epoch: int = 5, *, seed: int = 5,
-                          probation_rule: str = "e_continue"):
+def train_small_workspace(path: Path, epochs: int = 3, steps_per_epoch: int = 5, *,
+                          seed: int = 5, probation_rule: str = "e_continue",
+                          ) -> tuple[Path, TrainResult]:
     """A simulated workspace of three types (60, 50, 40 units, 20% held out) trained for
     ``epochs`` x ``steps_per_epoch`` on the virtual clock (~10 s for 3 x 5); returns its
     path and the `TrainResult`."""
@@ -37,7 +44,7 @@ def train_small_workspace(path, epochs: int = 3, steps_per_epoch: int = 5, *, se
 
 
 @pytest.fixture(scope="session")
-def trained_workspace(tmp_path_factory):
+def trained_workspace(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, TrainResult]:
     """One simulated 3-type workspace after a 3 x 5 training run (read it, never write it):
     ``(path, TrainResult)``."""
     return train_small_workspace(tmp_path_factory.mktemp("trained") / "ws")

@@ -15,7 +15,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import polars as pl
@@ -85,14 +85,15 @@ class GateFigure(Figure):
 
     def __repr__(self) -> str:
         w, h = (round(v * SLIDE_DPI) for v in self.get_size_inches())
-        title = self._suptitle.get_text() if self._suptitle is not None else ""
+        title = self.get_suptitle()
         if not title and self.axes:
             title = self.axes[0].get_title(loc="left") or self.axes[0].get_title()
         return f"<GateFigure {w}x{h}: {title[:80]}>"
 
 
 def new_figure(figsize: tuple[float, float] = SLIDE,
-               layout: str | None = "constrained") -> GateFigure:
+               layout: Literal["constrained", "compressed", "tight"] | None = "constrained",
+               ) -> GateFigure:
     """A `GateFigure` (never registered with pyplot), 1280×720 and constrained layout by
     default."""
     return GateFigure(figsize=figsize, layout=layout)
@@ -111,7 +112,7 @@ def _decades(ax: Axes, lo: float, hi: float) -> None:
 
 def _axes(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axes]:
     if ax is not None:
-        return ax.get_figure(), ax  # type: ignore[return-value]
+        return ax.get_figure(), ax  # type: ignore[return-value]  # a top-level figure's axes
     fig = new_figure(figsize)
     return fig, fig.add_subplot()
 
@@ -198,7 +199,9 @@ def _ylim(series: Sequence[TrajectorySeries], params: GateParams, sides: Sequenc
 
 def _height_pt(ax: Axes) -> float:
     """The panel's height in points, less the share the constrained layout will take."""
-    return max(ax.get_position().height * ax.get_figure().get_figheight(), 0.5) * 72 * 0.8
+    fig = ax.get_figure()
+    assert isinstance(fig, Figure)  # a panel of a top-level figure
+    return max(ax.get_position().height * fig.get_figheight(), 0.5) * 72 * 0.8
 
 
 def _label_size(ax: Axes, n: int) -> float:
@@ -413,7 +416,7 @@ def plot_trajectories(outcomes: Mapping[str, TypeOutcome], params: GateParams | 
     series = trajectory_series(outcomes)
     if ax is not None:
         draw_trajectories(ax, series, params, n_max=params.n_max)
-        return ax.get_figure()  # type: ignore[return-value]
+        return ax.get_figure()  # type: ignore[return-value]  # a top-level figure's axes
     title = title or decisions_claim(series)
     if layout == "panels":
         fig = new_figure(SLIDE, None)
@@ -456,7 +459,7 @@ def plot_prefix_vs_block(comparison: pl.DataFrame, ax: Axes | None = None) -> Fi
                             f"{EFFECT[Action(r['prefix_action'])]})"), MUTED
         else:
             text, colour = f"{r['block_action']} → {r['prefix_action']}  (differs)", BAD
-        ax.text(max(r["block_units"], r["prefix_units"]) + 0.5, yi, text, va="center",
+        ax.text(max(r["block_units"], r["prefix_units"]) + 0.5, float(yi), text, va="center",
                 fontsize="small", color=colour)
     ax.set_xlabel("ladder units consumed (2 inference calls each); label: block → prefix")
     ax.set_ylabel("question type")
@@ -466,7 +469,7 @@ def plot_prefix_vs_block(comparison: pl.DataFrame, ax: Axes | None = None) -> Fi
     ax.set_title(f"Same outcomes: block {total_b} → prefix {total_p} units ({saved:.0%} fewer);"
                  f" same label {int(rows['agree'].sum())}/{rows.height}, same effect on the "
                  f"skill {n_eff}/{rows.height}", loc="left")
-    ax.set_xlim(0, max(int(rows["n_ladder"].max() or 1), 1) * 1.75)
+    ax.set_xlim(0, max(int(rows["n_ladder"].max() or 1), 1) * 1.75)  # type: ignore[arg-type]  # a numeric polars cell
     ax.legend(loc="upper right", ncols=2, frameon=False)
     ax.set_ylim(-0.7, rows.height + 0.5)  # a free row on top for the legend
     return fig
@@ -476,7 +479,7 @@ def plot_prefix_vs_block(comparison: pl.DataFrame, ax: Axes | None = None) -> Fi
 
 
 def false_accept_frame(params: GateParams, correlations: Sequence[float], n_rep: int,
-                       seed: int | None = 0, **kw: float) -> pl.DataFrame:
+                       seed: int | None = 0, **kw: Any) -> pl.DataFrame:
     """`vtrm_gate.stats.false_accept_curve` as a polars frame (long format)."""
     return pl.DataFrame(false_accept_curve(params, correlations, n_rep, seed, **kw).columns())
 
@@ -514,14 +517,14 @@ def plot_false_accept(curve: pl.DataFrame | FalseAcceptCurve, ax: Axes | None = 
                    label=f"prefix, exact (dynamic programming): {exact:.2%}")
     ax.set_xlabel("correlation of the candidate's log-latency with being wrong")
     ax.set_ylabel("P(ACCEPT) under H0 (share of runs)")
-    ax.set_ylim(0, min(1.0, max(float(df["ci_high"].max()), bound) * 1.15))
-    worst = float(arr["false_accept"].max()) if arr.height else float("nan")
+    ax.set_ylim(0, min(1.0, max(float(df["ci_high"].max()), bound) * 1.15))  # type: ignore[arg-type]  # a numeric polars cell
+    worst = float(arr["false_accept"].max()) if arr.height else float("nan")  # type: ignore[arg-type]  # a numeric polars cell
     over = arr.filter(pl.col("ci_low") > bound)
-    first = (f"above the bound from correlation {float(over['correlation'].min()):g}"
+    first = (f"above the bound from correlation {float(over['correlation'].min()):g}"  # type: ignore[arg-type]  # a numeric polars cell
              if over.height else "never above the bound")
     ax.set_title(f"Arrival order reaches {worst:.0%} false accepts ({first}); "
                  f"the ladder prefix stays at {prefix_rate:.1%} ≤ {bound:.0%}", loc="left")
-    half = float((df["ci_high"] - df["ci_low"]).max()) / 2
+    half = float((df["ci_high"] - df["ci_low"]).max()) / 2  # type: ignore[arg-type]  # a numeric polars cell
     _caption(fig, f"H0: p_win = {float(df['p_win'][0]):g}, discordance "
                   f"{float(df['discordance'][0]):g}, {n} units, {n_rep:,} replicates per point "
                   f"(seed {df['seed'][0]}); shaded bars: 95% Wilson intervals, at most "
@@ -612,7 +615,8 @@ def plot_makespan(old: float | Sequence[float], new: float | Sequence[float],
     if len(labels) != len(o):
         raise ValueError(f"labels has {len(labels)} entries, expected {len(o)}")
     fig, ax = _axes(ax, SLIDE)
-    rows = (("old: serial types, blocks, arms", o, {"color": OLD}),
+    rows: tuple[tuple[str, list[float], dict[str, Any]], ...] = (
+            ("old: serial types, blocks, arms", o, {"color": OLD}),
             ("v3: continuous, one shared slot pool", n, {"color": V3}),
             ("lower bound: needed inference / slots", lb,
              {"color": "#FFFFFF", "edgecolor": BOUND, "hatch": "//", "linewidth": 1.5}))

@@ -447,8 +447,8 @@ class LiveGateView:
             outcomes = {n: tp.outcome for n, tp in self.types.items() if tp.outcome is not None}
         state = "aborted" if self.aborted else "finished" if self.result else "running"
         decided = sum(r["action"] != "CONTINUE" for r in rows)
-        consumed = sum(r["consumed"] for r in rows)
-        n_ladder = sum(r["n_ladder"] for r in rows)
+        consumed = sum(tp.consumed for tp in self.types.values())
+        n_ladder = sum(tp.n_ladder for tp in self.types.values())
         end = self._t_end if self._t_end is not None else self._clock()
         elapsed = end - self._t0 if self._t0 is not None else 0.0
         status = (f"gate {state}: {decided}/{len(rows)} types decided · {consumed}/{n_ladder} "

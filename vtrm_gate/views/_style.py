@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from matplotlib import rc_context
 from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 from matplotlib.rcsetup import cycler
+
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -61,7 +64,7 @@ FONT_PT = {"base": 13.0, "title": 14.0, "label": 13.0, "tick": 12.0, "legend": 1
 MIN_FONT_PT = 10.0
 """No text smaller than this (14 px at `SLIDE_DPI`)."""
 
-RC: dict[str, Any] = {
+RC: dict[RcKeyType, Any] = {
     "font.size": FONT_PT["base"], "axes.titlesize": FONT_PT["title"],
     "axes.labelsize": FONT_PT["label"], "legend.fontsize": FONT_PT["legend"],
     "legend.title_fontsize": FONT_PT["legend"], "xtick.labelsize": FONT_PT["tick"],
@@ -82,7 +85,7 @@ def styled(fn: F) -> F:
     def wrapper(*args: Any, **kw: Any) -> Any:
         with rc_context(RC):
             return fn(*args, **kw)
-    return wrapper  # type: ignore[return-value]
+    return wrapper  # type: ignore[return-value]  # fn's signature (functools.wraps)
 
 
 def type_colour(i: int) -> str:
@@ -133,7 +136,7 @@ def _artist_colours(fig: Figure) -> Iterator[tuple[str, Any]]:
     for a in _visible(fig):
         name = f"{type(a).__name__} {a.get_gid() or a.get_label() or ''}".strip()
         if isinstance(a, Line2D):
-            if a.get_linestyle() not in ("None", "") and len(a.get_xdata()):
+            if a.get_linestyle() not in ("None", "") and len(a.get_xdata()):  # type: ignore[arg-type]  # stubs: ArrayLike; it is an array
                 yield name, a.get_color()
             if a.get_marker() not in ("None", "", None, " "):
                 yield name, a.get_markerfacecolor()
@@ -143,9 +146,9 @@ def _artist_colours(fig: Figure) -> Iterator[tuple[str, Any]]:
             if a.get_linewidth():
                 yield name, a.get_edgecolor()
         elif isinstance(a, Collection):
-            yield from ((name, c) for c in a.get_facecolors())
-            if len(a.get_linewidths()) and max(a.get_linewidths()) > 0:
-                yield from ((name, c) for c in a.get_edgecolors())
+            yield from ((name, c) for c in a.get_facecolor())
+            if len(a.get_linewidths()) and max(a.get_linewidths()) > 0:  # type: ignore[attr-defined]  # an alias matplotlib adds at import
+                yield from ((name, c) for c in a.get_edgecolor())
         elif isinstance(a, Text) and a.get_text().strip():
             yield f"text {a.get_text()[:30]!r}", a.get_color()
 
@@ -161,7 +164,7 @@ def _texts(fig: Figure) -> list[Any]:
         if not artist.get_visible() or isinstance(artist, Tick):
             return
         if isinstance(artist, Axis):
-            for tick in artist._update_ticks():  # the ticks actually drawn
+            for tick in artist._update_ticks():  # type: ignore[attr-defined]  # private: the ticks actually drawn
                 out.extend(t for t in (tick.label1, tick.label2)
                            if t.get_visible() and t.get_text().strip())
         elif isinstance(artist, Text) and artist.get_text().strip():
@@ -204,7 +207,7 @@ def _outside(fig: Figure, renderer: Any) -> list[str]:
 
 
 def _titles(fig: Figure) -> list[str]:
-    sup = fig._suptitle.get_text() if fig._suptitle is not None else ""
+    sup = fig.get_suptitle()
     axes = [ax for ax in fig.axes if ax.get_visible()]
     titled = sup.strip() or any(ax.get_title(loc=w).strip() for ax in axes
                                 for w in ("left", "center"))
@@ -213,9 +216,9 @@ def _titles(fig: Figure) -> list[str]:
 
 def _labels(fig: Figure) -> list[str]:
     """Every visible data axes has an x and a y label, its own or the figure's."""
-    sup = fig._supxlabel  # a caption (gid "caption") is not an axis label
+    sup = fig._supxlabel  # type: ignore[attr-defined]  # a caption (gid "caption") is not an axis label
     sx = sup.get_text() if sup is not None and sup.get_gid() != "caption" else ""
-    sy = fig._supylabel.get_text() if fig._supylabel is not None else ""
+    sy = fig.get_supylabel()
     out = []
     for ax in fig.axes:
         if not ax.get_visible() or not ax.axison:

@@ -8,6 +8,7 @@ Object API only (like the other figures): each ``plot_*`` returns a self-display
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any, cast
 
 import numpy as np
 import polars as pl
@@ -118,10 +119,10 @@ def plot_training_curve(curve: pl.DataFrame, cols: int = 4, *,
             strip.tick_params(labelbottom=False)
     fig.supylabel("accuracy", fontsize="small")
     _legend(fig, any(held.get(t, FEW_HELD_OUT) < FEW_HELD_OUT for t in types))
-    first, last = curve["epoch"].min(), curve["epoch"].max()
+    first, last = curve["epoch"].min(), cast(int, curve["epoch"].max())
     y = "true" if curve["true"].null_count() < curve.height else "measured"
-    t0 = curve.filter(pl.col("epoch") == first)[y].mean()
-    t1 = curve.filter(pl.col("epoch") == last)[y].mean()
+    t0 = cast(float, curve.filter(pl.col("epoch") == first)[y].mean())  # a numeric column
+    t1 = cast(float, curve.filter(pl.col("epoch") == last)[y].mean())
     up = curve.filter(pl.col("epoch") == last).join(
         curve.filter(pl.col("epoch") == first), on="task_type", suffix="_0").filter(
         pl.col(y) > pl.col(f"{y}_0") + 0.01).height
@@ -166,20 +167,20 @@ def plot_phase_times(old: Mapping[str, float] | None, new: Mapping[str, float], 
 
 
 @styled
-def plot_power_frontier(result: Mapping[str, object]) -> GateFigure:
+def plot_power_frontier(result: Mapping[str, Any]) -> GateFigure:
     """Final true accuracy against simulated training time, one point per configuration
     with 95% seed-level intervals on both axes (`benchmarks.bench_power`'s result), the old
     serial gate's point marked. The time axis is broken between the v3 configurations and
     the old gate (one log axis left most of the figure empty), and the accuracy axis spans
     the points; the initial skills and the oracle gate are named in the caption."""
     fig = new_figure(SLIDE)
-    summary = list(result["summary"])  # type: ignore[call-overload]
+    summary = list(result["summary"])
     old, rec = result["old"], result["recommended"]
     near, far = fig.subplots(1, 2, sharey=True, width_ratios=(5, 1))
-    fig.get_layout_engine().set(wspace=0.01)  # type: ignore[union-attr]
+    fig.get_layout_engine().set(wspace=0.01)  # type: ignore[union-attr,call-arg]  # constrained
     for ax in (near, far):
-        _frontier_errorbars(ax, summary, old, rec)  # type: ignore[arg-type]
-    _break_time_axis(near, far, summary, old)  # type: ignore[arg-type]
+        _frontier_errorbars(ax, summary, old, rec)
+    _break_time_axis(near, far, summary, old)
     lo = min(100 * e["accuracy"][1] for e in summary)
     hi = max(100 * e["accuracy"][2] for e in summary)
     near.set_ylim(lo - 0.1 * (hi - lo), hi + 0.1 * (hi - lo))
@@ -193,7 +194,7 @@ def plot_power_frontier(result: Mapping[str, object]) -> GateFigure:
     return fig
 
 
-def _frontier_errorbars(ax: Axes, summary: list[dict], old: str, rec: str) -> None:
+def _frontier_errorbars(ax: Axes, summary: list[dict[str, Any]], old: str, rec: str) -> None:
     """Every configuration's point with its intervals (drawn on both halves of the axis)."""
     # type colours, less the teal too close to the 6-epoch point's green
     others = iter([c for c in TYPE_COLOURS if c != "#009988"] * 2)
@@ -211,10 +212,10 @@ def _frontier_errorbars(ax: Axes, summary: list[dict], old: str, rec: str) -> No
     ax.grid(True, alpha=0.4)
 
 
-def _break_time_axis(near: Axes, far: Axes, summary: list[dict], old: str) -> None:
+def _break_time_axis(near: Axes, far: Axes, summary: list[dict[str, Any]], old: str) -> None:
     """Left: the v3 configurations' hours; right: the old gate's; diagonal marks at the
     break."""
-    def span(entries: list[dict]) -> tuple[float, float]:
+    def span(entries: list[dict[str, Any]]) -> tuple[float, float]:
         lo = min(e["wall_h"][1] for e in entries)
         hi = max(e["wall_h"][2] for e in entries)
         pad = 0.08 * max(hi - lo, 1.0)
@@ -229,17 +230,17 @@ def _break_time_axis(near: Axes, far: Axes, summary: list[dict], old: str) -> No
     near.spines["right"].set_visible(False)
     far.spines["left"].set_visible(False)
     far.tick_params(left=False)
-    d = dict(marker=[(-1, -1.5), (1, 1.5)], markersize=10, linestyle="none", color=BOUND,
-             mec=BOUND, mew=1, clip_on=False)
+    d: dict[str, Any] = dict(marker=[(-1, -1.5), (1, 1.5)], markersize=10, linestyle="none",
+                             color=BOUND, mec=BOUND, mew=1, clip_on=False)
     near.plot([1, 1], [0, 1], transform=near.transAxes, **d)
     far.plot([0, 0], [0, 1], transform=far.transAxes, **d)
 
 
-def _frontier_points(summary: list[dict], rec: str) -> list[tuple[dict, str]]:
+def _frontier_points(summary: list[dict[str, Any]], rec: str) -> list[tuple[dict[str, Any], str]]:
     """Each configuration to draw with its legend label; one measured exactly like an earlier
     one (the best fixed λ when it is the default's) joins that point's label instead of
     hiding it."""
-    points: list[tuple[dict, list[str]]] = []
+    points: list[tuple[dict[str, Any], list[str]]] = []
     for e in summary:
         name = e["config"] + (" (chosen on the tuning seeds)" if e["config"] == rec else "")
         same = next((p for p in points if (p[0]["wall_h"], p[0]["accuracy"])
@@ -251,19 +252,19 @@ def _frontier_points(summary: list[dict], rec: str) -> list[tuple[dict, str]]:
     return [(e, " = ".join(names)) for e, names in points]
 
 
-def _frontier_claim(result: Mapping[str, object], summary: list[dict]) -> str:
+def _frontier_claim(result: Mapping[str, Any], summary: list[dict[str, Any]]) -> str:
     """The frontier's title: how much faster the default v3 trains than the old gate, at
     what difference in final accuracy, and (when measured) what the saved time buys when it
     is spent on more epochs (from the result, never hard-coded)."""
     by = {e["config"]: e for e in summary}
-    old = by.get(result["old"])  # type: ignore[call-overload]
+    old = by.get(result["old"])
     default = next((e for e in summary if "(default)" in e["config"]), None)
     longer = next((e for e in summary if "epochs" in e["config"]), None)
     runs = f"{result['seeds']} seeds × {result['steps']} steps per epoch"
     if old is None or default is None or not default["wall_h"][0]:
         return f"Final accuracy against training time ({runs}, 95% intervals over seeds)"
 
-    def signed(a: dict, b: dict) -> str:
+    def signed(a: dict[str, Any], b: dict[str, Any]) -> str:
         return f"{100 * (a['accuracy'][0] - b['accuracy'][0]):+.1f}".replace("-", "−")
 
     speed = old["wall_h"][0] / default["wall_h"][0]
@@ -285,11 +286,11 @@ CROSSOVER_LINES = {"no_gate": ("no gate (apply every candidate)", SERIES[3], "o"
 
 
 @styled
-def plot_harmful_crossover(result: Mapping[str, object]) -> GateFigure:
+def plot_harmful_crossover(result: Mapping[str, Any]) -> GateFigure:
     """Final true accuracy of no gate, the old gate, v3 and the oracle as the share of harmful
     candidates grows, with 95% seed-level intervals, and the share from which v3 beats
     applying every candidate (`benchmarks.bench_power`'s ``harmful_sweep``)."""
-    sweep: Mapping = result["harmful_sweep"]  # type: ignore[assignment]
+    sweep: Mapping[str, Any] = result["harmful_sweep"]
     fig = new_figure(SLIDE)
     ax = fig.subplots()
     xs = [100 * p["p_harmful"] for p in sweep["points"]]
@@ -320,12 +321,12 @@ def plot_harmful_crossover(result: Mapping[str, object]) -> GateFigure:
     return fig
 
 
-def crossover_claim(sweep: Mapping) -> str:
+def crossover_claim(sweep: Mapping[str, Any]) -> str:
     """The title: where v3 starts beating no gate (with its interval), and the gap at both
     ends of the sweep (from the result, never hard-coded)."""
     pts = sweep["points"]
 
-    def gap(p: Mapping) -> float:
+    def gap(p: Mapping[str, Any]) -> float:
         return 100 * next(e["vs_no_gate"][0] for e in p["summary"] if e["label"] == "v3")
 
     first, last = pts[0], pts[-1]
@@ -405,13 +406,13 @@ def _progress_claim(points: pl.DataFrame) -> str:
     return f"Training run after {where}"
 
 
-def _frontier_caption(result: Mapping[str, object], summary: list[dict]) -> str:
+def _frontier_caption(result: Mapping[str, Any], summary: list[dict[str, Any]]) -> str:
     """What the frontier's speed-up is (its definition and runs) and where the initial
     skills and the oracle gate lie (off the accuracy axis)."""
     by = {e["config"]: e for e in summary}
-    old = by.get(result["old"])  # type: ignore[call-overload]
+    old = by.get(result["old"])
     default = next((e for e in summary if "(default)" in e["config"]), None)
-    init, oracle = (100 * result[k][0] for k in ("initial", "oracle"))  # type: ignore[index]
+    init, oracle = (100 * result[k][0] for k in ("initial", "oracle"))
     where = f"initial skills {init:.1f} points, oracle gate {oracle:.1f}"
     if old is None or default is None or not default["wall_h"][0]:
         return where

@@ -22,7 +22,6 @@ from ..gate import GateEvent, run_gate
 from ..sim import block_serial_schedule, continuous_schedule, no_early_stop, run_virtual, sim_step
 from ..stats import GateParams, false_accept_curve, units_curve
 from ._figures import (
-    SLIDE_DPI,
     plot_false_accept,
     plot_makespan,
     plot_operating_characteristics,
@@ -32,7 +31,7 @@ from ._figures import (
     save,
 )
 from ._frames import call_accounting, compare_replays, oc_grid
-from ._style import figure_problems
+from ._style import SLIDE_DPI, figure_problems
 
 
 @dataclass(frozen=True)
