@@ -173,8 +173,6 @@ class _Gate:
         self.dispatch, self.cancel_after_freeze = dispatch, cancel_after_freeze
         self.past_stop = past_stop
         self.n_decided = 0
-        # in-flight calls cancelled because their type froze (cancel_after_freeze)
-        self.freeze_cancelled: set[asyncio.Future[None]] = set()
         self.baseline, self.sink, self.guard = baseline, sink, guard
         self.runs = [_TypeRun(p, params, rule) for p in sorted(plans, key=lambda p: p.task_type)]
         self.by_type = {r.plan.task_type: r for r in self.runs}
@@ -188,20 +186,30 @@ class _Gate:
         self.final: GateResult | None = None
         self.last_errors: dict[str, deque[str]] = {r.plan.task_type: deque(maxlen=3)
                                                    for r in self.runs}
-        self.done: asyncio.Queue[_Signal] = asyncio.Queue()
-        # A slot is held from dispatch until its signal is taken off ``done``.
+        # What the calls tell the coordinator, and the coordinator's wake-up while it waits.
+        self.signals: deque[_Signal] = deque()
+        self.waiter: asyncio.Future[None] | None = None
+        # A slot is held from dispatch until its signal is taken off ``signals``.
         self.n_in_flight = 0
         self.fatal: BaseException | None = None
-        self.in_flight: dict[asyncio.Future[None], UnitTask] = {}
+        # Long-lived per-slot workers (no task per call): the call each one holds, the
+        # idle ones with the future that hands them their next call, the ones inside
+        # ``infer`` and the ones whose call is being stopped (cancel_after_freeze).
+        self.workers: list[asyncio.Task[None]] = []
+        self.in_flight: dict[asyncio.Task[None], UnitTask] = {}
+        self.idle: list[tuple[asyncio.Task[None], asyncio.Future[UnitTask | None]]] = []
+        self.running: set[asyncio.Task[None]] = set()
+        self.stopping: set[asyncio.Task[None]] = set()
+        self.aborting = False
         self.peak = 0
         self.t0 = self.loop.time()
 
     def now(self) -> float:
         return self.loop.time()
 
-    async def _call(self, task: UnitTask) -> None:
+    async def _call(self, task: UnitTask) -> UnitResult:
         t = self.now()
-        _RUN_ID.set(task.run_id)  # this call's own task: a cached client salts with it
+        _RUN_ID.set(task.run_id)  # this call's worker: a cached client salts with it
         if self.progress_events:
             _PROGRESS.set(lambda status, info: self.bus.publish(
                 TaskProgress(self.now(), task, status, info)))
@@ -227,7 +235,90 @@ class _Gate:
         except Exception as exc:  # a broken backend is INFRA for that arm, text kept
             res = UnitResult(infra=True, error=f"{type(exc).__name__}: {exc}",
                              latency_s=self.now() - t)
-        self.done.put_nowait(_Completed(task, res))
+        return res
+
+    async def _worker(self, task: UnitTask | None) -> None:
+        """One slot's long-lived loop: run the call it was handed, tell the coordinator,
+        wait for the next call (None: the gate is over). No task per call."""
+        me = asyncio.current_task()
+        assert me is not None
+        while task is not None:
+            if me in self.stopping:  # stopped before it started: infer is never called
+                self.stopping.discard(me)
+                signal: _Signal = _Stopped(task)
+            else:
+                signal = await self._one(me, task)
+            del self.in_flight[me]
+            self._signal(signal)
+            if self.aborting or isinstance(signal, _Crashed):
+                return
+            fut: asyncio.Future[UnitTask | None] = self.loop.create_future()
+            self.idle.append((me, fut))
+            task = await fut
+
+    async def _one(self, me: asyncio.Task[None], task: UnitTask) -> _Signal:
+        """One call on worker ``me``: its result, its stop (the gate cancelled it after its
+        type froze), or the BaseException that escaped ``infer``."""
+        self.running.add(me)
+        try:
+            res = await self._call(task)
+        except asyncio.CancelledError:
+            if self.aborting or me not in self.stopping:
+                raise
+            me.uncancel()
+            self.stopping.discard(me)
+            return _Stopped(task)
+        except BaseException as exc:  # not an Exception (those are INFRA): fails the gate
+            self.fatal = exc
+            return _Crashed(task, exc)
+        finally:
+            self.running.discard(me)
+        if me in self.stopping:  # cancelled, but infer returned all the same
+            self.stopping.discard(me)
+            if me.cancelling():
+                me.uncancel()
+        return _Completed(task, res)
+
+    def _signal(self, signal: _Signal) -> None:
+        self.signals.append(signal)
+        waiter = self.waiter
+        if waiter is not None:
+            self.waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def _next_signal(self) -> _Signal:
+        """Wait until a call tells the coordinator something."""
+        while not self.signals:
+            self.waiter = self.loop.create_future()
+            await self.waiter
+        return self.signals.popleft()
+
+    def _start_call(self, task: UnitTask) -> None:
+        """Hand ``task`` to an idle worker, or to a new one while there are fewer than
+        the calls in flight (so at most ``concurrency`` workers)."""
+        if self.idle:
+            worker, fut = self.idle.pop()
+            fut.set_result(task)
+        else:
+            worker = self.loop.create_task(self._worker(task))
+            self.workers.append(worker)
+        self.in_flight[worker] = task
+
+    def _stop(self, worker: asyncio.Task[None]) -> None:
+        """Stop ``worker``'s call (it serves nothing now): cancelled inside ``infer``, or
+        never started; its slot frees once it has stopped (a `_Stopped` signal)."""
+        if worker not in self.stopping:
+            self.stopping.add(worker)
+            if worker in self.running:
+                worker.cancel()
+
+    async def _release_workers(self) -> None:
+        """The gate is over: every worker is idle; let them end."""
+        for _, fut in self.idle:
+            fut.set_result(None)
+        self.idle.clear()
+        await asyncio.gather(*self.workers)
 
     def _start_bus(self) -> None:
         bus = self.bus
@@ -262,7 +353,8 @@ class _Gate:
                     if exhausted:
                         break
                     continue
-                await self._take(await self.done.get())
+                await self._take(await self._next_signal())
+            await self._release_workers()
         except BaseException as exc:
             reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             self.aborted = reason
@@ -293,8 +385,8 @@ class _Gate:
         return self.final
 
     async def _drain(self) -> None:
-        while not self.done.empty():
-            await self._take(self.done.get_nowait())
+        while self.signals:
+            await self._take(self.signals.popleft())
 
     async def _take(self, signal: _Signal) -> None:
         """One signal off the queue: a result, a stopped call's free slot, or a crash."""
@@ -320,26 +412,11 @@ class _Gate:
                 await self._finish(task, _as_cached(hit), cache_hit=True)
                 return
         run.counters.started += 1
-        fut = asyncio.ensure_future(self._call(task))
-        self.in_flight[fut] = task
-        fut.add_done_callback(self._forget)
+        self._start_call(task)
         self.n_in_flight += 1
         self.peak = max(self.peak, self.n_in_flight)
         if self.started_events:
             self.bus.publish(TaskStarted(self.now(), task, self.n_in_flight))
-
-    def _forget(self, fut: asyncio.Future[None]) -> None:
-        task = self.in_flight.pop(fut, None)
-        if task is not None and fut in self.freeze_cancelled and fut.cancelled():
-            # the slot frees once the call has really stopped; wake the coordinator
-            self.done.put_nowait(_Stopped(task))
-            return
-        if task is None or fut.cancelled():
-            return
-        exc = fut.exception()
-        if exc is not None:
-            self.fatal = exc
-            self.done.put_nowait(_Crashed(task, exc))
 
     def _stopped(self, task: UnitTask) -> None:
         """A call cancelled after its type froze (cancel_after_freeze, past_stop) stopped."""
@@ -447,10 +524,10 @@ class _Gate:
         every = self.n_decided == len(self.runs) and self.past_stop == "cancel"
         if every or self.cancel_after_freeze:
             # no result in flight can change a decision now (past every stop, or this type's)
-            for fut, task in list(self.in_flight.items()):
-                if (every or (task.task_type == run.plan.task_type
-                              and not self._worth_keeping(task, outcome))) and fut.cancel():
-                    self.freeze_cancelled.add(fut)
+            for worker, task in list(self.in_flight.items()):
+                if every or (task.task_type == run.plan.task_type
+                             and not self._worth_keeping(task, outcome)):
+                    self._stop(worker)
         if self.sink is not None:
             await self.sink.on_decided(run.plan.task_type, outcome)
         self.bus.publish(TypeDecided(self.now(), run.plan.task_type, outcome))
@@ -464,17 +541,18 @@ class _Gate:
 
     async def _abort(self, reason: str) -> None:
         """Cancel in-flight calls, persist what already finished, close the bus."""
-        pending = dict(self.in_flight)
-        for t in pending:
-            t.cancel()
-        if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
-        for t, task in pending.items():
-            if t.cancelled() and t not in self.freeze_cancelled:  # those: counted below
-                self.by_type[task.task_type].counters.cancelled_in_flight += 1
+        self.aborting = True
+        workers = [w for w in self.workers if not w.done()]
+        for w in workers:
+            w.cancel()
+        if workers:
+            await asyncio.gather(*workers, return_exceptions=True)
+        for task in self.in_flight.values():  # stopped by the abort (or by a freeze before)
+            self.by_type[task.task_type].counters.cancelled_in_flight += 1
+        self.in_flight.clear()
         try:
-            while not self.done.empty():
-                signal = self.done.get_nowait()
+            while self.signals:
+                signal = self.signals.popleft()
                 task = signal.task
                 if isinstance(signal, _Stopped):  # cancelled after its type froze
                     self.by_type[task.task_type].counters.cancelled_in_flight += 1
