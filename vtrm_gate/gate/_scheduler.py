@@ -180,7 +180,7 @@ class _Gate:
         self.bus = _Bus(subscribers, close_timeout_s=subscriber_timeout_s)
         # which per-call events someone takes (set at the start: a handle subscribes late)
         self.started_events = self.finished_events = self.progress_events = False
-        self.prefix_events = False
+        self.prefix_events = self.recording = False
         self.loop = asyncio.get_running_loop()
         self.aborted: str | None = None
         self.final: GateResult | None = None
@@ -238,46 +238,42 @@ class _Gate:
         return res
 
     async def _worker(self, task: UnitTask | None) -> None:
-        """One slot's long-lived loop: run the call it was handed, tell the coordinator,
-        wait for the next call (None: the gate is over). No task per call."""
+        """One slot's long-lived loop (no task per call): run the call it is handed, tell
+        the coordinator (a result; a stop: the gate cancelled the call after its type froze;
+        a BaseException that escaped ``infer``), wait for the next call (None: gate over)."""
         me = asyncio.current_task()
         assert me is not None
+        running, stopping, in_flight = self.running, self.stopping, self.in_flight
         while task is not None:
-            if me in self.stopping:  # stopped before it started: infer is never called
-                self.stopping.discard(me)
-                signal: _Signal = _Stopped(task)
+            signal: _Signal
+            if me in stopping:  # stopped before it started: infer is never called
+                stopping.discard(me)
+                signal = _Stopped(task)
             else:
-                signal = await self._one(me, task)
-            del self.in_flight[me]
+                running.add(me)
+                try:
+                    signal = _Completed(task, await self._call(task))
+                except asyncio.CancelledError:
+                    if self.aborting or me not in stopping:
+                        raise
+                    me.uncancel()
+                    stopping.discard(me)
+                    signal = _Stopped(task)
+                except BaseException as exc:  # not an Exception (INFRA): it fails the gate
+                    self.fatal = exc
+                    signal = _Crashed(task, exc)
+                running.discard(me)
+                if me in stopping:  # cancelled, but infer returned (or failed) all the same
+                    stopping.discard(me)
+                    if me.cancelling():
+                        me.uncancel()
+            del in_flight[me]
             self._signal(signal)
-            if self.aborting or isinstance(signal, _Crashed):
+            if self.aborting:
                 return
             fut: asyncio.Future[UnitTask | None] = self.loop.create_future()
             self.idle.append((me, fut))
             task = await fut
-
-    async def _one(self, me: asyncio.Task[None], task: UnitTask) -> _Signal:
-        """One call on worker ``me``: its result, its stop (the gate cancelled it after its
-        type froze), or the BaseException that escaped ``infer``."""
-        self.running.add(me)
-        try:
-            res = await self._call(task)
-        except asyncio.CancelledError:
-            if self.aborting or me not in self.stopping:
-                raise
-            me.uncancel()
-            self.stopping.discard(me)
-            return _Stopped(task)
-        except BaseException as exc:  # not an Exception (those are INFRA): fails the gate
-            self.fatal = exc
-            return _Crashed(task, exc)
-        finally:
-            self.running.discard(me)
-        if me in self.stopping:  # cancelled, but infer returned all the same
-            self.stopping.discard(me)
-            if me.cancelling():
-                me.uncancel()
-        return _Completed(task, res)
 
     def _signal(self, signal: _Signal) -> None:
         self.signals.append(signal)
@@ -287,12 +283,11 @@ class _Gate:
             if not waiter.done():
                 waiter.set_result(None)
 
-    async def _next_signal(self) -> _Signal:
-        """Wait until a call tells the coordinator something."""
+    async def _wait(self) -> None:
+        """Wait until a call tells the coordinator something (one wake-up per batch)."""
         while not self.signals:
             self.waiter = self.loop.create_future()
             await self.waiter
-        return self.signals.popleft()
 
     def _start_call(self, task: UnitTask) -> None:
         """Hand ``task`` to an idle worker, or to a new one while there are fewer than
@@ -327,6 +322,9 @@ class _Gate:
         self.finished_events = bus.wants(TaskFinished)
         self.progress_events = bus.wants(TaskProgress)
         self.prefix_events = self.sink is not None or bus.wants(PrefixAdvanced)
+        # whether a result goes anywhere beyond the test (the sink, the baseline, the bus)
+        self.recording = (self.sink is not None or self.baseline is not None
+                          or self.finished_events)
         bus.publish(GateStarted(self.now(), tuple(r.plan.task_type for r in self.runs),
                                 tuple(r.n for r in self.runs), self.concurrency,
                                 self.params))
@@ -341,19 +339,25 @@ class _Gate:
             exhausted = False
             while True:
                 # Everything that has arrived is consumed before a free slot is refilled.
-                await self._drain()
+                if self.signals:
+                    await self._drain()
                 while not exhausted and self.n_in_flight < self._room():
                     job = next(jobs, None)
                     if job is None:
                         exhausted = True
                         break
-                    await self._dispatch(*job)
-                    await self._drain()
+                    run, rank, arm = job
+                    if arm == "base" and self.baseline is not None:
+                        await self._dispatch_base(run, rank)
+                    elif not run.frozen:  # a frozen type starts nothing new
+                        self._start(run, run.plan.task(rank, arm))
+                    if self.signals:
+                        await self._drain()
                 if self.n_in_flight == 0:
                     if exhausted:
                         break
                     continue
-                await self._take(await self._next_signal())
+                await self._wait()
             await self._release_workers()
         except BaseException as exc:
             reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
@@ -385,32 +389,34 @@ class _Gate:
         return self.final
 
     async def _drain(self) -> None:
-        while self.signals:
-            await self._take(self.signals.popleft())
+        """Take every signal off the queue: a result, a stopped call's free slot, a crash."""
+        signals = self.signals
+        while signals:
+            if self.fatal is not None:
+                raise self.fatal
+            signal = signals.popleft()
+            if type(signal) is _Completed:
+                await self._finish(signal.task, signal.result)
+            elif type(signal) is _Stopped:
+                self._stopped(signal.task)
+            else:
+                raise signal.exc  # type: ignore[union-attr]  # _Crashed, the one kind left
 
-    async def _take(self, signal: _Signal) -> None:
-        """One signal off the queue: a result, a stopped call's free slot, or a crash."""
-        if self.fatal is not None:
-            raise self.fatal
-        if isinstance(signal, _Completed):
-            await self._finish(signal.task, signal.result)
-        elif isinstance(signal, _Stopped):
-            self._stopped(signal.task)
-        else:
-            raise signal.exc
-
-    async def _dispatch(self, run: _TypeRun, rank: int, arm: Arm) -> None:
+    async def _dispatch_base(self, run: _TypeRun, rank: int) -> None:
+        """A base-arm unit with a baseline store: its stored answer if any, else a call."""
         if run.frozen:  # checked at dispatch time: a frozen type starts nothing new
             return
-        task = run.plan.task(rank, arm)
-        if arm == "base" and self.baseline is not None:
-            hit = await self.baseline.get(task)
-            if run.frozen:
-                return
-            if hit is not None:
-                run.counters.cache_hits += 1
-                await self._finish(task, _as_cached(hit), cache_hit=True)
-                return
+        task = run.plan.task(rank, "base")
+        hit = await self.baseline.get(task)  # type: ignore[union-attr]  # set by the caller
+        if run.frozen:
+            return
+        if hit is not None:
+            run.counters.cache_hits += 1
+            await self._finish(task, _as_cached(hit), cache_hit=True)
+            return
+        self._start(run, task)
+
+    def _start(self, run: _TypeRun, task: UnitTask) -> None:
         run.counters.started += 1
         self._start_call(task)
         self.n_in_flight += 1
@@ -427,8 +433,9 @@ class _Gate:
                 error="cancelled after freeze"), "cancelled"))
 
     async def _finish(self, task: UnitTask, res: UnitResult, cache_hit: bool = False) -> None:
-        """A result: counted, recorded, then consumed unless its type froze or the other
-        arm already made the unit INFRA."""
+        """A result: counted, recorded, then filed unless its type froze or the other arm
+        already made the unit INFRA; a unit with both arms (or one INFRA) is resolved, and
+        the prefix advances over it."""
         if self.fatal is not None:
             raise self.fatal
         run = self.by_type[task.task_type]
@@ -437,8 +444,8 @@ class _Gate:
         if not cache_hit:
             self.n_in_flight -= 1
             _count_completion(c, res)
-        counted = not run.frozen and not run.resolved[rank]
-        await self._record(task, res, counted, cache_hit)
+        if self.recording:
+            await self._record(task, res, not run.frozen and not run.resolved[rank], cache_hit)
         if run.frozen:
             c.discarded_after_freeze += 1
             return
@@ -448,7 +455,16 @@ class _Gate:
         if run.resolved[rank]:  # the other arm already made this unit INFRA
             c.discarded_after_infra += 1
             return
-        await self._pair(run, task, res)
+        arms = run.results.get(rank)
+        if arms is None:
+            run.results[rank] = {task.arm: res}
+            if not res.infra:
+                return
+        else:
+            arms[task.arm] = res
+        run.resolved[rank] = True
+        if rank == run.prefix:
+            await self._advance(run)
 
     async def _record(self, task: UnitTask, res: UnitResult, counted: bool,
                       cache_hit: bool) -> None:
@@ -479,17 +495,6 @@ class _Gate:
         if self.guard.tripped(c.infra_units, c.completed, c.infra_calls):
             raise InfraGuardError(task.task_type, c.infra_units, c.completed, self.guard,
                                   self.last_errors[task.task_type], c.infra_calls)
-
-    async def _pair(self, run: _TypeRun, task: UnitTask, res: UnitResult) -> None:
-        """File the arm's result; a unit with both arms (or one INFRA) is resolved, and the
-        prefix advances over it."""
-        rank = task.ladder_rank
-        arms = run.results.setdefault(rank, {})
-        arms[task.arm] = res
-        if res.infra or len(arms) == 2:
-            run.resolved[rank] = True
-            if rank == run.prefix:
-                await self._advance(run)
 
     async def _advance(self, run: _TypeRun) -> None:
         """Walk the prefix pointer over every resolved unit, deciding after each."""
