@@ -134,6 +134,8 @@ def _descending(p: Priority) -> tuple[float, ...]:
     """A key that sorts priorities highest first: each number negated, and +inf after
     them, so a priority that is a prefix of another (lower, lexicographically) still sorts
     after it. Tuples of numbers compare in C, which a wrapper's __lt__ did in Python."""
+    if len(p) == 2:  # every built-in policy but RoundRobin: no list built
+        return (-p[0], -p[1], math.inf)
     return (*[-x for x in p], math.inf)
 
 
@@ -176,24 +178,28 @@ class _HeapOrder(DispatchOrder[LaneT]):
         return self._turn + (k - self._turn) % len(self.lanes)
 
     def _rescore(self) -> None:
+        dead, lanes, cursor, scored, version = (self._dead, self.lanes, self.cursor,
+                                                self._scored, self._version)
+        priority, turn, k_all = self.policy.priority, self._turn, len(lanes)
         for k in self._stale:
-            if self._dead[k]:
+            if dead[k]:
                 continue
-            if not self._open(k):
-                self._dead[k] = True
+            lane, rank = lanes[k], cursor[k]
+            if rank >= lane.n or lane.frozen:  # closed (`_open`, inlined: the hot loop)
+                dead[k] = True
                 continue
-            lane, rank = self.lanes[k], self.cursor[k]
             state = (lane.prefix, rank)
-            if self._scored[k] == state:
+            if scored[k] == state:
                 continue
-            self._scored[k] = state
-            prio = self.policy.priority(lane, rank)
-            self._version[k] += 1
+            scored[k] = state
+            prio = priority(lane, rank)
+            version[k] += 1
             if prio is None:
-                self._dead[k] = True
+                dead[k] = True
                 continue
+            # ring position: lane k's first at or after ``turn`` (`_position`, inlined)
             heapq.heappush(self._by_priority,
-                           (_descending(prio), self._position(k), k, self._version[k]))
+                           (_descending(prio), turn + (k - turn) % k_all, k, version[k]))
         self._stale.clear()
 
     def _top(self, heap: list[tuple[Any, int, int, int]], current: list[int]
@@ -393,22 +399,23 @@ class ExpectedNeed(NeedAware):
 
     def priority(self, lane: Lane, rank: int) -> Priority | None:
         t = lane.test
-        ahead, left = rank - lane.prefix, lane.n - lane.prefix
+        n, prefix = lane.n, lane.prefix
+        ahead, left = rank - prefix, n - prefix
         if left > self.horizon or not stops_early(t.rule):
             # far from its ladder's end (or a rule that cannot stop): every unit counts
-            return (float(left - ahead), float(lane.n - rank))
+            return (float(left - ahead), float(n - rank))
         rule, params, state, n_ladder = t.rule, t.params, t.state, t.n_ladder
         table = self._table(rule, params)
         # both sums straight from the memo when there (every 40-unit ladder's score is a
         # search, so its two lookups skip the calls down to `_sweep`); the same values
-        counts = (state.W, state.L, state.n_used, state.n_consumed)
-        e_left = table.get((1, n_ladder, *counts, left)) if left > 0 else 0.0
+        W, L, used, consumed = state.W, state.L, state.n_used, state.n_consumed
+        e_left = table.get((1, n_ladder, W, L, used, consumed, left)) if left > 0 else 0.0
         if e_left is None:
             e_left = self._expected(rule, params, table, state, n_ladder, left)
-        e_ahead = table.get((1, n_ladder, *counts, ahead)) if ahead > 0 else 0.0
+        e_ahead = table.get((1, n_ladder, W, L, used, consumed, ahead)) if ahead > 0 else 0.0
         if e_ahead is None:
             e_ahead = self._expected(rule, params, table, state, n_ladder, ahead)
-        return (e_left - e_ahead, float(lane.n - rank))
+        return (e_left - e_ahead, float(n - rank))
 
     def _expected(self, rule: DecisionRule, params: GateParams,
                   table: dict[tuple[int, ...], float], state: GateState, n_ladder: int,

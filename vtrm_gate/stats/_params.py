@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 Pair = tuple[bool, bool] | None
 """One unit's outcome in ladder order: ``(base_correct, cand_correct)``, or None for INFRA."""
@@ -85,6 +86,11 @@ class GateParams:
     def win_factor(self) -> float:
         """E+ multiplier of a win (d=+1): the best case used by the futility check."""
         return bet_factors(self, 1)[0]
+
+    @cached_property
+    def log_win_factor(self) -> float:
+        """``log(win_factor)``, computed once: the futility check takes it on every unit."""
+        return math.log(self.win_factor)
 
 
 def bet_factors(params: GateParams, d: int) -> tuple[float, float]:

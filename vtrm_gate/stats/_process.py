@@ -35,7 +35,7 @@ def best_case_floor(target: float, n_remaining: int, params: GateParams) -> floa
 
     Log space, so no ladder length overflows (``win_factor ** n`` raises past ~1,000 units).
     """
-    lw = math.log(params.win_factor)
+    lw = params.log_win_factor
     return math.exp(math.log(target) - n_remaining * lw) * (1.0 - FUTILITY_RTOL)
 
 
