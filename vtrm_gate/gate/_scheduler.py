@@ -13,6 +13,7 @@ import inspect
 import math
 from collections import deque
 from collections.abc import Awaitable, Iterable, Iterator, Sequence
+from types import CoroutineType
 from typing import Any, Literal, NamedTuple
 
 from .._env import DEFAULT_CONCURRENCY
@@ -215,7 +216,7 @@ class _Gate:
                 TaskProgress(self.now(), task, status, info)))
         try:
             out = self.infer(task)
-            if not inspect.isawaitable(out):
+            if type(out) is not CoroutineType and not inspect.isawaitable(out):
                 raise TypeError(
                     f"infer must be an async function (async def infer(task) -> UnitResult); "
                     f"{_name(self.infer)} returned {type(out).__name__}, which cannot be "
@@ -288,17 +289,6 @@ class _Gate:
         while not self.signals:
             self.waiter = self.loop.create_future()
             await self.waiter
-
-    def _start_call(self, task: UnitTask) -> None:
-        """Hand ``task`` to an idle worker, or to a new one while there are fewer than
-        the calls in flight (so at most ``concurrency`` workers)."""
-        if self.idle:
-            worker, fut = self.idle.pop()
-            fut.set_result(task)
-        else:
-            worker = self.loop.create_task(self._worker(task))
-            self.workers.append(worker)
-        self.in_flight[worker] = task
 
     def _stop(self, worker: asyncio.Task[None]) -> None:
         """Stop ``worker``'s call (it serves nothing now): cancelled inside ``infer``, or
@@ -417,12 +407,21 @@ class _Gate:
         self._start(run, task)
 
     def _start(self, run: _TypeRun, task: UnitTask) -> None:
+        """Start ``task``: an idle worker takes it, or a new one while there are fewer than
+        the calls in flight (so at most ``concurrency`` workers)."""
         run.counters.started += 1
-        self._start_call(task)
-        self.n_in_flight += 1
-        self.peak = max(self.peak, self.n_in_flight)
+        if self.idle:
+            worker, fut = self.idle.pop()
+            fut.set_result(task)
+        else:
+            worker = self.loop.create_task(self._worker(task))
+            self.workers.append(worker)
+        self.in_flight[worker] = task
+        n = self.n_in_flight = self.n_in_flight + 1
+        if n > self.peak:
+            self.peak = n
         if self.started_events:
-            self.bus.publish(TaskStarted(self.now(), task, self.n_in_flight))
+            self.bus.publish(TaskStarted(self.now(), task, n))
 
     def _stopped(self, task: UnitTask) -> None:
         """A call cancelled after its type froze (cancel_after_freeze, past_stop) stopped."""
