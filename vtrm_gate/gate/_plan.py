@@ -172,8 +172,9 @@ class TypePlan:
         if isinstance(a, bool) or not isinstance(a, int) or a < 0:
             raise ValueError(f"TypePlan.attempt must be an integer >= 0, got {a!r}")
 
-    @property
+    @functools.cached_property
     def slug(self) -> str:
+        """The type's name in run ids and file names (computed once: a gate asks per plan)."""
         return slugify(self.task_type)
 
     @property

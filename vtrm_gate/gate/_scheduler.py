@@ -331,7 +331,8 @@ class _Gate:
                 # Everything that has arrived is consumed before a free slot is refilled.
                 if self.signals:
                     await self._drain()
-                while not exhausted and self.n_in_flight < self._room():
+                while not exhausted and self.n_in_flight < (
+                        self.concurrency if self.admission is None else self._room()):
                     job = next(jobs, None)
                     if job is None:
                         exhausted = True
@@ -386,7 +387,11 @@ class _Gate:
                 raise self.fatal
             signal = signals.popleft()
             if type(signal) is _Completed:
-                await self._finish(signal.task, signal.result)
+                task, res = signal
+                if self.recording:
+                    await self._finish(task, res)
+                elif self._file(self._count(task, res, False), task, res):  # `_finish`, no
+                    await self._advance(self.by_type[task.task_type])  # coroutine per result
             elif type(signal) is _Stopped:
                 self._stopped(signal.task)
             else:
@@ -432,38 +437,48 @@ class _Gate:
                 error="cancelled after freeze"), "cancelled"))
 
     async def _finish(self, task: UnitTask, res: UnitResult, cache_hit: bool = False) -> None:
-        """A result: counted, recorded, then filed unless its type froze or the other arm
-        already made the unit INFRA; a unit with both arms (or one INFRA) is resolved, and
-        the prefix advances over it."""
+        """A result: counted, recorded, filed; the prefix advances over a resolved unit."""
+        run = self._count(task, res, cache_hit)
+        if self.recording:
+            await self._record(task, res, not run.frozen and not run.resolved[task.ladder_rank],
+                               cache_hit)
+        if self._file(run, task, res):
+            await self._advance(run)
+
+    def _count(self, task: UnitTask, res: UnitResult, cache_hit: bool) -> _TypeRun:
+        """Count a result on its type (a call's: its slot is free now)."""
         if self.fatal is not None:
             raise self.fatal
         run = self.by_type[task.task_type]
-        c = run.counters
-        rank = task.ladder_rank
         if not cache_hit:
             self.n_in_flight -= 1
-            _count_completion(c, res)
-        if self.recording:
-            await self._record(task, res, not run.frozen and not run.resolved[rank], cache_hit)
+            _count_completion(run.counters, res)
+        return run
+
+    def _file(self, run: _TypeRun, task: UnitTask, res: UnitResult) -> bool:
+        """File a result unless its type froze or the other arm already made the unit INFRA;
+        a unit with both arms (or one INFRA) is resolved. True: the unit at the head of the
+        prefix was resolved (the prefix may advance)."""
+        c = run.counters
+        rank = task.ladder_rank
         if run.frozen:
             c.discarded_after_freeze += 1
-            return
+            return False
         if res.infra:
             self._note_infra(run, task, res)
         self._check_guard(run, task)  # on every result (min_calls), before pairing
         if run.resolved[rank]:  # the other arm already made this unit INFRA
             c.discarded_after_infra += 1
-            return
+            return False
         arms = run.results.get(rank)
         if arms is None:
             run.results[rank] = {task.arm: res}
             if not res.infra:
-                return
+                return False
         else:
             arms[task.arm] = res
         run.resolved[rank] = True
-        if rank == run.prefix:
-            await self._advance(run)
+        return rank == run.prefix
 
     async def _record(self, task: UnitTask, res: UnitResult, counted: bool,
                       cache_hit: bool) -> None:
