@@ -14,9 +14,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import ClassVar, Protocol
+from typing import ClassVar, Protocol, TypeVar
 
 from ._params import Action, GateParams, Pair, bet_factors
+
+_T = TypeVar("_T")
+
+
+def _built(cls: type[_T], **fields: object) -> _T:
+    """An instance of the frozen dataclass ``cls`` (no ``__post_init__``) from every one of
+    its fields, stored without the generated ``__init__``'s ``object.__setattr__`` per field:
+    2x faster, and the gate builds a state and a trajectory point per consumed unit."""
+    obj = object.__new__(cls)
+    obj.__dict__.update(fields)
+    return obj
 
 
 def _times(e: float, f: float) -> float:
@@ -95,14 +106,9 @@ def update_state(state: GateState, pair: Pair, params: GateParams) -> GateState:
     f_plus, f_minus = bet_factors(params, d)
     e_plus, e_minus = _times(state.e_plus, f_plus), _times(state.e_minus, f_minus)
     assert e_plus >= 0.0 and e_minus >= 0.0, "capital process went negative"
-    return GateState(
-        W=state.W + (d == 1),
-        L=state.L + (d == -1),
-        n_used=state.n_used + 1,
-        n_consumed=state.n_consumed + 1,
-        e_plus=e_plus,
-        e_minus=e_minus,
-    )
+    return _built(GateState, W=state.W + (d == 1), L=state.L + (d == -1),
+                  n_used=state.n_used + 1, n_consumed=state.n_consumed + 1, e_plus=e_plus,
+                  e_minus=e_minus)
 
 
 def gate_decision(state: GateState, n_remaining: int, params: GateParams) -> Action:
@@ -219,8 +225,9 @@ class SequentialTest:
             action = self.rule.decide(self.state, self.n_ladder - self.state.n_consumed,
                                       self.params)
         s = self.state
-        self.points.append(TrajectoryPoint(ladder_rank, pair_d(pair), s.W, s.L, s.n_used,
-                                           s.e_plus, s.e_minus, action))
+        self.points.append(_built(TrajectoryPoint, ladder_rank=ladder_rank, d=pair_d(pair),
+                                  W=s.W, L=s.L, n_used=s.n_used, e_plus=s.e_plus,
+                                  e_minus=s.e_minus, action=action))
         if action is not Action.CONTINUE:
             self.action, self.stop_rank = action, ladder_rank
         return action
