@@ -12,7 +12,7 @@ import asyncio
 import inspect
 import math
 from collections import deque
-from collections.abc import Awaitable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from types import CoroutineType
 from typing import Any, Literal, NamedTuple
 
@@ -208,40 +208,10 @@ class _Gate:
     def now(self) -> float:
         return self.loop.time()
 
-    async def _call(self, task: UnitTask) -> UnitResult:
-        t = self.now()
-        _RUN_ID.set(task.run_id)  # this call's worker: a cached client salts with it
-        if self.progress_events:
-            _PROGRESS.set(lambda status, info: self.bus.publish(
-                TaskProgress(self.now(), task, status, info)))
-        try:
-            out = self.infer(task)
-            if type(out) is not CoroutineType and not inspect.isawaitable(out):
-                raise TypeError(
-                    f"infer must be an async function (async def infer(task) -> UnitResult); "
-                    f"{_name(self.infer)} returned {type(out).__name__}, which cannot be "
-                    f"awaited (wrap a blocking call in asyncio.to_thread)")
-            res = checked_result(task, await out)  # an invalid result is a bug: TypeError
-        except asyncio.CancelledError:
-            if asyncio.current_task().cancelling():  # type: ignore[union-attr]  # in a task
-                raise  # the gate cancelled this call
-            # raised by infer itself: the call failed, it was not stopped
-            res = UnitResult(infra=True, error="CancelledError: raised by infer (the gate did "
-                             "not cancel this call)", latency_s=self.now() - t)
-        except _PROGRAMMING_ERRORS as exc:
-            exc.add_note(f"raised by infer for type {task.task_type!r}, unit {task.unit_id!r} "
-                         f"({task.arm} arm): a programming error fails the gate (other "
-                         f"exceptions count as INFRA)")
-            raise
-        except Exception as exc:  # a broken backend is INFRA for that arm, text kept
-            res = UnitResult(infra=True, error=f"{type(exc).__name__}: {exc}",
-                             latency_s=self.now() - t)
-        return res
-
     async def _worker(self, task: UnitTask | None) -> None:
         """One slot's long-lived loop (no task per call): run the call it is handed, tell
         the coordinator (a result; a stop: the gate cancelled the call after its type froze;
-        a BaseException that escaped ``infer``), wait for the next call (None: gate over)."""
+        a crash), wait for the next call (None: the gate is over)."""
         me = asyncio.current_task()
         assert me is not None
         running, stopping, in_flight = self.running, self.stopping, self.in_flight
@@ -252,17 +222,22 @@ class _Gate:
                 signal = _Stopped(task)
             else:
                 running.add(me)
+                t = self.now()
+                _RUN_ID.set(task.run_id)  # this call's worker: a cached client salts with it
+                if self.progress_events:
+                    _PROGRESS.set(self._progress(task))
                 try:
-                    signal = _Completed(task, await self._call(task))
-                except asyncio.CancelledError:
-                    if self.aborting or me not in stopping:
-                        raise
-                    me.uncancel()
-                    stopping.discard(me)
-                    signal = _Stopped(task)
-                except BaseException as exc:  # not an Exception (INFRA): it fails the gate
-                    self.fatal = exc
-                    signal = _Crashed(task, exc)
+                    out = self.infer(task)
+                    if type(out) is not CoroutineType and not inspect.isawaitable(out):
+                        raise TypeError(
+                            f"infer must be an async function (async def infer(task) -> "
+                            f"UnitResult); {_name(self.infer)} returned {type(out).__name__}, "
+                            f"which cannot be awaited (wrap a blocking call in "
+                            f"asyncio.to_thread)")
+                    # an invalid result is a bug: InvalidResultError, a TypeError
+                    signal = _Completed(task, checked_result(task, await out))
+                except BaseException as exc:  # INFRA, a stop or a crash: `_failed` says
+                    signal = self._failed(me, task, exc, t)
                 running.discard(me)
                 if me in stopping:  # cancelled, but infer returned (or failed) all the same
                     stopping.discard(me)
@@ -275,6 +250,37 @@ class _Gate:
             fut: asyncio.Future[UnitTask | None] = self.loop.create_future()
             self.idle.append((me, fut))
             task = await fut
+
+    def _progress(self, task: UnitTask) -> Callable[[str, dict[str, Any]], None]:
+        """Where `report_progress` inside ``task``'s call goes: a `TaskProgress` event."""
+        return lambda status, info: self.bus.publish(TaskProgress(self.now(), task, status,
+                                                                  info))
+
+    def _failed(self, me: asyncio.Task[None], task: UnitTask, exc: BaseException,
+                t: float) -> _Signal:
+        """What a call that raised tells the coordinator: an INFRA result for an Exception (a
+        CancelledError the gate did not cause included: a backend's own), a stop when the
+        gate cancelled it after its type froze (re-raised when the gate aborts), and a crash
+        that fails the gate for a programming error or a BaseException."""
+        if isinstance(exc, asyncio.CancelledError):
+            if me.cancelling():  # the gate cancelled this call
+                if self.aborting or me not in self.stopping:
+                    raise exc
+                me.uncancel()
+                self.stopping.discard(me)
+                return _Stopped(task)
+            return _Completed(task, UnitResult(
+                infra=True, error="CancelledError: raised by infer (the gate did not cancel "
+                "this call)", latency_s=self.now() - t))
+        if isinstance(exc, _PROGRAMMING_ERRORS):
+            exc.add_note(f"raised by infer for type {task.task_type!r}, unit {task.unit_id!r} "
+                         f"({task.arm} arm): a programming error fails the gate (other "
+                         f"exceptions count as INFRA)")
+        elif isinstance(exc, Exception):  # a broken backend is INFRA for that arm, text kept
+            return _Completed(task, UnitResult(infra=True, error=f"{type(exc).__name__}: {exc}",
+                                               latency_s=self.now() - t))
+        self.fatal = exc
+        return _Crashed(task, exc)
 
     def _signal(self, signal: _Signal) -> None:
         self.signals.append(signal)
