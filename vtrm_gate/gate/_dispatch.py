@@ -141,7 +141,8 @@ def _descending(p: Priority) -> tuple[float, ...]:
 
 class _HeapOrder(DispatchOrder[LaneT]):
     """Any policy: a heap of lanes by (priority, ring position) and, with ``max_wait``, a
-    heap by last service; entries are invalidated lazily (a version per lane).
+    heap by last service; entries are invalidated lazily (a version per lane; in the wait
+    heap, the lane's last service, read when its entry surfaces).
 
     Ring positions are absolute (lane k sits at k, k + K, k + 2K, ...): ties go to the
     first position at or after ``turn``, the one after the lane served last, exactly as a
@@ -161,9 +162,10 @@ class _HeapOrder(DispatchOrder[LaneT]):
         self._version = [0] * k_all
         # (`_descending` priority, ring position, lane, version)
         self._by_priority: list[tuple[tuple[float, ...], int, int, int]] = []
-        # (dispatch count at the lane's last unit, ring position, lane, version)
+        # (dispatch count at the lane's last unit or before, ring position, lane, 0): one
+        # entry per lane, brought up to date when it surfaces (not a push per dispatch)
         self._by_wait: list[tuple[int, int, int, int]] = []
-        self._wait_version = [0] * k_all
+        self._last = [0] * k_all  # dispatch count at each lane's last unit
         self._stale = {k for k in range(k_all) if not self._dead[k]}
         if self.max_wait is not None:
             self._by_wait = [(0, k, k, 0) for k in range(k_all) if not self._dead[k]]
@@ -218,15 +220,35 @@ class _HeapOrder(DispatchOrder[LaneT]):
                 return entry
         return None
 
+    def _top_wait(self) -> tuple[int, int, int, int] | None:
+        """The wait heap's best live entry. An entry's count is at most its lane's last
+        service, so a lane served since is moved to its real count when it surfaces: the
+        same order as a fresh entry per dispatch (counts past 0 are unique; positions are
+        fixed on surfacing either way)."""
+        heap, last = self._by_wait, self._last
+        while heap:
+            count, pos, k, _ = entry = heap[0]
+            if self._dead[k]:
+                heapq.heappop(heap)
+            elif not self._open(k):
+                self._dead[k] = True
+                heapq.heappop(heap)
+            elif count != last[k] or pos < self._turn:
+                heapq.heapreplace(heap, (last[k], self._position(k), k, 0))
+            else:
+                return entry
+        return None
+
     def __next__(self) -> tuple[LaneT, int]:
-        self._rescore()
+        if self._stale:
+            self._rescore()
         best = None
         waits = self._by_wait
         # the oldest entry (stale ones are older still) not yet due: nobody is (no heap walk);
         # ``waits`` holds entries only when max_wait is set (not None)
         if waits and self._count - waits[0][0] >= self.max_wait:  # type: ignore[operator]
-            top = self._top(waits, self._wait_version)
-            if top is not None and self._count - top[0] >= self.max_wait:
+            top = self._top_wait()
+            if top is not None and self._count - top[0] >= self.max_wait:  # type: ignore[operator]  # set: waits
                 best = top
         if best is None:
             best = self._top(self._by_priority, self._version)
@@ -239,10 +261,7 @@ class _HeapOrder(DispatchOrder[LaneT]):
         self._count += 1
         self._turn = pos + 1
         self._stale.add(k)
-        if self.max_wait is not None:
-            self._wait_version[k] += 1
-            heapq.heappush(self._by_wait, (self._count, self._position(k), k,
-                                           self._wait_version[k]))
+        self._last[k] = self._count
         return self.lanes[k], rank
 
 
