@@ -497,9 +497,9 @@ def test_a_threshold_reached_by_straight_wins_is_never_cut_off_by_futility(delta
 
 
 def test_the_states_and_points_the_test_builds_fast_are_whole_frozen_dataclasses():
-    """Issue 29: `SequentialTest` builds its states and trajectory points without the
-    dataclass __init__ (2x faster); each has every field, equals and hashes like one built
-    the usual way, and stays frozen."""
+    """Issue 29: `SequentialTest` builds its states without the dataclass __init__ (2x
+    faster); a state (and a trajectory point) has every field, equals and hashes like one
+    built the usual way, and stays frozen."""
     import dataclasses
 
     from vtrm_gate.stats import GateState, SequentialTest, TrajectoryPoint

@@ -24,7 +24,9 @@ _T = TypeVar("_T")
 def _built(cls: type[_T], **fields: object) -> _T:
     """An instance of the frozen dataclass ``cls`` (no ``__post_init__``) from every one of
     its fields, stored without the generated ``__init__``'s ``object.__setattr__`` per field:
-    2x faster, and the gate builds a state and a trajectory point per consumed unit."""
+    2x faster, for the state built per consumed unit and dropped at the next. Not for what
+    is kept: its own dict takes twice the memory of the shared-key layout (a trajectory
+    point: 367 vs 184 B)."""
     obj = object.__new__(cls)
     obj.__dict__.update(fields)
     return obj
@@ -225,9 +227,8 @@ class SequentialTest:
             action = self.rule.decide(self.state, self.n_ladder - self.state.n_consumed,
                                       self.params)
         s = self.state
-        self.points.append(_built(TrajectoryPoint, ladder_rank=ladder_rank, d=pair_d(pair),
-                                  W=s.W, L=s.L, n_used=s.n_used, e_plus=s.e_plus,
-                                  e_minus=s.e_minus, action=action))
+        self.points.append(TrajectoryPoint(ladder_rank, pair_d(pair), s.W, s.L, s.n_used,
+                                           s.e_plus, s.e_minus, action))
         if action is not Action.CONTINUE:
             self.action, self.stop_rank = action, ladder_rank
         return action
