@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import zlib
 
 import numpy as np
 import pytest
@@ -33,6 +34,7 @@ from vtrm_gate import (
 )
 from vtrm_gate.gate import SubscriberWarning
 from vtrm_gate.sim import run_virtual as run
+from vtrm_gate.stats import MeasureAll
 from vtrm_gate.testing import OutcomeTable
 
 WIN, LOSS, TIE = (False, True), (True, False), (True, True)
@@ -1027,3 +1029,66 @@ def test_a_bad_subscriber_timeout_is_refused_before_any_call(value):
     with pytest.raises((TypeError, ValueError), match="subscriber_timeout_s"):
         run(run_gate(table.plans(), table, subscriber_timeout_s=value))
     assert table.calls == []
+
+
+# ---- long-lived workers (issue 29, item 5) --------------------------------------------
+
+def test_calls_run_on_at_most_concurrency_long_lived_tasks():
+    """No task per call: 800 calls at 8 slots create at most 8 worker tasks (the gate
+    created one task per call before, 800 here)."""
+    table = OutcomeTable({t: [TIE] * 100 for t in "ABCD"},
+                         latency=lambda t, r: 1.0 + zlib.crc32(t.unit_id.encode()) % 3)
+    created = []
+
+    async def main():
+        loop = asyncio.get_running_loop()
+
+        def factory(loop, coro, **kw):
+            task = asyncio.Task(coro, loop=loop, **kw)
+            created.append(task)
+            return task
+
+        loop.set_task_factory(factory)
+        return await run_gate(table.plans(), table, PATIENT, concurrency=8)
+
+    res = run(main())
+    assert sum(c.completed for c in res.counters.values()) == len(table.calls) == 800
+    assert res.peak_in_flight == 8
+    workers = [t for t in created if t.get_coro().__qualname__ == "_Gate._worker"]
+    assert len(workers) == 8
+    assert len(created) <= 8 + 3  # the bus's close, the runner's shutdown
+
+
+def test_a_worker_whose_call_was_stopped_runs_its_next_calls_untouched():
+    """Workers outlive their calls: a call stopped after its type froze (cancelled, or
+    cancelled but answered all the same) leaves its worker ready for other types' calls,
+    which all complete and count; decisions equal the replay."""
+    outcomes = {"A": [WIN] * 12, "B": [TIE] * 30}
+    table = OutcomeTable(outcomes)
+    quick = GateParams(e_confirm=4, e_reject=4, w_net_min=1)
+    # B measures its whole ladder (no freeze of its own): its calls must all complete
+    plans = [TypePlan(t, [f"{t}-u{i:03d}" for i in range(len(o))],
+                      rule=MeasureAll() if t == "B" else None) for t, o in outcomes.items()]
+    swallowed = []
+
+    async def infer(task):
+        if task.task_type == "A" and task.ladder_rank >= 4:  # past A's stop: 1000 s
+            try:
+                await asyncio.sleep(1000)
+            except asyncio.CancelledError:
+                if task.arm == "cand":  # answers all the same: a result, not a stop
+                    swallowed.append(task)
+                    return table.result(task)
+                raise
+        await asyncio.sleep(1.0 + task.ladder_rank % 3)
+        return table.result(task)
+
+    res = run(run_gate(plans, infer, quick, concurrency=6, past_stop="wait"))
+    a, b = res.counters["A"], res.counters["B"]
+    assert res.outcomes["A"].same_decision(replay_prefix(outcomes["A"], quick))
+    assert res.outcomes["B"].same_decision(replay_prefix(outcomes["B"], quick, MeasureAll()))
+    assert a.cancelled_in_flight > 0 and swallowed
+    assert a.discarded_after_freeze == len(swallowed)
+    assert a.started == a.completed + a.cancelled_in_flight
+    assert b.cancelled_in_flight == 0 and b.started == b.completed == 2 * 30
+    assert res.wall_time_s < 1000.0

@@ -494,3 +494,25 @@ def test_a_threshold_reached_by_straight_wins_is_never_cut_off_by_futility(delta
     base, cand, _ = _to_arrays([[WIN] * m])
     assert replay_prefix_batch(base, cand, p).actions() == [Action.ACCEPT]
     assert operating_characteristics(p, 1.0, 1.0, m).p_accept == 1.0
+
+
+def test_the_states_and_points_the_test_builds_fast_are_whole_frozen_dataclasses():
+    """Issue 29: `SequentialTest` builds its states without the dataclass __init__ (2x
+    faster); a state (and a trajectory point) has every field, equals and hashes like one
+    built the usual way, and stays frozen."""
+    import dataclasses
+
+    from vtrm_gate.stats import GateState, SequentialTest, TrajectoryPoint
+
+    test = SequentialTest(6, GateParams(n_max=6))
+    for rank, pair in enumerate([(False, True), None, (True, False), (True, True)]):
+        test.consume(rank, pair)
+    for obj, cls in [(test.state, GateState), (test.points[-1], TrajectoryPoint)]:
+        names = {f.name for f in dataclasses.fields(cls)}
+        assert type(obj) is cls and set(vars(obj)) == names
+        twin = cls(**{n: getattr(obj, n) for n in names})
+        assert obj == twin and hash(obj) == hash(twin) and repr(obj) == repr(twin)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            obj.W = 99  # type: ignore[misc]
+    assert test.state == GateState(W=1, L=1, n_used=3, n_consumed=4,
+                                   e_plus=test.state.e_plus, e_minus=test.state.e_minus)

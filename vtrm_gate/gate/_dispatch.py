@@ -134,12 +134,15 @@ def _descending(p: Priority) -> tuple[float, ...]:
     """A key that sorts priorities highest first: each number negated, and +inf after
     them, so a priority that is a prefix of another (lower, lexicographically) still sorts
     after it. Tuples of numbers compare in C, which a wrapper's __lt__ did in Python."""
+    if len(p) == 2:  # every built-in policy but RoundRobin: no list built
+        return (-p[0], -p[1], math.inf)
     return (*[-x for x in p], math.inf)
 
 
 class _HeapOrder(DispatchOrder[LaneT]):
     """Any policy: a heap of lanes by (priority, ring position) and, with ``max_wait``, a
-    heap by last service; entries are invalidated lazily (a version per lane).
+    heap by last service; entries are invalidated lazily (a version per lane; in the wait
+    heap, the lane's last service, read when its entry surfaces).
 
     Ring positions are absolute (lane k sits at k, k + K, k + 2K, ...): ties go to the
     first position at or after ``turn``, the one after the lane served last, exactly as a
@@ -159,9 +162,10 @@ class _HeapOrder(DispatchOrder[LaneT]):
         self._version = [0] * k_all
         # (`_descending` priority, ring position, lane, version)
         self._by_priority: list[tuple[tuple[float, ...], int, int, int]] = []
-        # (dispatch count at the lane's last unit, ring position, lane, version)
+        # (dispatch count at the lane's last unit or before, ring position, lane, 0): one
+        # entry per lane, brought up to date when it surfaces (not a push per dispatch)
         self._by_wait: list[tuple[int, int, int, int]] = []
-        self._wait_version = [0] * k_all
+        self._last = [0] * k_all  # dispatch count at each lane's last unit
         self._stale = {k for k in range(k_all) if not self._dead[k]}
         if self.max_wait is not None:
             self._by_wait = [(0, k, k, 0) for k in range(k_all) if not self._dead[k]]
@@ -176,24 +180,28 @@ class _HeapOrder(DispatchOrder[LaneT]):
         return self._turn + (k - self._turn) % len(self.lanes)
 
     def _rescore(self) -> None:
+        dead, lanes, cursor, scored, version = (self._dead, self.lanes, self.cursor,
+                                                self._scored, self._version)
+        priority, turn, k_all = self.policy.priority, self._turn, len(lanes)
         for k in self._stale:
-            if self._dead[k]:
+            if dead[k]:
                 continue
-            if not self._open(k):
-                self._dead[k] = True
+            lane, rank = lanes[k], cursor[k]
+            if rank >= lane.n or lane.frozen:  # closed (`_open`, inlined: the hot loop)
+                dead[k] = True
                 continue
-            lane, rank = self.lanes[k], self.cursor[k]
             state = (lane.prefix, rank)
-            if self._scored[k] == state:
+            if scored[k] == state:
                 continue
-            self._scored[k] = state
-            prio = self.policy.priority(lane, rank)
-            self._version[k] += 1
+            scored[k] = state
+            prio = priority(lane, rank)
+            version[k] += 1
             if prio is None:
-                self._dead[k] = True
+                dead[k] = True
                 continue
+            # ring position: lane k's first at or after ``turn`` (`_position`, inlined)
             heapq.heappush(self._by_priority,
-                           (_descending(prio), self._position(k), k, self._version[k]))
+                           (_descending(prio), turn + (k - turn) % k_all, k, version[k]))
         self._stale.clear()
 
     def _top(self, heap: list[tuple[Any, int, int, int]], current: list[int]
@@ -212,15 +220,35 @@ class _HeapOrder(DispatchOrder[LaneT]):
                 return entry
         return None
 
+    def _top_wait(self) -> tuple[int, int, int, int] | None:
+        """The wait heap's best live entry. An entry's count is at most its lane's last
+        service, so a lane served since is moved to its real count when it surfaces: the
+        same order as a fresh entry per dispatch (counts past 0 are unique; positions are
+        fixed on surfacing either way)."""
+        heap, last = self._by_wait, self._last
+        while heap:
+            count, pos, k, _ = entry = heap[0]
+            if self._dead[k]:
+                heapq.heappop(heap)
+            elif not self._open(k):
+                self._dead[k] = True
+                heapq.heappop(heap)
+            elif count != last[k] or pos < self._turn:
+                heapq.heapreplace(heap, (last[k], self._position(k), k, 0))
+            else:
+                return entry
+        return None
+
     def __next__(self) -> tuple[LaneT, int]:
-        self._rescore()
+        if self._stale:
+            self._rescore()
         best = None
         waits = self._by_wait
         # the oldest entry (stale ones are older still) not yet due: nobody is (no heap walk);
         # ``waits`` holds entries only when max_wait is set (not None)
         if waits and self._count - waits[0][0] >= self.max_wait:  # type: ignore[operator]
-            top = self._top(waits, self._wait_version)
-            if top is not None and self._count - top[0] >= self.max_wait:
+            top = self._top_wait()
+            if top is not None and self._count - top[0] >= self.max_wait:  # type: ignore[operator]  # set: waits
                 best = top
         if best is None:
             best = self._top(self._by_priority, self._version)
@@ -233,10 +261,7 @@ class _HeapOrder(DispatchOrder[LaneT]):
         self._count += 1
         self._turn = pos + 1
         self._stale.add(k)
-        if self.max_wait is not None:
-            self._wait_version[k] += 1
-            heapq.heappush(self._by_wait, (self._count, self._position(k), k,
-                                           self._wait_version[k]))
+        self._last[k] = self._count
         return self.lanes[k], rank
 
 
@@ -393,22 +418,23 @@ class ExpectedNeed(NeedAware):
 
     def priority(self, lane: Lane, rank: int) -> Priority | None:
         t = lane.test
-        ahead, left = rank - lane.prefix, lane.n - lane.prefix
+        n, prefix = lane.n, lane.prefix
+        ahead, left = rank - prefix, n - prefix
         if left > self.horizon or not stops_early(t.rule):
             # far from its ladder's end (or a rule that cannot stop): every unit counts
-            return (float(left - ahead), float(lane.n - rank))
+            return (float(left - ahead), float(n - rank))
         rule, params, state, n_ladder = t.rule, t.params, t.state, t.n_ladder
         table = self._table(rule, params)
         # both sums straight from the memo when there (every 40-unit ladder's score is a
         # search, so its two lookups skip the calls down to `_sweep`); the same values
-        counts = (state.W, state.L, state.n_used, state.n_consumed)
-        e_left = table.get((1, n_ladder, *counts, left)) if left > 0 else 0.0
+        W, L, used, consumed = state.W, state.L, state.n_used, state.n_consumed
+        e_left = table.get((1, n_ladder, W, L, used, consumed, left)) if left > 0 else 0.0
         if e_left is None:
             e_left = self._expected(rule, params, table, state, n_ladder, left)
-        e_ahead = table.get((1, n_ladder, *counts, ahead)) if ahead > 0 else 0.0
+        e_ahead = table.get((1, n_ladder, W, L, used, consumed, ahead)) if ahead > 0 else 0.0
         if e_ahead is None:
             e_ahead = self._expected(rule, params, table, state, n_ladder, ahead)
-        return (e_left - e_ahead, float(lane.n - rank))
+        return (e_left - e_ahead, float(n - rank))
 
     def _expected(self, rule: DecisionRule, params: GateParams,
                   table: dict[tuple[int, ...], float], state: GateState, n_ladder: int,

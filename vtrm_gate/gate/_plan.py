@@ -111,12 +111,12 @@ def checked_result(task: UnitTask, res: object) -> UnitResult:
     become Python values; ``correct=None`` of an INFRA result becomes False).
     `InvalidResultError` naming unit, arm, field and value otherwise: an arm-dependent bug
     (``correct=None`` without ``infra``, ``"no"``, NaN) must fail the gate, never count."""
+    if type(res) is UnitResult and _plain(res):  # the common case: no union, no text built
+        return res
     where = f"type {task.task_type!r}, unit {task.unit_id!r} ({task.arm} arm)"
     if not isinstance(res, UnitResult):
         raise InvalidResultError(f"infer returned {type(res).__name__}, expected UnitResult, "
                                  f"for {where}")
-    if _plain(res):  # the common case, checked without building a type union per field
-        return res
     fault = _result_fault(res)
     if fault is not None:
         name, value = fault
@@ -172,8 +172,9 @@ class TypePlan:
         if isinstance(a, bool) or not isinstance(a, int) or a < 0:
             raise ValueError(f"TypePlan.attempt must be an integer >= 0, got {a!r}")
 
-    @property
+    @functools.cached_property
     def slug(self) -> str:
+        """The type's name in run ids and file names (computed once: a gate asks per plan)."""
         return slugify(self.task_type)
 
     @property

@@ -12,7 +12,8 @@ import asyncio
 import inspect
 import math
 from collections import deque
-from collections.abc import Awaitable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from types import CoroutineType
 from typing import Any, Literal, NamedTuple
 
 from .._env import DEFAULT_CONCURRENCY
@@ -173,8 +174,6 @@ class _Gate:
         self.dispatch, self.cancel_after_freeze = dispatch, cancel_after_freeze
         self.past_stop = past_stop
         self.n_decided = 0
-        # in-flight calls cancelled because their type froze (cancel_after_freeze)
-        self.freeze_cancelled: set[asyncio.Future[None]] = set()
         self.baseline, self.sink, self.guard = baseline, sink, guard
         self.runs = [_TypeRun(p, params, rule) for p in sorted(plans, key=lambda p: p.task_type)]
         self.by_type = {r.plan.task_type: r for r in self.runs}
@@ -182,52 +181,135 @@ class _Gate:
         self.bus = _Bus(subscribers, close_timeout_s=subscriber_timeout_s)
         # which per-call events someone takes (set at the start: a handle subscribes late)
         self.started_events = self.finished_events = self.progress_events = False
-        self.prefix_events = False
+        self.prefix_events = self.recording = False
         self.loop = asyncio.get_running_loop()
         self.aborted: str | None = None
         self.final: GateResult | None = None
         self.last_errors: dict[str, deque[str]] = {r.plan.task_type: deque(maxlen=3)
                                                    for r in self.runs}
-        self.done: asyncio.Queue[_Signal] = asyncio.Queue()
-        # A slot is held from dispatch until its signal is taken off ``done``.
+        # What the calls tell the coordinator, and the coordinator's wake-up while it waits.
+        self.signals: deque[_Signal] = deque()
+        self.waiter: asyncio.Future[None] | None = None
+        # A slot is held from dispatch until its signal is taken off ``signals``.
         self.n_in_flight = 0
         self.fatal: BaseException | None = None
-        self.in_flight: dict[asyncio.Future[None], UnitTask] = {}
+        # Long-lived per-slot workers (no task per call): the call each one holds, the
+        # idle ones with the future that hands them their next call, the ones inside
+        # ``infer`` and the ones whose call is being stopped (cancel_after_freeze).
+        self.workers: list[asyncio.Task[None]] = []
+        self.in_flight: dict[asyncio.Task[None], UnitTask] = {}
+        self.idle: list[tuple[asyncio.Task[None], asyncio.Future[UnitTask | None]]] = []
+        self.running: set[asyncio.Task[None]] = set()
+        self.stopping: set[asyncio.Task[None]] = set()
+        self.aborting = False
         self.peak = 0
         self.t0 = self.loop.time()
 
     def now(self) -> float:
         return self.loop.time()
 
-    async def _call(self, task: UnitTask) -> None:
-        t = self.now()
-        _RUN_ID.set(task.run_id)  # this call's own task: a cached client salts with it
-        if self.progress_events:
-            _PROGRESS.set(lambda status, info: self.bus.publish(
-                TaskProgress(self.now(), task, status, info)))
-        try:
-            out = self.infer(task)
-            if not inspect.isawaitable(out):
-                raise TypeError(
-                    f"infer must be an async function (async def infer(task) -> UnitResult); "
-                    f"{_name(self.infer)} returned {type(out).__name__}, which cannot be "
-                    f"awaited (wrap a blocking call in asyncio.to_thread)")
-            res = checked_result(task, await out)  # an invalid result is a bug: TypeError
-        except asyncio.CancelledError:
-            if asyncio.current_task().cancelling():  # type: ignore[union-attr]  # in a task
-                raise  # the gate cancelled this call
-            # raised by infer itself: the call failed, it was not stopped
-            res = UnitResult(infra=True, error="CancelledError: raised by infer (the gate did "
-                             "not cancel this call)", latency_s=self.now() - t)
-        except _PROGRAMMING_ERRORS as exc:
+    async def _worker(self, task: UnitTask | None) -> None:
+        """One slot's long-lived loop (no task per call): run the call it is handed, tell
+        the coordinator (a result; a stop: the gate cancelled the call after its type froze;
+        a crash), wait for the next call (None: the gate is over)."""
+        me = asyncio.current_task()
+        assert me is not None
+        running, stopping, in_flight = self.running, self.stopping, self.in_flight
+        while task is not None:
+            signal: _Signal
+            if me in stopping:  # stopped before it started: infer is never called
+                stopping.discard(me)
+                signal = _Stopped(task)
+            else:
+                running.add(me)
+                t = self.now()
+                _RUN_ID.set(task.run_id)  # this call's worker: a cached client salts with it
+                if self.progress_events:
+                    _PROGRESS.set(self._progress(task))
+                try:
+                    out = self.infer(task)
+                    if type(out) is not CoroutineType and not inspect.isawaitable(out):
+                        raise TypeError(
+                            f"infer must be an async function (async def infer(task) -> "
+                            f"UnitResult); {_name(self.infer)} returned {type(out).__name__}, "
+                            f"which cannot be awaited (wrap a blocking call in "
+                            f"asyncio.to_thread)")
+                    # an invalid result is a bug: InvalidResultError, a TypeError
+                    signal = _Completed(task, checked_result(task, await out))
+                except BaseException as exc:  # INFRA, a stop or a crash: `_failed` says
+                    signal = self._failed(me, task, exc, t)
+                running.discard(me)
+                if me in stopping:  # cancelled, but infer returned (or failed) all the same
+                    stopping.discard(me)
+                    if me.cancelling():
+                        me.uncancel()
+            del in_flight[me]
+            self._signal(signal)
+            if self.aborting:
+                return
+            fut: asyncio.Future[UnitTask | None] = self.loop.create_future()
+            self.idle.append((me, fut))
+            task = await fut
+
+    def _progress(self, task: UnitTask) -> Callable[[str, dict[str, Any]], None]:
+        """Where `report_progress` inside ``task``'s call goes: a `TaskProgress` event."""
+        return lambda status, info: self.bus.publish(TaskProgress(self.now(), task, status,
+                                                                  info))
+
+    def _failed(self, me: asyncio.Task[None], task: UnitTask, exc: BaseException,
+                t: float) -> _Signal:
+        """What a call that raised tells the coordinator: an INFRA result for an Exception (a
+        CancelledError the gate did not cause included: a backend's own), a stop when the
+        gate cancelled it after its type froze (re-raised when the gate aborts), and a crash
+        that fails the gate for a programming error or a BaseException."""
+        if isinstance(exc, asyncio.CancelledError):
+            if me.cancelling():  # the gate cancelled this call
+                if self.aborting or me not in self.stopping:
+                    raise exc
+                me.uncancel()
+                self.stopping.discard(me)
+                return _Stopped(task)
+            return _Completed(task, UnitResult(
+                infra=True, error="CancelledError: raised by infer (the gate did not cancel "
+                "this call)", latency_s=self.now() - t))
+        if isinstance(exc, _PROGRAMMING_ERRORS):
             exc.add_note(f"raised by infer for type {task.task_type!r}, unit {task.unit_id!r} "
                          f"({task.arm} arm): a programming error fails the gate (other "
                          f"exceptions count as INFRA)")
-            raise
-        except Exception as exc:  # a broken backend is INFRA for that arm, text kept
-            res = UnitResult(infra=True, error=f"{type(exc).__name__}: {exc}",
-                             latency_s=self.now() - t)
-        self.done.put_nowait(_Completed(task, res))
+        elif isinstance(exc, Exception):  # a broken backend is INFRA for that arm, text kept
+            return _Completed(task, UnitResult(infra=True, error=f"{type(exc).__name__}: {exc}",
+                                               latency_s=self.now() - t))
+        self.fatal = exc
+        return _Crashed(task, exc)
+
+    def _signal(self, signal: _Signal) -> None:
+        self.signals.append(signal)
+        waiter = self.waiter
+        if waiter is not None:
+            self.waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def _wait(self) -> None:
+        """Wait until a call tells the coordinator something (one wake-up per batch)."""
+        while not self.signals:
+            self.waiter = self.loop.create_future()
+            await self.waiter
+
+    def _stop(self, worker: asyncio.Task[None]) -> None:
+        """Stop ``worker``'s call (it serves nothing now): cancelled inside ``infer``, or
+        never started; its slot frees once it has stopped (a `_Stopped` signal)."""
+        if worker not in self.stopping:
+            self.stopping.add(worker)
+            if worker in self.running:
+                worker.cancel()
+
+    async def _release_workers(self) -> None:
+        """The gate is over: every worker is idle; let them end."""
+        for _, fut in self.idle:
+            fut.set_result(None)
+        self.idle.clear()
+        await asyncio.gather(*self.workers)
 
     def _start_bus(self) -> None:
         bus = self.bus
@@ -236,6 +318,9 @@ class _Gate:
         self.finished_events = bus.wants(TaskFinished)
         self.progress_events = bus.wants(TaskProgress)
         self.prefix_events = self.sink is not None or bus.wants(PrefixAdvanced)
+        # whether a result goes anywhere beyond the test (the sink, the baseline, the bus)
+        self.recording = (self.sink is not None or self.baseline is not None
+                          or self.finished_events)
         bus.publish(GateStarted(self.now(), tuple(r.plan.task_type for r in self.runs),
                                 tuple(r.n for r in self.runs), self.concurrency,
                                 self.params))
@@ -250,19 +335,27 @@ class _Gate:
             exhausted = False
             while True:
                 # Everything that has arrived is consumed before a free slot is refilled.
-                await self._drain()
-                while not exhausted and self.n_in_flight < self._room():
+                if self.signals:
+                    await self._drain()
+                while not exhausted and self.n_in_flight < (
+                        self.concurrency if self.admission is None else self._room()):
                     job = next(jobs, None)
                     if job is None:
                         exhausted = True
                         break
-                    await self._dispatch(*job)
-                    await self._drain()
+                    run, rank, arm = job
+                    if arm == "base" and self.baseline is not None:
+                        await self._dispatch_base(run, rank)
+                    elif not run.frozen:  # a frozen type starts nothing new
+                        self._start(run, run.plan.task(rank, arm))
+                    if self.signals:
+                        await self._drain()
                 if self.n_in_flight == 0:
                     if exhausted:
                         break
                     continue
-                await self._take(await self.done.get())
+                await self._wait()
+            await self._release_workers()
         except BaseException as exc:
             reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             self.aborted = reason
@@ -293,53 +386,53 @@ class _Gate:
         return self.final
 
     async def _drain(self) -> None:
-        while not self.done.empty():
-            await self._take(self.done.get_nowait())
+        """Take every signal off the queue: a result, a stopped call's free slot, a crash."""
+        signals = self.signals
+        while signals:
+            if self.fatal is not None:
+                raise self.fatal
+            signal = signals.popleft()
+            if type(signal) is _Completed:
+                task, res = signal
+                if self.recording:
+                    await self._finish(task, res)
+                elif self._file(self._count(task, res, False), task, res):  # `_finish`, no
+                    await self._advance(self.by_type[task.task_type])  # coroutine per result
+            elif type(signal) is _Stopped:
+                self._stopped(signal.task)
+            else:
+                raise signal.exc  # type: ignore[union-attr]  # _Crashed, the one kind left
 
-    async def _take(self, signal: _Signal) -> None:
-        """One signal off the queue: a result, a stopped call's free slot, or a crash."""
-        if self.fatal is not None:
-            raise self.fatal
-        if isinstance(signal, _Completed):
-            await self._finish(signal.task, signal.result)
-        elif isinstance(signal, _Stopped):
-            self._stopped(signal.task)
-        else:
-            raise signal.exc
-
-    async def _dispatch(self, run: _TypeRun, rank: int, arm: Arm) -> None:
+    async def _dispatch_base(self, run: _TypeRun, rank: int) -> None:
+        """A base-arm unit with a baseline store: its stored answer if any, else a call."""
         if run.frozen:  # checked at dispatch time: a frozen type starts nothing new
             return
-        task = run.plan.task(rank, arm)
-        if arm == "base" and self.baseline is not None:
-            hit = await self.baseline.get(task)
-            if run.frozen:
-                return
-            if hit is not None:
-                run.counters.cache_hits += 1
-                await self._finish(task, _as_cached(hit), cache_hit=True)
-                return
-        run.counters.started += 1
-        fut = asyncio.ensure_future(self._call(task))
-        self.in_flight[fut] = task
-        fut.add_done_callback(self._forget)
-        self.n_in_flight += 1
-        self.peak = max(self.peak, self.n_in_flight)
-        if self.started_events:
-            self.bus.publish(TaskStarted(self.now(), task, self.n_in_flight))
+        task = run.plan.task(rank, "base")
+        hit = await self.baseline.get(task)  # type: ignore[union-attr]  # set by the caller
+        if run.frozen:
+            return
+        if hit is not None:
+            run.counters.cache_hits += 1
+            await self._finish(task, _as_cached(hit), cache_hit=True)
+            return
+        self._start(run, task)
 
-    def _forget(self, fut: asyncio.Future[None]) -> None:
-        task = self.in_flight.pop(fut, None)
-        if task is not None and fut in self.freeze_cancelled and fut.cancelled():
-            # the slot frees once the call has really stopped; wake the coordinator
-            self.done.put_nowait(_Stopped(task))
-            return
-        if task is None or fut.cancelled():
-            return
-        exc = fut.exception()
-        if exc is not None:
-            self.fatal = exc
-            self.done.put_nowait(_Crashed(task, exc))
+    def _start(self, run: _TypeRun, task: UnitTask) -> None:
+        """Start ``task``: an idle worker takes it, or a new one while there are fewer than
+        the calls in flight (so at most ``concurrency`` workers)."""
+        run.counters.started += 1
+        if self.idle:
+            worker, fut = self.idle.pop()
+            fut.set_result(task)
+        else:
+            worker = self.loop.create_task(self._worker(task))
+            self.workers.append(worker)
+        self.in_flight[worker] = task
+        n = self.n_in_flight = self.n_in_flight + 1
+        if n > self.peak:
+            self.peak = n
+        if self.started_events:
+            self.bus.publish(TaskStarted(self.now(), task, n))
 
     def _stopped(self, task: UnitTask) -> None:
         """A call cancelled after its type froze (cancel_after_freeze, past_stop) stopped."""
@@ -350,28 +443,48 @@ class _Gate:
                 error="cancelled after freeze"), "cancelled"))
 
     async def _finish(self, task: UnitTask, res: UnitResult, cache_hit: bool = False) -> None:
-        """A result: counted, recorded, then consumed unless its type froze or the other
-        arm already made the unit INFRA."""
+        """A result: counted, recorded, filed; the prefix advances over a resolved unit."""
+        run = self._count(task, res, cache_hit)
+        if self.recording:
+            await self._record(task, res, not run.frozen and not run.resolved[task.ladder_rank],
+                               cache_hit)
+        if self._file(run, task, res):
+            await self._advance(run)
+
+    def _count(self, task: UnitTask, res: UnitResult, cache_hit: bool) -> _TypeRun:
+        """Count a result on its type (a call's: its slot is free now)."""
         if self.fatal is not None:
             raise self.fatal
         run = self.by_type[task.task_type]
-        c = run.counters
-        rank = task.ladder_rank
         if not cache_hit:
             self.n_in_flight -= 1
-            _count_completion(c, res)
-        counted = not run.frozen and not run.resolved[rank]
-        await self._record(task, res, counted, cache_hit)
+            _count_completion(run.counters, res)
+        return run
+
+    def _file(self, run: _TypeRun, task: UnitTask, res: UnitResult) -> bool:
+        """File a result unless its type froze or the other arm already made the unit INFRA;
+        a unit with both arms (or one INFRA) is resolved. True: the unit at the head of the
+        prefix was resolved (the prefix may advance)."""
+        c = run.counters
+        rank = task.ladder_rank
         if run.frozen:
             c.discarded_after_freeze += 1
-            return
+            return False
         if res.infra:
             self._note_infra(run, task, res)
         self._check_guard(run, task)  # on every result (min_calls), before pairing
         if run.resolved[rank]:  # the other arm already made this unit INFRA
             c.discarded_after_infra += 1
-            return
-        await self._pair(run, task, res)
+            return False
+        arms = run.results.get(rank)
+        if arms is None:
+            run.results[rank] = {task.arm: res}
+            if not res.infra:
+                return False
+        else:
+            arms[task.arm] = res
+        run.resolved[rank] = True
+        return rank == run.prefix
 
     async def _record(self, task: UnitTask, res: UnitResult, counted: bool,
                       cache_hit: bool) -> None:
@@ -402,17 +515,6 @@ class _Gate:
         if self.guard.tripped(c.infra_units, c.completed, c.infra_calls):
             raise InfraGuardError(task.task_type, c.infra_units, c.completed, self.guard,
                                   self.last_errors[task.task_type], c.infra_calls)
-
-    async def _pair(self, run: _TypeRun, task: UnitTask, res: UnitResult) -> None:
-        """File the arm's result; a unit with both arms (or one INFRA) is resolved, and the
-        prefix advances over it."""
-        rank = task.ladder_rank
-        arms = run.results.setdefault(rank, {})
-        arms[task.arm] = res
-        if res.infra or len(arms) == 2:
-            run.resolved[rank] = True
-            if rank == run.prefix:
-                await self._advance(run)
 
     async def _advance(self, run: _TypeRun) -> None:
         """Walk the prefix pointer over every resolved unit, deciding after each."""
@@ -447,10 +549,10 @@ class _Gate:
         every = self.n_decided == len(self.runs) and self.past_stop == "cancel"
         if every or self.cancel_after_freeze:
             # no result in flight can change a decision now (past every stop, or this type's)
-            for fut, task in list(self.in_flight.items()):
-                if (every or (task.task_type == run.plan.task_type
-                              and not self._worth_keeping(task, outcome))) and fut.cancel():
-                    self.freeze_cancelled.add(fut)
+            for worker, task in list(self.in_flight.items()):
+                if every or (task.task_type == run.plan.task_type
+                             and not self._worth_keeping(task, outcome)):
+                    self._stop(worker)
         if self.sink is not None:
             await self.sink.on_decided(run.plan.task_type, outcome)
         self.bus.publish(TypeDecided(self.now(), run.plan.task_type, outcome))
@@ -464,17 +566,18 @@ class _Gate:
 
     async def _abort(self, reason: str) -> None:
         """Cancel in-flight calls, persist what already finished, close the bus."""
-        pending = dict(self.in_flight)
-        for t in pending:
-            t.cancel()
-        if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
-        for t, task in pending.items():
-            if t.cancelled() and t not in self.freeze_cancelled:  # those: counted below
-                self.by_type[task.task_type].counters.cancelled_in_flight += 1
+        self.aborting = True
+        workers = [w for w in self.workers if not w.done()]
+        for w in workers:
+            w.cancel()
+        if workers:
+            await asyncio.gather(*workers, return_exceptions=True)
+        for task in self.in_flight.values():  # stopped by the abort (or by a freeze before)
+            self.by_type[task.task_type].counters.cancelled_in_flight += 1
+        self.in_flight.clear()
         try:
-            while not self.done.empty():
-                signal = self.done.get_nowait()
+            while self.signals:
+                signal = self.signals.popleft()
                 task = signal.task
                 if isinstance(signal, _Stopped):  # cancelled after its type froze
                     self.by_type[task.task_type].counters.cancelled_in_flight += 1

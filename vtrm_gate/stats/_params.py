@@ -80,11 +80,19 @@ class GateParams:
         _check(whole(self.w_net_min_provisional) and self.w_net_min_provisional >= 0,
                "w_net_min_provisional", "an integer >= 0", self.w_net_min_provisional)
         _check(whole(self.n_max) and self.n_max >= 1, "n_max", "an integer >= 1", self.n_max)
+        # not a field (no equality, hash, repr or asdict): derived once, read per unit
+        object.__setattr__(self, "_log_win_factor", math.log(self.win_factor))
 
     @property
     def win_factor(self) -> float:
         """E+ multiplier of a win (d=+1): the best case used by the futility check."""
         return bet_factors(self, 1)[0]
+
+    @property
+    def log_win_factor(self) -> float:
+        """``log(win_factor)``, computed once (on construction): the futility check takes it
+        on every unit."""
+        return self._log_win_factor  # type: ignore[attr-defined, no-any-return]  # set in __post_init__
 
 
 def bet_factors(params: GateParams, d: int) -> tuple[float, float]:

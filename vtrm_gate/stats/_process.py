@@ -14,9 +14,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import ClassVar, Protocol
+from typing import ClassVar, Protocol, TypeVar
 
 from ._params import Action, GateParams, Pair, bet_factors
+
+_T = TypeVar("_T")
+
+
+def _built(cls: type[_T], **fields: object) -> _T:
+    """An instance of the frozen dataclass ``cls`` (no ``__post_init__``) from every one of
+    its fields, stored without the generated ``__init__``'s ``object.__setattr__`` per field:
+    2x faster, for the state built per consumed unit and dropped at the next. Not for what
+    is kept: its own dict takes twice the memory of the shared-key layout (a trajectory
+    point: 367 vs 184 B)."""
+    obj = object.__new__(cls)
+    obj.__dict__.update(fields)
+    return obj
 
 
 def _times(e: float, f: float) -> float:
@@ -35,7 +48,7 @@ def best_case_floor(target: float, n_remaining: int, params: GateParams) -> floa
 
     Log space, so no ladder length overflows (``win_factor ** n`` raises past ~1,000 units).
     """
-    lw = math.log(params.win_factor)
+    lw = params.log_win_factor
     return math.exp(math.log(target) - n_remaining * lw) * (1.0 - FUTILITY_RTOL)
 
 
@@ -95,14 +108,9 @@ def update_state(state: GateState, pair: Pair, params: GateParams) -> GateState:
     f_plus, f_minus = bet_factors(params, d)
     e_plus, e_minus = _times(state.e_plus, f_plus), _times(state.e_minus, f_minus)
     assert e_plus >= 0.0 and e_minus >= 0.0, "capital process went negative"
-    return GateState(
-        W=state.W + (d == 1),
-        L=state.L + (d == -1),
-        n_used=state.n_used + 1,
-        n_consumed=state.n_consumed + 1,
-        e_plus=e_plus,
-        e_minus=e_minus,
-    )
+    return _built(GateState, W=state.W + (d == 1), L=state.L + (d == -1),
+                  n_used=state.n_used + 1, n_consumed=state.n_consumed + 1, e_plus=e_plus,
+                  e_minus=e_minus)
 
 
 def gate_decision(state: GateState, n_remaining: int, params: GateParams) -> Action:
