@@ -243,12 +243,12 @@ class _HeapOrder(DispatchOrder[LaneT]):
         if self._stale:
             self._rescore()
         best = None
-        waits = self._by_wait
+        waits, max_wait = self._by_wait, self.max_wait
         # the oldest entry (stale ones are older still) not yet due: nobody is (no heap walk);
         # ``waits`` holds entries only when max_wait is set (not None)
-        if waits and self._count - waits[0][0] >= self.max_wait:  # type: ignore[operator]
+        if waits and max_wait is not None and self._count - waits[0][0] >= max_wait:
             top = self._top_wait()
-            if top is not None and self._count - top[0] >= self.max_wait:  # type: ignore[operator]  # set: waits
+            if top is not None and self._count - top[0] >= max_wait:
                 best = top
         if best is None:
             best = self._top(self._by_priority, self._version)
