@@ -233,3 +233,35 @@ def test_a_turn_retries_a_503_and_a_400_makes_the_unit_infra_with_the_servers_wo
         assert not ok.infra and len(ok.trace["turns"]) in (2, 4)
         assert len(server.requests) == len(ok.trace["turns"]) + 1 + 1  # the 503, the 400
         assert bad.infra and bad.error == "turn 1: HTTP 400: unknown field 'tools'"
+
+
+class NoCases:
+    """A rollout with no wrong answers (the proposal's prompt then holds the skill only)."""
+
+    async def errors(self, *_: Any) -> list[Any]:
+        return []
+
+
+def test_the_evolvers_sampling_seed_follows_the_workspace_seed_and_the_step(
+        redis_target: RedisTarget) -> None:
+    """A real model samples a proposal at temperature 0.7: without a seed, two workspaces of
+    one seed proposed different candidates on llama.cpp and decided differently
+    (bench_real_kill). Each request now carries a seed derived from the workspace's seed,
+    the type and the step."""
+    from vtrm_gate.llm import ToolEvolver
+
+    with ToolChatServer() as server:
+        async def propose(ws_seed: int | None, step: int, salt: str) -> None:
+            cache = ResponseCache(redis_target.url, prefix=f"{redis_target.prefix}{salt}:")
+            async with cached_http_client(cache, base_url=server.url + "/") as client:
+                agent = ToolAgent(mcqs(1), client, model="tiny")
+                ev = ToolEvolver(agent, NoCases(), seed=ws_seed)  # type: ignore[arg-type]
+                await ev.evolve("Counting", BASE, [], 1, step)
+
+        for ws_seed, step, salt in [(7, 1, "a"), (7, 1, "b"), (7, 2, "c"), (8, 1, "d"),
+                                    (None, 1, "e")]:
+            asyncio.run(propose(ws_seed, step, salt))
+    seeds = [r.get("seed") for r in server.requests]
+    assert len(seeds) == 5 and seeds[0] == seeds[1]  # two workspaces of seed 7: alike
+    assert len({seeds[0], seeds[2], seeds[3]}) == 3 and seeds[4] is None
+    assert all(isinstance(s, int) and 0 <= s < 2**32 for s in seeds[:4])

@@ -26,7 +26,7 @@ from typing import Any, cast
 import httpx
 
 from .._env import api_key as _api_key
-from .._ids import rollout_run_id
+from .._ids import content_hash, rollout_run_id
 from ..cache import protocol_failure
 from ..errors import BackendError, CasesUnavailable, LLMInfraError
 from ..gate import GuardParams, UnitResult, UnitTask
@@ -261,8 +261,19 @@ class ToolEvolver:
     """Proposes a type's candidate skill with one chat call through the cached client (the
     harness runs it under the type's evolver run id)."""
 
-    def __init__(self, agent: ToolAgent, rollout: Rollout, max_tokens: int = 1024) -> None:
+    def __init__(self, agent: ToolAgent, rollout: Rollout, max_tokens: int = 1024,
+                 seed: int | None = None) -> None:
         self.agent, self.rollout, self.max_tokens = agent, rollout, max_tokens
+        self.seed = seed
+        """The workspace's seed: each proposal asks the server for a sampling seed derived
+        from it and the step, so two workspaces of one seed propose alike (a server that
+        honours ``seed``, as llama.cpp does); None sends none."""
+
+    def sampling_seed(self, task_type: str, epoch: int, step: int) -> int | None:
+        """The request's ``seed`` for ``task_type``'s proposal at (epoch, step)."""
+        if self.seed is None:
+            return None
+        return int(content_hash(f"{self.seed}\x1f{task_type}\x1f{epoch}\x1f{step}")[:8], 16)
 
     async def evolve(self, task_type: str, current_skill: str, rejected: Sequence[str],
                      epoch: int, step: int) -> str:
@@ -272,9 +283,13 @@ class ToolEvolver:
         lines += [f"Wrong: {c.mcq.prompt()}\nAgent answered: {c.prediction or 'nothing'}. "
                   f"Correct answer: {c.mcq.answer}." for c in cases[:8]]
         lines += [f"Rejected: {r.strip()}" for r in list(rejected)[-5:]]
-        body = {"model": self.agent.model, "temperature": 0.7, "max_tokens": self.max_tokens,
-                "messages": [{"role": "system", "content": EVOLVE_SYSTEM},
-                             {"role": "user", "content": "\n".join([*lines, EVOLVE_TASK])}]}
+        body: dict[str, Any] = {
+            "model": self.agent.model, "temperature": 0.7, "max_tokens": self.max_tokens,
+            "messages": [{"role": "system", "content": EVOLVE_SYSTEM},
+                         {"role": "user", "content": "\n".join([*lines, EVOLVE_TASK])}]}
+        seed = self.sampling_seed(task_type, epoch, step)
+        if seed is not None:
+            body["seed"] = seed
         doc, _ = await self.agent.chat(body)
         return strip_fences(_content(doc)) + "\n"
 
@@ -313,6 +328,7 @@ def tool_backend(ctx: BackendContext) -> AgentBackend:
                                           f"{n_infra} of {n} units failed; last: {last}")
         return out
 
-    return AgentBackend(infer=agent.infer, evolver=ToolEvolver(agent, roll), rollout=rollout,
+    return AgentBackend(infer=agent.infer, evolver=ToolEvolver(agent, roll, seed=ws.config.seed),
+                        rollout=rollout,
                         identity=agent.identity, cache_stats=ctx.cache.stats,
                         aclose=client.aclose)
