@@ -34,7 +34,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 test: $(STAMP) $(MODEL_STAMP) lint
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 tests
 	tmp=$$(mktemp -d) && VTRM_CI=1 VTRM_FIGURES=$$tmp $(BIN)/python -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env notebooks; rc=$$?; rm -rf $$tmp; exit $$rc
 
 # The committed design-review figures (PNG + SVG, 1280x720) and figures/README.md.
