@@ -39,6 +39,21 @@ def write_units(path: Path, units: list[dict[str, Any]]) -> Path:
     return path
 
 
+SECRET = "sk-live-4f9a0c1e7b2d3a5f6e8c"
+
+
+async def step_ocr(ws: Workspace, backend: Any, concurrency: int = 8, force: bool = False
+                   ) -> None:
+    """Step e1 s1 through ``backend`` with OCR Problems' one case (u09); the backend closed
+    after, whatever happened."""
+    try:
+        await run_step(ws, 1, 1, infer=backend.infer, evolver=backend.evolver,
+                       cases={"OCR Problems": ["u09"]},
+                       options=RunOptions(concurrency=concurrency), force=force)
+    finally:
+        await backend.aclose()
+
+
 def make_ws(root: Path, server: ChatServer, n: int = 10) -> Workspace:
     src = write_units(root.parent / f"{root.name}-units.jsonl", [unit(i) for i in range(n)])
     return init_llm(root, src, base_url=server.url, model="test-model", seed=1)
@@ -163,16 +178,7 @@ def test_a_relabelled_unit_is_measured_again_on_a_rerun(
         cache = ResponseCache(redis_target.url, prefix=redis_target.prefix)
         with Workspace.open(tmp_path / "ws") as w:
             backend = llm_backend(w, RunOptions(), cache=cache, api_key="k", env={}, retry=FAST)
-
-            async def go() -> None:
-                try:
-                    await run_step(w, 1, 1, infer=backend.infer, evolver=backend.evolver,
-                                   cases={"OCR Problems": ["u09"]},
-                                   options=RunOptions(concurrency=64), force=True)
-                finally:
-                    await backend.aclose()
-
-            asyncio.run(go())
+            asyncio.run(step_ocr(w, backend, concurrency=64, force=True))
 
     ws.close()
     step()
@@ -193,7 +199,7 @@ def test_a_relabelled_unit_is_measured_again_on_a_rerun(
 def test_an_echoed_api_key_never_reaches_the_log_rows_or_the_workspace(
         tmp_path: Path, chat_server: ChatServer, redis_target: RedisTarget,
         caplog: pytest.LogCaptureFixture) -> None:
-    secret = "sk-live-4f9a0c1e7b2d3a5f6e8c"
+    secret = SECRET
     ws = make_ws(tmp_path / "ws", chat_server)
     cache = ResponseCache(redis_target.url, prefix=redis_target.prefix)
     errors: list[str] = []
@@ -202,15 +208,8 @@ def test_an_echoed_api_key_never_reaches_the_log_rows_or_the_workspace(
     # every agent call refused (the evolver still proposes): the gate's calls are all INFRA
     chat_server.inject(*[Fault(status=401, echo_auth=True, step="think")] * 200)
 
-    async def go() -> None:
-        try:
-            await run_step(ws, 1, 1, infer=backend.infer, evolver=backend.evolver,
-                           cases={"OCR Problems": ["u09"]}, options=RunOptions(concurrency=8))
-        finally:
-            await backend.aclose()
-
     with caplog.at_level(logging.DEBUG), pytest.raises(Exception, match="INFRA"):
-        asyncio.run(go())
+        asyncio.run(step_ocr(ws, backend))
     rows = ws.log.query("SELECT error FROM predictions WHERE error IS NOT NULL")
     ws.close()
     assert rows and all("HTTP 401" in e and "invalid credentials" in e for (e,) in rows)
@@ -238,7 +237,7 @@ def test_an_escaped_or_hex_echo_of_the_key_in_200_replies_is_stored_nowhere(
     """Issue 27: the key echoed in normal replies \\u-escaped (whole, or mixed with plain
     characters, hex digits in either case) or as hex (either case) reaches neither the Redis
     values, the SQLite rows nor any workspace file (the raw form was already masked)."""
-    secret = "sk-live-4f9a0c1e7b2d3a5f6e8c"
+    secret = SECRET
 
     def forms(key: str) -> str:
         every = "".join(f"\\u{ord(c):04x}" for c in key)
@@ -251,14 +250,7 @@ def test_an_escaped_or_hex_echo_of_the_key_in_200_replies_is_stored_nowhere(
     backend = llm_backend(ws, RunOptions(concurrency=8), cache=cache, api_key=secret, env={},
                           retry=FAST)
 
-    async def go() -> None:
-        try:
-            await run_step(ws, 1, 1, infer=backend.infer, evolver=backend.evolver,
-                           cases={"OCR Problems": ["u09"]}, options=RunOptions(concurrency=8))
-        finally:
-            await backend.aclose()
-
-    asyncio.run(go())
+    asyncio.run(step_ocr(ws, backend))
     rows = [r for table in ("traces", "baseline_cache", "predictions")
             for r in ws.log.query(f"SELECT * FROM {table}")]
     ws.close()
