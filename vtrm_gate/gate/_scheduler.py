@@ -337,8 +337,7 @@ class _Gate:
                 # Everything that has arrived is consumed before a free slot is refilled.
                 if self.signals:
                     await self._drain()
-                while not exhausted and self.n_in_flight < (
-                        self.concurrency if self.admission is None else self._room()):
+                while not exhausted and self.n_in_flight < self._room():
                     job = next(jobs, None)
                     if job is None:
                         exhausted = True
