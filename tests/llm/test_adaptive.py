@@ -9,6 +9,7 @@ import asyncio
 import heapq
 import json
 import random
+import statistics
 from typing import Any
 
 import pytest
@@ -143,16 +144,22 @@ def gate_over(server: SingleSlotChatServer, *, adaptive: bool, units: int = 20,
 
 
 def test_against_a_single_slot_server_the_gate_holds_back_what_would_only_queue() -> None:
-    with SingleSlotChatServer(service_s=0.02) as fixed_server:
+    # 50 ms a request: a loaded client still sends its 32 faster than the server answers
+    # them (at 20 ms, load ~20 let only 18-28 of 32 queue: issue 27 row 18)
+    with SingleSlotChatServer(service_s=0.05) as fixed_server:
         fixed, _ = gate_over(fixed_server, adaptive=False)
-    with SingleSlotChatServer(service_s=0.02) as server:
+    with SingleSlotChatServer(service_s=0.05) as server:
         res, agent = gate_over(server, adaptive=True)
-    assert fixed_server.peak_waiting >= 30  # 32 slots: 31 wait at the server
-    # At most a quarter of that (measured side by side; a fixed `<= 5` in flight failed at
-    # load ~10: the limit follows latencies the load stretches, issue 27 row 18).
+    # the control: without the limit most of the 32 slots' requests wait at the server
     assert fixed.peak_in_flight == 32
-    assert server.peak_waiting <= fixed_server.peak_waiting // 4
-    assert res.peak_in_flight <= fixed.peak_in_flight // 4
+    assert fixed_server.peak_waiting >= fixed.peak_in_flight // 2
+    # With it, the queue a request finds is a quarter of the control's or less, on average
+    # over the 40 requests (measured side by side: 1.4-2.9 against 18.6 on a quiet
+    # machine). The peaks are bounded loosely: a fixed `<= 5` in flight failed at load ~10
+    # and a quarter of the slots at load ~20, before the limit had followed the latencies.
+    assert statistics.mean(server.queued_on_arrival) \
+        <= statistics.mean(fixed_server.queued_on_arrival) / 4
+    assert res.peak_in_flight <= fixed.peak_in_flight // 2
     assert res.outcomes["OCR"].n_used == fixed.outcomes["OCR"].n_used == 20
     [st] = agent.pool.stats()
     assert st.limit is not None and 1 <= st.limit <= fixed.peak_in_flight // 4

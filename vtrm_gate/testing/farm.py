@@ -80,9 +80,10 @@ class SlowChatServer(ChatServer):
 class SlottedChatServer(SlowChatServer):
     """Serves ``slots`` requests at a time, each taking ``service_s`` (plus ``per_word_s``
     per word of the reply), the rest queued in arrival order: a model server with that many
-    slots. ``peak_waiting`` is the longest its queue grew, ``peak_wait_s`` the longest a
-    request waited in it, and ``peak_service_s`` the longest one took once served (both
-    measured: on a loaded machine they exceed ``service_s``)."""
+    slots. ``peak_waiting`` is the longest its queue grew, ``queued_on_arrival`` the queue
+    each request found (in arrival order: its mean is steadier than the peak under load),
+    ``peak_wait_s`` the longest a request waited in it, and ``peak_service_s`` the longest
+    one took once served (both measured: on a loaded machine they exceed ``service_s``)."""
 
     def __init__(self, service_s: float = 0.05, per_word_s: float = 0.0, slots: int = 1,
                  **kwargs: Any) -> None:
@@ -90,10 +91,12 @@ class SlottedChatServer(SlowChatServer):
         self.service_s, self.per_word_s, self.slots = service_s, per_word_s, slots
         self._slot = threading.Semaphore(slots)
         self.inside = self.peak_waiting = 0
+        self.queued_on_arrival: list[int] = []
         self.peak_wait_s = self.peak_service_s = 0.0
 
     def handle(self, h: BaseHTTPRequestHandler) -> None:
         with self._gauge:
+            self.queued_on_arrival.append(max(0, self.inside - self.slots + 1))
             self.inside += 1  # being served or waiting for a slot
             self.peak_waiting = max(self.peak_waiting, self.inside - self.slots)
         arrived = time.monotonic()
