@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests._signals import AT_A_TERMINAL
+
 ROOT = Path(__file__).resolve().parents[2]
 
 IN_A_TEMPORARY_DIRECTORY = """
@@ -44,7 +46,7 @@ def _gone(pid: int, timeout: float = 20.0) -> bool:
 
 
 def _run_and_signal(script: str, sig: int, *args: str) -> tuple[int, Path, int]:
-    proc = subprocess.Popen([sys.executable, "-c", script, *args], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-c", AT_A_TERMINAL + script, *args], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.bench_power import Config, engine, run_all
+from tests._signals import AT_A_TERMINAL
 from vtrm_gate.errors import ConfigError
 from vtrm_gate.sim import sweep_executor, sweep_map
 
@@ -106,7 +107,7 @@ def test_local_workers_end_with_their_parent(tmp_path, sig):
     """Two workers hold a task each; the parent gets ``sig``; then neither worker runs (a
     plain ProcessPoolExecutor's workers lived on after SIGTERM/SIGKILL, until the timeout)."""
     script = tmp_path / "child.py"
-    script.write_text(_CHILD)
+    script.write_text(AT_A_TERMINAL + _CHILD)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     child = subprocess.Popen([sys.executable, str(script), str(tmp_path)], env=env)
     pids: set[int] = set()
