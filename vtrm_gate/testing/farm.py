@@ -90,15 +90,19 @@ class SlottedChatServer(SlowChatServer):
         super().__init__(0.0, **kwargs)
         self.service_s, self.per_word_s, self.slots = service_s, per_word_s, slots
         self._slot = threading.Semaphore(slots)
-        self.inside = self.peak_waiting = 0
+        self.inside = 0
         self.queued_on_arrival: list[int] = []
         self.peak_wait_s = self.peak_service_s = 0.0
+
+    @property
+    def peak_waiting(self) -> int:
+        """The longest the queue grew: it grows only when a request arrives."""
+        return max(self.queued_on_arrival, default=0)
 
     def handle(self, h: BaseHTTPRequestHandler) -> None:
         with self._gauge:
             self.queued_on_arrival.append(max(0, self.inside - self.slots + 1))
             self.inside += 1  # being served or waiting for a slot
-            self.peak_waiting = max(self.peak_waiting, self.inside - self.slots)
         arrived = time.monotonic()
         try:
             with self._slot:
