@@ -452,6 +452,30 @@ def test_the_plain_result_shortcut_agrees_with_the_full_check(correct, infra, ca
             == [bool, bool, bool, int] and out.latency_s == res.latency_s
 
 
+@pytest.mark.parametrize("arm", ["base", "cand"])
+def test_a_plans_task_is_the_unit_task_its_fields_build(arm):
+    """Issue 29: `TypePlan.task` fills a `UnitTask`'s slots directly (no frozen __init__);
+    the task equals, hashes and prints like one built field by field, stays frozen, and
+    the slots it fills are the dataclass fields in order (a new field cannot be skipped)."""
+    import dataclasses
+
+    from vtrm_gate import UnitTask
+
+    names = [f.name for f in dataclasses.fields(UnitTask)]
+    assert list(UnitTask.__slots__) == names
+    plan = TypePlan("Type A", ["u0", "u1", "u2"], base_skill="b", cand_skill="c",
+                    cand_dir="/skills/c", attempt=2)
+    task = plan.task(2, arm)
+    twin = UnitTask(**{n: getattr(task, n) for n in names})
+    assert task == twin and hash(task) == hash(twin) and repr(task) == repr(twin)
+    assert (task.unit_id, task.ladder_rank, task.arm, task.attempt) == ("u2", 2, arm, 2)
+    assert task.skill == ("b" if arm == "base" else "c")
+    assert task.skill_dir == (None if arm == "base" else "/skills/c")
+    assert task.run_id == plan.run_id(arm)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        task.unit_id = "x"  # type: ignore[misc]
+
+
 def test_infer_returning_wrong_type_fails_the_gate():
     async def bad(task):
         return {"correct": True}

@@ -23,7 +23,7 @@ from vtrm_gate import (
     replay_prefix,
     replay_prefix_batch,
 )
-from vtrm_gate.stats import ACTION_CODES, update_state
+from vtrm_gate.stats import ACTION_CODES, SequentialTest, update_state
 
 WIN, LOSS, TIE_RIGHT, TIE_WRONG = (False, True), (True, False), (True, True), (False, False)
 
@@ -509,10 +509,55 @@ def test_the_states_and_points_the_test_builds_fast_are_whole_frozen_dataclasses
         test.consume(rank, pair)
     for obj, cls in [(test.state, GateState), (test.points[-1], TrajectoryPoint)]:
         names = {f.name for f in dataclasses.fields(cls)}
-        assert type(obj) is cls and set(vars(obj)) == names
+        assert type(obj) is cls and {n for n in names if hasattr(obj, n)} == names
         twin = cls(**{n: getattr(obj, n) for n in names})
         assert obj == twin and hash(obj) == hash(twin) and repr(obj) == repr(twin)
         with pytest.raises(dataclasses.FrozenInstanceError):
             obj.W = 99  # type: ignore[misc]
     assert test.state == GateState(W=1, L=1, n_used=3, n_consumed=4,
                                    e_plus=test.state.e_plus, e_minus=test.state.e_minus)
+
+
+class _Delegating:
+    """The default rule through the general path (not `PairedBetting`, so not inlined)."""
+
+    def update(self, state, pair, params):
+        return update_state(state, pair, params)
+
+    def decide(self, state, n_remaining, params):
+        return gate_decision(state, n_remaining, params)
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_the_inlined_default_rule_equals_update_state_and_gate_decision_bit_for_bit(seed):
+    """Issue 29: `SequentialTest` inlines the default rule; on random ladders (INFRA
+    included) and random params every point, e-value and action equals the general path's
+    (`update_state` then `gate_decision`) exactly, not approximately."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 80))
+    params = GateParams(e_confirm=float(rng.uniform(1.5, 40)), e_reject=float(rng.uniform(1.5, 40)),
+                        lambda_dir=float(rng.uniform(0.05, 0.95)),
+                        delta_min=float(rng.choice([0.0, 0.05])),
+                        w_net_min=int(rng.integers(0, 6)), e_provisional=float(rng.uniform(1, 5)),
+                        w_net_min_provisional=int(rng.choice([0, 2, 3, 99])), n_max=n)
+    fast, slow = SequentialTest(n, params), SequentialTest(n, params, _Delegating())
+    for rank in range(n):
+        u = rng.random()
+        pair = None if u < 0.1 else (bool(rng.random() < 0.5), bool(rng.random() < 0.6))
+        decide = bool(rng.random() < 0.9) or rank == n - 1
+        assert fast.consume(rank, pair, decide) is slow.consume(rank, pair, decide)
+        assert fast.state == slow.state and fast.points == slow.points
+        if fast.decided:
+            break
+    assert fast.outcome().same_decision(slow.outcome()) and fast.decided == slow.decided
+
+
+def test_the_inlined_default_rule_refuses_a_decision_past_the_ladder():
+    """Deciding past the ladder's end raises as `gate_decision` does, inlined or not."""
+    for rule in (None, _Delegating()):
+        test = SequentialTest(2, GateParams(n_max=3), rule)
+        for rank in range(3):
+            if rank < 2:
+                test.consume(rank, (True, True), decide=False)
+        with pytest.raises(ValueError, match="n_remaining must be >= 0"):
+            test.consume(2, (True, True))

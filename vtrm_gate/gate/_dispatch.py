@@ -130,13 +130,15 @@ class _RoundRobinOrder(DispatchOrder[LaneT]):
         raise StopIteration
 
 
-def _descending(p: Priority) -> tuple[float, ...]:
-    """A key that sorts priorities highest first: each number negated, and +inf after
+def _descending(p: Priority, pos: int, k: int, version: int) -> tuple[Any, ...]:
+    """A heap entry that sorts priorities highest first: each number negated, and +inf after
     them, so a priority that is a prefix of another (lower, lexicographically) still sorts
-    after it. Tuples of numbers compare in C, which a wrapper's __lt__ did in Python."""
+    after it; then the ring position, the lane and its version. One flat tuple of numbers:
+    it compares in C, element by element, as a nested (key, position, ...) tuple did, with
+    one level less per comparison."""
     if len(p) == 2:  # every built-in policy but RoundRobin: no list built
-        return (-p[0], -p[1], math.inf)
-    return (*[-x for x in p], math.inf)
+        return (-p[0], -p[1], math.inf, pos, k, version)
+    return (*[-x for x in p], math.inf, pos, k, version)
 
 
 class _HeapOrder(DispatchOrder[LaneT]):
@@ -160,8 +162,8 @@ class _HeapOrder(DispatchOrder[LaneT]):
         self._turn = 0  # absolute ring position after the lane served last
         self._scored: list[tuple[int, int] | None] = [None] * k_all  # (prefix, rank) scored
         self._version = [0] * k_all
-        # (`_descending` priority, ring position, lane, version)
-        self._by_priority: list[tuple[tuple[float, ...], int, int, int]] = []
+        # (`_descending` priority..., ring position, lane, version): flat
+        self._by_priority: list[tuple[Any, ...]] = []
         # (dispatch count at the lane's last unit or before, ring position, lane, 0): one
         # entry per lane, brought up to date when it surfaces (not a push per dispatch)
         self._by_wait: list[tuple[int, int, int, int]] = []
@@ -201,21 +203,24 @@ class _HeapOrder(DispatchOrder[LaneT]):
                 continue
             # ring position: lane k's first at or after ``turn`` (`_position`, inlined)
             heapq.heappush(self._by_priority,
-                           (_descending(prio), turn + (k - turn) % k_all, k, version[k]))
+                           _descending(prio, turn + (k - turn) % k_all, k, version[k]))
         self._stale.clear()
 
-    def _top(self, heap: list[tuple[Any, int, int, int]], current: list[int]
-             ) -> tuple[Any, int, int, int] | None:
-        """The heap's best live entry (stale, closed and passed-over ones fixed first)."""
+    def _top(self) -> tuple[Any, ...] | None:
+        """The priority heap's best live entry (stale, closed and passed-over ones fixed
+        first)."""
+        heap, current, dead, lanes, cursor = (self._by_priority, self._version, self._dead,
+                                              self.lanes, self.cursor)
         while heap:
-            key, pos, k, version = entry = heap[0]
-            if version != current[k] or self._dead[k]:
+            entry = heap[0]
+            pos, k, version = entry[-3:]
+            if version != current[k] or dead[k]:
                 heapq.heappop(heap)
-            elif not self._open(k):
-                self._dead[k] = True
+            elif cursor[k] >= lanes[k].n or lanes[k].frozen:  # closed (`_open`, inlined)
+                dead[k] = True
                 heapq.heappop(heap)
             elif pos < self._turn:
-                heapq.heapreplace(heap, (key, self._position(k), k, version))
+                heapq.heapreplace(heap, (*entry[:-3], self._position(k), k, version))
             else:
                 return entry
         return None
@@ -251,11 +256,11 @@ class _HeapOrder(DispatchOrder[LaneT]):
             if top is not None and self._count - top[0] >= max_wait:
                 best = top
         if best is None:
-            best = self._top(self._by_priority, self._version)
+            best = self._top()
             if best is None:
                 raise StopIteration
             heapq.heappop(self._by_priority)
-        _, pos, k, _ = best
+        pos, k = best[-3], best[-2]
         rank = self.cursor[k]
         self.cursor[k] = rank + 1
         self._count += 1

@@ -60,6 +60,7 @@ from ._plan import (
     TypePlan,
     UnitResult,
     UnitTask,
+    _plain,
     checked_result,
 )
 from ._result import GateResult, TypeCounters
@@ -215,6 +216,7 @@ class _Gate:
         me = asyncio.current_task()
         assert me is not None
         running, stopping, in_flight = self.running, self.stopping, self.in_flight
+        now, create_future, infer = self.loop.time, self.loop.create_future, self.infer
         while task is not None:
             signal: _Signal
             if me in stopping:  # stopped before it started: infer is never called
@@ -222,20 +224,22 @@ class _Gate:
                 signal = _Stopped(task)
             else:
                 running.add(me)
-                t = self.now()
+                t = now()
                 _RUN_ID.set(task.run_id)  # this call's worker: a cached client salts with it
                 if self.progress_events:
                     _PROGRESS.set(self._progress(task))
                 try:
-                    out = self.infer(task)
+                    out = infer(task)
                     if type(out) is not CoroutineType and not inspect.isawaitable(out):
                         raise TypeError(
                             f"infer must be an async function (async def infer(task) -> "
-                            f"UnitResult); {_name(self.infer)} returned {type(out).__name__}, "
+                            f"UnitResult); {_name(infer)} returned {type(out).__name__}, "
                             f"which cannot be awaited (wrap a blocking call in "
                             f"asyncio.to_thread)")
+                    res = await out
                     # an invalid result is a bug: InvalidResultError, a TypeError
-                    signal = _Completed(task, checked_result(task, await out))
+                    signal = _Completed(task, res if type(res) is UnitResult and _plain(res)
+                                        else checked_result(task, res))
                 except BaseException as exc:  # INFRA, a stop or a crash: `_failed` says
                     signal = self._failed(me, task, exc, t)
                 running.discard(me)
@@ -247,7 +251,7 @@ class _Gate:
             self._signal(signal)
             if self.aborting:
                 return
-            fut: asyncio.Future[UnitTask | None] = self.loop.create_future()
+            fut: asyncio.Future[UnitTask | None] = create_future()
             self.idle.append((me, fut))
             task = await fut
 
@@ -395,8 +399,10 @@ class _Gate:
                 task, res = signal
                 if self.recording:
                     await self._finish(task, res)
-                elif self._file(self._count(task, res, False), task, res):  # `_finish`, no
-                    await self._advance(self.by_type[task.task_type])  # coroutine per result
+                else:  # `_finish` with nothing to record (no sink): no coroutine per result
+                    run = self._count(task, res, False)
+                    if self._file(run, task, res):
+                        self._advance_now(run)
             elif type(signal) is _Stopped:
                 self._stopped(signal.task)
             else:
@@ -471,7 +477,8 @@ class _Gate:
             return False
         if res.infra:
             self._note_infra(run, task, res)
-        self._check_guard(run, task)  # on every result (min_calls), before pairing
+        if c.infra_units or c.infra_calls:  # on every result (min_calls), before pairing;
+            self._check_guard(run, task)  # with no INFRA yet no guard rule can trip
         if run.resolved[rank]:  # the other arm already made this unit INFRA
             c.discarded_after_infra += 1
             return False
@@ -516,32 +523,65 @@ class _Gate:
                                   self.last_errors[task.task_type], c.infra_calls)
 
     async def _advance(self, run: _TypeRun) -> None:
-        """Walk the prefix pointer over every resolved unit, deciding after each."""
+        """Walk the prefix pointer over every resolved unit, deciding after each; with a
+        sink each consumed unit and the decision land before the next unit is consumed."""
+        sink = self.sink
+        if sink is None:
+            return self._advance_now(run)
         start = run.prefix
         while run.prefix < run.n and run.resolved[run.prefix] and not run.frozen:
-            rank = run.prefix
-            arms = run.results.pop(rank)
-            base, cand = arms.get("base"), arms.get("cand")
-            infra = run.infra_marked[rank]
-            pair = None if infra else (base.correct, cand.correct)  # type: ignore[union-attr]  # both arms
-            action = run.test.consume(rank, pair)
-            run.prefix += 1
-            run.frozen = action is not Action.CONTINUE
-            if self.prefix_events:
-                s: GateState = run.test.state
-                ev = PrefixAdvanced(self.now(), run.plan.task_type, run.plan.units[rank],
-                                    rank, base, cand, run.test.points[-1].d, s.W, s.L,
-                                    s.n_used, s.e_plus, s.e_minus, run.n - s.n_consumed,
-                                    action)
-                if self.sink is not None:
-                    await self.sink.on_consumed(ev)
-                self.bus.publish(ev)
-            if action is not Action.CONTINUE:
-                await self._decided(run)
+            ev = self._consume_head(run)
+            assert ev is not None  # a sink sets prefix_events
+            await sink.on_consumed(ev)
+            self.bus.publish(ev)
+            if run.frozen:
+                outcome = self._close(run)
+                await sink.on_decided(run.plan.task_type, outcome)
+                self.bus.publish(TypeDecided(self.now(), run.plan.task_type, outcome))
         if run.prefix != start and not run.frozen:
             self.order.moved(run)  # its priority may depend on the new state
 
+    def _advance_now(self, run: _TypeRun) -> None:
+        """`_advance` without a sink: nothing to await (no coroutine per consumed pair)."""
+        start = run.prefix
+        while run.prefix < run.n and run.resolved[run.prefix] and not run.frozen:
+            ev = self._consume_head(run)
+            if ev is not None:
+                self.bus.publish(ev)
+            if run.frozen:
+                outcome = self._close(run)
+                self.bus.publish(TypeDecided(self.now(), run.plan.task_type, outcome))
+        if run.prefix != start and not run.frozen:
+            self.order.moved(run)
+
+    def _consume_head(self, run: _TypeRun) -> PrefixAdvanced | None:
+        """Consume the unit at the head of ``run``'s prefix (INFRA: no pair) and move the
+        prefix past it; the event that announces it, when someone takes it."""
+        rank = run.prefix
+        arms = run.results.pop(rank)
+        base, cand = arms.get("base"), arms.get("cand")
+        pair = None if run.infra_marked[rank] else (
+            base.correct, cand.correct)  # type: ignore[union-attr]  # both arms
+        action = run.test.consume(rank, pair)
+        run.prefix += 1
+        run.frozen = action is not Action.CONTINUE
+        if not self.prefix_events:
+            return None
+        s: GateState = run.test.state
+        return PrefixAdvanced(self.now(), run.plan.task_type, run.plan.units[rank], rank, base,
+                              cand, run.test.points[-1].d, s.W, s.L, s.n_used, s.e_plus,
+                              s.e_minus, run.n - s.n_consumed, action)
+
     async def _decided(self, run: _TypeRun) -> None:
+        """``run`` decided (an empty ladder, before any call): close it and announce it."""
+        outcome = self._close(run)
+        if self.sink is not None:
+            await self.sink.on_decided(run.plan.task_type, outcome)
+        self.bus.publish(TypeDecided(self.now(), run.plan.task_type, outcome))
+
+    def _close(self, run: _TypeRun) -> TypeOutcome:
+        """A type decided: drop what it still held and stop its calls that serve nothing now
+        (every call once the last type decides, unless ``past_stop="wait"``)."""
         run.results.clear()  # never counted now
         self.n_decided += 1
         outcome = run.test.outcome()
@@ -552,9 +592,7 @@ class _Gate:
                 if every or (task.task_type == run.plan.task_type
                              and not self._worth_keeping(task, outcome)):
                     self._stop(worker)
-        if self.sink is not None:
-            await self.sink.on_decided(run.plan.task_type, outcome)
-        self.bus.publish(TypeDecided(self.now(), run.plan.task_type, outcome))
+        return outcome
 
     def _worth_keeping(self, task: UnitTask, outcome: TypeOutcome) -> bool:
         """A frozen type's call whose answer still serves: a base-arm call whose baseline

@@ -131,6 +131,30 @@ def gate_decision(state: GateState, n_remaining: int, params: GateParams) -> Act
     return Action.INERTIA
 
 
+def _factors(params: GateParams) -> dict[int, tuple[float, float]]:
+    """`bet_factors` of d = -1, 0, +1, computed once per params (kept on them)."""
+    memo: dict[int, tuple[float, float]] | None = params.__dict__.get("_bet_factors")
+    if memo is None:
+        memo = {d: bet_factors(params, d) for d in (-1, 0, 1)}
+        object.__setattr__(params, "_bet_factors", memo)
+    return memo
+
+
+def _floors(params: GateParams, n_remaining: int) -> tuple[float, float]:
+    """The futility floors (`best_case_floor`) of ``e_confirm`` and ``e_provisional`` with
+    ``n_remaining`` units left, memoised on the params (at most ``n_max`` entries)."""
+    memo: dict[int, tuple[float, float]] | None = params.__dict__.get("_futility_floors")
+    if memo is None:
+        memo = {}
+        object.__setattr__(params, "_futility_floors", memo)
+    floors = memo.get(n_remaining)
+    if floors is None:
+        floors = memo[n_remaining] = (
+            best_case_floor(params.e_confirm, n_remaining, params),
+            best_case_floor(params.e_provisional, n_remaining, params))
+    return floors
+
+
 @dataclass(frozen=True)
 class PairedBetting:
     """The default rule of SPEC §1 ("paired betting")."""
@@ -145,7 +169,7 @@ class PairedBetting:
 DEFAULT_RULE: DecisionRule = PairedBetting()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TrajectoryPoint:
     """State right after consuming the unit at ``ladder_rank`` (d is None for INFRA)."""
 
@@ -157,6 +181,27 @@ class TrajectoryPoint:
     e_plus: float
     e_minus: float
     action: Action
+
+
+_POINT_SLOTS = tuple(TrajectoryPoint.__dict__[name].__set__ for name in TrajectoryPoint.__slots__)
+
+
+def _point(ladder_rank: int, d: int | None, W: int, L: int, n_used: int, e_plus: float,
+           e_minus: float, action: Action) -> TrajectoryPoint:
+    """``TrajectoryPoint(...)`` without the frozen ``__init__``'s ``object.__setattr__`` per
+    field (a point is built per consumed unit: 1.6x faster; the same slots, so the same
+    object)."""
+    obj = object.__new__(TrajectoryPoint)
+    s0, s1, s2, s3, s4, s5, s6, s7 = _POINT_SLOTS
+    s0(obj, ladder_rank)
+    s1(obj, d)
+    s2(obj, W)
+    s3(obj, L)
+    s4(obj, n_used)
+    s5(obj, e_plus)
+    s6(obj, e_minus)
+    s7(obj, action)
+    return obj
 
 
 @dataclass(frozen=True)
@@ -201,13 +246,15 @@ class SequentialTest:
     (``decided``) at the first action other than CONTINUE.
     """
 
-    __slots__ = ("action", "n_ladder", "params", "points", "rule", "state", "stop_rank")
+    __slots__ = ("_paired", "action", "n_ladder", "params", "points", "rule", "state",
+                 "stop_rank")
 
     def __init__(self, n_ladder: int, params: GateParams, rule: DecisionRule | None = None):
         check_ladder_length(n_ladder, params)
         self.n_ladder = n_ladder
         self.params = params
         self.rule = rule or DEFAULT_RULE
+        self._paired = type(self.rule) is PairedBetting  # the default rule's inlined path
         self.state = GateState()
         self.points: list[TrajectoryPoint] = []
         self.stop_rank: int | None = None
@@ -219,18 +266,57 @@ class SequentialTest:
 
     def consume(self, ladder_rank: int, pair: Pair, decide: bool = True) -> Action:
         """Count one unit; with ``decide`` evaluate the rule right after it."""
-        if self.decided:
+        if self.action is not Action.CONTINUE:
             raise RuntimeError("the test has already decided; nothing more may be consumed")
-        self.state = self.rule.update(self.state, pair, self.params)
-        action = Action.CONTINUE
-        if decide:
-            action = self.rule.decide(self.state, self.n_ladder - self.state.n_consumed,
-                                      self.params)
-        s = self.state
-        self.points.append(TrajectoryPoint(ladder_rank, pair_d(pair), s.W, s.L, s.n_used,
-                                           s.e_plus, s.e_minus, action))
+        if self._paired:
+            action = self._consume_paired(ladder_rank, pair, decide)
+        else:
+            self.state = s = self.rule.update(self.state, pair, self.params)
+            action = Action.CONTINUE
+            if decide:
+                action = self.rule.decide(s, self.n_ladder - s.n_consumed, self.params)
+            self.points.append(_point(ladder_rank, pair_d(pair), s.W, s.L, s.n_used,
+                                      s.e_plus, s.e_minus, action))
         if action is not Action.CONTINUE:
             self.action, self.stop_rank = action, ladder_rank
+        return action
+
+    def _consume_paired(self, ladder_rank: int, pair: Pair, decide: bool) -> Action:
+        """`update_state` then `gate_decision`, inlined (the live gate consumes every unit
+        here): the same operations on the same numbers, so bit-identical e-values and the
+        same action; futility floors come from the params' memo (`_floors`)."""
+        s, params = self.state, self.params
+        W, L, n_used, e_plus, e_minus = s.W, s.L, s.n_used, s.e_plus, s.e_minus
+        consumed = s.n_consumed + 1
+        if pair is None:
+            d = None
+        else:
+            d = (1 if pair[1] else 0) - (1 if pair[0] else 0)
+            f_plus, f_minus = _factors(params)[d]
+            e_plus = 0.0 if f_plus == 0.0 else e_plus * f_plus
+            e_minus = 0.0 if f_minus == 0.0 else e_minus * f_minus
+            assert e_plus >= 0.0 and e_minus >= 0.0, "capital process went negative"
+            W, L, n_used = W + (d == 1), L + (d == -1), n_used + 1
+        self.state = _built(GateState, W=W, L=L, n_used=n_used, n_consumed=consumed,
+                            e_plus=e_plus, e_minus=e_minus)
+        action = Action.CONTINUE
+        if decide:
+            n_remaining, w_net = self.n_ladder - consumed, W - L
+            if n_remaining <= 0:  # the ladder's end (past it: gate_decision's ValueError)
+                action = gate_decision(self.state, n_remaining, params)
+            elif e_plus >= params.e_confirm and w_net >= params.w_net_min:
+                action = Action.ACCEPT
+            elif e_minus >= params.e_reject:
+                action = Action.REJECT
+            else:
+                floor_confirm, floor_provisional = _floors(params, n_remaining)
+                w_best = w_net + n_remaining
+                if not (e_plus > 0 and (
+                        (e_plus >= floor_confirm and w_best >= params.w_net_min)
+                        or (e_plus >= floor_provisional
+                            and w_best >= params.w_net_min_provisional))):
+                    action = Action.FUTILE
+        self.points.append(_point(ladder_rank, d, W, L, n_used, e_plus, e_minus, action))
         return action
 
     def outcome(self) -> TypeOutcome:
