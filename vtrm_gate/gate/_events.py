@@ -19,6 +19,7 @@ from ..stats import (
     GateParams,
     TypeOutcome,
 )
+from ..stats._slots import slot_builder
 from ._plan import UnitResult, UnitTask
 
 if TYPE_CHECKING:
@@ -176,6 +177,11 @@ def _name(fn: object) -> str:
 EVENT_KINDS: tuple[type[GateEvent], ...] = (GateStarted, TaskStarted, TaskFinished,
                                              TaskProgress, PrefixAdvanced, TypeDecided,
                                              GateFinished, GateAborted)
+
+# the events built per call or per consumed unit, their slots set directly (`slot_builder`)
+_task_started = slot_builder(TaskStarted)
+_task_finished = slot_builder(TaskFinished)
+_prefix_advanced = slot_builder(PrefixAdvanced)
 
 
 def wanted_events(sub: object) -> tuple[type[GateEvent], ...]:

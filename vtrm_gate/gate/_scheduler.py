@@ -50,6 +50,9 @@ from ._events import (
     TypeDecided,
     _Bus,
     _name,
+    _prefix_advanced,
+    _task_finished,
+    _task_started,
 )
 from ._plan import (
     Admission,
@@ -322,9 +325,8 @@ class _Gate:
         self.finished_events = bus.wants(TaskFinished)
         self.progress_events = bus.wants(TaskProgress)
         self.prefix_events = self.sink is not None or bus.wants(PrefixAdvanced)
-        # whether a result goes anywhere beyond the test (the sink, the baseline, the bus)
-        self.recording = (self.sink is not None or self.baseline is not None
-                          or self.finished_events)
+        # whether a result is handed to something awaited (the sink, the baseline store)
+        self.recording = self.sink is not None or self.baseline is not None
         bus.publish(GateStarted(self.now(), tuple(r.plan.task_type for r in self.runs),
                                 tuple(r.n for r in self.runs), self.concurrency,
                                 self.params))
@@ -399,8 +401,11 @@ class _Gate:
                 task, res = signal
                 if self.recording:
                     await self._finish(task, res)
-                else:  # `_finish` with nothing to record (no sink): no coroutine per result
-                    run = self._count(task, res, False)
+                else:  # `_finish` with nothing to await (no sink, no baseline store): no
+                    run = self._count(task, res, False)  # coroutine per result
+                    if self.finished_events:
+                        self._announce(task, res, not run.frozen
+                                       and not run.resolved[task.ladder_rank], False)
                     if self._file(run, task, res):
                         self._advance_now(run)
             elif type(signal) is _Stopped:
@@ -437,7 +442,7 @@ class _Gate:
         if n > self.peak:
             self.peak = n
         if self.started_events:
-            self.bus.publish(TaskStarted(self.now(), task, n))
+            self.bus.publish(_task_started(self.now(), task, n))
 
     def _stopped(self, task: UnitTask) -> None:
         """A call cancelled after its type froze (cancel_after_freeze, past_stop) stopped."""
@@ -448,11 +453,11 @@ class _Gate:
                 error="cancelled after freeze"), "cancelled"))
 
     async def _finish(self, task: UnitTask, res: UnitResult, cache_hit: bool = False) -> None:
-        """A result: counted, recorded, filed; the prefix advances over a resolved unit."""
+        """A result: counted, recorded (a sink or a baseline store is there: `recording`),
+        filed; the prefix advances over a resolved unit."""
         run = self._count(task, res, cache_hit)
-        if self.recording:
-            await self._record(task, res, not run.frozen and not run.resolved[task.ladder_rank],
-                               cache_hit)
+        await self._record(task, res, not run.frozen and not run.resolved[task.ladder_rank],
+                           cache_hit)
         if self._file(run, task, res):
             await self._advance(run)
 
@@ -501,10 +506,15 @@ class _Gate:
         if (task.arm == "base" and not cache_hit and not res.infra
                 and self.baseline is not None):
             await self.baseline.put(task, res)
+        self._announce(task, res, counted, cache_hit)
+
+    def _announce(self, task: UnitTask, res: UnitResult, counted: bool,
+                  cache_hit: bool) -> None:
+        """A `TaskFinished` event, when someone takes them."""
         if self.finished_events:
             status: Literal["cache_hit", "pending", "discarded"] = (
                 "cache_hit" if cache_hit else "pending" if counted else "discarded")
-            self.bus.publish(TaskFinished(self.now(), task, res, status))
+            self.bus.publish(_task_finished(self.now(), task, res, status))
 
     def _note_infra(self, run: _TypeRun, task: UnitTask, res: UnitResult) -> None:
         """Mark the unit INFRA and keep the error for the guard's message."""
@@ -568,9 +578,9 @@ class _Gate:
         if not self.prefix_events:
             return None
         s: GateState = run.test.state
-        return PrefixAdvanced(self.now(), run.plan.task_type, run.plan.units[rank], rank, base,
-                              cand, run.test.points[-1].d, s.W, s.L, s.n_used, s.e_plus,
-                              s.e_minus, run.n - s.n_consumed, action)
+        return _prefix_advanced(self.now(), run.plan.task_type, run.plan.units[rank], rank,
+                                base, cand, run.test.points[-1].d, s.W, s.L, s.n_used,
+                                s.e_plus, s.e_minus, run.n - s.n_consumed, action)
 
     async def _decided(self, run: _TypeRun) -> None:
         """``run`` decided (an empty ladder, before any call): close it and announce it."""
