@@ -157,7 +157,7 @@ def test_stats_imports_nothing_that_draws_or_does_io():
         mods |= {n.module.split(".")[0] for n in ast.walk(tree)
                  if isinstance(n, ast.ImportFrom) and n.module and not n.level}
     assert mods <= {"__future__", "enum", "math", "statistics", "collections", "dataclasses",
-                    "typing", "types", "numpy"}, mods  # statistics: NormalDist, pure math
+                    "typing", "numpy"}, mods  # statistics: NormalDist, pure math
 
 
 def test_the_gate_knows_no_storage_redis_or_http():

@@ -19,8 +19,8 @@ from ..stats import (
     GateParams,
     TypeOutcome,
 )
-from ..stats._slots import slot_builder
 from ._plan import UnitResult, UnitTask
+from ._slots import slot_builder
 
 if TYPE_CHECKING:
     from ._result import GateResult

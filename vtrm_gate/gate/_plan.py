@@ -20,8 +20,8 @@ from ..stats import (
     TypeOutcome,
     infra_e_value,
 )
-from ..stats._slots import slot_builder
 from ._ladder import check_unit_ids, is_unicode
+from ._slots import slot_builder
 
 if TYPE_CHECKING:
     from ._events import (

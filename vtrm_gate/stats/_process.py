@@ -17,7 +17,6 @@ from dataclasses import dataclass, field, replace
 from typing import ClassVar, Protocol, TypeVar
 
 from ._params import Action, GateParams, Pair, bet_factors
-from ._slots import slot_builder
 
 _T = TypeVar("_T")
 
@@ -170,7 +169,7 @@ class PairedBetting:
 DEFAULT_RULE: DecisionRule = PairedBetting()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class TrajectoryPoint:
     """State right after consuming the unit at ``ladder_rank`` (d is None for INFRA)."""
 
@@ -182,9 +181,6 @@ class TrajectoryPoint:
     e_plus: float
     e_minus: float
     action: Action
-
-
-_point = slot_builder(TrajectoryPoint)  # one point per consumed unit: slots set directly
 
 
 @dataclass(frozen=True)
@@ -258,7 +254,7 @@ class SequentialTest:
             action = Action.CONTINUE
             if decide:
                 action = self.rule.decide(s, self.n_ladder - s.n_consumed, self.params)
-            self.points.append(_point(ladder_rank, pair_d(pair), s.W, s.L, s.n_used,
+            self.points.append(TrajectoryPoint(ladder_rank, pair_d(pair), s.W, s.L, s.n_used,
                                       s.e_plus, s.e_minus, action))
         if action is not Action.CONTINUE:
             self.action, self.stop_rank = action, ladder_rank
@@ -299,7 +295,8 @@ class SequentialTest:
                         or (e_plus >= floor_provisional
                             and w_best >= params.w_net_min_provisional))):
                     action = Action.FUTILE
-        self.points.append(_point(ladder_rank, d, W, L, n_used, e_plus, e_minus, action))
+        self.points.append(TrajectoryPoint(ladder_rank, d, W, L, n_used, e_plus, e_minus,
+                                           action))
         return action
 
     def outcome(self) -> TypeOutcome:

@@ -1,6 +1,5 @@
-"""Fast constructors for the frozen slots dataclasses built once per call or per consumed
-unit (a trajectory point here; a `UnitTask` and a prefix event in the gate): issue 29's
-per-call cost. In the lowest layer so that every layer above may use it."""
+"""Fast constructors for the frozen slots dataclasses the gate builds once per call or per
+consumed unit (a `UnitTask`, a prefix event): issue 29's per-call cost."""
 
 from __future__ import annotations
 

@@ -11,14 +11,13 @@ import pytest
 
 from vtrm_gate import UnitResult, UnitTask
 from vtrm_gate.gate import PrefixAdvanced, TaskFinished, TaskStarted
-from vtrm_gate.stats import Action, TrajectoryPoint
-from vtrm_gate.stats._slots import slot_builder
+from vtrm_gate.gate._slots import slot_builder
+from vtrm_gate.stats import Action
 
 _TASK = UnitTask("Type A", "u3", "cand", 3, "run-cand", "skill", "abc", "/skills", 1)
 _RESULT = UnitResult(correct=True, tokens=7, latency_s=0.5)
 _VALUES = {
     UnitTask: ("Type A", "u3", "cand", 3, "run-cand", "skill", "abc", "/skills", 1),
-    TrajectoryPoint: (3, -1, 2, 1, 3, 1.5, 0.75, Action.CONTINUE),
     PrefixAdvanced: (12.5, "Type A", "u3", 3, _RESULT, _RESULT, 0, 2, 1, 3, 1.5, 0.75, 36,
                      Action.CONTINUE),
     TaskStarted: (1.0, _TASK, 5),
