@@ -63,7 +63,6 @@ from ._plan import (
     TypePlan,
     UnitResult,
     UnitTask,
-    _plain,
     checked_result,
 )
 from ._result import GateResult, TypeCounters
@@ -239,10 +238,8 @@ class _Gate:
                             f"UnitResult); {_name(infer)} returned {type(out).__name__}, "
                             f"which cannot be awaited (wrap a blocking call in "
                             f"asyncio.to_thread)")
-                    res = await out
                     # an invalid result is a bug: InvalidResultError, a TypeError
-                    signal = _Completed(task, res if type(res) is UnitResult and _plain(res)
-                                        else checked_result(task, res))
+                    signal = _Completed(task, checked_result(task, await out))
                 except BaseException as exc:  # INFRA, a stop or a crash: `_failed` says
                     signal = self._failed(me, task, exc, t)
                 running.discard(me)

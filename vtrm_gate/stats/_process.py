@@ -255,7 +255,7 @@ class SequentialTest:
             if decide:
                 action = self.rule.decide(s, self.n_ladder - s.n_consumed, self.params)
             self.points.append(TrajectoryPoint(ladder_rank, pair_d(pair), s.W, s.L, s.n_used,
-                                      s.e_plus, s.e_minus, action))
+                                               s.e_plus, s.e_minus, action))
         if action is not Action.CONTINUE:
             self.action, self.stop_rank = action, ladder_rank
         return action
