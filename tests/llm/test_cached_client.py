@@ -156,6 +156,7 @@ def test_the_gate_salts_each_call_with_its_arms_run_id(redis_target: RedisTarget
         assert {s.rsplit("_", 1)[-1] for s in seen} == {"base", "cand"}  # type: ignore
         assert set(first.runs()) == set(seen)
         sent = len(server.requests)
+        assert set(server.run_ids) == set(seen)  # each request names its arm (X-Vtrm-Run)
         again = new_cache(redis_target)
         out2 = asyncio.run(gate(again)).outcomes["Counting"]
         assert (out2.action, out2.W, out2.L) == (out.action, out.W, out.L)

@@ -139,6 +139,25 @@ def test_a_new_run_id_makes_fresh_calls(chat_server: ChatServer,
     assert len(chat_server.requests) == 4
 
 
+def test_each_request_names_its_run_so_one_body_under_two_keys_is_told_apart(
+        chat_server: ChatServer, redis_target: RedisTarget) -> None:
+    """The rollout and a gate arm send the same body under their own keys: the X-Vtrm-Run
+    header (%-encoded, never part of the key) tells a server which call each is."""
+    cache = ResponseCache(redis_target.url, prefix=redis_target.prefix)
+    odd = "e1_s1_rollout_naïve/x y"
+    infer(agent(chat_server, cache), task(run_id=odd), task(run_id="e1_s1_gate_ocr_base"),
+          task(run_id=odd))
+    assert chat_server.requests[:2] == chat_server.requests[2:]  # one body, two keys
+    assert chat_server.run_ids == [odd, odd, "e1_s1_gate_ocr_base", "e1_s1_gate_ocr_base"]
+    assert cache.stats(odd).hits == 2  # the third task: served, nothing sent
+    chat_server.requests.clear()
+    chat_server.run_ids.clear()
+    infer(agent(chat_server), task(run_id=odd))  # no cache: still named
+    a = agent(chat_server, think=False)
+    asyncio.run(a.chat(a.body("answer", a.messages(task(), UNITS["u1"]))))  # of no run
+    assert chat_server.run_ids == [odd, odd, ""]
+
+
 def test_replay_reuses_the_longest_cached_prefix(chat_server: ChatServer,
                                                 redis_target: RedisTarget) -> None:
     cache = ResponseCache(redis_target.url, prefix=redis_target.prefix)

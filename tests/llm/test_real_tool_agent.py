@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from vtrm_gate.testing.llama import MODEL_ALIAS, LlamaServer, RecordingProxy
+from vtrm_gate.testing.llama import MODEL_ALIAS, Exchanged, LlamaServer, RecordingProxy
 
 pytestmark = [pytest.mark.real_model, pytest.mark.slow, pytest.mark.timeout(1500)]
 
@@ -45,12 +44,21 @@ def cli(*args: str, cwd: Path, proxy: RecordingProxy) -> subprocess.CompletedPro
                           text=True, cwd=cwd, env=env, timeout=1400)
 
 
-def trajectories(ws: Path) -> list[dict[str, Any]]:
-    con = sqlite3.connect(ws / "harness.sqlite")
-    try:
-        return [json.loads(t) for (t,) in con.execute("SELECT trace FROM traces")]
-    finally:
-        con.close()
+def walked(exchanges: list[Exchanged]) -> list[list[Exchanged]]:
+    """The agent's trajectories among ``exchanges``, as the proxy saw them: its turns (the
+    requests offering tools; the evolver's offer none) grouped by run and first two
+    messages, in order."""
+    out: dict[tuple[str, str], list[Exchanged]] = {}
+    for e in exchanges:
+        if "tools" in e.body:
+            out.setdefault((e.run_id, json.dumps(e.body["messages"][:2])), []).append(e)
+    return [sorted(t, key=lambda e: len(e.body["messages"])) for t in out.values()]
+
+
+def tools_called(e: Exchanged) -> list[str]:
+    """The tools a turn's reply called."""
+    msg = (e.reply or {}).get("choices", [{}])[0].get("message") or {}
+    return [c.get("function", {}).get("name") for c in msg.get("tool_calls") or []]
 
 
 def test_the_tool_agent_on_llama_cpp_walks_trajectories_and_its_rerun_is_cached(
@@ -75,14 +83,16 @@ def test_the_tool_agent_on_llama_cpp_walks_trajectories_and_its_rerun_is_cached(
         assert firsts and all(b["tool_choice"]["function"]["name"] == "look" for b in firsts)
         assert any(m["role"] == "tool" for e in run1 for m in e.body["messages"])
 
-        traces = [t for t in trajectories(tmp_path / "ws") if "turns" in t]
-        assert all(2 <= len(t["turns"]) <= 3 for t in traces)  # look, (look), answer
-        assert sum(t["turns"][-1]["tools"] == ["answer"] for t in traces) >= len(traces) / 2
+        traces = walked(run1)  # the rollout's (no gate runs when the evolver's reply fails)
+        assert len(traces) == len(units())  # every unit's trajectory, one per unit
+        assert all(2 <= len(t) <= 3 for t in traces)  # look, (look), answer (max_turns 3)
+        assert sum(tools_called(t[-1]) == ["answer"] for t in traces) >= len(traces) / 2
 
         again = cli(*step, cwd=tmp_path, proxy=proxy)
         assert again.returncode == 0, again.stderr[-2000:]
         n2 = proxy.mark()
         asked_again, why = proxy.reasked(n1, n2)
+        assert all(proxy.runs(0, n1))  # the cached client named each request's run
         # no gate ran (the evolver's reply was refused): cancelled_in_flight is None
         assert len(asked_again) <= (out["cancelled_in_flight"] or 0), (out["types"], why)
         decided = {t["task_type"]: (t["status"], t["action"], t["W"], t["L"], t["stop_rank"])
@@ -90,7 +100,8 @@ def test_the_tool_agent_on_llama_cpp_walks_trajectories_and_its_rerun_is_cached(
         assert {t["task_type"]: (t["status"], t["action"], t["W"], t["L"], t["stop_rank"])
                 for t in json.loads(again.stdout)["types"]} == decided
         print(f"\nToolAgent on SmolLM2-135M: {n1} requests, {len(traces)} trajectories, "
-              f"{sum(len(t['turns']) for t in traces) / max(1, len(traces)):.1f} turns each; "
+              f"{sum(map(len, traces)) / len(traces):.1f} turns each, "
+              f"{sum(tools_called(t[-1]) == ['answer'] for t in traces)} ending on answer; "
               f"re-run: {n2 - n1} requests")
     finally:
         proxy.close()

@@ -34,12 +34,14 @@ from ._embedded import stop_embedded as stop_embedded
 from ._infer import CachedInfer as CachedInfer
 from ._infer import cached_infer as cached_infer
 from ._keys import DEFAULT_PREFIX as DEFAULT_PREFIX
+from ._keys import RUN_HEADER as RUN_HEADER
 from ._keys import SCHEMA_VERSION as SCHEMA_VERSION
 from ._keys import KeyParts as KeyParts
 from ._keys import MissExplanation as MissExplanation
 from ._keys import cache_namespace as cache_namespace
 from ._keys import explain_miss as explain_miss
 from ._keys import protocol_failure as protocol_failure
+from ._keys import run_header as run_header
 from ._keys import salt_for_run as salt_for_run
 from ._keys import validate_response as validate_response
 from ._renew import DEFAULT_RENEW_METHOD as DEFAULT_RENEW_METHOD
@@ -60,6 +62,7 @@ __all__ = [
     "DEFAULT_TTL",
     "REDIS_SCHEMES",
     "RENEW_METHODS",
+    "RUN_HEADER",
     "SCHEMA_VERSION",
     "CacheResult",
     "CacheStats",
@@ -90,6 +93,7 @@ __all__ = [
     "protocol_failure",
     "read_dotenv",
     "renew_ttl",
+    "run_header",
     "salt_for_run",
     "scrub",
     "scrub_credentials",

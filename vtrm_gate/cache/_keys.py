@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from .._ids import canonical_json
 from .._ids import sha256_text as _sha256
@@ -42,6 +42,18 @@ def salt_for_run(run_id: str, namespace: str = "") -> str:
     id. Arm run ids name the step, so a new step's base arm never reuses the samples of an
     earlier run; a re-run step reuses its own; another workspace never reuses them."""
     return f"{namespace}/{run_id}" if namespace else run_id
+
+
+RUN_HEADER = "X-Vtrm-Run"
+"""The request header naming the run whose salt keys a chat call's cache entry (%-encoded).
+Two runs may send one body (the rollout and a gate arm ask the same unit with the same skill):
+the body and this header name the entry, so a server log or a proxy can tell the calls
+apart. Never part of the key."""
+
+
+def run_header(run_id: str) -> dict[str, str]:
+    """`RUN_HEADER` for a call of ``run_id`` (none for a call outside any run)."""
+    return {RUN_HEADER: quote(run_id, safe="")} if run_id else {}
 
 
 def cache_namespace(workspace_id: str, share: str | None = None) -> str:

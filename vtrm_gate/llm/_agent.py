@@ -39,7 +39,7 @@ from .._env import (
 )
 from .._env import DEFAULT_MAX_TOKENS as _DEFAULT_MAX_TOKENS
 from .._env import api_key as _api_key
-from ..cache import KeyParts, ResponseCache, protocol_failure, validate_response
+from ..cache import KeyParts, ResponseCache, protocol_failure, run_header, validate_response
 from ..cache._keys import PROTOCOL_FAILURES, Validator
 from ..errors import ContextOverflowError, LLMInfraError, MediaError
 from ..gate import UnitResult, UnitTask, report_progress
@@ -529,14 +529,15 @@ class LLMAgent:
             text += f" ({CONTENT_PARTS_HINT})"
         return text
 
-    async def _post_once(self, body: Mapping[str, Any], kind: str,
+    async def _post_once(self, body: Mapping[str, Any], call: _Call,
                          deadline: float) -> dict[str, Any]:
         if self.media is not None:  # frame references -> data: URIs, on the wire only
             body = self.media.resolve(body)
         used: dict[str, Any] = {}  # its "url" once an endpoint took the request
         try:  # leaving the exchange early closes the connection: nothing more is read
             async with self.pool.exchange(self._client(), "POST", "chat/completions",
-                                          json=body, kind=kind, timeout=self.timeout,
+                                          json=body, headers=run_header(call.run_id),
+                                          kind=call.kind, timeout=self.timeout,
                                           deadline=deadline, info=used) as ex:
                 used["replied"] = True
                 try:
@@ -621,7 +622,7 @@ class LLMAgent:
                     attempt += 1
                     self._emit(call.event("request", attempt))
                     try:
-                        return await self._post_once(body, call.kind, deadline)
+                        return await self._post_once(body, call, deadline)
                     except _Retryable as exc:
                         last_status = exc.status or last_status
                         delay = self._retry_delay(exc, attempt, t0, call, last_status)

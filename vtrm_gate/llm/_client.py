@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 
 from .._env import DEFAULT_TIMEOUT_S, scrub_credentials
-from ..cache import KeyParts, ResponseCache, protocol_failure
+from ..cache import KeyParts, ResponseCache, protocol_failure, run_header
 from ..gate import current_run_id
 from ._agent import DEFAULT_MAX_RESPONSE_BYTES, parse_body
 
@@ -153,6 +153,7 @@ class CachedTransport(httpx.AsyncBaseTransport):
 
     async def _cached(self, request: httpx.Request, parts: KeyParts) -> httpx.Response:
         async def call() -> dict[str, Any]:
+            request.headers.update(run_header(self.current_run()))  # names the key's salt
             r = await self._send(request)
             try:
                 content = await self._read_capped(r)

