@@ -266,3 +266,24 @@ def test_an_escaped_or_hex_echo_of_the_key_in_200_replies_is_stored_nowhere(
     assert values and not [v for v in values if _gives_away(v, secret)]
     files = [p for p in (tmp_path / "ws").rglob("*") if p.is_file()]
     assert not [p for p in files if _gives_away(p.read_bytes(), secret)]
+
+
+def test_the_run_header_is_bounded_and_still_tells_runs_apart() -> None:
+    """X-Vtrm-Run carries the run id %-encoded; a huge one (a type named by a paragraph) is
+    cut to RUN_HEADER_MAX with a digest, between characters (never inside one's escapes)."""
+    from urllib.parse import unquote
+
+    from vtrm_gate.cache import RUN_HEADER, run_header
+    from vtrm_gate.cache._keys import RUN_HEADER_MAX
+
+    assert run_header("") == {}
+    assert run_header("e1_s1_gate_ocr_base") == {RUN_HEADER: "e1_s1_gate_ocr_base"}
+    assert unquote(run_header("a/b c\nd:é")[RUN_HEADER]) == "a/b c\nd:é"
+    assert "\n" not in run_header("a\r\nX-Injected: 1")[RUN_HEADER]
+    for filler in ("x", "é", "xé", "xxé"):  # escapes land on every offset of the cut
+        a, b = (run_header(f"e1_s1_gate_{filler * 400}_{arm}")[RUN_HEADER]
+                for arm in ("base", "cand"))
+        assert a != b and len(a) <= RUN_HEADER_MAX and len(b) <= RUN_HEADER_MAX
+        head = unquote(a.rsplit("~", 1)[0], errors="strict")
+        assert f"e1_s1_gate_{filler * 400}".startswith(head) and len(head) > 40
+        a.encode("ascii")  # a header value
