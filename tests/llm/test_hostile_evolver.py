@@ -78,6 +78,10 @@ def test_a_type_whose_evolver_only_repeats_a_rejected_candidate_is_skipped_and_t
     note = res.types[T].note
     assert "rejected candidate" in note and "3 samples" in note, note
     assert len(server.of_step("evolve")) - before == 1 + LLMEvolver.REPEAT_RETRIES
+    # each sample names its own key's run (X-Vtrm-Run): the same body, salted /retry{k}
+    runs = [r for b, r in zip(server.requests, server.run_ids, strict=True)
+            if server.step_of(b) == "evolve"][before:]
+    assert runs == [LLMEvolver.run_id(T, 1, 2) + s for s in ("", "/retry1", "/retry2")]
     assert ws.state.last_step == (1, 2)  # applied: the next step can run
     n = len(server.requests)
     again = step(ws, redis_target, 2)  # a re-run replays the manifest: no request

@@ -163,17 +163,20 @@ class LLMEvolver:
         the model's reply was cut at ``max_tokens`` (the model's answer, cached like any
         other: a re-run replays it, and another sample may fit)."""
 
+        sample = run_id + (f"/retry{retry}" if retry else "")  # its salt's run: named in
+        # its events and its request's X-Vtrm-Run; counted with the first sample's run
+
         async def call() -> dict[str, Any]:
             async with self.agent.slot():  # every type evolves at once: wait for room here
-                return await self.agent.chat(body, run_id=run_id, unit_id=task_type,
+                return await self.agent.chat(body, run_id=sample, unit_id=task_type,
                                              call_kind="evolve")
 
         try:
             if self.agent.cache is None:
                 resp = await call()
             else:
-                salt = self.agent.cache.salt(run_id) + (f"/retry{retry}" if retry else "")
-                parts = KeyParts.from_request(body, self.agent.base_url, salt)
+                parts = KeyParts.from_request(body, self.agent.base_url,
+                                              self.agent.cache.salt(sample))
                 resp = (await self.agent.cache.get_or_call(parts, call,
                                                            validate=protocol_failure,
                                                            run_id=run_id)).response

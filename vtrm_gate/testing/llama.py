@@ -144,6 +144,11 @@ class Exchanged:
     """The server's answer, parsed (None unless a JSON object came back)."""
 
 
+def _call(e: Exchanged) -> tuple[str, str]:
+    """What names a call's cache key on the wire: its run id and its body."""
+    return e.run_id, canonical_json(e.body)
+
+
 def _json_object(payload: bytes) -> Any:
     try:
         doc = json.loads(payload)
@@ -230,10 +235,7 @@ class RecordingProxy:
         not name a call: the rollout and a gate arm send the same one under their own keys."""
         with self.lock:
             run1, rerun = self.exchanges[:n1], self.exchanges[n1:n2]
-
-        def ident(e: Exchanged) -> tuple[str, str]:
-            return e.run_id, canonical_json(e.body)
-
+        ident = _call
         answered = {ident(e) for e in run1 if e.status == 200 and e.delivered}
         again = answered & {ident(e) for e in rerun}
         lines = []
@@ -246,6 +248,20 @@ class RecordingProxy:
                          f"{len(b['messages'])} first run={seen} re-run={n}x last message="
                          f"{last!r}")
         return again, "\n".join(lines)
+
+    def repeated(self, n1: int, n2: int) -> list[str]:
+        """The calls among exchanges ``[n1:n2]`` (one run) asked again after an answer to
+        them reached the client: the cache and its single flight should leave none."""
+        with self.lock:
+            run = self.exchanges[n1:n2]
+        answered: set[tuple[str, str]] = set()
+        out = []
+        for e in run:
+            if _call(e) in answered:
+                out.append(f"{e.run_id}: {len(e.body['messages'])} messages")
+            if e.status == 200 and e.delivered:
+                answered.add(_call(e))
+        return out
 
     def runs(self, n1: int, n2: int) -> list[str]:
         """The run id of every request among exchanges ``[n1:n2]``."""
