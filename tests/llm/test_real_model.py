@@ -119,7 +119,8 @@ def test_a_default_step_rerun_and_train_against_llama_cpp(tmp_path: Path,
     # key): only a call it cancelled past a stop, whose answer reached the socket as it was
     # cancelled. A body alone would not do: the gate's base arm sends the rollout's body
     # under its own key, and the re-run's slots may reach a unit past the stop the first
-    # run never asked (seen: 1-3 such requests in 6 of 14 runs, flagged by bodies alone)
+    # run never asked (seen: 1-3 such requests in 8 of 14 re-runs, 1-2 of them flagged by
+    # bodies alone in 6)
     assert len(asked_again) <= (out["cancelled_in_flight"] or 0), (out["types"], why)
     # the rollout and the evolver ask nothing again: only the gate's slots reach past a stop
     assert all(proxy.runs(0, n1))  # every request named its run (X-Vtrm-Run)
