@@ -76,7 +76,7 @@ def test_the_tool_agent_on_llama_cpp_walks_trajectories_and_its_rerun_is_cached(
         assert first.returncode == 0, first.stderr[-2000:]
         out = json.loads(first.stdout)
         n1 = proxy.mark()
-        run1 = proxy.exchanges[:n1]
+        run1 = proxy.between(0, n1)
         assert n1 > 0 and all(e.status == 200 for e in run1)
         # the first turn looked (llama.cpp constrains a forced tool's arguments to its schema)
         firsts = [e.body for e in run1 if len(e.body["messages"]) == 2 and "tools" in e.body]

@@ -142,6 +142,9 @@ class Exchanged:
     (the rollout and a gate arm), each under its own cache key."""
     reply: Any = None
     """The server's answer, parsed (None unless a JSON object came back)."""
+    seq: int = 0
+    """Its place in arrival order (`RecordingProxy.mark` counts arrivals): a call cancelled
+    at the end of one run may be answered, and recorded, after the next run has begun."""
 
 
 def _call(e: Exchanged) -> tuple[str, str]:
@@ -174,7 +177,8 @@ class RecordingProxy:
     def __init__(self, upstream: str) -> None:
         u = urlsplit(upstream)
         self.host, self.port_up = u.hostname or "127.0.0.1", u.port or 80
-        self.exchanges: list[Exchanged] = []
+        self.exchanges: list[Exchanged] = []  # in the order the upstream answered
+        self.arrived = 0  # POSTs received whole so far
         self.lock = threading.Lock()
         outer = self
 
@@ -189,7 +193,9 @@ class RecordingProxy:
                 n = int(self.headers.get("content-length", 0))
                 data = self.rfile.read(n)
                 if len(data) == n:  # else the client left mid-body (a cancel): nothing sent
-                    outer.forward(self, data)
+                    with outer.lock:
+                        seq, outer.arrived = outer.arrived, outer.arrived + 1
+                    outer.forward(self, data, seq)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
@@ -199,7 +205,7 @@ class RecordingProxy:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
 
-    def forward(self, h: BaseHTTPRequestHandler, data: bytes | None) -> None:
+    def forward(self, h: BaseHTTPRequestHandler, data: bytes | None, seq: int = 0) -> None:
         conn = http.client.HTTPConnection(self.host, self.port_up, timeout=3600)
         headers = {"Content-Type": "application/json"} if data is not None else {}
         conn.request(h.command, h.path, body=data, headers=headers)
@@ -221,20 +227,28 @@ class RecordingProxy:
             with self.lock:
                 self.exchanges.append(Exchanged(json.loads(data), r.status, delivered,
                                                 unquote(h.headers.get(RUN_HEADER, "")),
-                                                _json_object(payload)))
+                                                _json_object(payload), seq))
 
     def mark(self) -> int:
-        """How many requests so far (to split runs)."""
+        """How many requests have arrived so far (to split runs: see `between`)."""
         with self.lock:
-            return len(self.exchanges)
+            return self.arrived
+
+    def between(self, n1: int, n2: int) -> list[Exchanged]:
+        """The answered requests that arrived ``n1``-th to ``n2``-th (marks), by arrival
+        order, not by when the upstream answered: a call the first run cancelled as it
+        ended is still one of the first run's, however late the server finishes it."""
+        with self.lock:
+            return sorted((e for e in self.exchanges if n1 <= e.seq < n2),
+                          key=lambda e: e.seq)
 
     def reasked(self, n1: int, n2: int) -> tuple[set[tuple[str, str]], str]:
-        """The calls (run id, body: a cache key) answered to the client among exchanges
-        ``[:n1]`` and asked again among ``[n1:n2]`` (a re-run), with a line per call saying
-        what the proxy saw of it, for a failure message naming the call. A body alone does
-        not name a call: the rollout and a gate arm send the same one under their own keys."""
-        with self.lock:
-            run1, rerun = self.exchanges[:n1], self.exchanges[n1:n2]
+        """The calls (run id, body: a cache key) answered to the client among the requests
+        before mark ``n1`` and asked again between ``n1`` and ``n2`` (a re-run), with a line
+        per call saying what the proxy saw of it, for a failure message naming the call. A
+        body alone does not name a call: the rollout and a gate arm send the same one under
+        their own keys."""
+        run1, rerun = self.between(0, n1), self.between(n1, n2)
         ident = _call
         answered = {ident(e) for e in run1 if e.status == 200 and e.delivered}
         again = answered & {ident(e) for e in rerun}
@@ -250,10 +264,9 @@ class RecordingProxy:
         return again, "\n".join(lines)
 
     def repeated(self, n1: int, n2: int) -> list[str]:
-        """The calls among exchanges ``[n1:n2]`` (one run) asked again after an answer to
+        """The calls between marks ``n1`` and ``n2`` (one run) asked again after an answer to
         them reached the client: the cache and its single flight should leave none."""
-        with self.lock:
-            run = self.exchanges[n1:n2]
+        run = self.between(n1, n2)
         answered: set[tuple[str, str]] = set()
         out = []
         for e in run:
@@ -264,9 +277,8 @@ class RecordingProxy:
         return out
 
     def runs(self, n1: int, n2: int) -> list[str]:
-        """The run id of every request among exchanges ``[n1:n2]``."""
-        with self.lock:
-            return [e.run_id for e in self.exchanges[n1:n2]]
+        """The run id of every request between marks ``n1`` and ``n2``."""
+        return [e.run_id for e in self.between(n1, n2)]
 
     def close(self) -> None:
         self.httpd.shutdown()
