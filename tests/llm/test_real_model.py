@@ -122,8 +122,8 @@ def test_a_default_step_rerun_and_train_against_llama_cpp(tmp_path: Path,
     # run never asked (seen: 1-3 such requests in 8 of 14 re-runs, 1-2 of them flagged by
     # bodies alone in 6)
     assert len(asked_again) <= (out["cancelled_in_flight"] or 0), (out["types"], why)
-    # the rollout and the evolver ask nothing again: only the gate's slots reach past a stop
     assert all(proxy.runs(0, n1))  # every request named its run (X-Vtrm-Run)
+    # the rollout and the evolver ask nothing again: only the gate's slots reach past a stop
     assert all(r.startswith("e1_s1_gate_") for r in proxy.runs(n1, n2)), proxy.runs(n1, n2)
     assert decisions(json.loads(again.stdout)) == decisions(out)
 

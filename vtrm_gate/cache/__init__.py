@@ -40,6 +40,7 @@ from ._keys import KeyParts as KeyParts
 from ._keys import MissExplanation as MissExplanation
 from ._keys import cache_namespace as cache_namespace
 from ._keys import explain_miss as explain_miss
+from ._keys import header_run_id as header_run_id
 from ._keys import protocol_failure as protocol_failure
 from ._keys import run_header as run_header
 from ._keys import salt_for_run as salt_for_run
@@ -87,6 +88,7 @@ __all__ = [
     "environment",
     "explain_miss",
     "find_redis_server",
+    "header_run_id",
     "is_cluster_url",
     "mask_url",
     "parse_ttl",

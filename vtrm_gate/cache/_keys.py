@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from .._ids import canonical_json
 from .._ids import sha256_text as _sha256
@@ -70,6 +70,11 @@ def run_header(run_id: str) -> dict[str, str]:
             parts.append(q)
         value = f"{''.join(parts)}~{_sha256(run_id)[:16]}"
     return {RUN_HEADER: value}
+
+
+def header_run_id(value: str | None) -> str:
+    """The run a `RUN_HEADER` value names (`run_header` read back; "" for none)."""
+    return unquote(value or "")
 
 
 def cache_namespace(workspace_id: str, share: str | None = None) -> str:

@@ -163,8 +163,9 @@ class LLMEvolver:
         the model's reply was cut at ``max_tokens`` (the model's answer, cached like any
         other: a re-run replays it, and another sample may fit)."""
 
-        sample = run_id + (f"/retry{retry}" if retry else "")  # its salt's run: named in
-        # its events and its request's X-Vtrm-Run; counted with the first sample's run
+        # the sample's own run (its salt's), named in its events and its X-Vtrm-Run; its
+        # counters stay with the first sample's run
+        sample = run_id + (f"/retry{retry}" if retry else "")
 
         async def call() -> dict[str, Any]:
             async with self.agent.slot():  # every type evolves at once: wait for room here

