@@ -40,6 +40,7 @@ The builtin bases stay what they were (a `WorkspaceError` is still a ``ValueErro
 from __future__ import annotations
 
 import errno
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -257,6 +258,13 @@ def shown(value: object, limit: int = QUOTE_MAX) -> str:
             else f"{len(value):,} bytes" if isinstance(value, bytes | bytearray)
             else f"{len(text):,} characters as text")
     return f"{text[:limit - 3]}... ({size})"
+
+
+def is_real(value: object) -> bool:
+    """Whether ``value`` is a finite number: an int or a float, not a bool (``True`` is not
+    a timeout or a ratio), not NaN (it fails every bound it is checked against) or inf."""
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value))
 
 
 LONG_WORD = 200

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import tomllib
 from collections.abc import Mapping
@@ -42,7 +41,7 @@ from ._env import (
     mask_url,
     read_dotenv,
 )
-from .errors import ConfigError, shown
+from .errors import ConfigError, is_real, shown
 from .gate import (
     DEFAULT_DISPATCH,
     DISPATCH_NAMES,
@@ -213,8 +212,7 @@ class RunOptions:
                 raise ConfigError(f"{name} must be on/off (true/false), "
                                   f"got {shown(getattr(self, name))}")
         ts = self.time_scale
-        if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int | float)
-                               or not math.isfinite(ts) or ts < 0):
+        if ts is not None and not (is_real(ts) and ts >= 0):
             raise ConfigError(f"time_scale must be a finite number >= 0, got {shown(ts)}")
         self._check_cache()
         self._check_agent()
@@ -230,8 +228,7 @@ class RunOptions:
             raise ConfigError(f"adaptive must be on/off (true/false), got {shown(self.adaptive)}")
         for name in ("timeout", "deadline"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) \
-                    or v <= 0:
+            if not (is_real(v) and v > 0):
                 raise ConfigError(f"{name} must be a number of seconds > 0, got {shown(v)}")
         if not _whole(self.max_retries) or not 0 <= self.max_retries <= 100:
             raise ConfigError(f"max_retries must be an integer from 0 to 100, "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from vtrm_gate.cache import (
     scrub,
     validate_response,
 )
+from vtrm_gate.errors import ConfigError
 from vtrm_gate.testing import RedisTarget
 
 
@@ -792,3 +794,17 @@ def test_cached_infer_replays_no_valid_answer_as_a_wrong_answer(
     assert len(calls) == 4  # the re-run made no call
     assert all(not r.correct and not r.infra and r.prediction is None for r in first + again)
     assert all(r.cached for r in again)
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("socket_timeout", float("nan")), ("socket_timeout", float("inf")),
+    ("socket_timeout", True), ("socket_timeout", "5"), ("socket_timeout", None),
+    ("socket_timeout", 0), ("retry_interval", float("nan")), ("retry_interval", float("inf")),
+    ("retry_interval", True), ("retry_interval", "1"), ("retry_interval", -0.5)])
+def test_redis_timings_must_be_finite_seconds(field: str, value: object) -> None:
+    """A NaN or infinite socket timeout reached redis-py (a command that never times out
+    blocks the gate: Redis must never be a single point of failure); a string failed with
+    "'<=' not supported"; each is now refused naming the setting and the value."""
+    with pytest.raises(ConfigError, match=rf"ResponseCache\.{field} must be a finite number "
+                                          rf"of seconds .*got {re.escape(repr(value))}"):
+        ResponseCache("redis://127.0.0.1:1", **{field: value})

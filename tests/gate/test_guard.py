@@ -117,3 +117,11 @@ def test_guard_rule_is_a_run_option_from_file_env_and_flag_recorded_only_when_se
         GuardParams(rule="bayes")
     with pytest.raises(ValueError, match=r"max_ratio must be in \(0, 1\) for the sequential"):
         GuardParams(rule="sequential", max_ratio=0.0)
+
+
+@pytest.mark.parametrize("value", [True, float("nan"), "0.1", None])
+def test_guard_max_ratio_must_be_a_real_number(value):
+    """A bool is not a ratio (``max_ratio=True`` meant "guard on", and tripped at nothing
+    above 100%); NaN never compares, so a guard with it would never trip."""
+    with pytest.raises(ValueError, match=r"GuardParams\.max_ratio must be in \[0, 1\]"):
+        GuardParams(max_ratio=value)

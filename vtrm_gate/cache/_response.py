@@ -35,7 +35,7 @@ from .._env import (
     scrub,
 )
 from .._ids import canonical_json
-from ..errors import ConfigError, shown
+from ..errors import ConfigError, is_real, shown
 from . import _cluster as cluster
 from ._connect import connect
 from ._keys import cache_namespace
@@ -186,9 +186,12 @@ class ResponseCache:
         if not prefix or not isinstance(prefix, str) or any(c in prefix for c in "*?[]"):
             raise ConfigError(f"ResponseCache.prefix must be a non-empty string without glob "
                              f"characters, got {shown(prefix)}")
-        if retry_interval < 0 or socket_timeout <= 0:
-            raise ConfigError("ResponseCache: socket_timeout must be > 0 and "
-                             "retry_interval >= 0")
+        if not (is_real(socket_timeout) and socket_timeout > 0):
+            raise ConfigError(f"ResponseCache.socket_timeout must be a finite number of "
+                              f"seconds > 0, got {shown(socket_timeout)}")
+        if not (is_real(retry_interval) and retry_interval >= 0):
+            raise ConfigError(f"ResponseCache.retry_interval must be a finite number of "
+                              f"seconds >= 0, got {shown(retry_interval)}")
         self._url = url
         self.ttl, self.prefix, self.enabled = ttl, prefix, enabled
         self.namespace = namespace

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
+from ..errors import is_real
 from ..stats import (
     Action,
     DecisionRule,
@@ -304,7 +305,7 @@ class NeedAware:
     def __post_init__(self) -> None:
         for name in ("p_win", "discordance", "infra_rate"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= 1:
+            if not (is_real(v) and 0 <= v <= 1):
                 raise ValueError(f"NeedAware.{name} must be a probability in [0, 1], got {v!r}")
         if self.wait is not None and (isinstance(self.wait, bool)
                                       or not isinstance(self.wait, int) or self.wait < 1):

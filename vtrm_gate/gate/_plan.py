@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from .._ids import Arm, arm_run_id, content_hash, slugify
-from ..errors import InvalidResultError
+from ..errors import InvalidResultError, is_real
 from ..stats import (
     DecisionRule,
     TypeOutcome,
@@ -225,13 +225,12 @@ class GuardParams:
                 or self.min_calls < 1:
             raise ValueError(f"GuardParams.min_calls must be an integer >= 1, "
                              f"got {self.min_calls!r}")
-        if not isinstance(self.max_ratio, int | float) or not 0 <= self.max_ratio <= 1:
+        if not (is_real(self.max_ratio) and 0 <= self.max_ratio <= 1):
             raise ValueError(f"GuardParams.max_ratio must be in [0, 1], got {self.max_ratio!r}")
         if self.rule not in GUARD_RULES:
             raise ValueError(f"GuardParams.rule must be one of {', '.join(GUARD_RULES)}, "
                              f"got {self.rule!r}")
-        if isinstance(self.alpha, bool) or not isinstance(self.alpha, int | float) \
-                or not 0 < self.alpha < 1:
+        if not (is_real(self.alpha) and 0 < self.alpha < 1):
             raise ValueError(f"GuardParams.alpha must be in (0, 1), got {self.alpha!r}")
         if self.rule == "sequential" and not 0 < self.max_ratio < 1:
             raise ValueError(f"GuardParams.max_ratio must be in (0, 1) for the sequential "

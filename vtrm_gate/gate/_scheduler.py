@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import math
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from types import CoroutineType
@@ -18,7 +17,7 @@ from typing import Any, Literal, NamedTuple
 
 from .._env import DEFAULT_CONCURRENCY
 from .._ids import Arm
-from ..errors import InfraGuardError, TargetClashError
+from ..errors import InfraGuardError, TargetClashError, is_real
 from ..stats import (
     Action,
     DecisionRule,
@@ -689,8 +688,7 @@ def _new_gate(plans: Iterable[TypePlan], infer: Infer, params: GateParams | None
     params = params or GateParams()
     _validate(plans, infer, params, concurrency)
     wait = kw.get("subscriber_timeout_s", 1.0)
-    if isinstance(wait, bool) or not isinstance(wait, int | float) or not math.isfinite(wait) \
-            or wait < 0:
+    if not (is_real(wait) and wait >= 0):
         raise ValueError(f"subscriber_timeout_s must be a finite number of seconds >= 0, "
                          f"got {wait!r}")
     if kw.get("past_stop", "cancel") not in PAST_STOP_POLICIES:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._ids import EVAL_STEP, content_hash, eval_run_id
-from ..errors import ConfigError, WorkspaceError, shown
+from ..errors import ConfigError, WorkspaceError, is_real, shown
 from ..gate import (
     GateResult,
     Infer,
@@ -50,7 +50,7 @@ HELDOUT_FILE = "heldout.json"
 def split_heldout(units: Sequence[str], seed: int, fraction: float) -> list[str]:
     """A seeded ``fraction`` of ``units`` (rounded down), in their order: a type's held-out
     split (the same for a simulated and an llm workspace of one seed)."""
-    if not (isinstance(fraction, int | float) and 0 <= fraction < 1):
+    if not (is_real(fraction) and 0 <= fraction < 1):
         raise ConfigError(f"heldout_fraction must be in [0, 1), got {shown(fraction)}")
     k = int(fraction * len(units))
     chosen = set(sorted(units, key=lambda u: shuffle_key(f"{seed}:heldout", u))[:k])

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from typing import Any
 from urllib.parse import quote
 
 from .._ids import slugify
-from ..errors import InputError, MediaError, WorkspaceError, shown
+from ..errors import InputError, MediaError, WorkspaceError, is_real, shown
 from ._files import _rel
 
 REF_SCHEME = "vtrm-file:"
@@ -47,9 +46,6 @@ line of at most this many characters."""
 def _is_url(s: str) -> bool:
     return s.startswith(("http://", "https://", "data:"))
 
-
-def _num(x: Any) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
 
 
 @dataclass(frozen=True)
@@ -98,7 +94,7 @@ def parse_media(obj: Any) -> Media | None:
             raise InputError(f"media.frames[{i}] must be a path or URL, or {{\"image\", \"t\"}}"
                              f", got {shown(f)}")
         t = f.get("t")
-        if t is not None and not _num(t):
+        if t is not None and not (is_real(t) and t >= 0):
             raise InputError(f"media.frames[{i}].t must be a number of seconds >= 0, "
                              f"got {shown(t)}")
         frames.append(Frame(f["image"], None if t is None else float(t)))
@@ -113,7 +109,7 @@ def parse_media(obj: Any) -> Media | None:
             raise InputError(f"media.video must be an http(s) URL or {{\"url\", \"start\", "
                              f"\"end\"}}, got {shown(v)}")
         for k in ("start", "end"):
-            if v.get(k) is not None and not _num(v[k]):
+            if v.get(k) is not None and not (is_real(v[k]) and v[k] >= 0):
                 raise InputError(f"media.video.{k} must be a number of seconds >= 0, "
                                  f"got {shown(v[k])}")
         video = Video(v["url"], v.get("start"), v.get("end"))

@@ -12,14 +12,13 @@ simulator's original world, kept as the preset ``default``).
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
-from ..errors import ConfigError
+from ..errors import ConfigError, is_real
 
 Scope = Literal["candidate", "type"]
 SHARES: tuple[str, ...] = ("p_harmful", "p_neutral", "p_helpful")
@@ -27,14 +26,11 @@ SCOPES: tuple[str, ...] = ("candidate", "type")
 _SUM_TOL = 1e-6
 
 
-def _real(x: object) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
-
 
 def _check_shares(where: str, shares: Mapping[str, Any]) -> None:
     """Each share a probability, and the three summing to 1 (errors name the field)."""
     for k in SHARES:
-        if not (_real(shares.get(k)) and 0 <= shares[k] <= 1):
+        if not (is_real(shares.get(k)) and 0 <= shares[k] <= 1):
             raise ConfigError(f"{where}{k} must be a number in [0, 1], got {shares.get(k)!r}")
     total = sum(shares[k] for k in SHARES)
     if abs(total - 1) > _SUM_TOL:
@@ -67,7 +63,7 @@ class World:
         _check_shares("World.", {k: getattr(self, k) for k in SHARES})
         for k in ("size_min", "size_max"):
             v = getattr(self, k)
-            if not (_real(v) and v >= 0):
+            if not (is_real(v) and v >= 0):
                 raise ConfigError(f"World.{k} must be a finite number >= 0, got {v!r}")
         if self.size_min > self.size_max:
             raise ConfigError(f"World.size_min ({self.size_min}) must be <= size_max "

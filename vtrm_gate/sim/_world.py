@@ -29,7 +29,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from .._ids import content_hash, slugify
-from ..errors import ConfigError, shown
+from ..errors import ConfigError, is_real, shown
 from ..gate import UnitResult, UnitTask
 from ._effects import PRESETS, World
 
@@ -117,9 +117,6 @@ def _is_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def _is_real(x: object) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
-
 
 def _fail(name: str, allowed: str, value: object) -> None:
     raise ConfigError(f"SimConfig.{name} must be {allowed}, got {shown(value)}")
@@ -170,15 +167,15 @@ class SimConfig:
             _fail("pool_sizes", "keyed by types with distinct slugs", list(pools))
         if self.pool_sizes is not None:  # a private copy: the caller's dict may change
             object.__setattr__(self, "pool_sizes", dict(pools))
-        if not (_is_real(self.infra_rate) and 0 <= self.infra_rate < 1):
+        if not (is_real(self.infra_rate) and 0 <= self.infra_rate < 1):
             _fail("infra_rate", "a probability in [0, 1)", self.infra_rate)
-        if not (_is_real(self.time_scale) and self.time_scale >= 0):
+        if not (is_real(self.time_scale) and self.time_scale >= 0):
             _fail("time_scale", "a finite number >= 0", self.time_scale)
-        if not (_is_real(self.mean_latency_s) and self.mean_latency_s > 0):
+        if not (is_real(self.mean_latency_s) and self.mean_latency_s > 0):
             _fail("mean_latency_s", "a finite number > 0", self.mean_latency_s)
-        if not (_is_real(self.no_change_rate) and 0 <= self.no_change_rate <= 1):
+        if not (is_real(self.no_change_rate) and 0 <= self.no_change_rate <= 1):
             _fail("no_change_rate", "a probability in [0, 1]", self.no_change_rate)
-        if not (_is_real(self.unit_correlation) and 0 <= self.unit_correlation < 1):
+        if not (is_real(self.unit_correlation) and 0 <= self.unit_correlation < 1):
             _fail("unit_correlation", "in [0, 1)", self.unit_correlation)
         given = {} if self.effects is None else self.effects
         if not isinstance(given, Mapping):
