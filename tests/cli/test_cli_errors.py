@@ -76,13 +76,30 @@ def test_init_refuses_a_bad_infra_rate_and_writes_nothing(tmp_path: Path, rate: 
     assert not (tmp_path / "ws").exists()
 
 
-def test_a_corrupt_sqlite_file_is_one_line(stepped: Path, tmp_path: Path) -> None:
+def test_a_corrupt_sqlite_file_is_one_line_naming_the_file(stepped: Path,
+                                                           tmp_path: Path) -> None:
+    """A damaged log is named (the message said only "SQLite: database disk image is
+    malformed", with no file) and nothing else is touched."""
     ws = tmp_path / "ws"
     shutil.copytree(stepped, ws)
-    (ws / "harness.sqlite").write_bytes(b"SQLite format 3\x00" + b"\x07" * 4096)
+    log = ws / "harness.sqlite"
+    log.write_bytes(b"SQLite format 3\x00" + b"\x07" * 4096)
     for args in (["replay"], ["step"]):
         r = cli(*args, "--workspace", str(ws), "--epoch", "1", "--step", "1")
-        assert "SQLite: file is not a database" in one_line_exit_2(r)
+        assert f"{log}: file is not a database (SQLITE_NOTADB)" in one_line_exit_2(r)
+    damaged = tmp_path / "damaged"  # a valid header, then bad bytes in its pages
+    shutil.copytree(stepped, damaged)
+    for f in damaged.glob("harness.sqlite-*"):
+        f.unlink()
+    raw = bytearray((stepped / "harness.sqlite").read_bytes())
+    raw[100:300] = bytes(range(200))
+    (damaged / "harness.sqlite").write_bytes(raw)
+    before = {p.name: p.read_bytes() for p in damaged.rglob("*.json")}
+    for args in (["status"], ["step", "--epoch", "1", "--step", "2"]):
+        r = cli(*args, "--workspace", str(damaged))
+        assert f"{damaged / 'harness.sqlite'}: database disk image is malformed " \
+               f"(SQLITE_CORRUPT)" in one_line_exit_2(r)
+    assert {p.name: p.read_bytes() for p in damaged.rglob("*.json")} == before
 
 
 def _read_only(ws: Path, *args: str) -> subprocess.CompletedProcess[str]:

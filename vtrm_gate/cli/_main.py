@@ -18,6 +18,7 @@ import json
 import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import NoReturn
 
 from ..errors import CliError, InfraGuardError, StepRefusedError, bounded, exit_code
@@ -105,7 +106,8 @@ def _run(args: argparse.Namespace, as_json: bool) -> int:
             raise
         if code is None:
             return report_bug(exc, as_json)
-        return report_error(f"error: {_one_line(exc)}", code, as_json)
+        return report_error(f"error: {_one_line(exc, getattr(args, 'workspace', None))}",
+                            code, as_json)
 
 
 def report_error(text: str, code: int, as_json: bool) -> int:
@@ -157,15 +159,18 @@ def _sigterm_as_sigint() -> Iterator[None]:
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
-def _one_line(exc: BaseException) -> str:
-    """The error's message on one line (an OSError as ``path: reason``)."""
+def _one_line(exc: BaseException, workspace: str | None = None) -> str:
+    """The error's message on one line (an OSError as ``path: reason``; an SQLite error
+    as the command's workspace log, when it has one: ``ws/harness.sqlite: reason (code)``)."""
     import sqlite3
 
     if isinstance(exc, OSError) and exc.strerror:
         where = f"{exc.filename}: " if exc.filename else ""
         text = f"{where}{exc.strerror}"
     elif isinstance(exc, sqlite3.Error):
-        text = f"SQLite: {exc}"
+        code = getattr(exc, "sqlite_errorname", None)
+        log = f"{Path(workspace) / 'harness.sqlite'}" if workspace else "SQLite"
+        text = f"{log}: {exc}" + (f" ({code})" if code else "")
     else:
         text = str(exc) or type(exc).__name__
     if isinstance(exc, StepRefusedError):  # its changed inputs, one per line
