@@ -1047,6 +1047,16 @@ def test_a_type_name_with_a_lone_surrogate_is_refused_naming_the_field():
                      OutcomeTable({"A": [TIE]})))
 
 
+@pytest.mark.parametrize("field", ["base_skill", "cand_skill", "step_run_id", "base_run_id",
+                                   "cand_run_id", "target_file", "cand_dir"])
+def test_a_plan_text_with_a_lone_surrogate_is_refused_naming_the_field(field):
+    """A run id with a lone surrogate was taken: every call then failed in the cache's salt
+    and the run header (UnicodeEncodeError, counted INFRA until the guard aborted the gate),
+    and a skill or a path with one could never be written or sent. Refused before any call."""
+    with pytest.raises(ValueError, match=rf"TypePlan\.{field} .*not valid Unicode"):
+        TypePlan("A", ["u"], **{field: "x\udc80y"})
+
+
 @pytest.mark.parametrize("value", [float("nan"), -1, float("inf"), "1", True])
 def test_a_bad_subscriber_timeout_is_refused_before_any_call(value):
     table = OutcomeTable({"A": [TIE]})

@@ -163,7 +163,8 @@ class TypePlan:
         object.__setattr__(self, "units", units)
 
     def _check_fields(self) -> None:
-        """TypeError naming the first text field that is not text (``base_skill=None``)."""
+        """TypeError naming the first text field that is not text (``base_skill=None``);
+        ValueError for text that is not valid Unicode."""
         for name in ("base_skill", "cand_skill", "step_run_id", "base_run_id", "cand_run_id",
                      "target_file", "cand_dir"):
             v = getattr(self, name)
@@ -171,6 +172,10 @@ class TypePlan:
             if not (isinstance(v, str) or (optional and v is None)):
                 raise TypeError(f"TypePlan.{name} must be a string"
                                 f"{' or None' if optional else ''}, got {type(v).__name__}")
+            if v is not None and not is_unicode(v):  # run ids salt keys, skills are sent
+                raise ValueError(f"TypePlan.{name} of type {self.task_type!r} is not valid "
+                                 f"Unicode (a lone surrogate): it reaches Redis keys, "
+                                 f"requests and files")
         a = self.attempt
         if isinstance(a, bool) or not isinstance(a, int) or a < 0:
             raise ValueError(f"TypePlan.attempt must be an integer >= 0, got {a!r}")
