@@ -19,7 +19,7 @@ import json
 import re
 from typing import Any, Literal
 
-from .errors import InputError
+from .errors import InputError, shown
 
 Arm = Literal["base", "cand"]
 
@@ -30,6 +30,24 @@ def slugify(task_type: str) -> str:
     if not slug:
         raise InputError(f"task type {task_type!r} has no letters or digits to name it by")
     return slug
+
+
+def check_run_id(run_id: object, where: str) -> str:
+    """``run_id`` if it can name a run: a non-empty string that encodes as UTF-8 (it salts
+    cache keys and is sent in a header); `InputError` (a ValueError) naming ``where``."""
+    if isinstance(run_id, str) and run_id and is_unicode(run_id):
+        return run_id
+    raise InputError(f"{where}: run_id must be a non-empty string of valid Unicode, got "
+                     f"{shown(run_id)}")
+
+
+def is_unicode(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (no lone surrogate): it reaches files, SQLite, keys."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:  # a lone surrogate
+        return False
+    return True
 
 
 def sha256_text(text: str) -> str:

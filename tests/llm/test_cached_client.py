@@ -255,6 +255,22 @@ def test_bad_input_is_refused_naming_the_problem_nothing_sent_nothing_stored(
         assert server.requests == [] and cache.stats().calls == 0
 
 
+@pytest.mark.parametrize("run_id", ["", "r\udc80", None, 7])
+def test_a_run_id_that_cannot_salt_a_key_is_refused_where_it_is_given(
+        redis_target: RedisTarget, run_id: Any) -> None:
+    """A run id with a lone surrogate was taken by the client and by `run_scope`; every
+    chat call was then answered 400 "request body cannot key the response cache" (the body
+    was fine: the run id could not be encoded). Refused where it is given, naming it."""
+    cache = new_cache(redis_target)
+    with pytest.raises(ValueError, match=r"run_id must be a non-empty string of valid "
+                                         r"Unicode, got "):
+        cached_http_client(cache, run_id=run_id)
+    with pytest.raises(ValueError, match=r"run_scope: run_id must be a non-empty string "
+                                         r"of valid Unicode, got "), run_scope(run_id):
+        pass
+    assert current_run_id() is None
+
+
 def test_through_the_gate_a_refused_request_is_infra_and_an_unserialisable_one_stops_it(
         redis_target: RedisTarget) -> None:
     """The existing rules: a 400 (openai.BadRequestError) is INFRA and the gate goes on; a

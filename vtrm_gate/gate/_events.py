@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from .._ids import check_run_id
 from ..stats import (
     Action,
     GateParams,
@@ -97,9 +98,7 @@ def current_run_id() -> str | None:
 def run_scope(run_id: str) -> Iterator[None]:
     """Calls made inside the block belong to ``run_id`` (`current_run_id`), then the outer
     run id is back."""
-    if not isinstance(run_id, str) or not run_id:
-        raise ValueError(f"run_scope needs a non-empty run id, got {run_id!r}")
-    token = _RUN_ID.set(run_id)
+    token = _RUN_ID.set(check_run_id(run_id, "run_scope"))
     try:
         yield
     finally:

@@ -15,6 +15,8 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from .._ids import is_unicode
+
 
 @dataclass(frozen=True)
 class LadderEntry:
@@ -42,15 +44,6 @@ def check_unit_ids(units: Iterable[object], where: str = "") -> tuple[str, ...]:
             raise ValueError(f"{where}duplicate unit id {u!r}")
         seen.add(u)
     return out  # type: ignore[return-value]  # each checked a str above
-
-
-def is_unicode(text: str) -> bool:
-    """Whether ``text`` encodes as UTF-8 (no lone surrogate): it reaches files and SQLite."""
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def shuffle_key(seed: int | str, unit_id: str) -> str:

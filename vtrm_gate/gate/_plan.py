@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from .._ids import Arm, arm_run_id, content_hash, slugify
+from .._ids import Arm, arm_run_id, content_hash, is_unicode, slugify
 from ..errors import InvalidResultError, is_real
 from ..stats import (
     DecisionRule,
     TypeOutcome,
     infra_e_value,
 )
-from ._ladder import check_unit_ids, is_unicode
+from ._ladder import check_unit_ids
 from ._slots import slot_builder
 
 if TYPE_CHECKING:

@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 
 from .._env import DEFAULT_TIMEOUT_S, scrub_credentials
+from .._ids import check_run_id
 from ..cache import KeyParts, ResponseCache, protocol_failure, run_header
 from ..gate import current_run_id
 from ._agent import DEFAULT_MAX_RESPONSE_BYTES, parse_body
@@ -74,9 +75,7 @@ class CachedTransport(httpx.AsyncBaseTransport):
                  max_request_bytes: int = MAX_REQUEST_BYTES, max_tools: int = MAX_TOOLS,
                  max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
                  secrets: Iterable[str] = ()) -> None:
-        if not isinstance(run_id, str) or not run_id:
-            raise ValueError(f"cached client: run_id must be a non-empty string, got "
-                             f"{run_id!r}")
+        check_run_id(run_id, "cached client")
         for name, v in (("max_request_bytes", max_request_bytes), ("max_tools", max_tools),
                         ("max_response_bytes", max_response_bytes)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
