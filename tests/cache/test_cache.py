@@ -4,8 +4,11 @@ single flight, outage and recovery, masking."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
+import socket
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -794,6 +797,47 @@ def test_cached_infer_replays_no_valid_answer_as_a_wrong_answer(
     assert len(calls) == 4  # the re-run made no call
     assert all(not r.correct and not r.infra and r.prediction is None for r in first + again)
     assert all(r.cached for r in again)
+
+
+def test_a_redis_that_accepts_and_never_answers_is_an_outage_not_a_hang(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A server that takes the connection and never replies (a stopped process, a black-hole
+    proxy): each call waits at most its socket timeout, then goes uncached; one warning; the
+    calls after it do not touch the server until the retry interval has passed."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                held.append(listener.accept()[0])  # read nothing, answer nothing
+
+    threading.Thread(target=accept, daemon=True).start()
+    port = listener.getsockname()[1]
+    cache = ResponseCache(f"redis://127.0.0.1:{port}/0", retry_interval=3600.0)
+    call = Counting()
+
+    async def go() -> tuple[list[str], list[str], int]:
+        first = await asyncio.gather(*(cache.get_or_call(parts(f"r{i}"), call)
+                                       for i in range(40)))
+        errors = cache.stats().errors
+        later = [(await cache.get_or_call(parts(f"s{i}"), call)).source for i in range(5)]
+        assert cache.stats().errors == errors  # in the outage: no Redis command at all
+        return [r.source for r in first], later, errors
+
+    try:
+        with caplog.at_level(logging.WARNING, "vtrm_gate.cache"):
+            first, later, errors = asyncio.run(asyncio.wait_for(go(), 60))
+    finally:
+        stop.set()
+        listener.close()
+        for c in held:
+            c.close()
+    assert first == ["bypass"] * 40 and later == ["bypass"] * 5 and call.calls == 45
+    assert errors >= 1 and held  # it did connect, and the reads timed out
+    assert len(warnings_of(caplog, "unavailable")) == 1
 
 
 @pytest.mark.parametrize(("field", "value"), [
