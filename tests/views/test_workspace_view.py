@@ -124,6 +124,38 @@ def test_a_step_that_never_ran_is_named(trained_workspace):
         view.trajectories(9, 1)
 
 
+def test_phase_times_never_compare_real_time_with_the_simulated_old_gate(tmp_path):
+    """A step run with ``time_scale`` (real time, latencies scaled) was drawn against the
+    old gate's simulated hours: at time_scale 0 the title read "takes 0.0 h with v3 vs 8.6 h
+    with the old serial gate, ×98495". Such steps are drawn alone in real hours; both clocks
+    mixed, or nothing timed (a fresh workspace drew "takes 0.00 h"), is refused."""
+    from vtrm_gate.sim import SimConfig, init_simulated
+
+    for name in ("fresh", "instant", "mixed"):
+        init_simulated(tmp_path / name, SimConfig(seed=3)).close()
+    with open_workspace(tmp_path / "fresh") as view, pytest.raises(
+            WorkspaceError, match=r"fresh: no step timed yet \(run a step first\)"):
+        view.phase_times()
+    real = vtrm_gate.RunOptions(time_scale=0)
+    vtrm_gate.step_workspace_sync(tmp_path / "instant", 1, 1, real)
+    with open_workspace(tmp_path / "instant") as view:
+        assert view.timings["clock"].to_list() == ["real"]
+        fig = view.phase_times()
+    title, ylabel = fig.axes[0].get_title(loc="left"), fig.axes[0].get_ylabel()
+    assert "old serial" not in title and "×" not in title.split("\n")[0]
+    assert ylabel == "hours of real time (not simulated)"
+    assert [t.get_label() for t in fig.axes[0].get_legend().get_texts()] != [] and \
+        len(fig.axes[0].containers) == 1  # v3's bars only
+    assert figure_problems(fig) == []
+    vtrm_gate.step_workspace_sync(tmp_path / "mixed", 1, 1)  # the virtual clock
+    vtrm_gate.step_workspace_sync(tmp_path / "mixed", 1, 2, real)
+    with open_workspace(tmp_path / "mixed") as view:
+        assert view.timings["clock"].to_list() == ["virtual", "real"]
+        with pytest.raises(WorkspaceError, match=r"mixed: phase times mix the virtual clock "
+                                                 r"and real time \(real: e1 s2\)"):
+            view.phase_times()
+
+
 WRITER = textwrap.dedent("""
     import sys, time
     from vtrm_gate.harness import HarnessLog, workspace_lock

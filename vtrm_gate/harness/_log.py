@@ -11,6 +11,7 @@ threading lock is enough and the event loop never interleaves two transactions.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sqlite3
@@ -18,7 +19,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from .._ids import EVAL_STEP, gate_prefix
 from ..errors import WorkspaceError, shown
@@ -95,10 +96,12 @@ SCHEMA: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
         ("epoch", "INTEGER"), ("step", "INTEGER"), ("aborts", "INTEGER"), ("last", "TEXT"),
     ), ("epoch", "step")),
     # Loop-clock seconds per phase of a step (step 0: the settlement, -1: the evaluation);
-    # serial_s: the phase's calls one after another, where measured (evolution).
+    # serial_s: the phase's calls one after another, where measured (evolution); clock: the
+    # loop's, 'virtual' (the simulator's: sleeps cost no wall time) or 'real' (NULL: rows
+    # written before the column existed).
     "timings": ((
         ("epoch", "INTEGER"), ("step", "INTEGER"), ("phase", "TEXT"), ("seconds", "REAL"),
-        ("serial_s", "REAL"),
+        ("serial_s", "REAL"), ("clock", "TEXT"),
     ), ("epoch", "step", "phase")),
 }
 
@@ -125,6 +128,19 @@ def _upsert_sql(table: str) -> str:
     return (f"INSERT INTO {table} ({', '.join(names)}) VALUES "
             f"({', '.join('?' * len(names))}) ON CONFLICT ({', '.join(pk)}) DO UPDATE SET "
             f"{updates}")
+
+
+Clock = Literal["virtual", "real"]
+
+
+def loop_clock() -> Clock:
+    """The running loop's clock: ``virtual`` on the simulator's looptime loop (its time jumps
+    over sleeps), else ``real`` (no running loop included)."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return "real"
+    return "virtual" if getattr(loop, "looptime_on", False) is True else "real"
 
 
 def encode_trace(trace: Any) -> str | None:
@@ -364,8 +380,10 @@ class HarnessLog:
     def record_timings(self, epoch: int, step: int,
                        seconds: Mapping[str, float | tuple[float, float | None]]) -> None:
         """Upsert the loop-clock seconds of phases of (epoch, step): ``{phase: seconds}`` or
-        ``{phase: (seconds, serial_s)}`` (a re-run's time replaces the earlier one)."""
-        rows = [(epoch, step, phase, *(v if isinstance(v, tuple) else (v, None)))
+        ``{phase: (seconds, serial_s)}`` (a re-run's time replaces the earlier one), with
+        the clock they were measured on (`loop_clock`)."""
+        clock = loop_clock()
+        rows = [(epoch, step, phase, *(v if isinstance(v, tuple) else (v, None)), clock)
                 for phase, v in seconds.items()]
         self.upsert("timings", rows)
 

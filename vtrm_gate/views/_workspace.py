@@ -124,13 +124,28 @@ class WorkspaceView:
         return plot_training_curve(self.curve(), n_heldout=heldout)
 
     def phase_times(self) -> GateFigure:
-        """Hours per phase: v3 as recorded; on a simulated workspace also the old serial
-        gate replayed on the same inputs (`vtrm_gate.sim.serial_phase_times`)."""
-        new = phase_seconds(self.timings)
+        """Hours per phase: v3 as recorded; on a simulated workspace run on the virtual
+        clock also the old serial gate replayed on the same inputs
+        (`vtrm_gate.sim.serial_phase_times`). Phases timed on real time (``time_scale``, a
+        backend of one's own) are drawn alone, in real hours: the old gate's simulated hours
+        are not comparable with them. Nothing timed, or both clocks: `WorkspaceError`."""
+        timings = self.timings
+        if not timings.height:
+            raise WorkspaceError(f"{self.root}: no step timed yet (run a step first)")
+        new = phase_seconds(timings)
         world = _world(self.ws)
         if world is None:
             return plot_phase_times(None, new, unit="hours (loop clock)")
-        return plot_phase_times(old_phase_seconds(self.ws, world, self.timings), new)
+        real = timings.filter(pl.col("clock") == "real")  # NULL: written before, virtual
+        if real.height == timings.height:
+            return plot_phase_times(None, new, unit="hours of real time (not simulated)")
+        if real.height:
+            steps = sorted({(e, s) for e, s in real.select("epoch", "step").iter_rows()})
+            raise WorkspaceError(
+                f"{self.root}: phase times mix the virtual clock and real time (real: "
+                f"{', '.join(f'e{e} s{s}' for e, s in steps[:5])}"
+                f"{' ...' if len(steps) > 5 else ''}); re-run those steps on one clock")
+        return plot_phase_times(old_phase_seconds(self.ws, world, timings), new)
 
     def trajectories(self, epoch: int, step: int, layout: str = "overview") -> GateFigure:
         """The E+/E− trajectories of the gate of step (epoch, step), from its gate evidence."""
