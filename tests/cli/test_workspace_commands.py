@@ -170,6 +170,26 @@ def test_compare_numbers_are_the_workspaces_own(trained_workspace, run_b, cli):
         d["b"]["overall"]["accuracy"] - d["a"]["overall"]["accuracy"])
 
 
+def test_compare_never_subtracts_times_of_two_clocks(tmp_path, cli):
+    """One workspace stepped on the virtual clock, one on real time (``--time-scale 0``):
+    compare said "time (loop clock): A 1.06 h, B 0.00 h" and its diff subtracted them. Each
+    time now names its clock, and times of two clocks are not differenced."""
+    for name, extra in (("virtual", []), ("real", ["--time-scale", "0"])):
+        init_simulated(tmp_path / name, SimConfig(seed=3)).close()
+        r = cli("step", "--workspace", str(tmp_path / name), "--epoch", "1", "--step", "1",
+                *extra)
+        assert r.returncode == 0, r.stderr
+    a, b = str(tmp_path / "virtual"), str(tmp_path / "real")
+    d = json.loads(cli("compare", a, b, "--json").stdout)
+    assert (d["a"]["overall"]["clock"], d["b"]["overall"]["clock"]) == ("virtual", "real")
+    assert d["a"]["overall"]["seconds"] > 0 and d["diff"]["seconds"] is None
+    text = " ".join(cli("compare", a, b).stdout.split())
+    assert "time: A " in text and " h (virtual clock), B " in text and \
+        " h (real time); not comparable" in text
+    same = json.loads(cli("compare", a, a, "--json").stdout)
+    assert same["diff"]["seconds"] == 0.0 and same["a"]["overall"]["clock"] == "virtual"
+
+
 @pytest.mark.parametrize("command", ["status", "compare", "export"])
 def test_text_output_fits_80_columns(trained_workspace, run_b, tmp_path, command, cli):
     a, b = trained_workspace[0], run_b[0]

@@ -11,6 +11,9 @@ from typing import Any
 from ._args import emit
 from ._table import Column, render, terminal_width, wrap
 
+_CLOCKS = {"virtual": "virtual clock", "real": "real time",
+           "mixed": "virtual and real time mixed"}
+
 
 def register(sub: Any) -> None:
     """Add ``compare`` to the ``vtrm-gate`` subcommands."""
@@ -55,13 +58,22 @@ def compare_text(d: Mapping[str, Any], width: int) -> str:
                    drop_rank=1),
             Column("decisions B", cell(lambda r: decisions_cell(r[2].get("decisions"))),
                    drop_rank=1)]
-    hours = lambda s: "no timings recorded" if s is None else f"{s / 3600:.2f} h"  # noqa: E731
+    times = f"time: A {_hours(oa)}, B {_hours(ob)}"
+    if d["diff"]["seconds"] is None and None not in (oa["seconds"], ob["seconds"]):
+        times += "; not comparable"
     lines = [f"A: {d['a']['workspace']} ({d['a']['kind']}, probation {d['a']['probation_rule']}"
              f", seed {d['a']['seed']})",
              f"B: {d['b']['workspace']} ({d['b']['kind']}, probation {d['b']['probation_rule']}"
              f", seed {d['b']['seed']})",
              f"accuracy (%): A {d['a']['accuracy_source']}; B {d['b']['accuracy_source']}; "
              f"decisions: A ACCEPT, P PROVISIONAL, I INERTIA, F FUTILE, R REJECT",
-             f"time (loop clock): A {hours(oa['seconds'])}, B {hours(ob['seconds'])}; tokens: "
-             f"A {oa['tokens']:,}, B {ob['tokens']:,}; calls: fresh inference calls"]
+             f"{times}; tokens: A {oa['tokens']:,}, B {ob['tokens']:,}; calls: fresh "
+             f"inference calls"]
     return render(cols, width) + "\n" + "\n".join(wrap(ln, width, "    ") for ln in lines)
+
+
+def _hours(overall: Mapping[str, Any]) -> str:
+    """A run's time and the clock it was measured on (two clocks are never compared)."""
+    s = overall["seconds"]
+    return "no timings recorded" if s is None else (
+        f"{s / 3600:.2f} h ({_CLOCKS[overall['clock']]})")

@@ -136,10 +136,11 @@ class WorkspaceView:
         world = _world(self.ws)
         if world is None:
             return plot_phase_times(None, new, unit="hours (loop clock)")
-        real = timings.filter(pl.col("clock") == "real")  # NULL: written before, virtual
-        if real.height == timings.height:
+        clock = timings_clock(timings, simulated=True)
+        if clock == "real":
             return plot_phase_times(None, new, unit="hours of real time (not simulated)")
-        if real.height:
+        if clock == "mixed":
+            real = timings.filter(pl.col("clock") == "real")
             steps = sorted({(e, s) for e, s in real.select("epoch", "step").iter_rows()})
             raise WorkspaceError(
                 f"{self.root}: phase times mix the virtual clock and real time (real: "
@@ -195,6 +196,16 @@ def phase_seconds(timings: pl.DataFrame) -> dict[str, float]:
     """Seconds per phase summed over every recorded step (`PHASES` order, zeros kept)."""
     got = dict(timings.group_by("phase").agg(pl.col("seconds").sum()).iter_rows())
     return {p: float(got.get(p) or 0.0) for p in PHASES}
+
+
+def timings_clock(timings: pl.DataFrame, simulated: bool) -> str | None:
+    """The clock of a workspace's timings: ``virtual``, ``real``, ``mixed`` (not to be
+    summed), or None (nothing timed). Rows written before the column existed count as the
+    workspace's usual clock (virtual when simulated)."""
+    if not timings.height:
+        return None
+    clocks = set(timings["clock"].fill_null("virtual" if simulated else "real"))
+    return clocks.pop() if len(clocks) == 1 else "mixed"
 
 
 def old_phase_seconds(ws: Workspace, world: Any, timings: pl.DataFrame) -> dict[str, float]:
@@ -349,6 +360,7 @@ def run_numbers(ws: Workspace) -> dict[str, Any]:
                "calls": sum(r["calls"] for r in types.values()),
                "tokens": sum(r["tokens"] for r in types.values()),
                "seconds": float(timings["seconds"].sum()) if timings.height else None,
+               "clock": timings_clock(timings, world is not None),
                "phases": phase_seconds(timings)}
     return {"workspace": str(ws.root), "kind": ws.config.kind, "accuracy_source": source,
             "probation_rule": ws.config.probation_rule, "seed": ws.config.seed,
@@ -400,5 +412,6 @@ def compare_runs(a: str | Path, b: str | Path) -> dict[str, Any]:
     oa, ob = ra["overall"], rb["overall"]
     return {"a": {k: v for k, v in ra.items() if k != "types"},
             "b": {k: v for k, v in rb.items() if k != "types"},
-            "diff": {k: diff(oa[k], ob[k]) for k in ("accuracy", "seconds", "calls", "tokens")},
+            "diff": {k: diff(oa[k], ob[k]) for k in ("accuracy", "seconds", "calls", "tokens")}
+            | ({} if oa["clock"] == ob["clock"] != "mixed" else {"seconds": None}),
             "types": per_type}
