@@ -711,6 +711,25 @@ def test_handle_repr_is_one_line():
     assert after.startswith("<GateHandle finished: 3/3 types decided, 0 calls in flight")
 
 
+def test_a_running_handles_result_says_how_to_get_one():
+    """``handle.result()`` in a cell while the gate ran raised asyncio's bare "Result is not
+    set."; it now says to await the handle, or read ``partial()`` meanwhile."""
+    table = OutcomeTable({t: [WIN] * 20 for t in "AB"}, latency=lambda t, r: 1.0)
+
+    async def main():
+        handle = launch(table.plans(), table, concurrency=4)
+        await asyncio.sleep(2.5)
+        with pytest.raises(asyncio.InvalidStateError, match=r"the gate is still running: "
+                                                             r"await the handle .*partial\(\)"):
+            handle.result()
+        so_far = handle.partial()
+        return so_far, await handle, handle.result()
+
+    so_far, res, again = run(main())
+    assert so_far.aborted is None and sum(c.completed for c in so_far.counters.values()) > 0
+    assert again is res
+
+
 def test_slow_subscriber_never_delays_the_return():
     """20 ms per event (the gate itself is over in 0.1 s) used to delay the return by the
     whole backlog; now by at most the close timeout (loop clock)."""

@@ -142,6 +142,10 @@ class GateHandle:
         """The result of a finished gate (raises `asyncio.InvalidStateError` while running)."""
         if self.task.cancelled():
             return self.partial()
+        if not self.task.done():
+            raise asyncio.InvalidStateError(
+                "the gate is still running: await the handle for its result (or read "
+                "handle.partial() for what has finished so far)")
         return self.task.result()
 
     def partial(self) -> GateResult:
