@@ -478,6 +478,31 @@ def test_cli_train_prints_steps_and_a_summary_then_resumes_nothing(tmp_path):
     assert events[-1]["event"] == "summary" and events[-1]["done_before"] == 4
 
 
+def test_cli_train_on_real_time_claims_no_speed_up_over_the_simulated_old_gate(tmp_path):
+    """``train --time-scale 0`` on a simulated workspace printed "time per phase (simulated
+    hours)" and a total "18.69 0.00 (77822.4x)": real seconds of v3 against the old gate's
+    simulated hours. On real time v3's phases are printed alone, in wall units, and the
+    summary names its clock; the decision quality (ground truth) is still reported."""
+    ws = _init(tmp_path / "ws")
+    r = cli("train", "--workspace", str(ws.root), "--epochs", "1", "--steps-per-epoch", "1",
+            "--time-scale", "0")
+    assert r.returncode == 0, r.stderr
+    assert "old serial" not in r.stdout and "x)" not in r.stdout
+    assert "time per phase (wall seconds)   v3" in r.stdout and "oracle gate" in r.stdout
+    other = _init(tmp_path / "other")
+    r = cli("train", "--workspace", str(other.root), "--epochs", "1", "--steps-per-epoch",
+            "1", "--time-scale", "0", "--json")
+    assert r.returncode == 0, r.stderr
+    summary = [json.loads(line) for line in r.stdout.splitlines()][-1]
+    assert summary["event"] == "summary" and summary["clock"] == "real"
+    assert "old_phases_s" not in summary and "old_total_s" not in summary
+    virtual = _init(tmp_path / "virtual")
+    r = cli("train", "--workspace", str(virtual.root), "--epochs", "1", "--steps-per-epoch",
+            "1", "--json")
+    summary = [json.loads(line) for line in r.stdout.splitlines()][-1]
+    assert summary["clock"] == "virtual" and summary["old_total_s"] > summary["v3_total_s"]
+
+
 @pytest.mark.parametrize("args, msg", [
     (("--epochs", "0", "--steps-per-epoch", "5"), "--epochs must be a positive integer"),
     (("--epochs", "3", "--steps-per-epoch", "x"), "--steps-per-epoch must be a positive"),

@@ -23,6 +23,7 @@ from ..harness import (
     Workspace,
     check_agent_unchanged,
     evaluation_summary,
+    loop_clock,
     run_step,
     settle_probation,
     train,
@@ -120,8 +121,11 @@ async def _train(ws: Workspace, epochs: int, steps_per_epoch: int, be: Backend,
                       rollout=be.rollout, cases=be.cases, options=be.options,
                       evaluate=evaluate, subscribers=subscribers, on_event=on_event,
                       after=None if world is None else lambda w: record_ground_truth(w, world))
+    clock = loop_clock()
     summary = (training_summary(ws, world, res) | {"evaluation": last_evaluation(res)}
-               if world is not None else plain_summary(res))
+               if world is not None else plain_summary(res)) | {"clock": clock}
+    if clock == "real":  # the old gate's hours are simulated: no ratio with real seconds
+        summary = {k: v for k, v in summary.items() if k not in ("old_phases_s", "old_total_s")}
     return WorkspaceRun(res, be.kind, be.options, _report(be), summary)
 
 

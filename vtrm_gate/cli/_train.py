@@ -106,10 +106,10 @@ def cmd_settle(args: argparse.Namespace) -> int:
     return 0
 
 
-def _time_unit(kind: str, total_s: float) -> tuple[str, float]:
+def _time_unit(clock: str, total_s: float) -> tuple[str, float]:
     """Simulated runs in simulated hours; a wall-clock run in hours, minutes or seconds,
     whichever shows its total (a two-minute run is not "0.03 h")."""
-    if kind == "simulated":
+    if clock == "virtual":
         return "simulated hours", 3600.0
     if total_s >= 3600:
         return "wall hours", 3600.0
@@ -128,7 +128,8 @@ def summary_text(summary: Any, kind: str = "simulated") -> str:
                      f"an earlier run; times below cover this run only)")
     old = summary.get("old_phases_s")
     total = summary["v3_total_s"]
-    unit, per = _time_unit(kind, total)
+    clock = summary.get("clock") or ("virtual" if kind == "simulated" else "real")
+    unit, per = _time_unit(clock, total)
     lines.append(f"time per phase ({unit})   " + ("old serial      v3" if old else "v3"))
     for k, v in v3.items():
         lines.append(f"  {k:<12}" + (f"{old[k] / per:>20.2f}" if old else "")

@@ -56,6 +56,7 @@ from ._lock import workspace_lock as workspace_lock
 from ._log import TABLES as TABLES
 from ._log import GateSink as GateSink
 from ._log import HarnessLog as HarnessLog
+from ._log import loop_clock as loop_clock
 from ._manifest import check_agent_unchanged as check_agent_unchanged
 from ._manifest import read_manifest as read_manifest
 from ._manifest import recorded_manifests as recorded_manifests
@@ -186,6 +187,7 @@ __all__ = [
     "fail_fast_targets",
     "frame_path",
     "gain_text",
+    "loop_clock",
     "only_lock_file",
     "open_image",
     "parse_media",
