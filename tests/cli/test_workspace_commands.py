@@ -174,11 +174,16 @@ def test_compare_never_subtracts_times_of_two_clocks(tmp_path, cli):
     """One workspace stepped on the virtual clock, one on real time (``--time-scale 0``):
     compare said "time (loop clock): A 1.06 h, B 0.00 h" and its diff subtracted them. Each
     time now names its clock, and times of two clocks are not differenced."""
-    for name, extra in (("virtual", []), ("real", ["--time-scale", "0"])):
+    for name, extra, label in (("virtual", [], "simulated"),
+                               ("real", ["--time-scale", "0"], "wall clock")):
         init_simulated(tmp_path / name, SimConfig(seed=3)).close()
         r = cli("step", "--workspace", str(tmp_path / name), "--epoch", "1", "--step", "1",
                 *extra)
         assert r.returncode == 0, r.stderr
+        assert f" h ({label}), peak in flight" in " ".join(r.stdout.split())  # was simulated
+        r = cli("step", "--workspace", str(tmp_path / name), "--epoch", "1", "--step", "1",
+                *extra, "--json")
+        assert json.loads(r.stdout)["clock"] == name
     a, b = str(tmp_path / "virtual"), str(tmp_path / "real")
     d = json.loads(cli("compare", a, b, "--json").stdout)
     assert (d["a"]["overall"]["clock"], d["b"]["overall"]["clock"]) == ("virtual", "real")

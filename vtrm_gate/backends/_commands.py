@@ -54,6 +54,9 @@ class WorkspaceRun:
     options: RunOptions
     report: Mapping[str, Any] = field(default_factory=dict)
     summary: Mapping[str, Any] | None = None
+    clock: str = "real"
+    """The loop's clock the command ran on (`loop_clock`): its times are simulated only when
+    ``virtual``."""
 
 
 def _opened(workspace: Workspace | str | Path) -> tuple[Workspace, bool]:
@@ -85,7 +88,7 @@ async def step_workspace(workspace: Workspace | str | Path, epoch: int, step: in
                                      cases=await be.step_cases(epoch, step),
                                      cache_stats=be.cache_stats, options=be.options,
                                      force=force, subscribers=subscribers)
-            return WorkspaceRun(res, be.kind, be.options, _report(be))
+            return WorkspaceRun(res, be.kind, be.options, _report(be), clock=loop_clock())
     finally:
         if mine:
             ws.close()
@@ -126,7 +129,7 @@ async def _train(ws: Workspace, epochs: int, steps_per_epoch: int, be: Backend,
                if world is not None else plain_summary(res)) | {"clock": clock}
     if clock == "real":  # the old gate's hours are simulated: no ratio with real seconds
         summary = {k: v for k, v in summary.items() if k not in ("old_phases_s", "old_total_s")}
-    return WorkspaceRun(res, be.kind, be.options, _report(be), summary)
+    return WorkspaceRun(res, be.kind, be.options, _report(be), summary, clock)
 
 
 def plain_summary(res: TrainResult) -> dict[str, Any]:
@@ -156,7 +159,7 @@ async def settle_workspace(workspace: Workspace | str | Path, epoch: int,
             with workspace_lock(ws.root, f"settle e{epoch}"):
                 res: ProbationResult = await settle_probation(
                     ws, epoch, infer=be.infer, options=be.options, subscribers=subscribers)
-            return WorkspaceRun(res, be.kind, be.options, _report(be))
+            return WorkspaceRun(res, be.kind, be.options, _report(be), clock=loop_clock())
     finally:
         if mine:
             ws.close()

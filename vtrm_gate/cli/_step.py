@@ -68,9 +68,8 @@ def run_step_command(root: Path, epoch: int, step: int, args: argparse.Namespace
 
 def cmd_step(args: argparse.Namespace) -> int:
     run = run_step_command(Path(args.workspace), args.epoch, args.step, args)
-    summary = step_summary(run.result)
-    text = decision_table(run.result, clock="simulated" if run.kind == "simulated"
-                          else "wall clock")
+    summary = step_summary(run.result) | {"clock": run.clock}
+    text = decision_table(run.result, _clock_name(run.clock))
     if run.report:
         summary["llm_cache"] = run.report
         text += "\n" + wrap(cache_lines(run.report), terminal_width(), indent="      ")
@@ -114,6 +113,11 @@ def stopped_at(stop_rank: int | None, n_ladder: int) -> str:
     """The 1-based "k of n" where a type decided, for display (``stop_rank`` stays 0-based
     in the data, the log and JSON)."""
     return "" if stop_rank is None else f"{stop_rank + 1} of {n_ladder}"
+
+
+def _clock_name(clock: str) -> str:
+    """How the step's makespan is labelled: simulated only on the virtual clock."""
+    return "simulated" if clock == "virtual" else "wall clock"
 
 
 def decision_table(res: Any, clock: str = "simulated", width: int | None = None) -> str:
@@ -193,7 +197,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         if not args.json:
             print(wrap(note, terminal_width(sys.stderr)), file=sys.stderr)
     args.backend = None
-    res = run_step_command(root, 1, 1, args).result
+    run = run_step_command(root, 1, 1, args)
+    res = run.result
     figdir = Path(args.figures) if args.figures else root / "figures"
     files = _demo_figures(res, figdir)
     summary = step_summary(res)
@@ -201,7 +206,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     summary["rerun"] = bool(rerun)
     summary_path = figdir / "demo_summary.json"
     summary_path.write_text(json.dumps(summary, indent=2, default=str))
-    text = decision_table(res) + "\n" + wrap(
+    text = decision_table(res, _clock_name(run.clock)) + "\n" + wrap(
         ("re-run (base arm from BaselineCache); " if rerun else "")
         + f"wrote {', '.join(map(str, files))} and {summary_path}", terminal_width())
     text += "\n" + wrap(DEMO_POOL_NOTE.format(seed=args.seed), terminal_width())
