@@ -27,10 +27,12 @@ from vtrm_gate.harness import (
     Workspace,
     WorkspaceConfig,
     replay_step,
+    run_step,
     run_step_sync,
     settle_probation_sync,
 )
 from vtrm_gate.options import UNSET, RunOptions
+from vtrm_gate.sim import run_virtual
 from vtrm_gate.stats import Action, GateParams, SequentialTest, replay_blocks
 
 SIZES = {
@@ -51,14 +53,18 @@ def _ws(tmp_path: Path, name: str = "ws", **config) -> Workspace:
     return make_workspace(tmp_path / name, SIZES, LEVELS, **config)
 
 
-def _step(ws, epoch=1, step=1, infer=None, evolver=None, **kw):
+def _step(ws, epoch=1, step=1, infer=None, evolver=None, virtual=False, **kw):
+    """One step of the toy world; ``virtual``: on the simulator's virtual clock, where the
+    toy's latencies are exact whatever the machine's load (a timing the test relies on)."""
     kw.setdefault("cases", cases_first(SIZES))
     options = kw.pop("options", RunOptions())
     kw["options"] = options if options.concurrency is not UNSET else options.replace(
         concurrency=8)
-    return run_step_sync(ws, epoch, step, infer=infer or ToyInfer(),
-                         evolver=evolver or ToyEvolver(DELTA, fail=["Attribute Perception"]),
-                         **kw)
+    kw |= {"infer": infer or ToyInfer(),
+           "evolver": evolver or ToyEvolver(DELTA, fail=["Attribute Perception"])}
+    if virtual:
+        return run_virtual(run_step(ws, epoch, step, **kw))
+    return run_step_sync(ws, epoch, step, **kw)
 
 
 def _files(root: Path, *names: str) -> dict[str, bytes]:
@@ -201,9 +207,10 @@ def test_calls_past_a_stop_are_cancelled_and_leave_no_row(tmp_path):
     ones a step that waits for every call makes."""
     waited = _step(_ws(tmp_path / "wait"), infer=ToyInfer(latency=_slow_tail),
                    options=RunOptions(concurrency=32, past_stop="wait",
-                                      cancel_after_freeze=False))
+                                      cancel_after_freeze=False), virtual=True)
     ws = _ws(tmp_path / "cancel")
-    res = _step(ws, infer=ToyInfer(latency=_slow_tail), options=RunOptions(concurrency=32))
+    res = _step(ws, infer=ToyInfer(latency=_slow_tail), options=RunOptions(concurrency=32),
+                virtual=True)
     assert res.decisions == waited.decisions
     for t in GATED:
         assert res.gate.outcomes[t].same_decision(waited.gate.outcomes[t])
