@@ -47,7 +47,6 @@ def _is_url(s: str) -> bool:
     return s.startswith(("http://", "https://", "data:"))
 
 
-
 @dataclass(frozen=True)
 class Frame:
     """One frame image (local path or URL) and its time in the video (seconds), if known."""

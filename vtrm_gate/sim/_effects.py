@@ -26,7 +26,6 @@ SCOPES: tuple[str, ...] = ("candidate", "type")
 _SUM_TOL = 1e-6
 
 
-
 def _check_shares(where: str, shares: Mapping[str, Any]) -> None:
     """Each share a probability, and the three summing to 1 (errors name the field)."""
     for k in SHARES:

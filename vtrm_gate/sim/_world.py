@@ -117,7 +117,6 @@ def _is_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-
 def _fail(name: str, allowed: str, value: object) -> None:
     raise ConfigError(f"SimConfig.{name} must be {allowed}, got {shown(value)}")
 

@@ -6,6 +6,8 @@ import enum
 import math
 from dataclasses import dataclass
 
+from ..errors import is_real
+
 Pair = tuple[bool, bool] | None
 """One unit's outcome in ladder order: ``(base_correct, cand_correct)``, or None for INFRA."""
 
@@ -58,24 +60,21 @@ class GateParams:
     n_max: int = 40
 
     def __post_init__(self) -> None:
-        def real(x: object) -> bool:
-            return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
-
         def whole(x: object) -> bool:
             return isinstance(x, int) and not isinstance(x, bool)
 
-        _check(real(self.e_confirm) and self.e_confirm > 1, "e_confirm", "a number > 1",
+        _check(is_real(self.e_confirm) and self.e_confirm > 1, "e_confirm", "a number > 1",
                self.e_confirm)
-        _check(real(self.delta_min) and 0 <= self.delta_min < 1, "delta_min",
+        _check(is_real(self.delta_min) and 0 <= self.delta_min < 1, "delta_min",
                "a number in [0, 1)", self.delta_min)
-        lam_max = 1.0 / (1.0 + (self.delta_min if real(self.delta_min) else 0.0))
-        _check(real(self.lambda_dir) and 0 < self.lambda_dir <= lam_max, "lambda_dir",
+        lam_max = 1.0 / (1.0 + (self.delta_min if is_real(self.delta_min) else 0.0))
+        _check(is_real(self.lambda_dir) and 0 < self.lambda_dir <= lam_max, "lambda_dir",
                f"in (0, 1/(1+delta_min)] = (0, {lam_max:.6g}]", self.lambda_dir)
         _check(whole(self.w_net_min) and self.w_net_min >= 0, "w_net_min",
                "an integer >= 0", self.w_net_min)
-        _check(real(self.e_reject) and self.e_reject > 1, "e_reject", "a number > 1",
+        _check(is_real(self.e_reject) and self.e_reject > 1, "e_reject", "a number > 1",
                self.e_reject)
-        _check(real(self.e_provisional) and self.e_provisional >= 1, "e_provisional",
+        _check(is_real(self.e_provisional) and self.e_provisional >= 1, "e_provisional",
                "a number >= 1", self.e_provisional)
         _check(whole(self.w_net_min_provisional) and self.w_net_min_provisional >= 0,
                "w_net_min_provisional", "an integer >= 0", self.w_net_min_provisional)

@@ -410,8 +410,9 @@ def compare_runs(a: str | Path, b: str | Path) -> dict[str, Any]:
                                           (rb["types"].get(t) or {}).get("accuracy"))}
                 for t in types}
     oa, ob = ra["overall"], rb["overall"]
+    one_clock = oa["clock"] == ob["clock"] != "mixed"  # else their times are not comparable
     return {"a": {k: v for k, v in ra.items() if k != "types"},
             "b": {k: v for k, v in rb.items() if k != "types"},
-            "diff": {k: diff(oa[k], ob[k]) for k in ("accuracy", "seconds", "calls", "tokens")}
-            | ({} if oa["clock"] == ob["clock"] != "mixed" else {"seconds": None}),
+            "diff": {k: diff(oa[k], ob[k]) if k != "seconds" or one_clock else None
+                     for k in ("accuracy", "seconds", "calls", "tokens")},
             "types": per_type}
