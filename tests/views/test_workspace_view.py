@@ -144,8 +144,8 @@ def test_phase_times_never_compare_real_time_with_the_simulated_old_gate(tmp_pat
     title, ylabel = fig.axes[0].get_title(loc="left"), fig.axes[0].get_ylabel()
     assert "old serial" not in title and "×" not in title.split("\n")[0]
     assert ylabel == "hours of real time (not simulated)"
-    assert [t.get_label() for t in fig.axes[0].get_legend().get_texts()] != [] and \
-        len(fig.axes[0].containers) == 1  # v3's bars only
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert legend == ["v3: one shared slot pool"] and len(fig.axes[0].containers) == 1
     assert figure_problems(fig) == []
     vtrm_gate.step_workspace_sync(tmp_path / "mixed", 1, 1)  # the virtual clock
     vtrm_gate.step_workspace_sync(tmp_path / "mixed", 1, 2, real)
