@@ -50,7 +50,7 @@ from .gate import (
     GuardParams,
     PastStop,
 )
-from .stats import DECISION_RULES, PROBATION_RULES, GateParams
+from .stats import DECISION_RULES, PROBATION_RULES, GateParams, decision_rule, fastest_accept
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
@@ -201,6 +201,7 @@ class RunOptions:
         if self.decision_rule not in DECISION_RULES:
             raise ConfigError(f"decision_rule must be one of {', '.join(DECISION_RULES)}, "
                               f"got {shown(self.decision_rule)}")
+        _check_reach(self.gate, self.decision_rule)
         if self.dispatch not in DISPATCH_NAMES:
             raise ConfigError(f"dispatch must be one of {', '.join(DISPATCH_NAMES)}, "
                               f"got {shown(self.dispatch)}")
@@ -354,6 +355,25 @@ class RunOptions:
     def __repr__(self) -> str:
         inner = ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items())
         return f"RunOptions({inner})"
+
+
+def _check_reach(gate: GateParams, rule: str) -> None:
+    """Refuse gate parameters under which not even a ladder of straight wins is accepted:
+    every candidate of every step would be gated out (a whole training run for nothing)."""
+    if fastest_accept(gate, decision_rule(rule)) is not None:
+        return
+    need = fastest_accept(dataclasses.replace(gate, n_max=_REACH_HINT), decision_rule(rule))
+    hint = (f"raise n_max to at least {need}, or lower e_confirm or w_net_min" if need
+            else "lower e_confirm or w_net_min")
+    raise ConfigError(
+        f"gate: no candidate can ever be accepted with e_confirm = {gate.e_confirm:g}, "
+        f"w_net_min = {gate.w_net_min}, lambda_dir = {gate.lambda_dir:g}, delta_min = "
+        f"{gate.delta_min:g} and n_max = {gate.n_max} under the {rule} rule: even "
+        f"{gate.n_max} straight wins (the best a candidate can do) end without ACCEPT; {hint}")
+
+
+_REACH_HINT = 10_000
+"""The longest ladder the refusal's hint looks at for an n_max that would accept."""
 
 
 def _plain(obj: Any) -> dict[str, Any]:

@@ -20,3 +20,21 @@ def test_refused_rerun_names_the_cli_flag(tmp_path: Path) -> None:
     assert "n_max" in r.stderr and "--force" in r.stderr and "force=True" not in r.stderr
     r = cli(*step, "--config", str(conf), "--force")
     assert r.returncode == 0, r.stderr
+
+
+def test_a_config_that_can_accept_nothing_exits_2_and_writes_nothing(tmp_path: Path) -> None:
+    """Hostile pass: ``w_net_min = 41`` with 40-unit ladders ran a whole step (and would run
+    a whole training run) that could not accept any candidate; now refused before any
+    write, naming the parameters."""
+    ws = tmp_path / "ws"
+    assert cli("init", str(ws), "--seed", "1").returncode == 0
+    before = {p: p.read_bytes() for p in ws.rglob("*") if p.is_file()}
+    conf = tmp_path / "c.toml"
+    conf.write_text("[gate]\nw_net_min = 41\n")
+    for cmd in (("step", "--workspace", str(ws), "--epoch", "1", "--step", "1"),
+                ("train", "--workspace", str(ws), "--epochs", "1", "--steps-per-epoch", "1"),
+                ("settle", "--workspace", str(ws), "--epoch", "1")):
+        r = cli(*cmd, "--config", str(conf))
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert "no candidate can ever be accepted" in r.stderr and "w_net_min" in r.stderr
+    assert {p: p.read_bytes() for p in ws.rglob("*") if p.is_file()} == before

@@ -6,7 +6,8 @@ import pytest
 
 from vtrm_gate._env import mask_url
 from vtrm_gate.errors import ConfigError
-from vtrm_gate.options import RunOptions, resolve_options
+from vtrm_gate.options import RunOptions, options_from_mapping, resolve_options
+from vtrm_gate.stats import GateParams
 
 
 def test_defaults():
@@ -112,3 +113,20 @@ def test_a_zero_budget_on_the_command_line_or_in_a_file_still_means_none_sent(tm
     opts = resolve_options(config=tmp_path / "c.toml", env={"VTRM_MAX_TOKENS_EVOLVE": "0"},
                            dotenv=None)
     assert opts.max_tokens() == {"think": 0, "answer": 64, "evolve": 0}
+
+
+@pytest.mark.parametrize(("gate", "fragment"), [
+    ({"w_net_min": 41}, r"w_net_min = 41,.* n_max = 40 .*raise n_max to at least 41"),
+    ({"e_confirm": 1e8}, r"e_confirm = 1e\+08"),
+    ({"n_max": 7}, r"n_max = 7 .*raise n_max to at least 8"),  # 1.5**7 = 17.1 < 20
+])
+def test_parameters_under_which_no_candidate_can_be_accepted_are_refused(gate, fragment):
+    """A mistake that would gate every candidate out of a whole training run is refused
+    when the options are built, naming the parameters (hostile pass: w_net_min = 41 ran a
+    step that could accept nothing)."""
+    with pytest.raises(ConfigError, match=f"no candidate can ever be accepted.*{fragment}"):
+        options_from_mapping({"gate": gate})
+    with pytest.raises(ConfigError, match="no candidate can ever be accepted"):
+        RunOptions(gate=GateParams(**gate))
+    # the same reach under another rule is that rule's: the check follows decision_rule
+    assert options_from_mapping({"gate": {"n_max": 8}}).gate.n_max == 8

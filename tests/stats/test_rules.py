@@ -15,11 +15,13 @@ from vtrm_gate import GateParams, run_gate
 from vtrm_gate.options import options_from_mapping, resolve_options
 from vtrm_gate.sim import run_virtual
 from vtrm_gate.stats import (
+    DECISION_RULES,
     Action,
     BlockEnd,
     LambdaMixture,
     PairedBetting,
     decision_rule,
+    fastest_accept,
     operating_characteristics,
     replay_blocks,
     replay_prefix,
@@ -124,3 +126,29 @@ def test_decision_rule_is_a_run_option_recorded_only_when_not_the_default():
     assert env.decision_rule == "old_blocks"
     with pytest.raises(ValueError, match="decision_rule must be one of paired_betting"):
         options_from_mapping({"decision_rule": "agrapa"})
+
+
+@pytest.mark.parametrize("name", DECISION_RULES)
+@pytest.mark.parametrize("kw", [{}, {"e_confirm": 1e6}, {"w_net_min": 12}, {"n_max": 5},
+                                {"w_net_min": 41}, {"e_confirm": 1e300},
+                                {"delta_min": 0.5, "lambda_dir": 0.2, "n_max": 30},
+                                {"e_confirm": 2.0, "w_net_min": 0, "n_max": 1}])
+def test_fastest_accept_is_where_straight_wins_accept_and_none_where_none_can(name, kw):
+    """The fewest straight wins that ACCEPT is the stop of replay_prefix on straight wins,
+    and None exactly where the exact operating characteristics put ACCEPT at 0 even when
+    every unit is a win."""
+    params, rule = GateParams(**kw), decision_rule(name)
+    n = fastest_accept(params, rule)
+    oc = rule_oc(rule, params, p_win=1.0, discordance=1.0, n_units=params.n_max)
+    assert (n is None) == (oc.p_accept == 0.0)
+    if n is not None:
+        out = replay_prefix([(False, True)] * params.n_max, params, rule=rule)
+        assert out.action is Action.ACCEPT and out.stop_rank == n - 1
+
+
+def test_fastest_accept_of_the_defaults_and_of_parameters_that_cannot_accept():
+    assert fastest_accept(GateParams()) == 8  # 1.5**8 = 25.6 >= 20 (1.5**7 = 17.1)
+    assert fastest_accept(GateParams(w_net_min=12)) == 12
+    assert fastest_accept(GateParams(w_net_min=41)) is None  # W-L <= 40 = n_max
+    assert fastest_accept(GateParams(e_confirm=1e8)) is None  # 1.5**40 = 1.1e7
+    assert fastest_accept(GateParams(e_confirm=1e8, n_max=46)) == 46  # 1.5**46 = 1.3e8

@@ -96,6 +96,7 @@ from ._replay import replay_blocks as replay_blocks
 from ._replay import replay_prefix as replay_prefix
 from ._rules import DECISION_RULES as DECISION_RULES
 from ._rules import decision_rule as decision_rule
+from ._rules import fastest_accept as fastest_accept
 from ._rules import rule_oc as rule_oc
 
 __all__ = [
@@ -146,6 +147,7 @@ __all__ = [
     "correlated_latency",
     "decision_rule",
     "false_accept_curve",
+    "fastest_accept",
     "fit_effects",
     "forecast_rates",
     "gate_decision",

@@ -14,7 +14,7 @@ from ._mixture import LambdaMixture
 from ._oc import OperatingCharacteristics
 from ._params import Action, GateParams
 from ._probation import _terminals
-from ._process import DecisionRule, PairedBetting
+from ._process import DecisionRule, PairedBetting, SequentialTest
 
 DECISION_RULES = ("paired_betting", "lambda_mixture", "old_blocks")
 
@@ -40,3 +40,18 @@ def rule_oc(rule: DecisionRule, params: GateParams, p_win: float, discordance: f
     return OperatingCharacteristics(p[Action.ACCEPT], p[Action.REJECT], p[Action.FUTILE],
                                     p[Action.PROVISIONAL], p[Action.INERTIA], units, pairs,
                                     p_win, discordance, n_units, 0.0)
+
+
+
+def fastest_accept(params: GateParams, rule: DecisionRule | None = None) -> int | None:
+    """The fewest units after which ``rule`` can ACCEPT (that many straight wins, the best a
+    candidate can do), or None when no ladder of at most ``params.n_max`` units can ever be
+    accepted: a parameter mistake (``w_net_min`` above ``n_max``, an ``e_confirm`` out of
+    reach) that would gate every candidate out."""
+    if params.w_net_min > params.n_max:  # no need to walk n_max units to know
+        return None
+    test = SequentialTest(params.n_max, params, rule)
+    while not test.decided:
+        test.consume(test.state.n_consumed, (False, True))
+    out = test.outcome()
+    return out.n_consumed if out.action is Action.ACCEPT else None
