@@ -647,3 +647,21 @@ def test_statuses_are_step_status_members_and_the_stored_strings_are_unchanged(t
     with pytest.raises(ValueError, match=r"candidates\['Spatial Perception'\]\.status must be "
                                          r"gated \| skipped .* got 'skiped'"):
         _step(Workspace.open(ws.root))
+
+
+def test_a_ladder_too_short_to_accept_is_noted_on_its_type(tmp_path):
+    """Hostile pass: the default world's Spatial Perception (9 units) gates on a 5-unit
+    ladder, where ACCEPT (8 straight wins at the defaults) can never come; the step said
+    nothing. Now the type's note says so, with the numbers, in the result and the report."""
+    ws = _ws(tmp_path)
+    res = _step(ws, options=RunOptions(gate=GateParams(e_confirm=100.0)))  # 1.5**12 >= 100
+    notes = {t: r["note"] for t, r in ws.log.frame("step_report").select(
+        "task_type", "note").rows_by_key("task_type", unique=True, named=True).items()}
+    n_ocr = len(res.types["OCR Problems"].ladder)
+    assert n_ocr == 10 and res.types["OCR Problems"].status == "gated"
+    want = ("its ladder holds 10 units, and ACCEPT needs at least 12 (straight wins at these "
+            "gate parameters): this step cannot adopt its candidate")
+    assert want in res.types["OCR Problems"].note and want in notes["OCR Problems"]
+    for t in ("Action Reasoning", "Counting Problem"):  # 48- and 40-unit ladders
+        assert "ACCEPT needs" not in (res.types[t].note or "") + (notes[t] or "")
+    ws.close()

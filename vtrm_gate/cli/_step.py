@@ -122,7 +122,8 @@ def _clock_name(clock: str) -> str:
 
 def decision_table(res: Any, clock: str = "simulated", width: int | None = None) -> str:
     """The step's per-type table, ``width`` columns wide (default: the terminal's), each
-    row's reason (what Phase D applied, or why a type was not gated) on a line under it."""
+    row's reason (what Phase D applied, and the type's note: why it was not gated, what its
+    ladder left out or cannot reach) on a line under it."""
     width = width or terminal_width()
     rows = res.frame().to_dicts()
     col = {k: tuple(r[k] for r in rows) for k in rows[0]} if rows else {}
@@ -137,7 +138,7 @@ def decision_table(res: Any, clock: str = "simulated", width: int | None = None)
             Column("calls", cells("started"), True, drop_rank=3),
             Column("tokens", cells("tokens", "{:,}"), True, drop_rank=4),
             Column("ver", cells("version"), True, drop_rank=2)]
-    notes = {i: r["applied"] or r["note"] or "" for i, r in enumerate(rows)}
+    notes = {i: "; ".join(n for n in (r["applied"], r["note"]) if n) for i, r in enumerate(rows)}
     text = render(cols, width, notes)
     text += "\n" + wrap("stopped at: the ladder unit (1-based) where the type decided; n_used: "
                         "the paired units that counted (INFRA units skipped)", width)

@@ -37,6 +37,7 @@ from ..errors import (
 )
 from ..gate import GateResult, Infer, Subscriber, TypePlan, build_ladder, ladder_units
 from ..options import RunOptions
+from ..stats import decision_rule, fastest_accept
 from ._access import check_ids, writer
 from ._apply import apply_decisions
 from ._candidate import candidate_problem
@@ -153,8 +154,9 @@ class StepInputs:
     ladders: Mapping[str, list[str]]
     manifest_inputs: Mapping[str, Any]
     """The manifest's diffed ``inputs`` (decision fields only)."""
-    media_notes: Mapping[str, str]
-    """Per type: the units left out of its ladder because their frames cannot be sent."""
+    ladder_notes: Mapping[str, str]
+    """Per type, what its report says of its ladder: the units left out because their
+    frames cannot be sent; a ladder too short for any ACCEPT."""
 
     @property
     def srid(self) -> str:
@@ -184,7 +186,7 @@ def _step_inputs(ws: Workspace, epoch: int, step: int, options: RunOptions,
                 cases[t] = list(dict.fromkeys(case_fn(t, epoch, step, current[t])))
             except CasesUnavailable as exc:
                 cases[t], rollout_errors[t] = [], str(exc) or "rollout failed"
-    ladders, media_notes = _ladders(ws, cases, options.gate.n_max, _ladder_seed(ws, srid))
+    ladders, ladder_notes = _ladders(ws, cases, options, _ladder_seed(ws, srid))
     inputs = json.loads(canonical_json({
         "config": {**options.decision_inputs(), "ladder_seed": _ladder_seed(ws, srid),
                    "cooldown_steps": ws.config.cooldown_steps,
@@ -204,22 +206,31 @@ def _step_inputs(ws: Workspace, epoch: int, step: int, options: RunOptions,
         "ladders": ladders,
     }))
     return StepInputs(epoch, step, base_state, rerun_applied, texts, current, cooldown,
-                      cases, rollout_errors, ladders, inputs, media_notes)
+                      cases, rollout_errors, ladders, inputs, ladder_notes)
 
 
-def _ladders(ws: Workspace, cases: Mapping[str, list[str]], n_max: int, seed: str
+def _ladders(ws: Workspace, cases: Mapping[str, list[str]], options: RunOptions, seed: str
              ) -> tuple[dict[str, list[str]], dict[str, str]]:
     """Each type with cases: its ladder (SPEC §2), leaving out the units whose frames
-    cannot be sent (checked here, before anything runs), and a note naming them."""
+    cannot be sent (checked here, before anything runs), and a note naming them; a ladder
+    shorter than the fewest units that can ACCEPT says so (the step cannot adopt it)."""
+    need = fastest_accept(options.gate, decision_rule(options.decision_rule))
     ladders, notes = {}, {}
     for t, us in cases.items():
         if not us:
             continue
         order = ladder_units(build_ladder(ws.pool[t], ws.seed_record.get(t), exclude=us,
                                           n_max=len(ws.pool[t]), seed=seed))
-        ladders[t], faults = ws.sendable(order, n_max)
-        if faults:
-            notes[t] = media_note(faults)
+        ladders[t], faults = ws.sendable(order, options.gate.n_max)
+        short = None
+        if need is not None and len(ladders[t]) < need:
+            short = (f"its ladder holds {len(ladders[t])} units, and ACCEPT needs at least "
+                     f"{need} (straight wins at these gate parameters): this step cannot "
+                     f"adopt its candidate, only keep it PROVISIONAL, keep the skill or "
+                     f"reject it")
+        note = join_notes(media_note(faults) if faults else None, short)
+        if note:
+            notes[t] = note
     return ladders, notes
 
 
@@ -366,7 +377,7 @@ def _phase_b(ws: Workspace, si: StepInputs, p: Proposals, options: RunOptions
     extra: dict[str, dict[str, Any]] = {t: {"base_version": si.base_state.settled_version(t),
                  "base_hash": content_hash(si.texts[t]),
                  "cand_hash": content_hash(p.cand[t]) if t in p.cand else None,
-                 "note": join_notes(p.notes.get(t), si.media_notes.get(t))}
+                 "note": join_notes(p.notes.get(t), si.ladder_notes.get(t))}
              for t in si.texts}
     for t in si.texts:
         ws.log.write_report(si.epoch, si.step, t, p.status[t], **extra[t])
@@ -470,7 +481,8 @@ def _result(ws: Workspace, si: StepInputs, p: Proposals, gate: GateResult | None
                          outcomes[t].action if t in outcomes else None, applied.get(t),
                          tuple(si.cases.get(t, ())),
                          tuple(si.ladders.get(t, ())) if t in gated else (),
-                         content_hash(p.cand[t]) if t in p.cand else None, p.notes.get(t),
+                         content_hash(p.cand[t]) if t in p.cand else None,
+                         join_notes(p.notes.get(t), si.ladder_notes.get(t)),
                          si.base_state.settled_version(t) if t in gated else None)
              for t in si.texts}
     return StepResult(si.epoch, si.step, si.srid, types, gate,
