@@ -42,7 +42,7 @@ from __future__ import annotations
 import errno
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 __all__ = [
     "EXIT_BAD_INPUT",
@@ -265,6 +265,11 @@ def is_real(value: object) -> bool:
     a timeout or a ratio), not NaN (it fails every bound it is checked against) or inf."""
     return (isinstance(value, int | float) and not isinstance(value, bool)
             and math.isfinite(value))
+
+
+def is_whole(value: object) -> TypeGuard[int]:
+    """Whether ``value`` is an int, not a bool (``True`` is not a count of slots or units)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 LONG_WORD = 200

@@ -41,7 +41,7 @@ from ._env import (
     mask_url,
     read_dotenv,
 )
-from .errors import ConfigError, is_real, shown
+from .errors import ConfigError, is_real, is_whole, shown
 from .gate import (
     DEFAULT_DISPATCH,
     DISPATCH_NAMES,
@@ -130,10 +130,6 @@ class Unset:
 UNSET: Final = Unset()
 
 
-def _whole(x: object) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
 @dataclass(frozen=True)
 class RunOptions:
     """Everything a run (step, training run, settlement) takes, validated once."""
@@ -194,7 +190,7 @@ class RunOptions:
 
     def __post_init__(self) -> None:
         c = self.concurrency
-        if c is not UNSET and (not _whole(c) or c < 1):  # type: ignore[operator]  # c: a number (_whole)
+        if c is not UNSET and (not is_whole(c) or c < 1):
             raise ConfigError(f"concurrency must be an integer >= 1, got {shown(c)}")
         if not isinstance(self.gate, GateParams) or not isinstance(self.guard, GuardParams):
             raise ConfigError("gate and guard must be GateParams and GuardParams")
@@ -231,12 +227,12 @@ class RunOptions:
             v = getattr(self, name)
             if not (is_real(v) and v > 0):
                 raise ConfigError(f"{name} must be a number of seconds > 0, got {shown(v)}")
-        if not _whole(self.max_retries) or not 0 <= self.max_retries <= 100:
+        if not is_whole(self.max_retries) or not 0 <= self.max_retries <= 100:
             raise ConfigError(f"max_retries must be an integer from 0 to 100, "
                               f"got {shown(self.max_retries)}")
         for name in MAX_TOKENS_FIELDS:
             v = getattr(self, name)
-            if v is not UNSET and v is not None and (not _whole(v) or not 1 <= v <= 1_000_000):
+            if v is not UNSET and v is not None and (not is_whole(v) or not 1 <= v <= 1_000_000):
                 raise ConfigError(f"{name} must be an integer from 1 to 1000000, or None "
                                   f"(none sent; 0 in a flag, variable or file), got {shown(v)}")
 
@@ -250,12 +246,12 @@ class RunOptions:
             kind = name.removeprefix("max_tokens_")  # the call kind
             v = getattr(self, name)
             if v is UNSET:
-                v = legacy if _whole(legacy) and kind != "evolve" else default
+                v = legacy if is_whole(legacy) and kind != "evolve" else default
             out[kind] = 0 if v is None else int(v)
         return out
 
     def _check_cache(self) -> None:
-        if not _whole(self.redis_cache_ttl) or not 1 <= self.redis_cache_ttl <= MAX_TTL:
+        if not is_whole(self.redis_cache_ttl) or not 1 <= self.redis_cache_ttl <= MAX_TTL:
             raise ConfigError(f"redis_cache_ttl must be an integer from 1 to {MAX_TTL} "
                               f"(seconds), got {shown(self.redis_cache_ttl)}")
         if not isinstance(self.cache_prefix, str) or not self.cache_prefix \
@@ -335,7 +331,7 @@ class RunOptions:
         """(key, value, where it came from) for every option, nested keys dotted; a budget
         not given shows the value a run uses (`max_tokens`, with the workspace ``agent``)."""
         budgets = self.max_tokens(agent)
-        legacy = _whole((agent or {}).get("max_tokens"))
+        legacy = is_whole((agent or {}).get("max_tokens"))
         rows = []
         for key, value in self.as_dict().items():
             items = value.items() if isinstance(value, dict) else [(None, value)]
@@ -412,7 +408,7 @@ def _coerce_bool(name: str, v: Any) -> bool:
 
 
 def _coerce_int(name: str, v: Any) -> int:
-    if _whole(v):
+    if is_whole(v):
         return int(v)
     try:
         return int(str(v).strip())

@@ -132,7 +132,11 @@ def test_decision_rule_is_a_run_option_recorded_only_when_not_the_default():
 @pytest.mark.parametrize("kw", [{}, {"e_confirm": 1e6}, {"w_net_min": 12}, {"n_max": 5},
                                 {"w_net_min": 41}, {"e_confirm": 1e300},
                                 {"delta_min": 0.5, "lambda_dir": 0.2, "n_max": 30},
-                                {"e_confirm": 2.0, "w_net_min": 0, "n_max": 1}])
+                                {"e_confirm": 2.0, "w_net_min": 0, "n_max": 1},
+                                {"e_confirm": 1.5**7, "n_max": 7},  # exactly 7 wins
+                                {"e_confirm": 1.5**7 + 1e-12, "n_max": 7},
+                                {"lambda_dir": 0.3, "e_confirm": 1.3**10, "n_max": 10},
+                                {"lambda_dir": 0.3, "e_confirm": 1.3**10, "n_max": 11}])
 def test_fastest_accept_is_where_straight_wins_accept_and_none_where_none_can(name, kw):
     """The fewest straight wins that ACCEPT is the stop of replay_prefix on straight wins,
     and None exactly where the exact operating characteristics put ACCEPT at 0 even when
@@ -152,3 +156,8 @@ def test_fastest_accept_of_the_defaults_and_of_parameters_that_cannot_accept():
     assert fastest_accept(GateParams(w_net_min=41)) is None  # W-L <= 40 = n_max
     assert fastest_accept(GateParams(e_confirm=1e8)) is None  # 1.5**40 = 1.1e7
     assert fastest_accept(GateParams(e_confirm=1e8, n_max=46)) == 46  # 1.5**46 = 1.3e8
+    # a walk of n_max units is never needed to know: no time goes by for absurd ladders
+    assert fastest_accept(GateParams(e_confirm=1e300, lambda_dir=1e-9, n_max=10**9)) is None
+    k = fastest_accept(GateParams(e_confirm=1e300, lambda_dir=1e-9, n_max=10**12))
+    # (the factor as the kernel holds it, 1 + 1e-9 rounded to a double)
+    assert k is not None and abs(k - math.log(1e300) / math.log(1.0 + 1e-9)) <= 1

@@ -11,7 +11,7 @@ from typing import Any, Literal, cast
 
 from redis.exceptions import NoPermissionError
 
-from ..errors import ConfigError, shown
+from ..errors import ConfigError, is_whole, shown
 from . import _cluster as cluster
 from ._keys import DEFAULT_PREFIX
 
@@ -111,9 +111,9 @@ async def renew_ttl(client: cluster.Client, ttl: int, pattern: str = f"{DEFAULT_
     scripts (and for a dry run, which reads TTLs only). Never KEYS. A key SCAN returns
     twice (rehashing) is counted twice.
     """
-    if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl <= 0:
+    if not is_whole(ttl) or ttl <= 0:
         raise ConfigError(f"ttl must be an integer number of seconds > 0, got {shown(ttl)}")
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+    if not is_whole(batch) or batch < 1:
         raise ConfigError(f"batch must be an integer >= 1, got {shown(batch)}")
     auto = method == "auto"
     method = await _resolve_method(client, method, dry_run)

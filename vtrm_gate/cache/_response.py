@@ -35,7 +35,7 @@ from .._env import (
     scrub,
 )
 from .._ids import canonical_json
-from ..errors import ConfigError, is_real, shown
+from ..errors import ConfigError, is_real, is_whole, shown
 from . import _cluster as cluster
 from ._connect import connect
 from ._keys import cache_namespace
@@ -180,7 +180,7 @@ class ResponseCache:
                  namespace: str = "") -> None:
         if url is not None:
             check_redis_url(url)
-        if isinstance(ttl, bool) or not isinstance(ttl, int) or not 0 < ttl <= MAX_TTL:
+        if not is_whole(ttl) or not 0 < ttl <= MAX_TTL:
             raise ConfigError(f"ResponseCache.ttl must be an integer number of seconds from 1 "
                              f"to {MAX_TTL}, got {shown(ttl)}")
         if not prefix or not isinstance(prefix, str) or any(c in prefix for c in "*?[]"):

@@ -168,8 +168,10 @@ def _one_line(exc: BaseException, workspace: str | None = None) -> str:
         where = f"{exc.filename}: " if exc.filename else ""
         text = f"{where}{exc.strerror}"
     elif isinstance(exc, sqlite3.Error):
+        from ..harness import LOG_FILE
+
         code = getattr(exc, "sqlite_errorname", None)
-        log = f"{Path(workspace) / 'harness.sqlite'}" if workspace else "SQLite"
+        log = f"{Path(workspace) / LOG_FILE}" if workspace else "SQLite"
         text = f"{log}: {exc}" + (f" ({code})" if code else "")
     else:
         text = str(exc) or type(exc).__name__

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
-from ..errors import is_real
+from ..errors import is_real, is_whole
 from ..stats import (
     Action,
     DecisionRule,
@@ -414,7 +414,7 @@ class ExpectedNeed(NeedAware):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if isinstance(self.horizon, bool) or not isinstance(self.horizon, int) \
+        if not is_whole(self.horizon) \
                 or self.horizon < 1:
             raise ValueError(f"ExpectedNeed.horizon must be an integer >= 1, "
                              f"got {self.horizon!r}")

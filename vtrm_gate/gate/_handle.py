@@ -12,6 +12,7 @@ from typing import Any
 
 from .._env import DEFAULT_CONCURRENCY
 from .._sync import run_sync
+from ..errors import is_whole
 from ..stats import (
     GateParams,
 )
@@ -53,7 +54,7 @@ class GateHandle:
     """
 
     def __init__(self, gate: _Gate, history_limit: int = HISTORY_LIMIT) -> None:
-        if isinstance(history_limit, bool) or not isinstance(history_limit, int) \
+        if not is_whole(history_limit) \
                 or history_limit < 1:
             raise ValueError(f"history_limit must be an integer >= 1, got {history_limit!r}")
         self._gate = gate

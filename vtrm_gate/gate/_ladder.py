@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from .._ids import is_unicode
+from ..errors import is_whole
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ def build_ladder(pool: Iterable[str], seed_correct: Mapping[str, bool] | None = 
     ``seed_correct`` maps unit_id -> whether the *seed baseline* answered it right; it is
     used for ordering only. ``exclude`` holds this step's evolution case units.
     """
-    if not isinstance(n_max, int) or isinstance(n_max, bool) or n_max < 0:
+    if not is_whole(n_max) or n_max < 0:
         raise ValueError(f"n_max must be an integer >= 0, got {n_max!r}")
     units = check_unit_ids(pool, "pool: ")
     seed_correct = seed_correct or {}

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from .._ids import Arm, arm_run_id, content_hash, is_unicode, slugify
-from ..errors import InvalidResultError, is_real
+from ..errors import InvalidResultError, is_real, is_whole
 from ..stats import (
     DecisionRule,
     TypeOutcome,
@@ -177,7 +177,7 @@ class TypePlan:
                                  f"Unicode (a lone surrogate): it reaches Redis keys, "
                                  f"requests and files")
         a = self.attempt
-        if isinstance(a, bool) or not isinstance(a, int) or a < 0:
+        if not is_whole(a) or a < 0:
             raise ValueError(f"TypePlan.attempt must be an integer >= 0, got {a!r}")
 
     @functools.cached_property
@@ -226,7 +226,7 @@ class GuardParams:
     """``sequential`` only: the false-abort bound per type (the threshold is 1/alpha)."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.min_calls, int) or isinstance(self.min_calls, bool) \
+        if not is_whole(self.min_calls) \
                 or self.min_calls < 1:
             raise ValueError(f"GuardParams.min_calls must be an integer >= 1, "
                              f"got {self.min_calls!r}")

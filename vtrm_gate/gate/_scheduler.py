@@ -17,7 +17,7 @@ from typing import Any, Literal, NamedTuple
 
 from .._env import DEFAULT_CONCURRENCY
 from .._ids import Arm
-from ..errors import InfraGuardError, TargetClashError, is_real
+from ..errors import InfraGuardError, TargetClashError, is_real, is_whole
 from ..stats import (
     Action,
     DecisionRule,
@@ -123,7 +123,7 @@ class _TypeRun:
 def _validate(plans: Sequence[TypePlan], infer: Infer, params: GateParams,
               concurrency: int) -> None:
     """Everything that can be refused is refused here, before any inference or write."""
-    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+    if not is_whole(concurrency) or concurrency < 1:
         raise ValueError(f"concurrency must be an integer >= 1, got {concurrency!r}")
     if not callable(infer):
         raise TypeError(f"infer must be an async function (UnitTask -> UnitResult), "

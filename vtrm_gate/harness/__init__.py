@@ -114,6 +114,7 @@ from ._units import read_units as read_units
 from ._units import units_pool as units_pool
 from ._units import units_task_description as units_task_description
 from ._workspace import DEFAULT_STRATEGY as DEFAULT_STRATEGY
+from ._workspace import LOG_FILE as LOG_FILE
 from ._workspace import UNITS_FILE as UNITS_FILE
 from ._workspace import Workspace as Workspace
 from ._workspace import WorkspaceConfig as WorkspaceConfig
@@ -127,6 +128,7 @@ __all__ = [
     "EVAL_STEP",
     "FATES",
     "HELDOUT_FILE",
+    "LOG_FILE",
     "MAX_OUTCOME_ROWS",
     "MAX_SKILL_CHARS",
     "OPTIONAL_COLUMNS",

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import ConfigError, shown
+from ..errors import ConfigError, is_whole, shown
 from ._lock import workspace_lock
 from ._workspace import Workspace
 
@@ -40,7 +40,7 @@ def writer(workspace: Workspace | str | Path, command: str,
 
 def check_ids(epoch: int, step: int) -> None:
     for name, v in (("epoch", epoch), ("step", step)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        if not is_whole(v) or v < 1:
             raise ConfigError(f"{name} must be an integer >= 1, got {shown(v)}")
 
 

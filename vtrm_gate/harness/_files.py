@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, WorkspaceError
+from ..errors import InputError, WorkspaceError, is_whole
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -132,7 +132,7 @@ SQLITE_INT_MAX = 2**63 - 1
 
 def _whole(x: object) -> bool:
     """An integer (not a bool) that an SQLite INTEGER column can hold."""
-    return isinstance(x, int) and not isinstance(x, bool) and -SQLITE_INT_MAX - 1 <= x \
+    return is_whole(x) and -SQLITE_INT_MAX - 1 <= x \
         <= SQLITE_INT_MAX
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from .._ids import EVAL_STEP, PROBATION_STEP
 from .._sync import run_sync
-from ..errors import ConfigError, TrainRefusedError, WorkspaceError, shown
+from ..errors import ConfigError, TrainRefusedError, WorkspaceError, is_whole, shown
 from ..gate import (
     Infer,
     Subscriber,
@@ -157,7 +157,7 @@ def _check_train_config(ws: Workspace, epochs: int, config: Mapping[str, Any]) -
 
 
 def _check_positive(name: str, v: object) -> None:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+    if not is_whole(v) or v < 1:
         raise ConfigError(f"{name} must be a positive integer, got {shown(v)}")
 
 

@@ -27,7 +27,7 @@ from typing import Any
 from urllib.parse import quote
 
 from .._ids import slugify
-from ..errors import InputError, MediaError, WorkspaceError, is_real, shown
+from ..errors import InputError, MediaError, WorkspaceError, is_real, is_whole, shown
 from ._files import _rel
 
 REF_SCHEME = "vtrm-file:"
@@ -145,7 +145,7 @@ class MediaOptions:
         for name, low in (("max_frames", 1), ("max_side", 0), ("max_frame_bytes", 1),
                           ("max_pixels", 1)):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or not low <= v < 2**63:
+            if not is_whole(v) or not low <= v < 2**63:
                 raise InputError(f"media.{name} must be an integer >= {low}, got {shown(v)}")
         if self.detail not in ("auto", "low", "high"):
             raise InputError(f"media.detail must be auto, low or high, got {shown(self.detail)}")

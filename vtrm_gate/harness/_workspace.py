@@ -42,7 +42,9 @@ from ._state import FORMAT, SkillRef, TrainingState
 from ._units import MediaOptions, MediaRefs, UnitRecord, read_units
 
 DEFAULT_STRATEGY = "default-strategy.md"
-FILES = ("workspace.json", "pool.json", "seed_record.json", "state.json", "harness.sqlite")
+LOG_FILE = "harness.sqlite"
+"""The workspace's SQLite log (`HarnessLog`), under its root."""
+FILES = ("workspace.json", "pool.json", "seed_record.json", "state.json", LOG_FILE)
 UNITS_FILE = "units.jsonl"
 KINDS = ("custom", "simulated", "llm")
 
@@ -233,7 +235,7 @@ class Workspace:
 
     @property
     def log_path(self) -> Path:
-        return self.root / "harness.sqlite"
+        return self.root / LOG_FILE
 
     @property
     def state_path(self) -> Path:
@@ -427,7 +429,7 @@ class Workspace:
                 atomic_write(ws_tmp.history_path(t, 1), text)
                 atomic_write(ws_tmp.skill_path(t), text)
                 refs[t] = SkillRef(1, content_hash(text), 1)
-            HarnessLog(tmp / "harness.sqlite").close()
+            HarnessLog(tmp / LOG_FILE).close()
             write_json(tmp / "state.json", TrainingState(refs).to_json())
 
         create_atomically(root, build)  # whole or not at all
@@ -464,9 +466,9 @@ def _check_layout(root: Path) -> None:
         if not (root / name).is_file():
             raise WorkspaceError(f"{name}: missing in workspace {root} (is this a "
                                  f"vtrm_gate workspace? create one with init)")
-    with open(root / "harness.sqlite", "rb") as f:
+    with open(root / LOG_FILE, "rb") as f:
         if f.read(16) != b"SQLite format 3\x00":
-            raise WorkspaceError("harness.sqlite: not an SQLite database")
+            raise WorkspaceError(f"{LOG_FILE}: not an SQLite database")
 
 
 def _read_config(root: Path) -> WorkspaceConfig:

@@ -41,7 +41,7 @@ from .._env import DEFAULT_MAX_TOKENS as _DEFAULT_MAX_TOKENS
 from .._env import api_key as _api_key
 from ..cache import KeyParts, ResponseCache, protocol_failure, run_header, validate_response
 from ..cache._keys import PROTOCOL_FAILURES, Validator
-from ..errors import ContextOverflowError, LLMInfraError, MediaError
+from ..errors import ContextOverflowError, LLMInfraError, MediaError, is_whole
 from ..gate import UnitResult, UnitTask, report_progress
 from ..harness import Media
 from ._endpoints import Endpoint, EndpointPool, Exchange, ShardedClient
@@ -264,7 +264,7 @@ def _max_tokens(value: int | Mapping[str, int] | None) -> dict[str, int]:
     else:
         out = {"think": value, "answer": value}
     for k, v in out.items():
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        if not is_whole(v) or v < 0:
             raise ValueError(f"LLMAgent.max_tokens[{k!r}] must be an integer >= 0, got {v!r}")
     return {k: v for k, v in out.items() if v}
 
@@ -299,7 +299,7 @@ class AgentSettings:
         if not self.timeout > 0:
             raise ValueError(f"LLMAgent.timeout must be > 0 seconds, got {self.timeout}")
         n = self.max_response_bytes
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        if not is_whole(n) or n < 1:
             raise ValueError(f"LLMAgent.max_response_bytes must be an integer >= 1, got {n!r}")
         object.__setattr__(self, "max_tokens", _max_tokens(self.max_tokens))
 

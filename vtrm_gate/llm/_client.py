@@ -27,6 +27,7 @@ import httpx
 from .._env import DEFAULT_TIMEOUT_S, scrub_credentials
 from .._ids import check_run_id
 from ..cache import KeyParts, ResponseCache, protocol_failure, run_header
+from ..errors import is_whole
 from ..gate import current_run_id
 from ._agent import DEFAULT_MAX_RESPONSE_BYTES, parse_body
 
@@ -78,7 +79,7 @@ class CachedTransport(httpx.AsyncBaseTransport):
         check_run_id(run_id, "cached client")
         for name, v in (("max_request_bytes", max_request_bytes), ("max_tools", max_tools),
                         ("max_response_bytes", max_response_bytes)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            if not is_whole(v) or v < 1:
                 raise ValueError(f"cached client: {name} must be an integer >= 1, got {v!r}")
         self.cache, self.run_id = cache, run_id
         self.inner = transport or httpx.AsyncHTTPTransport()

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .._env import DEFAULT_CONCURRENCY
-from ..errors import EndpointsError
+from ..errors import EndpointsError, is_whole
 from ._limit import PREFILL_TOKENS, GradientLimit, LimitParams
 
 DEFAULT_CAP = DEFAULT_CONCURRENCY
@@ -50,7 +50,7 @@ class Endpoint:
         if not isinstance(self.url, str) or not self.url.startswith(("http://", "https://")):
             raise EndpointsError(f"endpoint url must be an http(s):// URL, got {self.url!r}")
         cap = self.max_concurrency
-        if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+        if not is_whole(cap) or cap < 1:
             raise EndpointsError(f"endpoint {self.url}: max_concurrency must be an integer "
                                  f">= 1, got {cap!r}")
         object.__setattr__(self, "url", self.url.rstrip("/"))

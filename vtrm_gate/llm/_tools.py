@@ -28,7 +28,7 @@ import httpx
 from .._env import api_key as _api_key
 from .._ids import content_hash, rollout_run_id
 from ..cache import protocol_failure
-from ..errors import BackendError, CasesUnavailable, LLMInfraError
+from ..errors import BackendError, CasesUnavailable, LLMInfraError, is_whole
 from ..gate import GuardParams, UnitResult, UnitTask
 from ..harness import step_input_state
 from ._agent import MCQ, RetryPolicy, _content, parse_body, parse_retry_after
@@ -105,7 +105,7 @@ class ToolAgent:
                  max_turns: int = 6, temperature: float = 0.0, max_tokens: int | None = 256,
                  params: Mapping[str, Any] | None = None, retry: RetryPolicy | None = None,
                  rng: random.Random | None = None) -> None:
-        if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
+        if not is_whole(max_turns) or max_turns < 1:
             raise ValueError(f"ToolAgent.max_turns must be an integer >= 1, got {max_turns!r}")
         if not model:
             raise ValueError("ToolAgent needs a model")
@@ -245,14 +245,14 @@ class ToolAgent:
 def _total_tokens(doc: Mapping[str, Any]) -> int:
     usage = doc.get("usage")
     total = usage.get("total_tokens") if isinstance(usage, Mapping) else None
-    return total if isinstance(total, int) and not isinstance(total, bool) and total >= 0 \
+    return total if is_whole(total) and total >= 0 \
         else 0
 
 
 def _look(parts: Sequence[str], args: Mapping[str, Any]) -> str:
     """The tool's result: the part asked for, or what was wrong with the request."""
     part = args.get("part")
-    if isinstance(part, bool) or not isinstance(part, int) or not 1 <= part <= len(parts):
+    if not is_whole(part) or not 1 <= part <= len(parts):
         return f"error: part must be an integer from 1 to {len(parts)}, got {part!r}"
     return parts[part - 1]
 

@@ -29,7 +29,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from .._ids import content_hash, slugify
-from ..errors import ConfigError, is_real, shown
+from ..errors import ConfigError, is_real, is_whole, shown
 from ..gate import UnitResult, UnitTask
 from ._effects import PRESETS, World
 
@@ -113,10 +113,6 @@ def _sigmoid(x: float) -> float:
     return 1.0 / (1.0 + math.exp(-x))
 
 
-def _is_int(x: object) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
 def _fail(name: str, allowed: str, value: object) -> None:
     raise ConfigError(f"SimConfig.{name} must be {allowed}, got {shown(value)}")
 
@@ -151,7 +147,7 @@ class SimConfig:
     preset name). None: the preset ``default``, the original per-type world."""
 
     def __post_init__(self) -> None:
-        if not _is_int(self.seed):
+        if not is_whole(self.seed):
             _fail("seed", "an integer", self.seed)
         pools = DEFAULT_POOL_SIZES if self.pool_sizes is None else self.pool_sizes
         if not isinstance(pools, Mapping) or not pools:
@@ -160,7 +156,7 @@ class SimConfig:
         for name, size in pools.items():
             if not isinstance(name, str) or not re.search(r"[A-Za-z0-9]", name):
                 _fail("pool_sizes", "keyed by task type names with letters or digits", name)
-            if not _is_int(size) or size < 0:
+            if not is_whole(size) or size < 0:
                 _fail("pool_sizes", f"integers >= 0 (type {name!r})", size)
         if len({slugify(n) for n in pools}) != len(pools):
             _fail("pool_sizes", "keyed by types with distinct slugs", list(pools))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import is_whole
 from ._params import Action, GateParams, Pair
 from ._process import GateState, gate_decision, update_state
 
@@ -23,7 +24,7 @@ class BlockEnd:
     name: str = "old_blocks"
 
     def __post_init__(self) -> None:
-        if isinstance(self.block, bool) or not isinstance(self.block, int) or self.block < 1:
+        if not is_whole(self.block) or self.block < 1:
             raise ValueError(f"BlockEnd.block must be an integer >= 1, got {self.block!r}")
 
     def update(self, state: GateState, pair: Pair, params: GateParams) -> GateState:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
+from ..errors import is_whole
 from ._montecarlo import wilson_interval
 
 NEWCOMBE = "Newcombe (1998) method 10, paired"
@@ -59,7 +60,7 @@ def _wilson(k: int, n: int, z: float) -> tuple[float, float]:
 
 def _check_counts(*counts: int) -> None:
     for c in counts:
-        if isinstance(c, bool) or not isinstance(c, int) or c < 0:
+        if not is_whole(c) or c < 0:
             raise ValueError(f"counts must be integers >= 0, got {counts!r}")
 
 

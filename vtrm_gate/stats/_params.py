@@ -6,7 +6,7 @@ import enum
 import math
 from dataclasses import dataclass
 
-from ..errors import is_real
+from ..errors import is_real, is_whole
 
 Pair = tuple[bool, bool] | None
 """One unit's outcome in ladder order: ``(base_correct, cand_correct)``, or None for INFRA."""
@@ -60,9 +60,6 @@ class GateParams:
     n_max: int = 40
 
     def __post_init__(self) -> None:
-        def whole(x: object) -> bool:
-            return isinstance(x, int) and not isinstance(x, bool)
-
         _check(is_real(self.e_confirm) and self.e_confirm > 1, "e_confirm", "a number > 1",
                self.e_confirm)
         _check(is_real(self.delta_min) and 0 <= self.delta_min < 1, "delta_min",
@@ -70,15 +67,15 @@ class GateParams:
         lam_max = 1.0 / (1.0 + (self.delta_min if is_real(self.delta_min) else 0.0))
         _check(is_real(self.lambda_dir) and 0 < self.lambda_dir <= lam_max, "lambda_dir",
                f"in (0, 1/(1+delta_min)] = (0, {lam_max:.6g}]", self.lambda_dir)
-        _check(whole(self.w_net_min) and self.w_net_min >= 0, "w_net_min",
+        _check(is_whole(self.w_net_min) and self.w_net_min >= 0, "w_net_min",
                "an integer >= 0", self.w_net_min)
         _check(is_real(self.e_reject) and self.e_reject > 1, "e_reject", "a number > 1",
                self.e_reject)
         _check(is_real(self.e_provisional) and self.e_provisional >= 1, "e_provisional",
                "a number >= 1", self.e_provisional)
-        _check(whole(self.w_net_min_provisional) and self.w_net_min_provisional >= 0,
+        _check(is_whole(self.w_net_min_provisional) and self.w_net_min_provisional >= 0,
                "w_net_min_provisional", "an integer >= 0", self.w_net_min_provisional)
-        _check(whole(self.n_max) and self.n_max >= 1, "n_max", "an integer >= 1", self.n_max)
+        _check(is_whole(self.n_max) and self.n_max >= 1, "n_max", "an integer >= 1", self.n_max)
         # not a field (no equality, hash, repr or asdict): derived once, read per unit
         object.__setattr__(self, "_log_win_factor", math.log(self.win_factor))
 
