@@ -660,7 +660,7 @@ def test_a_ladder_too_short_to_accept_is_noted_on_its_type(tmp_path):
     n_ocr = len(res.types["OCR Problems"].ladder)
     assert n_ocr == 10 and res.types["OCR Problems"].status == "gated"
     want = ("its ladder holds 10 units, and ACCEPT needs at least 12 (straight wins at these "
-            "gate parameters): this step cannot adopt its candidate")
+            "gate parameters): this step cannot accept its candidate")
     assert want in res.types["OCR Problems"].note and want in notes["OCR Problems"]
     for t in ("Action Reasoning", "Counting Problem"):  # 48- and 40-unit ladders
         assert "ACCEPT needs" not in (res.types[t].note or "") + (notes[t] or "")

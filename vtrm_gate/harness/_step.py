@@ -226,8 +226,7 @@ def _ladders(ws: Workspace, cases: Mapping[str, list[str]], options: RunOptions,
         if need is not None and len(ladders[t]) < need:
             short = (f"its ladder holds {len(ladders[t])} units, and ACCEPT needs at least "
                      f"{need} (straight wins at these gate parameters): this step cannot "
-                     f"adopt its candidate, only keep it PROVISIONAL, keep the skill or "
-                     f"reject it")
+                     f"accept its candidate")
         note = join_notes(media_note(faults) if faults else None, short)
         if note:
             notes[t] = note
