@@ -44,7 +44,6 @@ def rule_oc(rule: DecisionRule, params: GateParams, p_win: float, discordance: f
                                     p_win, discordance, n_units, 0.0)
 
 
-
 def fastest_accept(params: GateParams, rule: DecisionRule | None = None) -> int | None:
     """The fewest units after which ``rule`` can ACCEPT (that many straight wins, the best a
     candidate can do), or None when no ladder of at most ``params.n_max`` units can ever be
