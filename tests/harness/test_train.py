@@ -696,3 +696,31 @@ def test_a_heldout_split_longer_than_n_max_is_evaluated_whole(tmp_path):
     res = run_virtual(evaluate_epoch(ws, 1, infer=be.infer))
     [row] = res.rows
     assert row["n_units"] == n and row["n_initial"] == n and row["n_current"] == n
+
+
+def test_a_type_no_step_can_accept_is_announced_before_the_first_step(tmp_path):
+    """Hostile pass: the default world's Spatial Perception (8 gate units, its ladders at most
+    7 once its error cases are left out) can never be accepted at the defaults (8 straight
+    wins), and a training run said nothing until its steps' notes. `train` now says so first,
+    once per type, naming the numbers; types whose ladders can accept get no notice."""
+    from vtrm_gate.harness import never_accepted
+    from vtrm_gate.stats import GateParams
+
+    ws = _init(tmp_path / "ws")
+    options = RunOptions(gate=GateParams(e_confirm=1.5**20))  # ACCEPT needs 20 wins
+    pools = {t: len(ws.pool[t]) for t in ws.task_types}
+    assert pools["Spatial Reasoning"] < 21 <= min(n for t, n in pools.items()
+                                                  if t != "Spatial Reasoning")
+    assert never_accepted(ws, options) == {"Spatial Reasoning": (pools["Spatial Reasoning"] - 1,
+                                                                 20)}
+    assert never_accepted(ws, RunOptions()) == {}
+    events: list = []
+    _train(ws, 1, 1, options=options, on_event=events.append)
+    notices = [ev for ev in events if ev.kind == "notice"]
+    assert [ev.line for ev in notices] == [
+        f"note: Spatial Reasoning has {pools['Spatial Reasoning']} gate units, so at most "
+        f"{pools['Spatial Reasoning'] - 1} on a ladder (a step leaves its error cases out); "
+        f"ACCEPT needs 20: no step can accept its candidates, it changes only through "
+        f"probation"]
+    assert events.index(notices[0]) < min(i for i, ev in enumerate(events) if ev.kind == "step")
+    ws.close()

@@ -83,6 +83,7 @@ from ._status import StepStatus as StepStatus
 from ._step import CaseSource as CaseSource
 from ._step import Evolver as Evolver
 from ._step import fail_fast_targets as fail_fast_targets
+from ._step import never_accepted as never_accepted
 from ._step import run_step as run_step
 from ._step import run_step_sync as run_step_sync
 from ._step import step_input_state as step_input_state
@@ -190,6 +191,7 @@ __all__ = [
     "frame_path",
     "gain_text",
     "loop_clock",
+    "never_accepted",
     "only_lock_file",
     "open_image",
     "parse_media",

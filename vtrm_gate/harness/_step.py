@@ -209,12 +209,26 @@ def _step_inputs(ws: Workspace, epoch: int, step: int, options: RunOptions,
                       cases, rollout_errors, ladders, inputs, ladder_notes)
 
 
+def accept_need(options: RunOptions) -> int | None:
+    """The fewest ladder units that can ACCEPT under ``options`` (`fastest_accept`)."""
+    return fastest_accept(options.gate, decision_rule(options.decision_rule))
+
+
+def never_accepted(ws: Workspace, options: RunOptions) -> dict[str, tuple[int, int]]:
+    """Types no step can accept, each with the most units a ladder of theirs can hold and
+    the fewest that ACCEPT needs: a type is gated only with an error case, which its ladder
+    leaves out, so its ladders hold at most ``min(n_max, pool - 1)`` units."""
+    need = accept_need(options)
+    most = {t: min(options.gate.n_max, len(ws.pool[t]) - 1) for t in ws.task_types}
+    return {} if need is None else {t: (m, need) for t, m in most.items() if m < need}
+
+
 def _ladders(ws: Workspace, cases: Mapping[str, list[str]], options: RunOptions, seed: str
              ) -> tuple[dict[str, list[str]], dict[str, str]]:
     """Each type with cases: its ladder (SPEC §2), leaving out the units whose frames
     cannot be sent (checked here, before anything runs), and a note naming them; a ladder
     shorter than the fewest units that can ACCEPT says so (the step cannot adopt it)."""
-    need = fastest_accept(options.gate, decision_rule(options.decision_rule))
+    need = accept_need(options)
     ladders, notes = {}, {}
     for t, us in cases.items():
         if not us:

@@ -45,7 +45,7 @@ from ._order import TRAIN_FILE, train_record
 from ._results import StepResult
 from ._settle import ProbationResult, settle_probation
 from ._status import StepStatus
-from ._step import DEFAULT_OPTIONS, CaseSource, Evolver, run_step
+from ._step import DEFAULT_OPTIONS, CaseSource, Evolver, never_accepted, run_step
 from ._workspace import Workspace
 
 PHASES = ("rollout", "evolution", "gate", "settlement", "evaluation")
@@ -64,7 +64,8 @@ class TrainEvent:
     was found done by an earlier run)."""
 
     kind: str
-    """step | settle | evaluate | resume | finished"""
+    """step | settle | evaluate | resume | finished | notice (before the first step: a type
+    no step can accept, `never_accepted`)"""
     epoch: int
     step: int | None
     line: str
@@ -277,6 +278,11 @@ async def train(workspace: Workspace | str | Path, epochs: int, steps_per_epoch:
         if ws.stale_skills:
             ws.sync_skills()
         run = _Run(ws, infer, evolver, cases, rollout, options, tuple(subscribers), on_event)
+        for t, (most, need) in never_accepted(ws, options).items():
+            run.emit(TrainEvent("notice", 1, None, (
+                f"note: {t} has {len(ws.pool[t])} gate units, so at most {most} on a ladder "
+                f"(a step leaves its error cases out); ACCEPT needs {need}: no step can "
+                f"accept its candidates, it changes only through probation")))
         for e in range(1, epochs + 1):
             for s in range(1, steps_per_epoch + 1):
                 await run.step(e, s)
