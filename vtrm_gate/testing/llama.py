@@ -180,6 +180,8 @@ class RecordingProxy:
         self.exchanges: list[Exchanged] = []  # in the order the upstream answered
         self.arrived = 0  # POSTs received whole so far
         self.lock = threading.Lock()
+        self.recorded = threading.Condition(self.lock)  # a forwarded POST is done
+        self.in_flight: set[int] = set()  # arrival numbers forwarded, not yet recorded
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -195,7 +197,13 @@ class RecordingProxy:
                 if len(data) == n:  # else the client left mid-body (a cancel): nothing sent
                     with outer.lock:
                         seq, outer.arrived = outer.arrived, outer.arrived + 1
-                    outer.forward(self, data, seq)
+                        outer.in_flight.add(seq)
+                    try:
+                        outer.forward(self, data, seq)
+                    finally:
+                        with outer.recorded:
+                            outer.in_flight.discard(seq)
+                            outer.recorded.notify_all()
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
@@ -234,11 +242,16 @@ class RecordingProxy:
         with self.lock:
             return self.arrived
 
-    def between(self, n1: int, n2: int) -> list[Exchanged]:
+    def between(self, n1: int, n2: int, timeout: float = 600.0) -> list[Exchanged]:
         """The answered requests that arrived ``n1``-th to ``n2``-th (marks), by arrival
         order, not by when the upstream answered: a call the first run cancelled as it
-        ended is still one of the first run's, however late the server finishes it."""
-        with self.lock:
+        ended is still one of the first run's, however late the server finishes it. Waits
+        (up to ``timeout`` s) for those still being answered, so none is missed."""
+        with self.recorded:
+            if not self.recorded.wait_for(lambda: min(self.in_flight, default=n2) >= n2,
+                                          timeout):
+                raise TimeoutError(f"requests {sorted(self.in_flight)} still unanswered "
+                                   f"after {timeout:g} s")
             return sorted((e for e in self.exchanges if n1 <= e.seq < n2),
                           key=lambda e: e.seq)
 
