@@ -56,6 +56,8 @@ BAD = [
     (HEAD, [*GOOD[:2], "1,1,,u2,2,0,1,0"], 3, "'task_type'"),
     (HEAD, [f"1,1,OCR,u{i},{i},0,1,0" for i in range(41)], 41, "n_max"),
     (HEAD, [], None, "no rows"),
+    (HEAD.replace("\n", ",cand_correct\n"), [f"{x},1" for x in GOOD], None,
+     "'cand_correct' twice"),  # which one is the candidate's outcome? Refused, not guessed
 ]
 
 
@@ -108,3 +110,27 @@ def test_replay_needs_a_workspace_or_outcomes_not_both(
     path = _write(tmp_path, GOOD)
     assert main(["replay", "--outcomes", str(path), "--epoch", "1"]) == 2
     assert "--epoch" in capsys.readouterr().err
+
+
+def _jsonl_row(rank: int, **extra: object) -> str:
+    row = {"epoch": 1, "step": 1, "task_type": "OCR", "unit_id": f"u{rank}",
+           "ladder_rank": rank, "base_correct": 0, "infra": 0}
+    body = json.dumps({**row, **extra})[1:-1]
+    return "{" + body + ', "cand_correct": 1}\n'
+
+
+def test_a_jsonl_object_naming_a_column_twice_is_refused_a_nested_one_is_not(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """polars keeps a repeated key's first value and Python's json its last: which outcome
+    was meant cannot be guessed, so the row is named. A key of an extra column's nested
+    object is not a column, and the blank line is not a row."""
+    path = tmp_path / "o.jsonl"
+    ok = [_jsonl_row(0, meta={"cand_correct": 0, "epoch": 9}), "\n", _jsonl_row(1)]
+    path.write_text("".join(ok))
+    assert main(["replay", "--outcomes", str(path), "--json"]) == 0
+    (gate,) = json.loads(capsys.readouterr().out)
+    assert (gate["prefix_W"], gate["prefix_L"], gate["n_rows"]) == (2, 0, 2)
+    path.write_text("".join([*ok, _jsonl_row(2, cand_correct=0)]))
+    assert main(["replay", "--outcomes", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "row 3, column 'cand_correct': the key twice" in err, err

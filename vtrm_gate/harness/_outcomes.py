@@ -58,6 +58,7 @@ def _scan(path: Path) -> pl.DataFrame:
     fmt = _format(path)
     if not path.is_file():
         raise OutcomesError(f"{path}: no such outcomes file")
+    _no_column_twice(path, fmt)
     try:
         if fmt == "csv":
             lazy = pl.scan_csv(path, infer_schema=False)
@@ -72,6 +73,73 @@ def _scan(path: Path) -> pl.DataFrame:
             _ragged_row(path)
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise OutcomesError(f"{path}: cannot read as {fmt.upper()}: {first}") from None
+
+
+def _no_column_twice(path: Path, fmt: str) -> None:
+    """Refuse a schema column named twice (a CSV header, or one JSONL object's keys): which
+    of the two holds, say, the candidate's outcome cannot be guessed, and the readers differ
+    (polars keeps the first, Python's json the last)."""
+    if fmt == "csv":
+        _csv_column_twice(path)
+    elif fmt == "jsonl":
+        _jsonl_key_twice(path)
+
+
+def _csv_column_twice(path: Path) -> None:
+    import csv
+
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as f:
+            header = next(csv.reader(f), [])
+    except (UnicodeDecodeError, csv.Error, OSError):
+        return  # the reader names what is wrong with such a file
+    for c in (*OUTCOME_COLUMNS, *OPTIONAL_COLUMNS):
+        at = [i + 1 for i, name in enumerate(header) if name == c]
+        if len(at) > 1:
+            raise OutcomesError(f"{path}: column {c!r} twice in the header (fields {at[0]} "
+                                f"and {at[1]}): which one is meant cannot be guessed")
+
+
+def _jsonl_key_twice(path: Path) -> None:
+    """Find rows whose text names a schema key twice (vectorised), then confirm on each with
+    a real parse: a nested object of an extra column may reuse a name."""
+    import polars as pl
+
+    try:
+        lines = (pl.scan_csv(path, has_header=False, separator="\x00", quote_char=None,
+                             new_columns=["line"], infer_schema=False)
+                 .filter(pl.col("line").str.strip_chars() != "")
+                 .head(MAX_OUTCOME_ROWS + 1).collect())
+    except (pl.exceptions.PolarsError, OSError, ValueError):
+        return  # the reader names what is wrong with such a file
+    names = (*OUTCOME_COLUMNS, *OPTIONAL_COLUMNS)
+    suspects = lines.select(
+        pl.int_range(pl.len()).alias("_i"), pl.col("line"),
+        pl.any_horizontal([pl.col("line").str.count_matches(f'"{c}"\\s*:') > 1
+                           for c in names]).alias("_twice")).filter(pl.col("_twice"))
+    for i, line in suspects.select("_i", "line").iter_rows():
+        keys = _top_level_keys(line)
+        for c in names:
+            if keys.count(c) > 1:
+                raise OutcomesError(f"{path}: row {i + 1}, column {c!r}: the key twice in "
+                                    f"one object: which one is meant cannot be guessed")
+
+
+def _top_level_keys(line: str) -> list[str]:
+    """The keys of a JSON object's own pairs, repeats kept ([] if the line is not one)."""
+    import json
+
+    pairs: list[list[str]] = []  # one list per object parsed: the outermost comes last
+
+    def keep(kv: list[tuple[str, Any]]) -> dict[str, Any]:
+        pairs.append([k for k, _ in kv])
+        return dict(kv)
+
+    try:
+        top = json.loads(line, object_pairs_hook=keep)
+    except ValueError:
+        return []  # the reader names the row that is not JSON
+    return pairs[-1] if isinstance(top, dict) and pairs else []
 
 
 def _ragged_row(path: Path) -> None:
