@@ -67,6 +67,33 @@ def canonical_json(value: Any) -> str:
                       allow_nan=False)
 
 
+class _KeyTwice(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _KeyTwice(k)
+        out[k] = v
+    return out
+
+
+def strict_json(text: str, **kwargs: Any) -> Any:
+    """``json.loads`` that refuses a key twice in one object, as TOML does (Python keeps the
+    last copy silently: ``{"n_max": 40, "n_max": 10}`` read as 10). The refusal is a
+    ``JSONDecodeError`` "duplicate key 'k'" placed at the key's second appearance."""
+    try:
+        return json.loads(text, object_pairs_hook=_once, **kwargs)
+    except _KeyTwice as exc:
+        seen = [m.start() for m in re.finditer(re.escape(json.dumps(exc.key)) + r"\s*:", text)]
+        raise json.JSONDecodeError(f"duplicate key {exc.key!r}", text,
+                                   seen[1] if len(seen) > 1 else 0) from None
+
+
 def json_hash(value: Any) -> str:
     """sha256 of `canonical_json` of ``value``."""
     return sha256_text(canonical_json(value))

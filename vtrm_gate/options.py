@@ -41,6 +41,7 @@ from ._env import (
     mask_url,
     read_dotenv,
 )
+from ._ids import strict_json
 from .errors import ConfigError, is_real, is_whole, shown
 from .gate import (
     DEFAULT_DISPATCH,
@@ -434,7 +435,7 @@ def _read_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path} is not UTF-8 text ({exc.reason} at byte "
                           f"{exc.start})") from None
     try:
-        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+        data = strict_json(text) if path.suffix == ".json" else tomllib.loads(text)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"config file {path} is malformed: {exc}") from None
     except RecursionError:

@@ -70,6 +70,8 @@ def _break(root: Path, name: str, text: str | None) -> None:
     ("state.json", None, r"state\.json: missing"),
     ("state.json", "{not json", r"state\.json: malformed JSON at line 1"),
     ("state.json", '{"format": 1, "skills": []}', r"state\.json: state\.skills must be"),
+    ("pool.json", '{"OCR Problems": ["a"],\n "OCR Problems": ["b"]}',
+     r"pool\.json: malformed JSON at line 2 column 2: duplicate key 'OCR Problems'"),
     ("pool.json", "[]", r"pool\.json: must be a non-empty object"),
     ("pool.json", '{"Counting Problem": ["a", "a"], "OCR Problems": []}',
      r"pool\.json: type 'Counting Problem': duplicate unit id 'a'"),

@@ -177,6 +177,8 @@ def test_a_missing_skill_in_skills_dir_is_named_and_nothing_written(tmp_path: Pa
     (json.dumps({"unit_id": "x", "task_type": "T", "question": "q", "options": "ab",
                  "answer": "A"}), "options must be a list"),
     (json.dumps(unit_line("OCR Problems", 0, 0)), "duplicate unit_id 'ocr-00'"),
+    (json.dumps(unit_line("OCR Problems", 0, 1))[:-1] + ', "answer": "B"}',
+     "duplicate key 'answer'"),  # which answer is the truth? Refused, not the last
 ])
 def test_a_bad_units_line_is_named_and_nothing_written(tmp_path: Path, line: str,
                                                        fault: str) -> None:

@@ -175,6 +175,9 @@ def test_endpoints_file_forms(tmp_path: Path) -> None:
     assert read_endpoints_file(f) == (Endpoint("http://a/v1", 32), Endpoint("http://b/v1", 8))
     with pytest.raises(EndpointsError, match=r"e\.txt: cannot read"):
         read_endpoints_file(tmp_path / "e.txt")
+    f.write_text('[{"url": "http://b/v1",\n  "max_concurrency": 8, "max_concurrency": 64}]')
+    with pytest.raises(EndpointsError, match=r"line 2: duplicate key 'max_concurrency'"):
+        read_endpoints_file(f)  # 8 or 64 slots? Refused, not the last
 
 
 def test_init_refuses_a_bad_endpoint_list(tmp_path: Path) -> None:

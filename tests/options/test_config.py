@@ -37,6 +37,19 @@ def test_json_file(tmp_path):
     assert c.gate.n_max == 30 and c.cache_enabled is False
 
 
+def test_a_key_twice_is_refused_in_json_as_toml_refuses_it(tmp_path):
+    """``{"gate": {"n_max": 40, "n_max": 10}}`` read as 10 (Python's json keeps the last);
+    TOML refuses the same file, and so does JSON now, naming the key and its line."""
+    f = tmp_path / "gate.json"
+    f.write_text('{"gate": {"n_max": 40,\n          "n_max": 10}}')
+    with pytest.raises(ConfigError, match=r"malformed.*duplicate key 'n_max'.*line 2"):
+        resolve_options(config=f, env={}, dotenv=None)
+    t = tmp_path / "gate.toml"
+    t.write_text("[gate]\nn_max = 40\nn_max = 10\n")
+    with pytest.raises(ConfigError, match="malformed"):
+        resolve_options(config=t, env={}, dotenv=None)
+
+
 def test_gate_block_is_refused_saying_why(tmp_path):
     f = tmp_path / "gate.toml"
     f.write_text("gate_block = 8\n")

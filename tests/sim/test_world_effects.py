@@ -120,6 +120,8 @@ def test_a_world_round_trips_through_json(tmp_path: Path) -> None:
     ('{"types": {"OCR Problems": {"p_harmful": 1}}}', "types['OCR Problems']"),
     ('[0.2, 0.3, 0.5]', "JSON object"),
     ('{"p_harmful": 0.2,', "not JSON"),
+    ('{"p_harmful": 0.6, "p_neutral": 0.3, "p_helpful": 0.1, "p_harmful": 0.1}',
+     "duplicate key 'p_harmful', line 1"),
 ])
 def test_a_bad_world_file_names_the_file_and_the_field(tmp_path: Path, text: str,
                                                        field: str) -> None:

@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from .._ids import strict_json
 from ..errors import InputError, WorkspaceError, is_whole
 
 
@@ -90,7 +91,7 @@ def read_json(path: Path, root: Path | None = None) -> Any:
     if not path.is_file():
         raise WorkspaceError(f"{name}: missing (expected a file at {path})")
     try:
-        value = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
+        value = strict_json(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
     except UnicodeDecodeError as exc:
         raise WorkspaceError(f"{name}: not UTF-8 text ({exc.reason})") from None
     except json.JSONDecodeError as exc:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from .._ids import slugify
+from .._ids import slugify, strict_json
 from ..errors import InputError, MediaError, WorkspaceError, is_real, is_whole, shown
 from ._files import _rel
 
@@ -394,7 +394,7 @@ def read_units(path: Path, root: Path | None = None) -> dict[str, UnitRecord]:
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = strict_json(line)
             _check_text(obj)
             rec = _unit_record(obj)
         except json.JSONDecodeError as exc:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .._env import DEFAULT_CONCURRENCY
+from .._ids import strict_json
 from ..errors import EndpointsError, is_whole
 from ._limit import PREFILL_TOKENS, GradientLimit, LimitParams
 
@@ -101,7 +102,7 @@ def read_endpoints_file(path: str | Path) -> tuple[Endpoint, ...]:
     except OSError as exc:
         raise EndpointsError(f"{p}: cannot read the endpoints file ({exc.strerror})") from None
     try:
-        value: Any = json.loads(text) if text.lstrip().startswith("[") else text
+        value: Any = strict_json(text) if text.lstrip().startswith("[") else text
         return parse_endpoints(value)
     except json.JSONDecodeError as exc:
         raise EndpointsError(f"{p}: malformed JSON at line {exc.lineno}: {exc.msg}") from None

@@ -18,6 +18,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
+from .._ids import strict_json
 from ..errors import ConfigError, is_real
 
 Scope = Literal["candidate", "type"]
@@ -151,7 +152,7 @@ class World:
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             raise ConfigError(f"{path}: cannot read the world file ({why})") from None
         try:
-            data = json.loads(text)
+            data = strict_json(text)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{path}: not JSON ({exc.msg}, line {exc.lineno})") from None
         if isinstance(data, str):
