@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import threading
 from collections.abc import Iterator
@@ -80,3 +81,33 @@ def test_a_truncated_json_200_is_still_retried(chat_server: ChatServer) -> None:
                  rng=random.Random(0), think=False)
     [res] = infer(a, task())
     assert len(chat_server.requests) == 2 and not res.infra
+
+
+def _reply(usage: object) -> str:
+    return json.dumps({"id": "x", "object": "chat.completion", "usage": usage, "choices": [
+        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "B"}}]})
+
+
+@pytest.mark.parametrize("usage", [
+    {"total_tokens": -5}, {"total_tokens": 1e30}, {"total_tokens": 10**30},
+    {"total_tokens": "lots"}, {"total_tokens": True}, {"total_tokens": 12.5},
+    {"prompt_tokens": -30, "completion_tokens": 2}, [3], "12"])
+def test_a_server_that_lies_about_its_usage_costs_its_tokens_not_the_answer(
+        chat_server: ChatServer, usage: object) -> None:
+    """A negative, huge, fractional or non-numeric token count is unknown (0): it made a
+    UnitResult the gate refuses (tokens outside 0..2**63-1), so one lying reply failed the
+    whole gate step."""
+    chat_server.inject(Fault(body=_reply(usage)))
+    a = LLMAgent(UNITS, base_url=chat_server.url, model="m", retry=FAST,
+                 rng=random.Random(0), think=False)
+    [res] = infer(a, task())
+    assert (res.correct, res.infra, res.tokens) == (True, False, 0), res
+    assert len(chat_server.requests) == 1
+
+
+def test_an_honest_usage_is_counted(chat_server: ChatServer) -> None:
+    chat_server.inject(Fault(body=_reply({"prompt_tokens": 30, "completion_tokens": 2})))
+    a = LLMAgent(UNITS, base_url=chat_server.url, model="m", retry=FAST,
+                 rng=random.Random(0), think=False)
+    [res] = infer(a, task())
+    assert (res.correct, res.tokens) == (True, 32)

@@ -54,6 +54,7 @@ from ._ladder import build_ladder as build_ladder
 from ._ladder import check_unit_ids as check_unit_ids
 from ._ladder import ladder_units as ladder_units
 from ._ladder import shuffle_key as shuffle_key
+from ._plan import MAX_RESULT_TOKENS as MAX_RESULT_TOKENS
 from ._plan import Admission as Admission
 from ._plan import BaselineStore as BaselineStore
 from ._plan import GuardParams as GuardParams
@@ -72,6 +73,7 @@ from ._scheduler import run_gate as run_gate
 __all__ = [
     "DEFAULT_DISPATCH",
     "DISPATCH_NAMES",
+    "MAX_RESULT_TOKENS",
     "PAST_STOP_POLICIES",
     "Admission",
     "BaselineStore",

@@ -66,7 +66,8 @@ Infer = Callable[[UnitTask], Awaitable[UnitResult]]
 
 _task = slot_builder(UnitTask)  # one task per call (`TypePlan.task`): slots set directly
 
-_MAX_TOKENS = 2**63 - 1  # an SQLite INTEGER
+MAX_RESULT_TOKENS = 2**63 - 1
+"""The most tokens a `UnitResult` may report (an SQLite INTEGER)."""
 
 
 def _result_fault(res: UnitResult) -> tuple[str, object] | None:
@@ -77,7 +78,8 @@ def _result_fault(res: UnitResult) -> tuple[str, object] | None:
                                                        and res.infra):
             return name, v  # correct=None is "no answer": INFRA only
     t = res.tokens
-    if isinstance(t, bool) or not isinstance(t, int | np.integer) or not 0 <= t <= _MAX_TOKENS:
+    if isinstance(t, bool) or not isinstance(t, int | np.integer) \
+            or not 0 <= t <= MAX_RESULT_TOKENS:
         return "tokens", t
     lat = res.latency_s
     if isinstance(lat, bool) or not isinstance(lat, int | float | np.number) \
@@ -97,13 +99,13 @@ def _plain(res: UnitResult) -> bool:
     lat, p, e = res.latency_s, res.prediction, res.error
     return (type(res.correct) is bool and type(res.infra) is bool
             and type(res.cached) is bool and type(res.tokens) is int
-            and 0 <= res.tokens <= _MAX_TOKENS
+            and 0 <= res.tokens <= MAX_RESULT_TOKENS
             and (type(lat) is float or type(lat) is int) and 0 <= lat < math.inf
             and (p is None or type(p) is str) and (e is None or type(e) is str))
 
 
 _EXPECTED = {"correct": "a bool (None only with infra=True)", "infra": "a bool", "cached": "a bool",
-             "tokens": f"an integer from 0 to {_MAX_TOKENS}",
+             "tokens": f"an integer from 0 to {MAX_RESULT_TOKENS}",
              "latency_s": "a finite number of seconds >= 0", "prediction": "a string or None",
              "error": "a string or None"}
 

@@ -56,6 +56,7 @@ from ._replies import (
     overflow_reply,
     parse_choice,
     reply_text,
+    usage_tokens,
 )
 
 log = logging.getLogger("vtrm_gate.llm")
@@ -242,17 +243,6 @@ def _content(resp: Mapping[str, Any]) -> str:
         return str(resp["choices"][0]["message"].get("content") or "")
     except (KeyError, IndexError, TypeError, AttributeError):
         return ""
-
-
-def _tokens(resp: Mapping[str, Any], key: str = "total_tokens") -> int:
-    usage = resp.get("usage") or {}
-    try:
-        total = usage.get(key)
-        if total is None and key == "total_tokens":
-            total = int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
-        return int(total or 0)
-    except (TypeError, ValueError, AttributeError, OverflowError):
-        return 0
 
 
 def _max_tokens(value: int | Mapping[str, int] | None) -> dict[str, int]:
@@ -593,7 +583,7 @@ class LLMAgent:
         if protocol_failure(doc) is not None:
             ex.outcome = "malformed"  # a 200 that is no chat completion: the endpoint's fault
         else:
-            ex.outcome, ex.tokens = "ok", _tokens(doc, "completion_tokens")
+            ex.outcome, ex.tokens = "ok", usage_tokens(doc, "completion_tokens")
         return doc
 
     def scrub(self, text: str) -> str:
@@ -736,7 +726,7 @@ class LLMAgent:
                 where = f"unit {task.unit_id!r}: " if isinstance(exc, MediaError) else ""
                 return self._result(task, t0, steps, tokens, infra=True,
                                     error=f"{kind} step: {where}{exc}")  # stored text
-            used = _tokens(resp)
+            used = usage_tokens(resp)
             tokens += used if source in ("miss", "bypass", "uncached") else 0
             steps.append({"step": kind, "source": source, "content": reply_text(resp),
                           "finish_reason": finish_reason(resp), "tokens": used})

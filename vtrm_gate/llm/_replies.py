@@ -14,6 +14,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ..errors import is_whole
+from ..gate import MAX_RESULT_TOKENS
+
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 # A letter as a choice: bracketed or bold or bare; group 1 is the letter.
@@ -188,6 +191,20 @@ CONTENT_PARTS_HINT = (
     "this request's messages carry content parts (video frames); a text-only server refuses "
     "them (llama.cpp's chat-template formatter answers 500): use a vision model's server, "
     "or units without media")
+
+
+def usage_tokens(doc: Mapping[str, Any], key: str = "total_tokens") -> int:
+    """A reply's ``usage[key]`` (``total_tokens``: else prompt + completion), or 0 when the
+    server did not say or said nonsense (negative, fractional, over `MAX_RESULT_TOKENS`, not
+    a number): a lying count costs the bookkeeping, never the answer or the gate."""
+    usage = doc.get("usage")
+    if not isinstance(usage, Mapping):
+        return 0
+    n = usage.get(key)
+    if n is None and key == "total_tokens":
+        p, c = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
+        n = p + c if is_whole(p) and is_whole(c) and p >= 0 and c >= 0 else None
+    return n if is_whole(n) and 0 <= n <= MAX_RESULT_TOKENS else 0
 
 
 def overflow_reply(model: str, reason: str) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from ._backend import ROLLOUT_UNITS, Rollout, workspace_units
 from ._client import CACHE_HEADER
 from ._evolver import EVOLVE_SYSTEM, EVOLVE_TASK, strip_fences
 from ._plugin import AgentBackend, BackendContext
-from ._replies import LETTERS, error_detail, parse_choice
+from ._replies import LETTERS, error_detail, parse_choice, usage_tokens
 
 TOOL_AGENT_VERSION = 1
 """Bumped on every change to the prompts, tools or grading: it joins the agent's identity."""
@@ -156,7 +156,7 @@ class ToolAgent:
                 return self._result(task, t0, turns, infra=True, error=f"turn {turn}: {exc}")
             msg = doc["choices"][0]["message"]
             calls = [c for c in msg.get("tool_calls") or [] if isinstance(c, Mapping)]
-            turns.append({"turn": turn, "source": source, "tokens": _total_tokens(doc),
+            turns.append({"turn": turn, "source": source, "tokens": usage_tokens(doc),
                           "tools": [c.get("function", {}).get("name") for c in calls]})
             if not calls:  # a reply in words: its letter, else one more turn to name it
                 letter = parse_choice(_content(doc), len(mcq.options))
@@ -240,13 +240,6 @@ class ToolAgent:
         return UnitResult(correct=correct, infra=infra, cached=cached, prediction=prediction,
                           latency_s=time.perf_counter() - t0, tokens=tokens, trace=trace,
                           error=error)
-
-
-def _total_tokens(doc: Mapping[str, Any]) -> int:
-    usage = doc.get("usage")
-    total = usage.get("total_tokens") if isinstance(usage, Mapping) else None
-    return total if is_whole(total) and total >= 0 \
-        else 0
 
 
 def _look(parts: Sequence[str], args: Mapping[str, Any]) -> str:
