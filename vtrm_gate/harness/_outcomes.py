@@ -31,6 +31,7 @@ GATE_KEY: tuple[str, ...] = ("epoch", "step", "task_type")
 OUTCOME_COLUMNS: tuple[str, ...] = ("epoch", "step", "task_type", "unit_id", "ladder_rank",
                                     "base_correct", "cand_correct", "infra")
 OPTIONAL_COLUMNS: tuple[str, ...] = ("latency_s", "tokens", "block_idx", "n_ladder")
+_SCHEMA = (*OUTCOME_COLUMNS, *OPTIONAL_COLUMNS)  # every column a table may name
 MAX_OUTCOME_ROWS = 2_000_000
 """Rows one outcomes file may hold (50,000 gates of 40 units); more is refused, read lazily
 so a larger file costs no more than this many rows."""
@@ -93,7 +94,7 @@ def _csv_column_twice(path: Path) -> None:
             header = next(csv.reader(f), [])
     except (UnicodeDecodeError, csv.Error, OSError):
         return  # the reader names what is wrong with such a file
-    for c in (*OUTCOME_COLUMNS, *OPTIONAL_COLUMNS):
+    for c in _SCHEMA:
         at = [i + 1 for i, name in enumerate(header) if name == c]
         if len(at) > 1:
             raise OutcomesError(f"{path}: column {c!r} twice in the header (fields {at[0]} "
@@ -112,14 +113,13 @@ def _jsonl_key_twice(path: Path) -> None:
                  .head(MAX_OUTCOME_ROWS + 1).collect())
     except (pl.exceptions.PolarsError, OSError, ValueError):
         return  # the reader names what is wrong with such a file
-    names = (*OUTCOME_COLUMNS, *OPTIONAL_COLUMNS)
     suspects = lines.select(
         pl.int_range(pl.len()).alias("_i"), pl.col("line"),
         pl.any_horizontal([pl.col("line").str.count_matches(f'"{c}"\\s*:') > 1
-                           for c in names]).alias("_twice")).filter(pl.col("_twice"))
+                           for c in _SCHEMA]).alias("_twice")).filter(pl.col("_twice"))
     for i, line in suspects.select("_i", "line").iter_rows():
         keys = _top_level_keys(line)
-        for c in names:
+        for c in _SCHEMA:
             if keys.count(c) > 1:
                 raise OutcomesError(f"{path}: row {i + 1}, column {c!r}: the key twice in "
                                     f"one object: which one is meant cannot be guessed")
@@ -185,7 +185,7 @@ def _typed(path: Path, raw: pl.DataFrame) -> pl.DataFrame:
                             f"{MAX_OUTCOME_ROWS:,} rows (split the file)")
     if raw.height == 0:
         raise OutcomesError(f"{path}: no rows")
-    df = raw.select([c for c in (*OUTCOME_COLUMNS, *OPTIONAL_COLUMNS) if c in raw.columns])
+    df = raw.select([c for c in _SCHEMA if c in raw.columns])
     txt = {c: pl.col(c).str.strip_chars() for c in df.columns}
     low = {c: e.str.to_lowercase() for c, e in txt.items()}
     empty = {c: e.is_null() | (e == "") for c, e in txt.items()}
