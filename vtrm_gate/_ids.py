@@ -89,7 +89,8 @@ def strict_json(text: str, **kwargs: Any) -> Any:
     try:
         return json.loads(text, object_pairs_hook=_once, **kwargs)
     except _KeyTwice as exc:
-        seen = [m.start() for m in re.finditer(re.escape(json.dumps(exc.key)) + r"\s*:", text)]
+        key = re.escape(json.dumps(exc.key, ensure_ascii=False)) + r"\s*:"  # as written
+        seen = [m.start() for m in re.finditer(key, text)]
         raise json.JSONDecodeError(f"duplicate key {exc.key!r}", text,
                                    seen[1] if len(seen) > 1 else 0) from None
 

@@ -44,6 +44,9 @@ def test_a_key_twice_is_refused_in_json_as_toml_refuses_it(tmp_path):
     f.write_text('{"gate": {"n_max": 40,\n          "n_max": 10}}')
     with pytest.raises(ConfigError, match=r"malformed.*duplicate key 'n_max'.*line 2"):
         resolve_options(config=f, env={}, dotenv=None)
+    f.write_text('{"gate": {},\n "größe": 1,\n "größe": 2}', encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"duplicate key 'größe'.*line 3"):
+        resolve_options(config=f, env={}, dotenv=None)  # found as written, not as \u00f6
     t = tmp_path / "gate.toml"
     t.write_text("[gate]\nn_max = 40\nn_max = 10\n")
     with pytest.raises(ConfigError, match="malformed"):
