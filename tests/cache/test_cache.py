@@ -814,7 +814,8 @@ def test_a_redis_that_accepts_and_never_answers_is_an_outage_not_a_hang(
             with contextlib.suppress(TimeoutError):
                 held.append(listener.accept()[0])  # read nothing, answer nothing
 
-    threading.Thread(target=accept, daemon=True).start()
+    acceptor = threading.Thread(target=accept, daemon=True)
+    acceptor.start()
     port = listener.getsockname()[1]
     cache = ResponseCache(f"redis://127.0.0.1:{port}/0", retry_interval=3600.0)
     call = Counting()
@@ -832,6 +833,7 @@ def test_a_redis_that_accepts_and_never_answers_is_an_outage_not_a_hang(
             first, later, errors = asyncio.run(asyncio.wait_for(go(), 60))
     finally:
         stop.set()
+        acceptor.join()  # closing the listener under a running accept() raises in the thread
         listener.close()
         for c in held:
             c.close()
