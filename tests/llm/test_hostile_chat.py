@@ -11,11 +11,16 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import httpx
 import pytest
 from test_llm import FAST, UNITS, infer, task
 
-from vtrm_gate.llm import LLMAgent, LLMInfraError
+from vtrm_gate import GateParams, TypePlan, run_gate
+from vtrm_gate.cache import validate_response
+from vtrm_gate.gate import GuardParams, UnitTask
+from vtrm_gate.llm import MCQ, LLMAgent, LLMInfraError, RetryPolicy, ToolAgent
 from vtrm_gate.testing import ChatServer, Fault
+from vtrm_gate.testing.chat import ToolChatServer
 
 
 @pytest.fixture
@@ -111,3 +116,88 @@ def test_an_honest_usage_is_counted(chat_server: ChatServer) -> None:
                  rng=random.Random(0), think=False)
     [res] = infer(a, task())
     assert (res.correct, res.tokens) == (True, 32)
+
+
+def _said(message: dict[str, object]) -> str:
+    return json.dumps({"id": "x", "object": "chat.completion", "choices": [
+        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", **message}}]})
+
+
+MALFORMED_CALLS = [5, "B", {"name": "answer"}, [5], [{"function": "B"}],
+                   [{"function": ["answer"]}]]
+
+
+@pytest.mark.parametrize("calls", MALFORMED_CALLS, ids=lambda c: json.dumps(c))
+def test_a_reply_whose_tool_calls_are_malformed_is_infra_not_a_crash(
+        chat_server: ChatServer, calls: object) -> None:
+    """``tool_calls`` that is no list of calls (a number, a string, an object, a call that
+    is no object or whose function is no object) is a server breaking the protocol: INFRA
+    naming it. It raised TypeError / AttributeError inside infer, which the gate takes for a
+    programming error and fails the whole step over (a string was read as no answer)."""
+    chat_server.inject(*[Fault(body=_said({"content": "", "tool_calls": calls}))]
+                       * FAST.max_attempts)
+    a = LLMAgent(UNITS, base_url=chat_server.url, model="m", retry=FAST,
+                 rng=random.Random(0), think=False)
+    [res] = infer(a, task())
+    assert res.infra and "malformed tool calls" in (res.error or ""), res
+
+
+def test_a_gate_step_survives_a_server_whose_tool_calls_are_malformed(
+        chat_server: ChatServer) -> None:
+    """The same replies inside a gate: the arms they answer are INFRA, the step decides."""
+    chat_server.inject(*[Fault(body=_said({"content": "", "tool_calls": c}))
+                         for c in MALFORMED_CALLS])
+    a = LLMAgent(UNITS, base_url=chat_server.url, model="m", rng=random.Random(0),
+                 think=False, retry=RetryPolicy(max_attempts=1))
+
+    async def go() -> object:
+        try:
+            return await run_gate([TypePlan("OCR", list(UNITS), base_skill="s",
+                                            cand_skill="strategy: longest")],
+                                  a.infer, GateParams(), concurrency=1,
+                                  guard=GuardParams(max_ratio=1.0))
+        finally:
+            await a.aclose()
+
+    out = asyncio.run(go())
+    assert out.aborted is None
+    assert out.counters["OCR"].infra_calls == len(MALFORMED_CALLS)
+
+
+@pytest.mark.parametrize("calls", MALFORMED_CALLS, ids=lambda c: json.dumps(c))
+def test_the_tool_agent_takes_malformed_tool_calls_for_infra(calls: object) -> None:
+    with ToolChatServer() as server:
+        server.inject(*[Fault(body=_said({"content": "", "tool_calls": calls}))] * 2)
+
+        async def go() -> object:
+            async with httpx.AsyncClient(base_url=server.url + "/") as client:
+                agent = ToolAgent({"c0": MCQ("How many?", ("1", "2"), "B")}, client,
+                                  model="tiny", retry=RetryPolicy(max_attempts=2,
+                                                                  base_delay_s=0.0))
+                return await agent.infer(UnitTask("Counting", "c0", "base", 0, "r", "s"))
+
+        res = asyncio.run(go())
+    assert res.infra and "malformed tool calls" in (res.error or ""), res  # type: ignore
+
+
+PARTS = [{"type": "text", "text": "The answer is "}, {"type": "text", "text": "(B)."}]
+
+
+def test_an_answer_in_content_parts_is_read(chat_server: ChatServer) -> None:
+    """A server that answers with a list of text parts (Mistral's, a gateway's) said B:
+    it was graded as an empty reply, a wrong answer, and cached so."""
+    chat_server.inject(Fault(body=_said({"content": PARTS})))
+    a = LLMAgent(UNITS, base_url=chat_server.url, model="m", retry=FAST,
+                 rng=random.Random(0), think=False)
+    [res] = infer(a, task())
+    assert (res.correct, res.infra, res.prediction) == (True, False, "B"), res
+
+
+def test_content_parts_without_text_are_an_empty_reply() -> None:
+    def said(content: object) -> dict[str, object]:
+        return json.loads(_said({"content": content}))
+
+    assert validate_response(said(PARTS)) is None
+    for empty in ([], [{"type": "image_url", "image_url": {"url": "x"}}],
+                  [{"type": "text", "text": "  "}], [{"type": "text", "text": 5}], [7], 5):
+        assert validate_response(said(empty)) == "empty message content", empty

@@ -61,7 +61,7 @@ def infer(a: LLMAgent, t: UnitTask | None = None) -> UnitResult:
     return asyncio.run(go())
 
 
-def completion(text: str | None, finish: str = "stop", **message: Any) -> str:
+def completion(text: str | list[Any] | None, finish: str = "stop", **message: Any) -> str:
     return json.dumps({"id": "x", "object": "chat.completion", "model": "m",
                        "choices": [{"index": 0, "finish_reason": finish,
                                     "message": {"role": "assistant", "content": text,
@@ -241,3 +241,15 @@ def test_an_attempt_that_outlives_the_deadline_counts_as_the_endpoints_timeout()
     assert "deadline of 1s" in (first.error or "")
     assert st[slow.url].transport_failures == 1 and not st[slow.url].up
     assert not second.infra and second.prediction == "A" and len(fast.requests) == 1
+
+
+def test_an_evolver_reply_in_content_parts_is_the_candidate(
+        chat_server: ChatServer, redis_target: RedisTarget) -> None:
+    """A server that answers in text parts proposed a skill: it was refused as an empty
+    reply ("unusable: empty message content")."""
+    whole = "# OCR\n\nRead every character of the text in the frame before you answer."
+    parts = [{"type": "text", "text": whole[:10]}, {"type": "text", "text": whole[10:]}]
+    chat_server.inject(Fault(body=completion(parts)))
+    first, n1, again, n2 = evolve_twice(chat_server, redis_target)
+    assert first == again == whole + "\n"
+    assert (n1, n2) == (1, 1)  # cached like a string reply

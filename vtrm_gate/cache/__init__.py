@@ -41,9 +41,11 @@ from ._keys import MissExplanation as MissExplanation
 from ._keys import cache_namespace as cache_namespace
 from ._keys import explain_miss as explain_miss
 from ._keys import header_run_id as header_run_id
+from ._keys import message_text as message_text
 from ._keys import protocol_failure as protocol_failure
 from ._keys import run_header as run_header
 from ._keys import salt_for_run as salt_for_run
+from ._keys import tool_calls as tool_calls
 from ._keys import validate_response as validate_response
 from ._renew import DEFAULT_RENEW_METHOD as DEFAULT_RENEW_METHOD
 from ._renew import RENEW_METHODS as RENEW_METHODS
@@ -91,6 +93,7 @@ __all__ = [
     "header_run_id",
     "is_cluster_url",
     "mask_url",
+    "message_text",
     "parse_ttl",
     "protocol_failure",
     "read_dotenv",
@@ -101,6 +104,7 @@ __all__ = [
     "scrub_credentials",
     "server_version",
     "stop_embedded",
+    "tool_calls",
     "validate_response",
 ]
 

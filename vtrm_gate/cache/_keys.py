@@ -199,15 +199,43 @@ def validate_response(resp: Any) -> str | None:
     msg = first.get("message")
     if not isinstance(msg, Mapping):
         return "choice has no message"
-    content = msg.get("content")
-    if not (isinstance(content, str) and content.strip()) and not msg.get("tool_calls"):
+    calls = tool_calls(msg)
+    if calls is None:
+        return "malformed tool calls"
+    if not message_text(msg).strip() and not calls:
         return "empty message content"
     return None
 
 
+def message_text(msg: Mapping[str, Any]) -> str:
+    """A chat message's text: its ``content`` string, or its text parts joined (a server
+    that answers in content parts, as Mistral's do); "" for anything else."""
+    content = msg.get("content")
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    return "".join(p["text"] for p in content if isinstance(p, Mapping)
+                   and p.get("type", "text") == "text" and isinstance(p.get("text"), str))
+
+
+def tool_calls(msg: Mapping[str, Any]) -> list[Mapping[str, Any]] | None:
+    """A chat message's tool calls ([] for none), or None when they are malformed: not a
+    list of objects, or a call whose ``function`` is not an object (a broken server)."""
+    calls = msg.get("tool_calls")
+    if calls is None:
+        return []
+    if not isinstance(calls, list) or not all(
+            isinstance(c, Mapping) and isinstance(c.get("function", {}), Mapping)
+            for c in calls):
+        return None
+    return calls
+
+
 # Validation failures that mean the endpoint misbehaved (INFRA), not that the model answered.
 PROTOCOL_FAILURES = frozenset({"response is not a JSON object", "response carries an error",
-                               "empty choices", "malformed choice", "choice has no message"})
+                               "empty choices", "malformed choice", "choice has no message",
+                               "malformed tool calls"})
 
 
 def protocol_failure(resp: Any) -> str | None:

@@ -238,13 +238,6 @@ class _Retryable(Exception):
         self.status, self.retry_after = status, retry_after
 
 
-def _content(resp: Mapping[str, Any]) -> str:
-    try:
-        return str(resp["choices"][0]["message"].get("content") or "")
-    except (KeyError, IndexError, TypeError, AttributeError):
-        return ""
-
-
 def _max_tokens(value: int | Mapping[str, int] | None) -> dict[str, int]:
     """Per call kind ``max_tokens`` (0 or absent: none sent, the server's default)."""
     if value is None:

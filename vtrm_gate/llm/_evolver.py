@@ -11,8 +11,8 @@ from .._ids import evolve_run_id
 from ..cache import KeyParts, protocol_failure, validate_response
 from ..errors import CandidateRefused, EvolveError, LLMInfraError, RepeatedCandidate
 from ..harness import candidate_problem
-from ._agent import MCQ, VIDEO_TASK, LLMAgent, _content
-from ._replies import finish_reason
+from ._agent import MCQ, VIDEO_TASK, LLMAgent
+from ._replies import content_text, finish_reason
 
 # ---- the evolver ----------------------------------------------------------------------
 
@@ -191,4 +191,4 @@ class LLMEvolver:
             cut = (f"truncated (finish_reason length at max_tokens="
                    f"{self.params.get('max_tokens', 'the server default')}; raise "
                    f"max_tokens_evolve)")
-        return strip_fences(_content(resp)) + "\n", cut
+        return strip_fences(content_text(resp)) + "\n", cut

@@ -14,6 +14,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ..cache import message_text, tool_calls
 from ..errors import is_whole
 from ..gate import MAX_RESULT_TOKENS
 
@@ -121,21 +122,28 @@ def parse_choice(text: str | None, n_options: int) -> str | None:
 # ---- replies and error bodies ------------------------------------------------------------
 
 
-def reply_text(resp: Mapping[str, Any]) -> str:
-    """The first choice's text: its content, else its tool calls' arguments (a model that
-    answers through a function call puts the letter there)."""
+def _message(resp: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The first choice's message ({} when the reply has none)."""
     try:
         msg = resp["choices"][0]["message"]
     except (KeyError, IndexError, TypeError):
-        return ""
-    if not isinstance(msg, Mapping):
-        return ""
-    content = msg.get("content")
-    if isinstance(content, str) and content.strip():
+        return {}
+    return msg if isinstance(msg, Mapping) else {}
+
+
+def content_text(resp: Mapping[str, Any]) -> str:
+    """The first choice's content: a string, or its text parts joined ("" for none)."""
+    return message_text(_message(resp))
+
+
+def reply_text(resp: Mapping[str, Any]) -> str:
+    """The first choice's text: its content, else its tool calls' arguments (a model that
+    answers through a function call puts the letter there)."""
+    msg = _message(resp)
+    content = message_text(msg)
+    if content.strip():
         return content
-    calls = msg.get("tool_calls") or ()
-    args = [str((c.get("function") or {}).get("arguments") or "")
-            for c in calls if isinstance(c, Mapping)]
+    args = [str(c.get("function", {}).get("arguments") or "") for c in tool_calls(msg) or ()]
     return "\n".join(a for a in args if a)
 
 

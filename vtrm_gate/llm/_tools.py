@@ -27,16 +27,16 @@ import httpx
 
 from .._env import api_key as _api_key
 from .._ids import content_hash, rollout_run_id
-from ..cache import protocol_failure
+from ..cache import protocol_failure, tool_calls
 from ..errors import BackendError, CasesUnavailable, LLMInfraError, is_whole
 from ..gate import GuardParams, UnitResult, UnitTask
 from ..harness import step_input_state
-from ._agent import MCQ, RetryPolicy, _content, parse_body, parse_retry_after
+from ._agent import MCQ, RetryPolicy, parse_body, parse_retry_after
 from ._backend import ROLLOUT_UNITS, Rollout, workspace_units
 from ._client import CACHE_HEADER
 from ._evolver import EVOLVE_SYSTEM, EVOLVE_TASK, strip_fences
 from ._plugin import AgentBackend, BackendContext
-from ._replies import LETTERS, error_detail, parse_choice, usage_tokens
+from ._replies import LETTERS, content_text, error_detail, parse_choice, usage_tokens
 
 TOOL_AGENT_VERSION = 1
 """Bumped on every change to the prompts, tools or grading: it joins the agent's identity."""
@@ -155,19 +155,19 @@ class ToolAgent:
             except LLMInfraError as exc:
                 return self._result(task, t0, turns, infra=True, error=f"turn {turn}: {exc}")
             msg = doc["choices"][0]["message"]
-            calls = [c for c in msg.get("tool_calls") or [] if isinstance(c, Mapping)]
+            calls = tool_calls(msg) or []  # never None: `protocol_failure` refused those
             turns.append({"turn": turn, "source": source, "tokens": usage_tokens(doc),
                           "tools": [c.get("function", {}).get("name") for c in calls]})
             if not calls:  # a reply in words: its letter, else one more turn to name it
-                letter = parse_choice(_content(doc), len(mcq.options))
+                letter = parse_choice(content_text(doc), len(mcq.options))
                 if letter is not None or nudged:
                     break
                 nudged = True
-                messages = [*messages, {"role": "assistant", "content": _content(doc)},
+                messages = [*messages, {"role": "assistant", "content": content_text(doc)},
                             {"role": "user", "content": ANSWER_NUDGE}]
                 continue
             # "" not null: a chat template that concatenates content (SmolLM2's) fails on null
-            messages = [*messages, {"role": "assistant", "content": msg.get("content") or "",
+            messages = [*messages, {"role": "assistant", "content": content_text(doc),
                                     "tool_calls": calls}]
             answered = [c for c in calls if c.get("function", {}).get("name") == "answer"]
             if answered:
@@ -284,7 +284,7 @@ class ToolEvolver:
         if seed is not None:
             body["seed"] = seed
         doc, _ = await self.agent.chat(body)
-        return strip_fences(_content(doc)) + "\n"
+        return strip_fences(content_text(doc)) + "\n"
 
 
 def tool_backend(ctx: BackendContext) -> AgentBackend:
