@@ -51,8 +51,9 @@ def is_unicode(text: str) -> bool:
 
 
 def sha256_text(text: str) -> str:
-    """sha256 hex digest of ``text`` (UTF-8)."""
-    return hashlib.sha256(text.encode()).hexdigest()
+    """sha256 hex digest of ``text`` (UTF-8; a lone surrogate, which has no UTF-8 form,
+    hashes as its surrogatepass bytes, so any str has a digest of its own)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def content_hash(text: str) -> str:

@@ -854,3 +854,32 @@ def test_redis_timings_must_be_finite_seconds(field: str, value: object) -> None
     with pytest.raises(ConfigError, match=rf"ResponseCache\.{field} must be a finite number "
                                           rf"of seconds .*got {re.escape(repr(value))}"):
         ResponseCache("redis://127.0.0.1:1", **{field: value})
+
+
+def test_a_response_holding_a_lone_surrogate_is_stored_and_replayed_exactly(
+        redis_target: RedisTarget) -> None:
+    """A response string with a lone surrogate (any ``get_or_call`` caller may return one)
+    has no UTF-8 form: it was served but never stored, so a re-run asked again. It is stored
+    with the surrogate escaped and read back as it was."""
+    resp = ok("B \ud83d")
+    call = Counting(resp)
+
+    async def go() -> tuple[Any, Any]:
+        try:
+            return (await cache.get_or_call(parts(), call),
+                    await cache.get_or_call(parts(), call))
+        finally:
+            await cache.aclose()
+
+    cache = cache_for(redis_target)
+    first, again = asyncio.run(go())
+    assert (first.source, again.source, call.calls) == ("miss", "hit", 1)
+    assert again.response == resp
+
+
+def test_a_request_holding_a_lone_surrogate_has_a_key_of_its_own() -> None:
+    """A request the cached client relays for any agent may carry a lone surrogate: its key
+    raised UnicodeEncodeError. It has one now, apart from the same text with U+FFFD."""
+    lone, replaced = parts(content="Which? \ud83d"), parts(content="Which? \ufffd")
+    assert lone.key("p") != replaced.key("p") and lone.key("p") == parts(
+        content="Which? \ud83d").key("p")

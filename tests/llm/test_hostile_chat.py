@@ -201,3 +201,12 @@ def test_content_parts_without_text_are_an_empty_reply() -> None:
     for empty in ([], [{"type": "image_url", "image_url": {"url": "x"}}],
                   [{"type": "text", "text": "  "}], [{"type": "text", "text": 5}], [7], 5):
         assert validate_response(said(empty)) == "empty message content", empty
+
+
+def test_a_lone_surrogate_in_a_reply_reads_as_a_replacement_character() -> None:
+    from vtrm_gate.llm._agent import parse_body
+
+    body = rb'{"a": "x\ud83d", "\udc00k": ["\ud83d\ude00", "\\ud800 is text", "\uDBFFz"]}'
+    assert parse_body(body) == {"a": "x\ufffd", "\ufffdk": ["\U0001f600", "\\ud800 is text",
+                                                              "\ufffdz"]}
+    assert parse_body(b'{"a": "\\u00e9"}') == {"a": "\u00e9"}

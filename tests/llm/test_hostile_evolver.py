@@ -167,3 +167,21 @@ def test_an_evolver_that_only_chats_skips_the_type_without_a_gate_call(
     # the rollout's 8 units (think + answer) and 3 evolver samples: not one gate call
     assert len(chat_server.requests) == 16 + 3 and res.gate is None
     assert ws.state.cooldown_until.get(T, 0) == 0
+
+
+def test_a_proposal_holding_a_lone_surrogate_is_gated_with_it_replaced(
+        tmp_path: Path, redis_target: RedisTarget) -> None:
+    """A reply whose JSON escapes a lone surrogate (a gateway that cut an emoji's UTF-16
+    pair) is no Unicode text: the candidate skill reached Phase B and the step died there
+    writing it (UnicodeEncodeError), and the reply was never cached. Each lone surrogate
+    now reads as U+FFFD, as a broken UTF-8 byte would: the step gates the candidate, and a
+    re-run replays it from Redis."""
+    def reply(task_type: str, skill: str, body: Any) -> str:
+        return f"{skill.rstrip()}\n- {HELPFUL_MARKER} \ud83d\n"
+
+    with ChatServer(evolve_reply=reply) as server:
+        ws = make_ws(tmp_path, server)
+        first = step(ws, redis_target, 1)
+        assert first.types[T].status == "gated"
+        cand = [p.read_text() for p in ws.candidates_dir(1, 1).rglob("*") if p.is_file()]
+        assert any(f"{HELPFUL_MARKER} \ufffd" in text for text in cand), cand

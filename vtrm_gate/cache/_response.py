@@ -412,11 +412,14 @@ class ResponseCache:
             return None
 
     def _encode_value(self, parts: KeyParts, resp: Response) -> bytes:
-        return canonical_json({"schema": SCHEMA_VERSION, "response": resp,
-                               "digest": parts.digest,
-                               "components": parts.component_digests(),
-                               "messages": parts.message_digests(),
-                               "salt": parts.salt, "written_at": round(time.time(), 3)}).encode()
+        value = {"schema": SCHEMA_VERSION, "response": resp, "digest": parts.digest,
+                 "components": parts.component_digests(), "messages": parts.message_digests(),
+                 "salt": parts.salt, "written_at": round(time.time(), 3)}
+        try:
+            return canonical_json(value).encode()
+        except UnicodeEncodeError:  # a lone surrogate: escaped, it reads back as it was
+            return json.dumps(value, sort_keys=True, separators=(",", ":"),
+                              allow_nan=False).encode()
 
     async def lookup(self, parts: KeyParts, validate: Validator = validate_response,
                      run_id: str | None = None) -> Response | None:

@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import random
+import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -103,11 +104,31 @@ def _reject_constant(name: str) -> Any:
 
 def parse_body(data: bytes) -> Any:
     """A response body as JSON; ValueError naming the fault (not JSON, NaN/Infinity, nested
-    too deeply) instead of a float the cache cannot store or a RecursionError."""
+    too deeply) instead of a float the cache cannot store or a RecursionError. A lone
+    surrogate escaped in a string (a gateway that cut an emoji's UTF-16 pair) reads as
+    U+FFFD, as a broken UTF-8 byte would: a reply's text reaches files, keys and SQLite."""
     try:
-        return json.loads(data, parse_constant=_reject_constant)
+        doc = json.loads(data, parse_constant=_reject_constant)
+        return _without_lone_surrogates(doc) if _SURROGATE_ESCAPE.search(data) else doc
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _without_lone_surrogates(value: Any) -> Any:
+    """``value`` with each lone surrogate in its strings (keys too) replaced by U+FFFD (a
+    pair escaped as two ``\\u`` escapes is already one character once parsed)."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_without_lone_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {_without_lone_surrogates(k): _without_lone_surrogates(v)
+                for k, v in value.items()}
+    return value
 
 
 @dataclass(frozen=True)
