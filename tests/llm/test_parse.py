@@ -49,6 +49,27 @@ TABLE: list[tuple[str, str | None]] = [
 ]
 
 
+# Chinese replies (a Qwen-style model asked in Chinese, or a skill written in Chinese) and
+# full-width or invisible characters: every one read as no answer, a wrong answer.
+CJK: list[tuple[str, str | None]] = [
+    ("答案是B", "B"), ("答案：B", "B"), ("答案: C", "C"), ("正确答案是 (B)", "B"),
+    ("答案为 A", "A"), ("答案應該是D", "D"), ("**答案：D**", "D"), ("最终答案：C", "C"),
+    ("选B", "B"), ("我选择B。", "B"), ("我選擇 D", "D"), ("选择C，因为视频里有一只鸟。", "C"),
+    ("答案是B，因为视频里有一只狗。", "B"), ("答案是b", "B"), ("选项B", "B"),
+    ("选项 C 是正确的。", "C"), ("B选项正确", "B"), ("B。", "B"), ("（B）", "B"), ("Ｂ", "B"),
+    ("答案是Ｂ", "B"), ("Ｃ．一只鸟", "C"), ("B\n\n解释：视频中的狗跑过了整个场地。", "B"),
+    ("The answer is Ｂ.", "B"), ("B\u200b", "B"), ("\ufeffB", "B"), ("B\x00", "B"),
+    # ambiguous or no choice
+    ("A和B", None), ("答案是A或B", None), ("选项A是一只猫，选项B是一只狗。", None),
+    ("A. 东京\nB. 内罗毕", None), ("我无法确定。", None), ("答案是E", None), ("ＡＢ", None),
+]
+
+
+@pytest.mark.parametrize("text, letter", CJK)
+def test_parse_choice_reads_chinese_and_full_width_replies(text: str, letter: str | None) -> None:
+    assert parse_choice(text, 4) == letter
+
+
 @pytest.mark.parametrize("text, letter", TABLE)
 def test_parse_choice_reads_real_phrasings(text: str, letter: str | None) -> None:
     assert parse_choice(text, 4) == letter

@@ -90,10 +90,11 @@ DEFAULT_MAX_TOKENS = {k: _DEFAULT_MAX_TOKENS[k] for k in ("think", "answer")}
 """Each call kind's reply budget: the think call is bounded so the answer call fits a small
 context (llama.cpp's default is 2048 tokens); the answer needs a letter."""
 
-AGENT_VERSION = 3
+AGENT_VERSION = 4
 """Bumped on every change to the prompts, the grading, the parsing of replies or the shape
 of a request: it joins the agent config that keys the BaselineCache, so a base arm graded
-the old way is never paired with a candidate graded the new way. 3: the task framing comes
+the old way is never paired with a candidate graded the new way. 4: an answer in content
+parts, in Chinese ("答案是B") or in full-width letters is read; 3: the task framing comes
 from the workspace (no video wording for text-only units); 2: parse_choice reads real
 phrasings, per-step max_tokens, context overflow graded wrong (1: before)."""
 

@@ -2,15 +2,16 @@
 text (content or tool-call arguments), an error body's message, a context overflow.
 
 Real models phrase a choice in many ways ("The correct option is B.", "**Answer:** D",
-``{"answer": "B"}``, "B\\n\\nExplanation: ..."); `parse_choice` reads those and refuses what
-is ambiguous ("A and B", two option lines) or not a choice at all (the article "a" inside a
-sentence). tests/llm/test_parse.py holds the table, real SmolLM2 replies included.
+``{"answer": "B"}``, "B\\n\\nExplanation: ...", "答案是B"); `parse_choice` reads those and
+refuses what is ambiguous ("A and B", two option lines) or not a choice at all (the article
+"a" inside a sentence). tests/llm/test_parse.py holds the table, real SmolLM2 replies included.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,9 +38,24 @@ _STATEMENTS = (
     re.compile(r"(?i)(?:^|[\s>])" + _L + r"[\*\)\]]*\s+is\s+(?:the\s+)?(?:correct|right|"
                r"best)\b"),
 )
-_MENTIONS = (re.compile(r"(?i)\b(?:option|choice)\s*:?\s*" + _L),)
-_JOINED = re.compile(r"\s*[\*\)\]]*\s*(?:,|/|&|\band\b|\bor\b)\s*(?:option\s+)?[\*\(\[]*"
-                     r"\b[A-Za-z]\b", re.IGNORECASE)
+# Chinese: the letter sits right against a character ("答案是B"), so the word boundaries
+# are ASCII ones (re.ASCII: a CJK character is no word character there).
+_CJK_STATEMENTS = tuple(re.compile(p, re.ASCII) for p in (
+    r"(?i)(?:正确|正確|最终|最終|最佳)?答案\**\s*(?:应该|應該|应|應)?(?:是|为|為|[:=])?\s*\**\s*"
+    r"(?:选项|選項)?\s*" + _L,
+    r"(?i)(?:选|選)(?:择|擇)?\s*(?:选项|選項)?\s*" + _L,
+    r"(?i)(?:选项|選項)?\s*" + _L + r"\s*(?:选项|選項)?\s*(?:是|为|為)?\s*(?:正确|正確|对的|對的)",
+))
+_MENTIONS = (re.compile(r"(?i)\b(?:option|choice)\s*:?\s*" + _L),
+             re.compile(r"(?i)(?:选项|選項)\s*:?\s*" + _L, re.ASCII),
+             re.compile(r"(?i)" + _L + r"\s*(?:选项|選項)", re.ASCII))
+# What a reply's text is read as: full-width forms as ASCII (NFKC: "Ｂ" B, "（" "(", "："
+# ":"), Chinese full stops and enumeration commas as ASCII ones, and no invisible
+# characters (a byte order mark, a zero-width space, NUL).
+_CJK_PUNCTUATION = str.maketrans({"。": ".", "、": ","})
+_INVISIBLE = re.compile("[\u200b-\u200f\u2060-\u2064\ufeff\x00-\x08\x0e-\x1f\x7f]")
+_JOINED = re.compile(r"\s*[\*\)\]]*\s*(?:,|/|&|\band\b|\bor\b|和|或|与|與|及)\s*"
+                     r"(?:option\s+|选项|選項)?[\*\(\[]*\b[A-Za-z]\b", re.IGNORECASE | re.ASCII)
 _LABEL = re.compile(r"^[\s>#\-]*[\*\(\[]*([A-Za-z])[\*\)\]]*(?:[.):：]|\s*$|\s*\n)")
 _ANSWER_KEYS = ("answer", "letter", "choice", "option", "selected", "final_answer")
 
@@ -99,14 +115,19 @@ def parse_choice(text: str | None, n_options: int) -> str | None:
 
     In order: a JSON object (``{"answer": "B"}``, tool-call arguments); a statement of the
     answer ("The answer is (B).", "**Answer:** D", "I would choose C.", "The correct option
-    is B."); a mention of one option ("Option B"); a reply that starts with a label ("B",
-    "(c)", "B. a dog", "B\\n\\nExplanation ..."). Two different letters at one level, a
-    joined pair ("A and B") or a letter past the options is None.
+    is B.", "答案是B", "我选择C"); a mention of one option ("Option B", "选项B"); a reply that
+    starts with a label ("B", "(c)", "B. a dog", "B\\n\\nExplanation ..."). Full-width forms
+    read as ASCII ("Ｂ", "（B）"), invisible characters are dropped. Two different letters at
+    one level, a joined pair ("A and B", "A和B") or a letter past the options is None.
     """
-    if not text or not text.strip():
+    if not text:
+        return None
+    text = _INVISIBLE.sub("", unicodedata.normalize("NFKC", text).translate(_CJK_PUNCTUATION))
+    if not text.strip():
         return None
     valid = LETTERS[:n_options]
-    for found in (_from_json(text, valid), _statements(text, _STATEMENTS, valid),
+    for found in (_from_json(text, valid),
+                  _statements(text, _STATEMENTS + _CJK_STATEMENTS, valid),
                   _statements(text, _MENTIONS, valid)):
         if found is not None:
             return found or None

@@ -38,8 +38,9 @@ from ._evolver import EVOLVE_SYSTEM, EVOLVE_TASK, strip_fences
 from ._plugin import AgentBackend, BackendContext
 from ._replies import LETTERS, content_text, error_detail, parse_choice, usage_tokens
 
-TOOL_AGENT_VERSION = 1
-"""Bumped on every change to the prompts, tools or grading: it joins the agent's identity."""
+TOOL_AGENT_VERSION = 2
+"""Bumped on every change to the prompts, tools or grading: it joins the agent's identity.
+2: a reply in content parts, in Chinese or in full-width letters is read."""
 TOOL_SYSTEM = ("You answer a multiple-choice question. Its content comes in numbered parts: "
                "read them with the look tool, then call the answer tool with the letter of "
                "the correct option. Follow the skill instructions below.\n\n")
