@@ -210,3 +210,42 @@ def test_a_lone_surrogate_in_a_reply_reads_as_a_replacement_character() -> None:
     assert parse_body(body) == {"a": "x\ufffd", "\ufffdk": ["\U0001f600", "\\ud800 is text",
                                                               "\ufffdz"]}
     assert parse_body(b'{"a": "\\u00e9"}') == {"a": "\u00e9"}
+
+
+def _call(name: str, arguments: object, call_id: str = "c1") -> dict[str, object]:
+    return {"id": call_id, "type": "function",
+            "function": {"name": name, "arguments": arguments}}
+
+
+@pytest.mark.parametrize("arguments", [{"letter": "B"}, '{"letter": "B"}', "B"])
+def test_a_tool_call_answer_whose_arguments_are_an_object_is_read(
+        chat_server: ChatServer, arguments: object) -> None:
+    """Some servers (text-generation-inference's OpenAI layer among them) send a call's
+    ``arguments`` as a JSON object, not a string holding one: the answer it carried read
+    as "{'letter': 'B'}", no answer, a wrong one."""
+    chat_server.inject(Fault(body=_said({"content": None,
+                                         "tool_calls": [_call("answer", arguments)]})))
+    a = LLMAgent(UNITS, base_url=chat_server.url, model="m", retry=FAST,
+                 rng=random.Random(0), think=False)
+    [res] = infer(a, task())
+    assert (res.correct, res.infra, res.prediction) == (True, False, "B"), res
+
+
+def test_the_tool_agent_reads_arguments_given_as_an_object() -> None:
+    """The same for `ToolAgent`: its look read part {} (an error) and its answer no letter."""
+    with ToolChatServer() as server:
+        server.inject(Fault(body=_said({"content": "",
+                                        "tool_calls": [_call("look", {"part": 1})]})),
+                      Fault(body=_said({"content": "", "tool_calls": [
+                          _call("answer", {"letter": "B"}, "c2")]})))
+
+        async def go() -> object:
+            async with httpx.AsyncClient(base_url=server.url + "/") as client:
+                agent = ToolAgent({"c0": MCQ("Context.\n\nHow many?", ("1", "2"), "B")},
+                                  client, model="tiny")
+                return await agent.infer(UnitTask("Counting", "c0", "base", 0, "r", "s"))
+
+        res = asyncio.run(go())
+        looked = server.requests[1]["messages"][-1]
+    assert looked == {"role": "tool", "tool_call_id": "c1", "content": "Context."}
+    assert (res.correct, res.prediction) == (True, "B"), res  # type: ignore[attr-defined]

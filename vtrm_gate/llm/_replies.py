@@ -164,8 +164,21 @@ def reply_text(resp: Mapping[str, Any]) -> str:
     content = message_text(msg)
     if content.strip():
         return content
-    args = [str(c.get("function", {}).get("arguments") or "") for c in tool_calls(msg) or ()]
-    return "\n".join(a for a in args if a)
+    args = [c.get("function", {}).get("arguments") for c in tool_calls(msg) or ()]
+    return "\n".join(a if isinstance(a, str) else json.dumps(a) for a in args
+                     if a and isinstance(a, str | Mapping))
+
+
+def call_arguments(call: Mapping[str, Any]) -> dict[str, Any]:
+    """A tool call's arguments: the JSON object its ``arguments`` string holds, or the object
+    itself (text-generation-inference's OpenAI layer sends one); {} for anything else."""
+    args = call.get("function", {}).get("arguments")
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except (ValueError, RecursionError):
+            return {}
+    return dict(args) if isinstance(args, Mapping) else {}
 
 
 def finish_reason(resp: Mapping[str, Any]) -> str | None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import random
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -36,7 +35,14 @@ from ._backend import ROLLOUT_UNITS, Rollout, workspace_units
 from ._client import CACHE_HEADER
 from ._evolver import EVOLVE_SYSTEM, EVOLVE_TASK, strip_fences
 from ._plugin import AgentBackend, BackendContext
-from ._replies import LETTERS, content_text, error_detail, parse_choice, usage_tokens
+from ._replies import (
+    LETTERS,
+    call_arguments,
+    content_text,
+    error_detail,
+    parse_choice,
+    usage_tokens,
+)
 
 TOOL_AGENT_VERSION = 2
 """Bumped on every change to the prompts, tools or grading: it joins the agent's identity.
@@ -85,14 +91,6 @@ def content_parts(mcq: MCQ, size: int = PART_CHARS) -> list[str]:
     for para in _paragraphs(mcq)[:-1]:
         parts += [para[i:i + size] for i in range(0, len(para), size)]
     return parts or [mcq.question.strip()]
-
-
-def _arguments(call: Mapping[str, Any]) -> dict[str, Any]:
-    try:
-        args = json.loads(call.get("function", {}).get("arguments") or "{}")
-    except (ValueError, TypeError, AttributeError):
-        return {}
-    return args if isinstance(args, dict) else {}
 
 
 class ToolAgent:
@@ -172,11 +170,11 @@ class ToolAgent:
                                     "tool_calls": calls}]
             answered = [c for c in calls if c.get("function", {}).get("name") == "answer"]
             if answered:
-                letter = parse_choice(str(_arguments(answered[0]).get("letter", "")),
+                letter = parse_choice(str(call_arguments(answered[0]).get("letter", "")),
                                       len(mcq.options))
                 break
             messages += [{"role": "tool", "tool_call_id": c.get("id", ""),
-                          "content": _look(parts, _arguments(c))} for c in calls]
+                          "content": _look(parts, call_arguments(c))} for c in calls]
         error = None if letter is not None else \
             f"no answer within {len(turns)} turn(s) (max_turns={self.max_turns})"
         return self._result(task, t0, turns, prediction=letter, error=error,
