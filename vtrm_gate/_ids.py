@@ -24,11 +24,25 @@ from .errors import InputError, shown
 Arm = Literal["base", "cand"]
 
 
+MAX_SLUG = 120
+"""The longest slug a type may have: it names files (``skills/<slug>.md``, history and
+candidate directories) under the file system's 255-byte limit, and run ids."""
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
 def slugify(task_type: str) -> str:
-    """'Action Reasoning' -> 'action-reasoning': the skill file stem and run-id component."""
+    """'Action Reasoning' -> 'action-reasoning': the skill file stem and run-id component.
+    InputError for a name no file can carry: no letters or digits, a control character (a
+    newline would make a second type that tables print across lines), too long."""
+    if (bad := _CONTROL.search(task_type)) is not None:
+        raise InputError(f"task type {shown(task_type)} holds a control character "
+                         f"({bad.group()!r}): a type's name is one line of text")
     slug = re.sub(r"[^a-z0-9]+", "-", task_type.lower()).strip("-")
     if not slug:
         raise InputError(f"task type {task_type!r} has no letters or digits to name it by")
+    if len(slug) > MAX_SLUG:
+        raise InputError(f"task type {shown(task_type)} names its files by {len(slug)} "
+                         f"characters, at most {MAX_SLUG}: shorten its name")
     return slug
 
 

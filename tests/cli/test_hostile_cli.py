@@ -6,7 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from test_cli import cli
+
+from vtrm_gate._ids import MAX_SLUG, slugify
+from vtrm_gate.errors import InputError
 
 
 def test_refused_rerun_names_the_cli_flag(tmp_path: Path) -> None:
@@ -59,3 +63,37 @@ def test_the_default_worlds_nine_unit_type_is_told_it_cannot_be_accepted(tmp_pat
     n, note = notes["Spatial Perception"]
     assert n == 5 and "ACCEPT needs at least 8" in note
     assert not any("ACCEPT needs" in (v or "") for k, (n, v) in notes.items() if n >= 8)
+
+
+def _units(path: Path, task_type: str) -> Path:
+    lines = [{"unit_id": f"u{i}", "task_type": "OCR" if i % 2 else task_type,
+              "question": f"Q{i}?", "options": ["a", "b", "c"], "answer": "B"}
+             for i in range(12)]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return path
+
+
+@pytest.mark.parametrize("task_type, said", [
+    ("T" * 5000, "by 5000 characters, at most 120"), ("OC\nR", "control character ('\\n')"),
+    ("Counting\x00", "control character ('\\x00')"),
+    ("Cou\tnting", "control character ('\\t')")])
+def test_a_type_name_no_file_can_carry_is_refused_naming_it(
+        tmp_path: Path, task_type: str, said: str) -> None:
+    """Hostile pass: a 5,000-character type name failed `init` with "cannot create the
+    workspace there: File name too long" (the workspace was fine: the type's skill file was
+    not); a name holding a newline or NUL became a type of its own beside "OCR" that the
+    tables printed across lines. Both are refused at the units file, naming the type."""
+    r = cli("init", str(tmp_path / "ws"), "--llm", "--units", str(_units(tmp_path / "u.jsonl",
+                                                                        task_type)),
+            "--base-url", "http://127.0.0.1:9/v1", "--model", "m")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "u.jsonl: line 1" in r.stderr and "task type" in r.stderr and said in r.stderr
+    assert "cannot create the workspace" not in r.stderr
+    assert not (tmp_path / "ws").exists()
+
+
+def test_slugify_bounds_a_type_name() -> None:
+    assert slugify("A" * MAX_SLUG) == "a" * MAX_SLUG
+    with pytest.raises(InputError, match=f"at most {MAX_SLUG}"):
+        slugify("A" * (MAX_SLUG + 1))
+    assert slugify("Action — Reasoning") == "action-reasoning"  # punctuation, not control
