@@ -883,3 +883,53 @@ def test_a_request_holding_a_lone_surrogate_has_a_key_of_its_own() -> None:
     lone, replaced = parts(content="Which? \ud83d"), parts(content="Which? \ufffd")
     assert lone.key("p") != replaced.key("p") and lone.key("p") == parts(
         content="Which? \ud83d").key("p")
+
+
+@pytest.mark.parametrize("refusal", ["full", "read-only"])
+def test_a_redis_that_refuses_writes_still_serves_its_hits(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, refusal: str) -> None:
+    """A Redis at ``maxmemory`` under ``noeviction`` (or a read-only replica) refuses SET
+    and serves GET. The first refused write marked the whole cache unavailable: every call,
+    the stored answers included, bypassed Redis until the retry interval (a crashed step's
+    re-run paid for every call again). Now only the writes stop, counted as ``refused``,
+    with one warning that says what to change; hits go on, and writes resume when Redis
+    takes them again."""
+    with RedisServer(tmp_path, persist=False) as server:
+        admin = redis.Redis.from_url(server.url)
+        cache = ResponseCache(server.url, retry_interval=3600.0)
+        call = Counting()
+
+        async def calls(names: range) -> list[str]:
+            return [(await cache.get_or_call(parts(content=f"q{i}"), call)).source
+                    for i in names]
+
+        async def go() -> tuple[list[str], list[str], list[str], list[str]]:
+            try:
+                stored = await calls(range(10))
+                if refusal == "full":
+                    admin.config_set("maxmemory-policy", "noeviction")
+                    admin.config_set("maxmemory", 1)
+                else:
+                    admin.replicaof("127.0.0.1", 9)  # a replica of nothing: read-only
+                refused = await calls(range(10, 20))
+                hits = await calls(range(10))
+                if refusal == "full":
+                    admin.config_set("maxmemory", 0)
+                else:
+                    admin.replicaof("NO", "ONE")
+                return stored, refused, hits, await calls(range(20, 22))
+            finally:
+                await cache.aclose()
+                admin.close()
+
+        with caplog.at_level(logging.INFO, "vtrm_gate.cache"):
+            stored, refused, hits, later = asyncio.run(go())
+    assert stored == refused == ["miss"] * 10 and later == ["miss"] * 2
+    assert hits == ["hit"] * 10  # the stored answers were still served
+    st_ = cache.stats()
+    assert (st_.writes, st_.refused, st_.bypassed, st_.errors) == (12, 10, 0, 0)
+    assert call.calls == 22
+    [warned] = warnings_of(caplog, "refuses writes")
+    assert ("maxmemory" in warned) if refusal == "full" else ("read-only" in warned.lower())
+    assert "unavailable" not in " ".join(warnings_of(caplog, ""))
+    assert len(warnings_of(caplog, "accepts writes again")) == 1

@@ -23,7 +23,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import OutOfMemoryError, ReadOnlyError, RedisError, ResponseError
 
 from .._env import (
     DEFAULT_TTL,
@@ -80,7 +80,8 @@ class CacheStats:
     ``malformed``: values that are not an entry (bad JSON, another schema, a key of another
     Redis type); ``mismatched``: entries whose recorded key material (digest, salt) is not
     the call's (a value copied onto another key); ``not_cached``: responses not written
-    because they failed validation.
+    because they failed validation; ``refused``: responses Redis would not store (full at
+    ``maxmemory`` under ``noeviction``, or a read-only replica) while it served reads.
     """
 
     hits: int = 0
@@ -92,6 +93,7 @@ class CacheStats:
     mismatched: int = 0
     writes: int = 0
     not_cached: int = 0
+    refused: int = 0
 
     @property
     def calls(self) -> int:
@@ -129,6 +131,7 @@ class _Counters:
     mismatched: int = 0
     writes: int = 0
     not_cached: int = 0
+    refused: int = 0
 
 
 @dataclass(frozen=True)
@@ -203,6 +206,7 @@ class ResponseCache:
         self._inflight_loop: asyncio.AbstractEventLoop | None = None
         self._counters: dict[str, _Counters] = {}
         self._down = False
+        self._refusing = False  # the last write was refused (full, read-only): one warning
         self._era = 0  # bumped when an outage begins or ends
         self._ok_streak = 0  # operations in a row that succeeded during an outage
         self._next_probe = 0.0
@@ -446,10 +450,23 @@ class ResponseCache:
             return False
         if not self.enabled or self._skip():
             return False
-        ok, _ = await self._op(run, lambda r: r.set(key, value, ex=self.ttl))
-        if ok:
-            self._c(run).writes += 1
-        return ok
+        ok, out = await self._op(run, lambda r: _set(r, key, value, self.ttl))
+        if not ok:
+            return False
+        if isinstance(out, _WriteRefused):
+            self._c(run).refused += 1
+            if not self._refusing:
+                self._refusing = True
+                log.warning("Redis cache at %s refuses writes (%s): new answers are not "
+                            "stored, stored ones are still served; %s", self.masked_url,
+                            scrub(f"{type(out.error).__name__}: {out.error}", self._url),
+                            _REFUSAL_ADVICE[type(out.error)])
+            return False
+        if self._refusing:
+            self._refusing = False
+            log.warning("Redis cache at %s accepts writes again", self.masked_url)
+        self._c(run).writes += 1
+        return True
 
     async def get_or_call(self, parts: KeyParts, call: Callable[[], Awaitable[Response]], *,
                           validate: Validator = validate_response,
@@ -538,6 +555,29 @@ class ResponseCache:
             return MissExplanation(key, reference, (), note=f"{reference}: malformed entry")
         return _explain(key, reference, parts.component_digests(), theirs,
                         parts.message_digests(), their_msgs)
+
+
+@dataclass(frozen=True)
+class _WriteRefused:
+    """A SET the server refused while it serves reads: full, or a read-only replica."""
+
+    error: RedisError
+
+
+_REFUSAL_ADVICE: dict[type[RedisError], str] = {
+    OutOfMemoryError: "it is at maxmemory under a noeviction policy: raise maxmemory, or set "
+                      "maxmemory-policy volatile-lru so the oldest entries make room",
+    ReadOnlyError: "it is a read-only replica: point REDIS_URL at the primary",
+}
+
+
+async def _set(r: cluster.Client, key: str, value: bytes, ttl: int) -> bool | _WriteRefused:
+    """``SET key value EX ttl``, or the refusal of a server that is up but takes no writes
+    (it serves reads, so it is no outage)."""
+    try:
+        return bool(await r.set(key, value, ex=ttl))
+    except (OutOfMemoryError, ReadOnlyError) as exc:
+        return _WriteRefused(exc)
 
 
 def _same_key_material(value: Mapping[str, Any], parts: KeyParts) -> bool:
