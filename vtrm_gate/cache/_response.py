@@ -206,7 +206,8 @@ class ResponseCache:
         self._inflight_loop: asyncio.AbstractEventLoop | None = None
         self._counters: dict[str, _Counters] = {}
         self._down = False
-        self._refusing = False  # the last write was refused (full, read-only): one warning
+        self._refusing = False  # writes are refused (full, read-only): warned once
+        self._write_streak = 0  # writes in a row taken while refusing
         self._era = 0  # bumped when an outage begins or ends
         self._ok_streak = 0  # operations in a row that succeeded during an outage
         self._next_probe = 0.0
@@ -455,6 +456,7 @@ class ResponseCache:
             return False
         if isinstance(out, _WriteRefused):
             self._c(run).refused += 1
+            self._write_streak = 0
             if not self._refusing:
                 self._refusing = True
                 log.warning("Redis cache at %s refuses writes (%s): new answers are not "
@@ -462,9 +464,11 @@ class ResponseCache:
                             scrub(f"{type(out.error).__name__}: {out.error}", self._url),
                             _REFUSAL_ADVICE[type(out.error)])
             return False
-        if self._refusing:
-            self._refusing = False
-            log.warning("Redis cache at %s accepts writes again", self.masked_url)
+        if self._refusing:  # over after RECOVERY_OPS writes in a row (memory near the limit
+            self._write_streak += 1  # lets some through: that is no end of it)
+            if self._write_streak >= RECOVERY_OPS:
+                self._refusing = False
+                log.warning("Redis cache at %s accepts writes again", self.masked_url)
         self._c(run).writes += 1
         return True
 
