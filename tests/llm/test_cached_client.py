@@ -305,3 +305,26 @@ def test_through_the_gate_a_refused_request_is_infra_and_an_unserialisable_one_s
         assert cache.stats().writes == len(server.requests)  # the refused ones: never stored
         with pytest.raises(TypeError, match="set is not JSON serializable"):
             asyncio.run(gate({"extra_body": {"top_k": {1, 2}}}))
+
+
+def test_a_request_holding_a_lone_surrogate_is_keyed_as_sent(redis_target: RedisTarget) -> None:
+    """A request escaping a lone surrogate is keyed as it was sent, apart from the same text
+    with U+FFFD in its place (a reply's lone surrogate reads as U+FFFD; a request's is the
+    caller's own text, relayed unchanged)."""
+    with ToolChatServer() as server:
+        cache = new_cache(redis_target)
+
+        async def go() -> list[str]:
+            async with cached_http_client(cache, base_url=server.url + "/") as c:
+                out = []
+                for text in ("x\\ud83d", "x\\ufffd", "x\\ud83d"):
+                    body = json.dumps({"model": "tiny", "messages": [
+                        {"role": "user", "content": "@"}]}).replace("@", text).encode()
+                    r = await c.post("chat/completions", content=body,
+                                     headers={"content-type": "application/json"})
+                    out.append(r.headers["x-vtrm-cache"])
+                return out
+
+        with run_scope("lone-surrogate-" + redis_target.prefix):
+            assert asyncio.run(go()) == ["miss", "miss", "hit"]
+        assert [m["messages"][0]["content"] for m in server.requests] == ["x\ud83d", "x\ufffd"]

@@ -104,14 +104,17 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"non-finite number {name}")
 
 
-def parse_body(data: bytes) -> Any:
+def parse_body(data: bytes, *, replace_lone_surrogates: bool = True) -> Any:
     """A response body as JSON; ValueError naming the fault (not JSON, NaN/Infinity, nested
     too deeply) instead of a float the cache cannot store or a RecursionError. A lone
     surrogate escaped in a string (a gateway that cut an emoji's UTF-16 pair) reads as
-    U+FFFD, as a broken UTF-8 byte would: a reply's text reaches files, keys and SQLite."""
+    U+FFFD, as a broken UTF-8 byte would: a reply's text reaches files, keys and SQLite
+    (``replace_lone_surrogates=False``: kept, for a request keyed as it was sent)."""
     try:
         doc = json.loads(data, parse_constant=_reject_constant)
-        return _without_lone_surrogates(doc) if _SURROGATE_ESCAPE.search(data) else doc
+        if replace_lone_surrogates and _SURROGATE_ESCAPE.search(data):
+            return _without_lone_surrogates(doc)
+        return doc
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
 

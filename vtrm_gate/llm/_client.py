@@ -133,7 +133,7 @@ class CachedTransport(httpx.AsyncBaseTransport):
     def _body(self, data: bytes) -> tuple[dict[str, Any] | None, str | None]:
         """The request's JSON body, or why the cache cannot key it."""
         try:
-            body = parse_body(data)
+            body = parse_body(data, replace_lone_surrogates=False)  # keyed as sent
         except ValueError as exc:
             return None, f"request body is not JSON ({exc}): {data[:80]!r}"
         if not isinstance(body, dict):
