@@ -65,6 +65,31 @@ CJK: list[tuple[str, str | None]] = [
 ]
 
 
+# Reasoning models (DeepSeek-R1 distills, Qwen3, served without a reasoning parser) think
+# in the content before they answer, and box the answer as they do in math: the thinking
+# weighs every option, so the answer after it read as ambiguous, or a cut-off thinking's
+# last mention read as the answer.
+REASONING: list[tuple[str, str | None]] = [
+    ("\\boxed{B}", "B"), ("The answer is $\\boxed{B}$.", "B"),
+    ("**Final Answer**\n\n\\boxed{D}", "D"), ("答案：\\boxed{B}", "B"),
+    ("$\\boxed{\\text{C}}$", "C"), ("\\boxed{(A)}", "A"), ("\\boxed{A} or \\boxed{B}", None),
+    ("<think>Option A shows a cat. Option B shows a dog. Is the answer A? No, the answer is "
+     "B.</think>\n\nThe answer is B.", "B"),
+    ("<think>\nThe answer might be A or C.\n</think>\nC", "C"),
+    ("<think>I choose A. Hmm.</think>The correct option is D.", "D"),
+    ("Option A is a cat, but the dog runs...\n</think>\n\nB", "B"),  # opened by the template
+    ("<think>unfinished thinking about option A", None),  # cut at max_tokens: no answer
+    ("<think>A, B or C?</think>", None),
+    ("Answer: `B`", "B"), ('"B"', "B"), ("Answer: <B>", "B"), ("Answer - C", "C"),
+    ("Answer — D", "D"),
+]
+
+
+@pytest.mark.parametrize("text, letter", REASONING)
+def test_parse_choice_reads_reasoning_model_replies(text: str, letter: str | None) -> None:
+    assert parse_choice(text, 4) == letter
+
+
 @pytest.mark.parametrize("text, letter", CJK)
 def test_parse_choice_reads_chinese_and_full_width_replies(text: str, letter: str | None) -> None:
     assert parse_choice(text, 4) == letter

@@ -253,3 +253,17 @@ def test_an_evolver_reply_in_content_parts_is_the_candidate(
     first, n1, again, n2 = evolve_twice(chat_server, redis_target)
     assert first == again == whole + "\n"
     assert (n1, n2) == (1, 1)  # cached like a string reply
+
+
+def test_an_evolver_that_thinks_first_proposes_only_the_skill(
+        chat_server: ChatServer, redis_target: RedisTarget) -> None:
+    """A reasoning model served without a reasoning parser thinks in the content before the
+    skill: the thinking became part of the candidate skill file (a fenced skill was spared,
+    an unfenced one was not)."""
+    whole = "# OCR\n\nRead every character of the text in the frame before you answer."
+    reply = (f"<think>The agent misread the digits; option A was chosen when D was right. "
+             f"I should tell it to read every character.</think>\n\n{whole}")
+    chat_server.inject(Fault(body=completion(reply)))
+    first, n1, again, n2 = evolve_twice(chat_server, redis_target)
+    assert first == again == whole + "\n"
+    assert (n1, n2) == (1, 1)

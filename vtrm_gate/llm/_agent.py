@@ -94,10 +94,11 @@ AGENT_VERSION = 4
 """Bumped on every change to the prompts, the grading, the parsing of replies or the shape
 of a request: it joins the agent config that keys the BaselineCache, so a base arm graded
 the old way is never paired with a candidate graded the new way. 4: an answer in content
-parts, in Chinese ("答案是B"), in full-width letters or in tool-call arguments given as an
-object is read; 3: the task framing comes
-from the workspace (no video wording for text-only units); 2: parse_choice reads real
-phrasings, per-step max_tokens, context overflow graded wrong (1: before)."""
+parts, in Chinese ("答案是B"), in full-width letters, boxed (``\\boxed{B}``), after a
+reasoning model's ``<think>`` block or in tool-call arguments given as an object is read;
+3: the task framing comes from the workspace (no video wording for text-only units); 2:
+parse_choice reads real phrasings, per-step max_tokens, context overflow graded wrong (1:
+before)."""
 
 
 def _reject_constant(name: str) -> Any:

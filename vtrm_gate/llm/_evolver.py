@@ -12,7 +12,7 @@ from ..cache import KeyParts, protocol_failure, validate_response
 from ..errors import CandidateRefused, EvolveError, LLMInfraError, RepeatedCandidate
 from ..harness import candidate_problem
 from ._agent import MCQ, VIDEO_TASK, LLMAgent
-from ._replies import content_text, finish_reason
+from ._replies import content_text, finish_reason, without_thinking
 
 # ---- the evolver ----------------------------------------------------------------------
 
@@ -43,9 +43,10 @@ class ErrorCase:
 
 
 def strip_fences(text: str) -> str:
-    """The skill text inside a reply: a reply that is one fenced block (```markdown ... ```)
-    or holds exactly one such block yields its content; otherwise the reply itself."""
-    t = text.strip()
+    """The skill text inside a reply, its thinking (``<think>...</think>``) set aside: a
+    reply that is one fenced block (```markdown ... ```) or holds exactly one such block
+    yields its content; otherwise the reply itself."""
+    t = without_thinking(text).strip()
     whole = re.fullmatch(r"```[\w+-]*[ \t]*\n(.*?)\n?[ \t]*```", t, flags=re.S)
     if whole and "```" not in whole.group(1):
         return whole.group(1).strip()

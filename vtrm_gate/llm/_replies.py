@@ -21,12 +21,13 @@ from ..gate import MAX_RESULT_TOKENS
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
-# A letter as a choice: bracketed or bold or bare; group 1 is the letter.
-_L = r"[\*\(\[]*\b([A-Za-z])\b(?![-'’])"
+# A letter as a choice: bracketed, bold, quoted, in code or angle brackets, or bare; group 1
+# is the letter.
+_L = r"[\*\(\[`\"“<]*\b([A-Za-z])\b(?![-'’])"
 # Statements that name the answer (strong), then mentions of an option (weaker).
 _STATEMENTS = (
     re.compile(r"(?i)\b(?:final\s+|correct\s+|right\s+|best\s+|my\s+)?answer\**\s*"
-               r"(?:is|would\s+be|must\s+be|should\s+be|will\s+be|[:：=])\s*\**\s*:?\s*"
+               r"(?:is|would\s+be|must\s+be|should\s+be|will\s+be|[:：=\-–—])\s*\**\s*:?\s*"
                r"(?:option\s+|choice\s+|letter\s+)?" + _L),
     re.compile(r"(?i)\b(?:correct|right|best)\s+(?:option|choice|letter)\s*"
                r"(?:is|would\s+be|must\s+be|[:：=])\s*\**\s*" + _L),
@@ -49,6 +50,12 @@ _CJK_STATEMENTS = tuple(re.compile(p, re.ASCII) for p in (
 _MENTIONS = (re.compile(r"(?i)\b(?:option|choice)\s*:?\s*" + _L),
              re.compile(r"(?i)(?:选项|選項)\s*:?\s*" + _L, re.ASCII),
              re.compile(r"(?i)" + _L + r"\s*(?:选项|選項)", re.ASCII))
+# A boxed answer, as reasoning models write one: \boxed{B}, \boxed{(B)}, \boxed{\text{B}}.
+_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{\s*(?:\\text(?:bf)?\s*\{\s*)?[\(\[]?\s*([A-Za-z])\s*"
+                    r"[\)\]]?\s*\}?\s*\}")
+# A reasoning model's thinking, inline in the content (no reasoning parser on the server).
+_THINK_OPEN = re.compile(r"<(?:think|thinking|reasoning)>", re.IGNORECASE)
+_THINK_CLOSE = re.compile(r"</(?:think|thinking|reasoning)>", re.IGNORECASE)
 # What a reply's text is read as: full-width forms as ASCII (NFKC: "Ｂ" B, "（" "(", "："
 # ":"), Chinese full stops and enumeration commas as ASCII ones, and no invisible
 # characters (a byte order mark, a zero-width space, NUL).
@@ -56,7 +63,7 @@ _CJK_PUNCTUATION = str.maketrans({"。": ".", "、": ","})
 _INVISIBLE = re.compile("[\u200b-\u200f\u2060-\u2064\ufeff\x00-\x08\x0e-\x1f\x7f]")
 _JOINED = re.compile(r"\s*[\*\)\]]*\s*(?:,|/|&|\band\b|\bor\b|和|或|与|與|及)\s*"
                      r"(?:option\s+|选项|選項)?[\*\(\[]*\b[A-Za-z]\b", re.IGNORECASE | re.ASCII)
-_LABEL = re.compile(r"^[\s>#\-]*[\*\(\[]*([A-Za-z])[\*\)\]]*(?:[.):：]|\s*$|\s*\n)")
+_LABEL = re.compile(r"^[\s>#\-]*[\*\(\[`\"“<]*([A-Za-z])[\*\)\]`\"”>]*(?:[.):：]|\s*$|\s*\n)")
 _ANSWER_KEYS = ("answer", "letter", "choice", "option", "selected", "final_answer")
 
 
@@ -110,10 +117,31 @@ def _statements(text: str, patterns: tuple[re.Pattern[str], ...], valid: str) ->
     return found.pop() if len(found) == 1 else ""
 
 
+def without_thinking(text: str) -> str:
+    """What a reply says after its thinking: the text past the last ``</think>`` (the
+    opening tag may be the chat template's), or, when thinking opened and never closed (cut
+    at ``max_tokens``), only what came before it."""
+    closes = list(_THINK_CLOSE.finditer(text))
+    if closes:
+        return text[closes[-1].end():]
+    opened = _THINK_OPEN.search(text)
+    return text if opened is None else text[:opened.start()]
+
+
+def _boxed(text: str, valid: str) -> str | None:
+    """The one letter the reply boxed (None: none boxed; "": several, or an invalid one)."""
+    found = {m.group(1).upper() for m in _BOXED.finditer(text)}
+    if not found:
+        return None
+    letter = found.pop() if len(found) == 1 else ""
+    return letter if letter in valid else ""
+
+
 def parse_choice(text: str | None, n_options: int) -> str | None:
     """The option letter a reply chose, or None when it chose none or was ambiguous.
 
-    In order: a JSON object (``{"answer": "B"}``, tool-call arguments); a statement of the
+    Thinking (``<think>...</think>``) is set aside first. Then, in order: a JSON object
+    (``{"answer": "B"}``, tool-call arguments); a boxed letter (``\\boxed{B}``); a statement of the
     answer ("The answer is (B).", "**Answer:** D", "I would choose C.", "The correct option
     is B.", "答案是B", "我选择C"); a mention of one option ("Option B", "选项B"); a reply that
     starts with a label ("B", "(c)", "B. a dog", "B\\n\\nExplanation ..."). Full-width forms
@@ -123,10 +151,11 @@ def parse_choice(text: str | None, n_options: int) -> str | None:
     if not text:
         return None
     text = _INVISIBLE.sub("", unicodedata.normalize("NFKC", text).translate(_CJK_PUNCTUATION))
+    text = without_thinking(text)
     if not text.strip():
         return None
     valid = LETTERS[:n_options]
-    for found in (_from_json(text, valid),
+    for found in (_from_json(text, valid), _boxed(text, valid),
                   _statements(text, _STATEMENTS + _CJK_STATEMENTS, valid),
                   _statements(text, _MENTIONS, valid)):
         if found is not None:

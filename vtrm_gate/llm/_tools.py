@@ -46,8 +46,8 @@ from ._replies import (
 
 TOOL_AGENT_VERSION = 2
 """Bumped on every change to the prompts, tools or grading: it joins the agent's identity.
-2: a reply in content parts, in Chinese or in full-width letters, and arguments given as
-an object, are read."""
+2: a reply in content parts, in Chinese, in full-width letters, boxed or after a
+``<think>`` block, and arguments given as an object, are read."""
 TOOL_SYSTEM = ("You answer a multiple-choice question. Its content comes in numbered parts: "
                "read them with the look tool, then call the answer tool with the letter of "
                "the correct option. Follow the skill instructions below.\n\n")
