@@ -249,3 +249,13 @@ def test_the_tool_agent_reads_arguments_given_as_an_object() -> None:
         looked = server.requests[1]["messages"][-1]
     assert looked == {"role": "tool", "tool_call_id": "c1", "content": "Context."}
     assert (res.correct, res.prediction) == (True, "B"), res  # type: ignore[attr-defined]
+
+
+def test_an_answer_given_as_the_options_text_is_graded_by_it(chat_server: ChatServer) -> None:
+    """A model that answers with the option's words ("A dog running across the whole
+    field.") chose B: it was "unparseable answer", a wrong one."""
+    chat_server.inject(Fault(body=_said({"content": "A dog running across the whole field."})))
+    a = LLMAgent(UNITS, base_url=chat_server.url, model="m", retry=FAST,
+                 rng=random.Random(0), think=False)
+    [res] = infer(a, task())
+    assert (res.correct, res.prediction, res.error) == (True, "B", None), res

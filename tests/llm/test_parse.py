@@ -110,3 +110,25 @@ def test_smollm2_replies_kept_verbatim_parse_as_annotated() -> None:
     wrong = [(r["reply"], r["letter"], parse_choice(r["reply"], r["n_options"]))
              for r in rows if parse_choice(r["reply"], r["n_options"]) != r["letter"]]
     assert wrong == []
+
+
+OPTS = ("a cat", "a dog running across the whole field", "a bird", "Paris, France")
+
+
+@pytest.mark.parametrize("text, letter", [
+    ("a dog running across the whole field", "B"), ("A dog running across the whole field.", "B"),
+    ('"a bird"', "C"), ("**a bird**", "C"), ("  paris, france  ", "D"), ("Ａ ｃａｔ", "A"),
+    ("The answer is a dog.", None), ("a cat or a bird", None), ("a dog", None),
+    ("B", "B"), ("A. a dog running across the whole field", "A"),  # a letter wins
+])
+def test_a_reply_that_is_one_options_text_chose_it(text: str, letter: str | None) -> None:
+    """A model that answers with the option's words, not its letter (small models often
+    do), chose that option: the reply was graded as no answer. Only the whole reply, once
+    case, spacing, quotes and a closing full stop are set aside; a letter wins over text."""
+    assert parse_choice(text, 4, options=OPTS) == letter
+    lettered = text in ("B", "A. a dog running across the whole field")
+    assert parse_choice(text, 4) == (letter if lettered else None)  # the text needs options
+
+
+def test_options_alike_once_normalised_are_no_choice() -> None:
+    assert parse_choice("a cat", 3, options=("A cat", "a cat.", "a dog")) is None

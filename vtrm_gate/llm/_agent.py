@@ -21,7 +21,7 @@ import os
 import random
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -95,7 +95,8 @@ AGENT_VERSION = 4
 of a request: it joins the agent config that keys the BaselineCache, so a base arm graded
 the old way is never paired with a candidate graded the new way. 4: an answer in content
 parts, in Chinese ("答案是B"), in full-width letters, boxed (``\\boxed{B}``), after a
-reasoning model's ``<think>`` block or in tool-call arguments given as an object is read;
+reasoning model's ``<think>`` block, as an option's text or in tool-call arguments given as
+an object is read;
 3: the task framing comes from the workspace (no video wording for text-only units); 2:
 parse_choice reads real phrasings, per-step max_tokens, context overflow graded wrong (1:
 before)."""
@@ -750,7 +751,7 @@ class LLMAgent:
             tokens += used if source in ("miss", "bypass", "uncached") else 0
             steps.append({"step": kind, "source": source, "content": reply_text(resp),
                           "finish_reason": finish_reason(resp), "tokens": used})
-            why = _unusable(resp, kind, n)
+            why = _unusable(resp, kind, mcq.options)
             if why in PROTOCOL_FAILURES:
                 return self._result(task, t0, steps, tokens, infra=True,
                                     error=f"{kind} step: {why}")
@@ -758,7 +759,7 @@ class LLMAgent:
                 error = f"{kind} step: {why}"  # the model answered, unusably: a wrong answer
                 break
         else:
-            prediction = parse_choice(steps[-1]["content"], n)
+            prediction = parse_choice(steps[-1]["content"], n, options=mcq.options)
         return self._result(task, t0, steps, tokens, prediction=prediction, error=error,
                             correct=prediction == mcq.answer)
 
@@ -776,7 +777,7 @@ class LLMAgent:
                           trace=trace, error=error)
 
 
-def _unusable(resp: Mapping[str, Any], call_kind: str, n_options: int) -> str | None:
+def _unusable(resp: Mapping[str, Any], call_kind: str, options: Sequence[str]) -> str | None:
     """Why a step's reply cannot be used (a protocol failure: INFRA; anything else: the
     model's unusable answer, graded wrong), or None."""
     if finish_reason(resp) == "context_length":
@@ -784,7 +785,8 @@ def _unusable(resp: Mapping[str, Any], call_kind: str, n_options: int) -> str | 
     why = validate_response(resp)
     if why == "empty message content" and reply_text(resp):
         why = None  # a tool call carries the answer
-    if why is None and call_kind == "answer" and parse_choice(reply_text(resp), n_options) is None:
+    if why is None and call_kind == "answer" and parse_choice(
+            reply_text(resp), len(options), options=options) is None:
         why = "unparseable answer"
         if finish_reason(resp) == "length":
             why += " (cut at max_tokens: finish_reason length)"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..cache import message_text, tool_calls
@@ -137,14 +137,16 @@ def _boxed(text: str, valid: str) -> str | None:
     return letter if letter in valid else ""
 
 
-def parse_choice(text: str | None, n_options: int) -> str | None:
+def parse_choice(text: str | None, n_options: int, *,
+                 options: Sequence[str] = ()) -> str | None:
     """The option letter a reply chose, or None when it chose none or was ambiguous.
 
     Thinking (``<think>...</think>``) is set aside first. Then, in order: a JSON object
     (``{"answer": "B"}``, tool-call arguments); a boxed letter (``\\boxed{B}``); a statement of the
     answer ("The answer is (B).", "**Answer:** D", "I would choose C.", "The correct option
     is B.", "答案是B", "我选择C"); a mention of one option ("Option B", "选项B"); a reply that
-    starts with a label ("B", "(c)", "B. a dog", "B\\n\\nExplanation ..."). Full-width forms
+    starts with a label ("B", "(c)", "B. a dog", "B\\n\\nExplanation ..."); given the
+    ``options``, a reply that is one option's text ("a dog", not "B"). Full-width forms
     read as ASCII ("Ｂ", "（B）"), invisible characters are dropped. Two different letters at
     one level, a joined pair ("A and B", "A和B") or a letter past the options is None.
     """
@@ -163,10 +165,24 @@ def parse_choice(text: str | None, n_options: int) -> str | None:
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     labels = {m.group(1).upper() for ln in lines if (m := _LABEL.match(ln))}
     m = _LABEL.match(text.strip())
-    if m is None or len(labels) > 1:  # "A. Tokyo\nB. Nairobi": the options listed
-        return None
-    letter = _as_letter(m, text.strip(), valid)
-    return letter or None
+    if m is not None and len(labels) <= 1:  # several: "A. Tokyo\nB. Nairobi", the options
+        letter = _as_letter(m, text.strip(), valid)
+        if letter is not None:
+            return letter or None
+    return _option_named(text, options, valid)
+
+
+def _option_named(text: str, options: Sequence[str], valid: str) -> str | None:
+    """The letter of the one option whose text the whole reply is (case, spacing, quotes,
+    bold and a closing full stop aside), or None."""
+    said = _plain(text)
+    named = [LETTERS[i] for i, o in enumerate(options) if _plain(o) == said]
+    return named[0] if len(named) == 1 and named[0] in valid else None
+
+
+def _plain(text: str) -> str:
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split()).strip(
+        " *`\"'“”‘’").rstrip(".!。 ")
 
 
 # ---- replies and error bodies ------------------------------------------------------------

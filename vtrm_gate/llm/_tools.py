@@ -159,7 +159,8 @@ class ToolAgent:
             turns.append({"turn": turn, "source": source, "tokens": usage_tokens(doc),
                           "tools": [c.get("function", {}).get("name") for c in calls]})
             if not calls:  # a reply in words: its letter, else one more turn to name it
-                letter = parse_choice(content_text(doc), len(mcq.options))
+                letter = parse_choice(content_text(doc), len(mcq.options),
+                                      options=mcq.options)
                 if letter is not None or nudged:
                     break
                 nudged = True
