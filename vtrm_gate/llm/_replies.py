@@ -141,14 +141,15 @@ def parse_choice(text: str | None, n_options: int, *,
                  options: Sequence[str] = ()) -> str | None:
     """The option letter a reply chose, or None when it chose none or was ambiguous.
 
-    Thinking (``<think>...</think>``) is set aside first. Then, in order: a JSON object
-    (``{"answer": "B"}``, tool-call arguments); a boxed letter (``\\boxed{B}``); a statement of the
-    answer ("The answer is (B).", "**Answer:** D", "I would choose C.", "The correct option
-    is B.", "答案是B", "我选择C"); a mention of one option ("Option B", "选项B"); a reply that
-    starts with a label ("B", "(c)", "B. a dog", "B\\n\\nExplanation ..."); given the
-    ``options``, a reply that is one option's text ("a dog", not "B"). Full-width forms
-    read as ASCII ("Ｂ", "（B）"), invisible characters are dropped. Two different letters at
-    one level, a joined pair ("A and B", "A和B") or a letter past the options is None.
+    Full-width forms read as ASCII ("Ｂ", "（B）"), invisible characters are dropped and
+    thinking (``<think>...</think>``) is set aside. Then, in order: a JSON object
+    (``{"answer": "B"}``, tool-call arguments); a boxed letter (``\\boxed{B}``); a statement
+    of the answer ("The answer is (B).", "**Answer:** D", "I would choose C.", "The correct
+    option is B.", "答案是B", "我选择C"); a mention of one option ("Option B", "选项B"); a
+    reply that starts with a label ("B", "(c)", "B. a dog", "B\\n\\nExplanation ..."); given
+    the ``options``, a reply that is one option's whole text ("a dog", not "B"). Two
+    different letters at one level, a joined pair ("A and B", "A和B") or a letter past the
+    options is None.
     """
     if not text:
         return None
@@ -181,6 +182,8 @@ def _option_named(text: str, options: Sequence[str], valid: str) -> str | None:
 
 
 def _plain(text: str) -> str:
+    """``text`` as compared with an option's: NFKC, case-folded, spacing collapsed, without
+    surrounding quotes or bold and a closing full stop."""
     return " ".join(unicodedata.normalize("NFKC", text).casefold().split()).strip(
         " *`\"'“”‘’").rstrip(".!。 ")
 
