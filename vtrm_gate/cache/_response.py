@@ -462,7 +462,7 @@ class ResponseCache:
                 log.warning("Redis cache at %s refuses writes (%s): new answers are not "
                             "stored, stored ones are still served; %s", self.masked_url,
                             scrub(f"{type(out.error).__name__}: {out.error}", self._url),
-                            _REFUSAL_ADVICE[type(out.error)])
+                            _refusal_advice(out.error))
             return False
         if self._refusing:  # over after RECOVERY_OPS writes in a row (memory near the limit
             self._write_streak += 1  # lets some through: that is no end of it)
@@ -568,11 +568,12 @@ class _WriteRefused:
     error: RedisError
 
 
-_REFUSAL_ADVICE: dict[type[RedisError], str] = {
-    OutOfMemoryError: "it is at maxmemory under a noeviction policy: raise maxmemory, or set "
-                      "maxmemory-policy volatile-lru so the oldest entries make room",
-    ReadOnlyError: "it is a read-only replica: point REDIS_URL at the primary",
-}
+def _refusal_advice(exc: RedisError) -> str:
+    """What to change on a server that refuses writes."""
+    if isinstance(exc, OutOfMemoryError):
+        return ("it is at maxmemory under a noeviction policy: raise maxmemory, or set "
+                "maxmemory-policy volatile-lru so the oldest entries make room")
+    return "it is a read-only replica: point REDIS_URL at the primary"
 
 
 async def _set(r: cluster.Client, key: str, value: bytes, ttl: int) -> bool | _WriteRefused:
