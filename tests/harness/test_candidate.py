@@ -119,3 +119,20 @@ def test_a_chat_reply_is_skipped_with_its_reason_no_gate_call_and_no_cooldown(
     rows = dict(ws.log.query("SELECT task_type, note FROM step_report WHERE status = "
                              "'skipped'"))
     assert rows["Counting Problem"].startswith("an answer to a question ('The correct")
+
+
+def test_a_candidate_that_is_no_unicode_text_is_skipped_not_a_crash(tmp_path: Path) -> None:
+    """Hostile pass: any evolver (a researcher's own in Python, not only the built-in one,
+    whose replies read a lone surrogate as U+FFFD) may return a lone surrogate; the step
+    died in Phase B writing the candidate (UnicodeEncodeError) after every type evolved."""
+    assert candidate_problem(SKILL + "- count twice \ud800\n", SKILL) == (
+        f"not Unicode text: a lone surrogate \\ud800 at character {len(SKILL) + 14}")
+    sizes = {"Action Reasoning": 40, "Counting Problem": 40}
+    ws = make_workspace(tmp_path / "ws", sizes)
+    evolver = ChattyEvolver({t: 3 for t in sizes}, {"Counting Problem": SKILL + "- x \udfff\n"})
+    res = run_step_sync(ws, 1, 1, infer=ToyInfer(), evolver=evolver,
+                        cases=cases_first(sizes), options=RunOptions(concurrency=8))
+    st = res.types
+    assert st["Action Reasoning"].status == "gated"
+    assert st["Counting Problem"].status == "skipped"
+    assert st["Counting Problem"].note.startswith("not Unicode text: a lone surrogate \\udfff")

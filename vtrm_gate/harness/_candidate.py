@@ -6,6 +6,8 @@ reason (the step records the type ``skipped`` with it, charging no cooldown) or 
 None. The rules, in order:
 
 - empty (whitespace only);
+- not Unicode text (a lone surrogate, from an evolver of the researcher's own): it could
+  not be written to the candidate's file;
 - over `MAX_SKILL_CHARS`: the skill is sent with every call, so past this it would crowd
   out the question in most served models' context;
 - identical to the current skill, or to a rejected candidate (whitespace at the ends
@@ -76,6 +78,11 @@ def candidate_problem(candidate: str, current: str, rejected: Sequence[str] = ()
     cand, cur = candidate.strip(), current.strip()
     if not cand:
         return "empty candidate"
+    try:  # it is written to files and SQLite, and sent in every candidate-arm request
+        cand.encode()
+    except UnicodeEncodeError as exc:
+        bad = cand[exc.start].encode("unicode_escape").decode()
+        return f"not Unicode text: a lone surrogate {bad} at character {exc.start}"
     if len(cand) > MAX_SKILL_CHARS:
         return (f"over the size cap: {len(cand):,} characters > {MAX_SKILL_CHARS:,} "
                 f"(MAX_SKILL_CHARS)")
