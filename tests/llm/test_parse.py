@@ -81,7 +81,8 @@ REASONING: list[tuple[str, str | None]] = [
     ("<think>unfinished thinking about option A", None),  # cut at max_tokens: no answer
     ("<think>A, B or C?</think>", None),
     ("Answer: `B`", "B"), ('"B"', "B"), ("Answer: <B>", "B"), ("Answer - C", "C"),
-    ("Answer — D", "D"),
+    ("Answer — D", "D"), ('Answer: "A", "B"', None), ("`A` or `B`", None),
+    ("<B> is correct", "B"), ("A</think>B", "B"), ("</think>", None),
 ]
 
 

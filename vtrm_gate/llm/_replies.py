@@ -22,8 +22,9 @@ from ..gate import MAX_RESULT_TOKENS
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 # A letter as a choice: bracketed, bold, quoted, in code or angle brackets, or bare; group 1
-# is the letter.
-_L = r"[\*\(\[`\"“<]*\b([A-Za-z])\b(?![-'’])"
+# is the letter. _OPEN and _CLOSE are what may wrap it.
+_OPEN, _CLOSE = r"[\*\(\[`\"“<]*", r"[\*\)\]`\"”>]*"
+_L = _OPEN + r"\b([A-Za-z])\b(?![-'’])"
 # Statements that name the answer (strong), then mentions of an option (weaker).
 _STATEMENTS = (
     re.compile(r"(?i)\b(?:final\s+|correct\s+|right\s+|best\s+|my\s+)?answer\**\s*"
@@ -36,7 +37,7 @@ _STATEMENTS = (
     re.compile(r"(?i)\bI\s+think\s+(?:it\s+is|it's|the\s+answer\s+is)\s+" + _L),
     re.compile(r"(?i)\b(?:option|choice)\s+" + _L + r"\s*\**\s*(?:is\s+(?:correct|right|"
                r"the\s+(?:answer|correct\s+one|best)))"),
-    re.compile(r"(?i)(?:^|[\s>])" + _L + r"[\*\)\]]*\s+is\s+(?:the\s+)?(?:correct|right|"
+    re.compile(r"(?i)(?:^|[\s>])" + _L + _CLOSE + r"\s+is\s+(?:the\s+)?(?:correct|right|"
                r"best)\b"),
 )
 # Chinese: the letter sits right against a character ("答案是B"), so the word boundaries
@@ -61,9 +62,10 @@ _THINK_CLOSE = re.compile(r"</(?:think|thinking|reasoning)>", re.IGNORECASE)
 # characters (a byte order mark, a zero-width space, NUL).
 _CJK_PUNCTUATION = str.maketrans({"。": ".", "、": ","})
 _INVISIBLE = re.compile("[\u200b-\u200f\u2060-\u2064\ufeff\x00-\x08\x0e-\x1f\x7f]")
-_JOINED = re.compile(r"\s*[\*\)\]]*\s*(?:,|/|&|\band\b|\bor\b|和|或|与|與|及)\s*"
-                     r"(?:option\s+|选项|選項)?[\*\(\[]*\b[A-Za-z]\b", re.IGNORECASE | re.ASCII)
-_LABEL = re.compile(r"^[\s>#\-]*[\*\(\[`\"“<]*([A-Za-z])[\*\)\]`\"”>]*(?:[.):：]|\s*$|\s*\n)")
+_JOINED = re.compile(r"\s*" + _CLOSE + r"\s*(?:,|/|&|\band\b|\bor\b|和|或|与|與|及)\s*"
+                     r"(?:option\s+|选项|選項)?" + _OPEN + r"\b[A-Za-z]\b",
+                     re.IGNORECASE | re.ASCII)
+_LABEL = re.compile(r"^[\s>#\-]*" + _OPEN + r"([A-Za-z])" + _CLOSE + r"(?:[.):：]|\s*$|\s*\n)")
 _ANSWER_KEYS = ("answer", "letter", "choice", "option", "selected", "final_answer")
 
 
