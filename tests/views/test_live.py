@@ -205,7 +205,10 @@ def test_a_second_launch_is_served_from_redis(redis_target):
     # those reach the backend.
     assert paid2.isdisjoint(answered1)
     assert len(paid2 & paid1) <= first.total("cancelled_in_flight")
-    assert stats2.hits == second.total("started") - len(paid2) > 0
+    # every call the second launch started was a hit or reached the backend, but for one
+    # cancelled past a stop inside its cache lookup (a clean-clone run: 216 hits of 218)
+    unserved = second.total("started") - len(paid2) - stats2.hits
+    assert stats2.hits > 0 and 0 <= unserved <= second.total("cancelled_in_flight")
     assert len(paid2) <= 8 * len(plans)  # at most a slot pool of speculation per type
     assert second.decisions() == first.decisions()
 
