@@ -608,6 +608,18 @@ def test_the_step_summary_counts_bypassed_calls_as_requests() -> None:
     info = {"url": "unix:///x.sock", "prefix": "llm_cache", "enabled": True,
             "runs": {"e1_s1_gate_ocr_base": st_.as_dict()}}
     assert "64 requests" in _cache_lines(info) and "56 uncached" in _cache_lines(info)
+    assert "not stored" not in _cache_lines(info)
+
+
+def test_the_step_summary_says_when_redis_refused_to_store_answers() -> None:
+    """A re-run of a step whose answers Redis refused (full) pays for them again: the
+    summary said "0 errors" and nothing else."""
+    from vtrm_gate.cli import cache_lines as _cache_lines
+
+    info = {"url": "unix:///x.sock", "prefix": "llm_cache", "enabled": True,
+            "runs": {"e1_s1_gate_ocr_base": CacheStats(misses=8, writes=3,
+                                                       refused=5).as_dict()}}
+    assert "5 not stored (Redis refused the writes)" in _cache_lines(info)
 
 
 def test_a_stopped_and_restarted_server_keeps_serving_hits(

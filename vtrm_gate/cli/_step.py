@@ -171,9 +171,11 @@ def cache_lines(info: dict[str, Any]) -> str:
     for run, st in info["runs"].items():
         served = st["hits"] + st["coalesced"]
         uncached = f", {st['bypassed']} uncached" if st["bypassed"] else ""
+        refused = (f", {st['refused']} not stored (Redis refused the writes)"
+                   if st.get("refused") else "")  # a re-run pays for these again
         lines.append(f"  {run:<44} hit rate {st['hit_rate']:6.1%}  ({served}/{st['calls']} "
                      f"calls served, {st['requests']} requests{uncached}, "
-                     f"{st['errors']} errors)")
+                     f"{st['errors']} errors{refused})")
     if not info["runs"]:
         lines.append("  (no LLM calls)")
     if "http_requests" in info:
