@@ -237,6 +237,15 @@ def test_default_cache_is_the_embedded_redis_inside_the_workspace(tmp_path: Path
     ("```\n# Skill\n```", "# Skill"),
     ("Here it is:\n```md\n# Skill\n```\nGood luck.", "# Skill"),
     ("# Skill\n- plain", "# Skill\n- plain"),
+    ("```python  \n# Skill\n  \n  ```", "# Skill"),  # a language tag, trailing spaces
+    ("```\n# A\n```\n```\n# B\n```", "```\n# A\n```\n```\n# B\n```"),  # two blocks
+    (TWO_MD := "```markdown\n# A\n```\ntext\n```md\n# B\n```", TWO_MD),
+    ("Before\n```MD\n# Skill\n- x   \n```", "# Skill\n- x"),  # case-blind tag
+    ("```markdown\n# Skill with ``` inside\n```", "# Skill with"),
+    ("```markdown\n# Unclosed", "```markdown\n# Unclosed"),
+    ("```markdown # not a tag line\n# S\n```", "```markdown # not a tag line\n# S\n```"),
+    ("<think>weigh it</think>\n```md\n# S\n```", "# S"),
+    ("```\n```", ""),
 ])
 def test_strip_fences(reply: str, text: str) -> None:
     assert strip_fences(reply) == text

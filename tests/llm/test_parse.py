@@ -133,3 +133,47 @@ def test_a_reply_that_is_one_options_text_chose_it(text: str, letter: str | None
 
 def test_options_alike_once_normalised_are_no_choice() -> None:
     assert parse_choice("a cat", 3, options=("A cat", "a cat.", "a dog")) is None
+
+
+# Replies a degenerate or hostile server sends: runs of one character. The answer
+# statement's adjacent optional spaces made "answer is" + 800 spaces take 11 s on the event
+# loop (cubic), and 100,000 asterisks before a letter 115 s (quadratic): the whole gate
+# stalled meanwhile. Each must read at once; in a subprocess, so a regression fails by its
+# timeout instead of hanging the suite.
+RUNS = {  # name: (the reply, as Python, and the letter read from it)
+    "answer is + spaces": ("'answer is' + ' ' * 200_000 + '1'", None),
+    "answer is + newlines": ("'Answer:' + '\\n' * 200_000 + '1'", None),
+    "answer is + mixed": ("'answer is' + ' \\t\\n' * 70_000 + '1'", None),
+    "asterisks": ("'*' * 200_000 + 'B'", "B"),
+    "brackets": ("'(((((*' * 40_000", None),
+    "wrappers": ("'(*' * 100_000", None),
+    "option + spaces": ("'option A' + ' ' * 200_000 + 'x'", "A"),
+    "boxed + spaces": ("'\\\\boxed{' + ' ' * 200_000 + '1'", None),
+    "json fence": ("'```json' + ' ' * 200_000 + 'x'", None),
+    "cjk + spaces": ("'选项' + ' ' * 200_000 + '1'", None),
+}
+
+
+def test_runs_of_one_character_are_read_in_linear_time() -> None:
+    import subprocess
+    import sys
+
+    code = ("from vtrm_gate.llm import parse_choice\n"
+            "from vtrm_gate.llm._evolver import strip_fences\n"
+            + "".join(f"assert parse_choice({expr}, 4, options=('x', 'y')) == {letter!r}, "
+                      f"{name!r}\nstrip_fences({expr})\n"
+                      for name, (expr, letter) in RUNS.items())
+            + "strip_fences('```markdown\\n' + ' ' * 200_000 + 'x')\n"
+            + "strip_fences('a ```md\\nx' + ' ' * 200_000 + 'y')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+def test_runs_are_read_as_one_character() -> None:
+    """The compaction behind the linear time keeps what a run means."""
+    assert parse_choice("The answer is" + " " * 50 + "B", 4) == "B"
+    assert parse_choice("*" * 40 + "B" + "*" * 40, 4) == "B"
+    assert parse_choice("Answer:\n\n\n\n\n(C)", 4) == "C"
+    assert parse_choice("A. Tokyo\n\n\n\nB. Nairobi", 4) is None  # still two option lines
+    assert parse_choice("B\n\n\n\n\nExplanation ........ it runs", 4) == "B"

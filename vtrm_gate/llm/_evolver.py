@@ -45,16 +45,34 @@ class ErrorCase:
 def strip_fences(text: str) -> str:
     """The skill text inside a reply, its thinking (``<think>...</think>``) set aside: a
     reply that is one fenced block (```markdown ... ```) or holds exactly one such block
-    yields its content; otherwise the reply itself."""
+    yields its content; otherwise the reply itself. Read with string searches, in linear
+    time (a lazy pattern before optional spaces was quadratic in a run of spaces)."""
     t = without_thinking(text).strip()
-    whole = re.fullmatch(r"```[\w+-]*[ \t]*\n(.*?)\n?[ \t]*```", t, flags=re.S)
-    if whole and "```" not in whole.group(1):
-        return whole.group(1).strip()
-    blocks = re.findall(r"```(?:markdown|md)[ \t]*\n(.*?)\n?[ \t]*```", t,
-                        flags=re.S | re.IGNORECASE)
+    whole = _whole_block(t)
+    if whole is not None and "```" not in whole:
+        return whole.strip()
+    blocks = [b for m in _MD_FENCE.finditer(t) if (b := _block_after(t, m.end())) is not None]
     if len(blocks) == 1:
         return blocks[0].strip()
     return t
+
+
+_FENCE_TAG = re.compile(r"```[\w+-]*[ \t]*")
+_MD_FENCE = re.compile(r"```(?:markdown|md)[ \t]*\n", re.IGNORECASE)
+
+
+def _whole_block(t: str) -> str | None:
+    """The content of ``t`` when it is one fenced block from its first line to its end."""
+    first = t.find("\n")
+    if first < 0 or not t.endswith("```") or not _FENCE_TAG.fullmatch(t, 0, first):
+        return None
+    return t[first + 1:len(t) - 3] if len(t) - 3 >= first + 1 else ""
+
+
+def _block_after(t: str, start: int) -> str | None:
+    """The content of the fenced block opened just before ``start``, up to its fence."""
+    end = t.find("```", start)
+    return None if end < 0 else t[start:end]
 
 
 ErrorCases = Callable[[str, str, int, int], Awaitable[Sequence[ErrorCase]]]
