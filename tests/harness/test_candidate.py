@@ -136,3 +136,25 @@ def test_a_candidate_that_is_no_unicode_text_is_skipped_not_a_crash(tmp_path: Pa
     assert st["Action Reasoning"].status == "gated"
     assert st["Counting Problem"].status == "skipped"
     assert st["Counting Problem"].note.startswith("not Unicode text: a lone surrogate \\udfff")
+
+
+def test_a_line_of_spaces_is_judged_in_linear_time() -> None:
+    """Hostile pass: the answer pattern's adjacent optional spaces made one line of
+    "answer" + spaces quadratic (8,000 spaces: 1.8 s; at the 32,000-character cap about
+    30 s, on the event loop, in Phase A), and the structure pattern's ``^\\s*`` a greeting
+    over blank lines (16,000 of them: 13.7 s). Judged past the cap here (300,000
+    characters), in a subprocess so a regression fails by its timeout."""
+    import subprocess
+    import sys
+
+    code = ("from vtrm_gate.harness._candidate import _chat_reply\n"
+            "cur = '# S\\n- a\\n- b\\n- c\\n'\n"
+            "assert _chat_reply('answer' + ' ' * 300_000 + '!!', cur).startswith('one line')\n"
+            "assert _chat_reply('The answer is' + ' ' * 300_000 + 'B.', cur).startswith("
+            "'an answer')\n"
+            "assert _chat_reply('hello' + ' ' * 300_000 + 'there', cur).startswith('a chat')\n"
+            "assert _chat_reply('hello\\n' + ' \\n' * 150_000 + 'y', cur).startswith('a chat')\n"
+            "assert _chat_reply('hello\\n' + ' \\n' * 150_000 + '- y', cur) is None\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr

@@ -47,7 +47,7 @@ _OPENER = re.compile(
     r"(?:hello|hi|hey|greetings|good\s+(?:morning|afternoon|evening)|sure|certainly|"
     r"of\s+course|okay|ok|thanks|thank\s+you|sorry|i'?m\s+sorry|i\s+apologi[sz]e|"
     r"as\s+an\s+ai|i\s+can(?:not|'t)|i\s+am\s+unable)\b", re.IGNORECASE)
-_STRUCTURE = re.compile(r"^\s*(?:#{1,6}\s|[-*+]\s|\d+[.)]\s|```|>)", re.MULTILINE)
+_STRUCTURE = re.compile(r"^[ \t]*(?:#{1,6}\s|[-*+]\s|\d+[.)]\s|```|>)", re.MULTILINE)
 
 
 def _lines(text: str) -> list[str]:
@@ -61,9 +61,10 @@ def _shown(text: str) -> str:
 def _chat_reply(cand: str, current: str) -> str | None:
     """Why ``cand`` reads as a chat reply rather than a skill file, or None."""
     lines = _lines(cand)
-    if len(lines) == 1 and _ANSWER.fullmatch(lines[0].strip()):
+    first = " ".join(lines[0].split())  # one space per run: the patterns' adjacent \s* made
+    if len(lines) == 1 and _ANSWER.fullmatch(first):  # a run of spaces quadratic
         return f"an answer to a question ({_shown(cand)}), not a skill"
-    if _OPENER.match(lines[0].strip()) and not _STRUCTURE.search(cand):
+    if _OPENER.match(first) and not _STRUCTURE.search(cand):
         return f"a chat reply ({_shown(cand)}), not a skill"
     n = len(_lines(current))
     if len(lines) == 1 and n >= MIN_LINES_KEPT:
