@@ -259,3 +259,22 @@ def test_an_answer_given_as_the_options_text_is_graded_by_it(chat_server: ChatSe
                  rng=random.Random(0), think=False)
     [res] = infer(a, task())
     assert (res.correct, res.prediction, res.error) == (True, "B", None), res
+
+
+def test_the_tool_agents_answer_naming_the_options_text_is_read() -> None:
+    """A model that puts the option's words in the answer tool's ``letter`` ("2" for the
+    option "2") chose that option, as a reply in words does."""
+    with ToolChatServer() as server:
+        server.inject(Fault(body=_said({"content": "",
+                                        "tool_calls": [_call("look", {"part": 1})]})),
+                      Fault(body=_said({"content": "", "tool_calls": [
+                          _call("answer", {"letter": "2"}, "c2")]})))
+
+        async def go() -> object:
+            async with httpx.AsyncClient(base_url=server.url + "/") as client:
+                agent = ToolAgent({"c0": MCQ("Context.\n\nHow many?", ("1", "2"), "B")},
+                                  client, model="tiny")
+                return await agent.infer(UnitTask("Counting", "c0", "base", 0, "r", "s"))
+
+        res = asyncio.run(go())
+    assert (res.correct, res.prediction) == (True, "B"), res  # type: ignore[attr-defined]

@@ -173,7 +173,7 @@ class ToolAgent:
             answered = [c for c in calls if c.get("function", {}).get("name") == "answer"]
             if answered:
                 letter = parse_choice(str(call_arguments(answered[0]).get("letter", "")),
-                                      len(mcq.options))
+                                      len(mcq.options), options=mcq.options)
                 break
             messages += [{"role": "tool", "tool_call_id": c.get("id", ""),
                           "content": _look(parts, call_arguments(c))} for c in calls]
