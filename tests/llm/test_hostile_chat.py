@@ -278,3 +278,33 @@ def test_the_tool_agents_answer_naming_the_options_text_is_read() -> None:
 
         res = asyncio.run(go())
     assert (res.correct, res.prediction) == (True, "B"), res  # type: ignore[attr-defined]
+
+
+SSE = ('data: {"id":"x","choices":[{"index":0,"delta":{"content":"B"}}]}\n\n'
+       'data: [DONE]\n\n')
+
+
+def test_a_streamed_reply_nobody_asked_for_is_named_as_such(chat_server: ChatServer) -> None:
+    """A gateway that forces streaming answers with Server-Sent Events though the request
+    did not ask to stream: the error said "check base_url", which is not what is wrong."""
+    chat_server.inject(*[Fault(body=SSE, content_type="text/event-stream")] * 4)
+    a = LLMAgent(UNITS, base_url=chat_server.url, model="m", retry=FAST,
+                 rng=random.Random(0), think=False)
+    [res] = infer(a, task())
+    assert res.infra and len(chat_server.requests) == 1  # not transient: asked once
+    assert "streamed its reply" in (res.error or "") and "check base_url" not in (res.error or "")
+    assert "stream" not in chat_server.requests[0] or not chat_server.requests[0]["stream"]
+
+
+def test_the_tool_agent_names_a_streamed_reply_too() -> None:
+    with ToolChatServer() as server:
+        server.inject(Fault(body=SSE, content_type="text/event-stream"))
+
+        async def go() -> object:
+            async with httpx.AsyncClient(base_url=server.url + "/") as client:
+                agent = ToolAgent({"c0": MCQ("How many?", ("1", "2"), "B")}, client,
+                                  model="tiny")
+                return await agent.infer(UnitTask("Counting", "c0", "base", 0, "r", "s"))
+
+        res = asyncio.run(go())
+    assert res.infra and "streamed its reply" in (res.error or ""), res  # type: ignore

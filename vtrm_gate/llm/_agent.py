@@ -54,6 +54,7 @@ from ._replies import (
     finish_reason,
     has_content_parts,
     is_context_overflow,
+    non_json_reply,
     overflow_reply,
     parse_choice,
     reply_text,
@@ -588,11 +589,9 @@ class LLMAgent:
             raise LLMInfraError(text.replace(f"HTTP {r.status_code}",
                                              f"HTTP {r.status_code} (not retryable)", 1))
         data = await self._read_capped(r)
-        ctype = r.headers.get("content-type", "").split(";")[0].strip().lower()
-        if ctype and "json" not in ctype:  # a portal's or proxy's page: not transient
-            text = " ".join(data[:200].decode("utf-8", errors="replace").split())
-            raise LLMInfraError(f"HTTP {r.status_code} with Content-Type {ctype}, not a "
-                                f"chat completion (check base_url): {text}")
+        not_json = non_json_reply(r.status_code, r.headers.get("content-type", ""), data)
+        if not_json is not None:  # a portal's or proxy's page, a forced stream: not transient
+            raise LLMInfraError(not_json)
         try:
             doc = parse_body(data)
         except ValueError as exc:  # e.g. cut short by a reset: the next attempt may answer

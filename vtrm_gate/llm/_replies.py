@@ -284,6 +284,19 @@ _OVERFLOW = re.compile(r"(?i)context[_ ]length[_ ]exceeded|maximum context lengt
                        r"tokens|prompt is too long|input is too long")
 
 
+def non_json_reply(status: int, content_type: str, data: bytes) -> str | None:
+    """Why a reply whose Content-Type is not JSON is no chat completion (a captive portal's
+    page, a stream nobody asked for), quoting its start; None for a JSON (or untyped) one."""
+    ctype = content_type.split(";")[0].strip().lower()
+    if not ctype or "json" in ctype:
+        return None
+    why = ("the server streamed its reply (Server-Sent Events) though the request did not "
+           "ask to stream: a gateway that forces streaming; turn that off there"
+           if ctype == "text/event-stream" else "check base_url")
+    text = " ".join(data[:200].decode("utf-8", errors="replace").split())
+    return f"HTTP {status} with Content-Type {ctype}, not a chat completion ({why}): {text}"
+
+
 def is_context_overflow(status: int, detail: str) -> bool:
     """True when a refusal says the conversation does not fit the model's context."""
     return status in (400, 413, 422) and bool(_OVERFLOW.search(detail))

@@ -40,6 +40,7 @@ from ._replies import (
     call_arguments,
     content_text,
     error_detail,
+    non_json_reply,
     parse_choice,
     usage_tokens,
 )
@@ -221,6 +222,9 @@ class ToolAgent:
 
     @staticmethod
     def _reply(r: httpx.Response) -> tuple[dict[str, Any], str]:
+        not_json = non_json_reply(r.status_code, r.headers.get("content-type", ""), r.content)
+        if not_json is not None:
+            raise LLMInfraError(not_json)
         try:
             doc = parse_body(r.content)
         except ValueError as exc:
