@@ -83,6 +83,10 @@ REASONING: list[tuple[str, str | None]] = [
     ("Answer: `B`", "B"), ('"B"', "B"), ("Answer: <B>", "B"), ("Answer - C", "C"),
     ("Answer — D", "D"), ('Answer: "A", "B"', None), ("`A` or `B`", None),
     ("<B> is correct", "B"), ("A</think>B", "B"), ("</think>", None),
+    # the letter, then its option's text after a comma: "a" there is the article
+    ("The answer is B, a dog running across the field.", "B"), ("Answer: C, a bird", "C"),
+    ("B, a dog", "B"), ("Answer: B/a dog", "B"), ("Answer: B, C", None), ("Answer: b, c", None),
+    ("A, B or C", None), ("The answer is B, A dog.", None),
 ]
 
 

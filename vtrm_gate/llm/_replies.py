@@ -71,10 +71,12 @@ _SPACES = re.compile(r"[^\S\n]+")
 _NEWLINES = re.compile(r" ?\n[\n ]*")
 _REPEATS = re.compile(r"([^\w\s])\1{3,}")
 _INVISIBLE = re.compile("[\u200b-\u200f\u2060-\u2064\ufeff\x00-\x08\x0e-\x1f\x7f]")
-_JOINED = re.compile(r"\s*" + _CLOSE + r"\s*(?:,|/|&|\band\b|\bor\b|和|或|与|與|及)\s*"
-                     r"(?:option\s+|选项|選項)?" + _OPEN + r"\b[A-Za-z]\b",
-                     re.IGNORECASE | re.ASCII)
-_LABEL = re.compile(r"^[\s>#\-]*" + _OPEN + r"([A-Za-z])" + _CLOSE + r"(?:[.):：]|\s*$|\s*\n)")
+# A second letter joined to the first ("A and B", "B, C"); a lower-case "a" followed by a
+# word is the article of the option's text ("B, a dog"), not a second letter.
+_JOINED = re.compile(r"\s*" + _CLOSE + r"\s*(?:,|/|&|(?i:\band\b|\bor\b)|和|或|与|與|及)\s*"
+                     r"(?:(?i:option)\s+|选项|選項)?" + _OPEN
+                     + r"\b(?:[A-Z]\b|[a-z]\b(?!\s+[a-z]))", re.ASCII)
+_LABEL = re.compile(r"^[\s>#\-]*" + _OPEN + r"([A-Za-z])" + _CLOSE + r"(?:[.):：,]|\s*$|\s*\n)")
 _ANSWER_KEYS = ("answer", "letter", "choice", "option", "selected", "final_answer")
 
 
