@@ -64,6 +64,16 @@ def is_unicode(text: str) -> bool:
     return True
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def as_unicode(text: str) -> str:
+    """``text`` with each lone surrogate (half of a UTF-16 pair, no Unicode character: a
+    JSON escape such as ``"\\ud83d"`` gives one) replaced by U+FFFD, as a broken UTF-8
+    byte would be: what reaches files, SQLite and cache keys must encode."""
+    return _LONE_SURROGATE.sub("\ufffd", text)
+
+
 def sha256_text(text: str) -> str:
     """sha256 hex digest of ``text`` (UTF-8; a lone surrogate, which has no UTF-8 form,
     hashes as its surrogatepass bytes, so any str has a digest of its own)."""

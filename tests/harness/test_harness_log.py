@@ -112,3 +112,19 @@ def test_gate_sink_writes_results_units_and_decisions(tmp_path):
     assert q["quadrant"] == "cand_only"
     rep = log.frame("step_report").row(0, named=True)
     assert rep["action"] == "ACCEPT" and rep["base_version"] == 3 and rep["status"] == "gated"
+
+
+def test_text_holding_a_lone_surrogate_is_stored_with_a_replacement_character(tmp_path):
+    """Hostile pass: a server's error message escaping a lone surrogate became a result's
+    error text, and writing it stopped the step (UnicodeEncodeError in SQLite); so would a
+    researcher's own infer returning one. Stored with U+FFFD in its place (a trace is JSON,
+    which escapes it); the other rows of the write land too."""
+    log = HarnessLog(tmp_path / "h.sqlite")
+    first, second = _task("e1_s1_gate_counting-problem_base"), _task(
+        "e1_s1_gate_counting-problem_base", unit="u2")
+    log.write_result(1, 1, first, UnitResult(infra=True, correct=None, error="bad \ud800 req",
+                                             trace={"said": "x\udfff"}), discarded=False)
+    log.write_result(1, 1, second, UnitResult(correct=True, prediction="B"), discarded=False)
+    preds = log.frame("predictions").sort("unit_id")
+    assert preds["error"].to_list() == ["bad \ufffd req", None]
+    assert log.frame("traces")["trace"].to_list()[0] == '{"said": "x\\udfff"}'  # JSON: escaped

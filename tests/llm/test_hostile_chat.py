@@ -308,3 +308,15 @@ def test_the_tool_agent_names_a_streamed_reply_too() -> None:
 
         res = asyncio.run(go())
     assert res.infra and "streamed its reply" in (res.error or ""), res  # type: ignore
+
+
+def test_an_error_message_escaping_a_lone_surrogate_reads_with_a_replacement(
+        chat_server: ChatServer) -> None:
+    """A 400 whose JSON message escapes a lone surrogate: the INFRA error carried it, and
+    the step stopped writing it to SQLite (UnicodeEncodeError)."""
+    chat_server.inject(Fault(status=400, message="bad request \ud800 here"))
+    a = LLMAgent(UNITS, base_url=chat_server.url, model="m", retry=FAST,
+                 rng=random.Random(0), think=False)
+    [res] = infer(a, task())
+    assert res.infra and "bad request \ufffd here" in (res.error or ""), res
+    (res.error or "").encode()  # Unicode text

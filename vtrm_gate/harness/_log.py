@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from .._ids import EVAL_STEP, gate_prefix
+from .._ids import EVAL_STEP, as_unicode, gate_prefix
 from ..errors import WorkspaceError, shown
 from ..gate import PrefixAdvanced, TypeCounters, UnitResult, UnitTask
 from ..stats import TypeOutcome
@@ -146,6 +146,17 @@ def loop_clock() -> Clock:
 def encode_trace(trace: Any) -> str | None:
     """A trace as JSON text (anything not JSON-native is stringified)."""
     return None if trace is None else json.dumps(trace, default=str, sort_keys=True)
+
+
+def _insert(cur: sqlite3.Cursor, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+    """``executemany``; text that is no Unicode (a lone surrogate: a server's error message,
+    an infer of the researcher's own) is stored with U+FFFD in its place, not refused (the
+    statement replaces rows, so those written before the refusal are written again)."""
+    try:
+        cur.executemany(sql, rows)
+    except UnicodeEncodeError:
+        cur.executemany(sql, [tuple(as_unicode(v) if isinstance(v, str) else v for v in row)
+                              for row in rows])
 
 
 def _b(x: bool | None) -> int | None:
@@ -284,10 +295,10 @@ class HarnessLog:
             raise ValueError(f"unknown table {table!r}; tables: {', '.join(TABLES)}")
         sql = _upsert_sql(table)
         if cur is not None:
-            cur.executemany(sql, rows)
+            _insert(cur, sql, rows)
             return
         with self.transaction() as c:
-            c.executemany(sql, rows)
+            _insert(c, sql, rows)
 
     def count(self, table: str, where: str = "", params: Sequence[Any] = (),
               **equal: Any) -> int:

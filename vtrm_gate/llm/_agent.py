@@ -40,6 +40,7 @@ from .._env import (
 )
 from .._env import DEFAULT_MAX_TOKENS as _DEFAULT_MAX_TOKENS
 from .._env import api_key as _api_key
+from .._ids import as_unicode
 from ..cache import KeyParts, ResponseCache, protocol_failure, run_header, validate_response
 from ..cache._keys import PROTOCOL_FAILURES, Validator
 from ..errors import ContextOverflowError, LLMInfraError, MediaError, is_whole
@@ -123,14 +124,13 @@ def parse_body(data: bytes, *, replace_lone_surrogates: bool = True) -> Any:
 
 
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _without_lone_surrogates(value: Any) -> Any:
     """``value`` with each lone surrogate in its strings (keys too) replaced by U+FFFD (a
     pair escaped as two ``\\u`` escapes is already one character once parsed)."""
     if isinstance(value, str):
-        return _LONE_SURROGATE.sub("\ufffd", value)
+        return as_unicode(value)
     if isinstance(value, list):
         return [_without_lone_surrogates(v) for v in value]
     if isinstance(value, dict):

@@ -15,6 +15,7 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .._ids import as_unicode
 from ..cache import message_text, tool_calls
 from ..errors import is_whole
 from ..gate import MAX_RESULT_TOKENS
@@ -277,7 +278,7 @@ def error_detail(data: bytes) -> str:
             or doc.get("detail") or doc.get("message")
         if found:
             text = found if isinstance(found, str) else json.dumps(found)
-    text = " ".join(text.split())
+    text = " ".join(as_unicode(text).split())  # its JSON may escape a lone surrogate
     return text if len(text) <= ERROR_TEXT_CHARS else text[:ERROR_TEXT_CHARS - 3] + "..."
 
 
