@@ -158,3 +158,27 @@ def test_a_line_of_spaces_is_judged_in_linear_time() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+class LoneSurrogateEvolver(ToyEvolver):
+    """An evolver of the researcher's own whose failure quotes a model's broken text."""
+
+    async def evolve(self, task_type: str, current_skill: str, rejected: Sequence[str],
+                     epoch: int, step: int) -> str:
+        if task_type == "Counting Problem":
+            raise ValueError("the model said \ud800 nonsense")
+        return await super().evolve(task_type, current_skill, rejected, epoch, step)
+
+
+def test_an_evolver_failure_quoting_a_lone_surrogate_is_noted_not_a_crash(
+        tmp_path: Path) -> None:
+    """Hostile pass: the failure's message became the type's note, and writing the step's
+    manifest (JSON) stopped the step with UnicodeEncodeError."""
+    sizes = {"Action Reasoning": 40, "Counting Problem": 40}
+    ws = make_workspace(tmp_path / "ws", sizes)
+    res = run_step_sync(ws, 1, 1, infer=ToyInfer(), evolver=LoneSurrogateEvolver(
+        {t: 3 for t in sizes}), cases=cases_first(sizes), options=RunOptions(concurrency=8))
+    assert res.types["Action Reasoning"].status == "gated"
+    assert res.types["Counting Problem"].status == "evolve_error"
+    assert res.types["Counting Problem"].note == "ValueError: the model said \ufffd nonsense"
+    assert "\\ud800" not in (ws.root / "manifests" / "e1_s1.json").read_text()

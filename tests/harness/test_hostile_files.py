@@ -381,3 +381,17 @@ def test_an_error_quotes_a_huge_value_cut_with_its_length(
     assert len(err) == (0 if as_json else 1) and len(line) < 400, len(line)
     assert named in line and ("3,000,000 characters" in line or "3,000,002 characters" in line
                               or "characters in all" in line), line
+
+
+def test_a_json_file_holding_a_lone_surrogate_is_written_escaped_and_reads_back(
+        tmp_path: Path) -> None:
+    """A workspace JSON file is written readable (UTF-8 kept); a value holding a lone
+    surrogate, which has no UTF-8 form, stopped the write. It is written escaped."""
+    from vtrm_gate.harness._files import write_json
+
+    value = {"note": "x\ud800y", "name": "größe"}
+    write_json(tmp_path / "a.json", value)
+    text = (tmp_path / "a.json").read_text(encoding="utf-8")
+    assert json.loads(text) == value and "\\ud800" in text
+    write_json(tmp_path / "b.json", {"name": "größe"})
+    assert "größe" in (tmp_path / "b.json").read_text(encoding="utf-8")  # kept readable

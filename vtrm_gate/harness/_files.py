@@ -55,7 +55,14 @@ def clean_temp_files(root: Path) -> list[Path]:
 
 
 def write_json(path: Path, value: Any) -> None:
-    atomic_write(path, json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    """``value`` as readable JSON, written atomically; text holding a lone surrogate (no
+    UTF-8 form) is written escaped, so it reads back as it was instead of failing."""
+    try:
+        text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+        text.encode()
+    except UnicodeEncodeError:
+        text = json.dumps(value, indent=2, sort_keys=True)
+    atomic_write(path, text + "\n")
 
 
 def _rel(root: Path, path: Path) -> str:

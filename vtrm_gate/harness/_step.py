@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from .._ids import canonical_json, content_hash, json_hash, slugify, step_run_id
+from .._ids import as_unicode, canonical_json, content_hash, json_hash, slugify, step_run_id
 from .._sync import run_sync
 from ..errors import (
     CandidateRefused,
@@ -296,8 +296,8 @@ def _judge(proposal: object, current: str, base: str, rejected: Sequence[str]
     ``skipped`` with the reason for a candidate that is no skill to gate."""
     if isinstance(proposal, CandidateRefused):  # not a failure: nothing new to gate
         return StepStatus.SKIPPED, str(proposal)
-    if isinstance(proposal, Exception):
-        return StepStatus.EVOLVE_ERROR, f"{type(proposal).__name__}: {proposal}"
+    if isinstance(proposal, Exception):  # its text is shown and stored: Unicode
+        return StepStatus.EVOLVE_ERROR, as_unicode(f"{type(proposal).__name__}: {proposal}")
     if not isinstance(proposal, str):
         return StepStatus.EVOLVE_ERROR, f"evolver returned {proposal!r}"
     why = candidate_problem(proposal, current, rejected)
