@@ -10,14 +10,15 @@ import random
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import httpx
 import pytest
 from test_llm import FAST, UNITS, infer, task
 
-from vtrm_gate import GateParams, TypePlan, run_gate
+from vtrm_gate import GateParams, GateResult, TypePlan, run_gate
 from vtrm_gate.cache import validate_response
-from vtrm_gate.gate import GuardParams, UnitTask
+from vtrm_gate.gate import GuardParams, UnitResult, UnitTask
 from vtrm_gate.llm import MCQ, LLMAgent, LLMInfraError, RetryPolicy, ToolAgent
 from vtrm_gate.testing import ChatServer, Fault
 from vtrm_gate.testing.chat import ToolChatServer
@@ -65,15 +66,39 @@ def test_a_redirect_is_infra_at_once_naming_the_target(redirecting: str) -> None
 PORTAL = "<html><head><title>Sign in to the proxy</title></head><body>...</body></html>"
 
 
+def _answer(chat_server: ChatServer, *faults: Fault) -> UnitResult:
+    """One unit answered by the built-in agent (no think call), the server saying
+    ``faults`` in turn."""
+    chat_server.inject(*faults)
+    a = LLMAgent(UNITS, base_url=chat_server.url, model="m", retry=FAST,
+                 rng=random.Random(0), think=False)
+    [res] = infer(a, task())
+    return res
+
+
+def _tool_answer(*faults: Fault, retry: RetryPolicy | None = None
+                 ) -> tuple[UnitResult, list[dict[str, Any]]]:
+    """One unit answered by `ToolAgent`, the server saying ``faults`` in turn: the result
+    and the requests the server saw."""
+    with ToolChatServer() as server:
+        server.inject(*faults)
+
+        async def go() -> UnitResult:
+            async with httpx.AsyncClient(base_url=server.url + "/") as client:
+                agent = ToolAgent({"c0": MCQ("Context.\n\nHow many?", ("1", "2"), "B")},
+                                  client, model="tiny", retry=retry)
+                return await agent.infer(UnitTask("Counting", "c0", "base", 0, "r", "s"))
+
+        return asyncio.run(go()), server.requests
+
+
 @pytest.mark.parametrize("content_type", ["text/html; charset=utf-8", "text/plain"])
 def test_a_200_that_is_not_json_is_infra_at_once_quoting_it(chat_server: ChatServer,
                                                             content_type: str) -> None:
     # A captive portal or a proxy's login page answers 200 with HTML: not transient, so
     # retrying it until the attempts run out only wastes the call's deadline.
-    chat_server.inject(*[Fault(body=PORTAL, content_type=content_type)] * FAST.max_attempts)
-    a = LLMAgent(UNITS, base_url=chat_server.url, model="m", retry=FAST,
-                 rng=random.Random(0), think=False)
-    [res] = infer(a, task())
+    res = _answer(chat_server,
+                  *[Fault(body=PORTAL, content_type=content_type)] * FAST.max_attempts)
     assert len(chat_server.requests) == 1  # no retries
     assert res.infra and content_type.split(";")[0] in (res.error or "")
     assert "Sign in to the proxy" in (res.error or "")
@@ -81,10 +106,7 @@ def test_a_200_that_is_not_json_is_infra_at_once_quoting_it(chat_server: ChatSer
 
 def test_a_truncated_json_200_is_still_retried(chat_server: ChatServer) -> None:
     # A JSON body cut short (a proxy reset mid-body) is transient: the next attempt answers.
-    chat_server.inject(Fault(body='{"choices": [{"index": 0, "mess'))
-    a = LLMAgent(UNITS, base_url=chat_server.url, model="m", retry=FAST,
-                 rng=random.Random(0), think=False)
-    [res] = infer(a, task())
+    res = _answer(chat_server, Fault(body='{"choices": [{"index": 0, "mess'))
     assert len(chat_server.requests) == 2 and not res.infra
 
 
@@ -102,19 +124,14 @@ def test_a_server_that_lies_about_its_usage_costs_its_tokens_not_the_answer(
     """A negative, huge, fractional or non-numeric token count is unknown (0): it made a
     UnitResult the gate refuses (tokens outside 0..2**63-1), so one lying reply failed the
     whole gate step."""
-    chat_server.inject(Fault(body=_reply(usage)))
-    a = LLMAgent(UNITS, base_url=chat_server.url, model="m", retry=FAST,
-                 rng=random.Random(0), think=False)
-    [res] = infer(a, task())
+    res = _answer(chat_server, Fault(body=_reply(usage)))
     assert (res.correct, res.infra, res.tokens) == (True, False, 0), res
     assert len(chat_server.requests) == 1
 
 
 def test_an_honest_usage_is_counted(chat_server: ChatServer) -> None:
-    chat_server.inject(Fault(body=_reply({"prompt_tokens": 30, "completion_tokens": 2})))
-    a = LLMAgent(UNITS, base_url=chat_server.url, model="m", retry=FAST,
-                 rng=random.Random(0), think=False)
-    [res] = infer(a, task())
+    res = _answer(chat_server,
+                  Fault(body=_reply({"prompt_tokens": 30, "completion_tokens": 2})))
     assert (res.correct, res.tokens) == (True, 32)
 
 
@@ -134,11 +151,8 @@ def test_a_reply_whose_tool_calls_are_malformed_is_infra_not_a_crash(
     is no object or whose function is no object) is a server breaking the protocol: INFRA
     naming it. It raised TypeError / AttributeError inside infer, which the gate takes for a
     programming error and fails the whole step over (a string was read as no answer)."""
-    chat_server.inject(*[Fault(body=_said({"content": "", "tool_calls": calls}))]
-                       * FAST.max_attempts)
-    a = LLMAgent(UNITS, base_url=chat_server.url, model="m", retry=FAST,
-                 rng=random.Random(0), think=False)
-    [res] = infer(a, task())
+    res = _answer(chat_server, *[Fault(body=_said({"content": "", "tool_calls": calls}))]
+                  * FAST.max_attempts)
     assert res.infra and "malformed tool calls" in (res.error or ""), res
 
 
@@ -150,7 +164,7 @@ def test_a_gate_step_survives_a_server_whose_tool_calls_are_malformed(
     a = LLMAgent(UNITS, base_url=chat_server.url, model="m", rng=random.Random(0),
                  think=False, retry=RetryPolicy(max_attempts=1))
 
-    async def go() -> object:
+    async def go() -> GateResult:
         try:
             return await run_gate([TypePlan("OCR", list(UNITS), base_skill="s",
                                             cand_skill="strategy: longest")],
@@ -166,18 +180,9 @@ def test_a_gate_step_survives_a_server_whose_tool_calls_are_malformed(
 
 @pytest.mark.parametrize("calls", MALFORMED_CALLS, ids=lambda c: json.dumps(c))
 def test_the_tool_agent_takes_malformed_tool_calls_for_infra(calls: object) -> None:
-    with ToolChatServer() as server:
-        server.inject(*[Fault(body=_said({"content": "", "tool_calls": calls}))] * 2)
-
-        async def go() -> object:
-            async with httpx.AsyncClient(base_url=server.url + "/") as client:
-                agent = ToolAgent({"c0": MCQ("How many?", ("1", "2"), "B")}, client,
-                                  model="tiny", retry=RetryPolicy(max_attempts=2,
-                                                                  base_delay_s=0.0))
-                return await agent.infer(UnitTask("Counting", "c0", "base", 0, "r", "s"))
-
-        res = asyncio.run(go())
-    assert res.infra and "malformed tool calls" in (res.error or ""), res  # type: ignore
+    res, _ = _tool_answer(*[Fault(body=_said({"content": "", "tool_calls": calls}))] * 2,
+                          retry=RetryPolicy(max_attempts=2, base_delay_s=0.0))
+    assert res.infra and "malformed tool calls" in (res.error or ""), res
 
 
 PARTS = [{"type": "text", "text": "The answer is "}, {"type": "text", "text": "(B)."}]
@@ -186,10 +191,7 @@ PARTS = [{"type": "text", "text": "The answer is "}, {"type": "text", "text": "(
 def test_an_answer_in_content_parts_is_read(chat_server: ChatServer) -> None:
     """A server that answers with a list of text parts (Mistral's, a gateway's) said B:
     it was graded as an empty reply, a wrong answer, and cached so."""
-    chat_server.inject(Fault(body=_said({"content": PARTS})))
-    a = LLMAgent(UNITS, base_url=chat_server.url, model="m", retry=FAST,
-                 rng=random.Random(0), think=False)
-    [res] = infer(a, task())
+    res = _answer(chat_server, Fault(body=_said({"content": PARTS})))
     assert (res.correct, res.infra, res.prediction) == (True, False, "B"), res
 
 
@@ -217,67 +219,45 @@ def _call(name: str, arguments: object, call_id: str = "c1") -> dict[str, object
             "function": {"name": name, "arguments": arguments}}
 
 
+def _look_then_answer(letter: str) -> tuple[Fault, Fault]:
+    """A tool trajectory whose arguments are objects: look at part 1, then answer."""
+    return (Fault(body=_said({"content": "", "tool_calls": [_call("look", {"part": 1})]})),
+            Fault(body=_said({"content": "", "tool_calls": [
+                _call("answer", {"letter": letter}, "c2")]})))
+
+
 @pytest.mark.parametrize("arguments", [{"letter": "B"}, '{"letter": "B"}', "B"])
 def test_a_tool_call_answer_whose_arguments_are_an_object_is_read(
         chat_server: ChatServer, arguments: object) -> None:
     """Some servers (text-generation-inference's OpenAI layer among them) send a call's
     ``arguments`` as a JSON object, not a string holding one: the answer it carried read
     as "{'letter': 'B'}", no answer, a wrong one."""
-    chat_server.inject(Fault(body=_said({"content": None,
-                                         "tool_calls": [_call("answer", arguments)]})))
-    a = LLMAgent(UNITS, base_url=chat_server.url, model="m", retry=FAST,
-                 rng=random.Random(0), think=False)
-    [res] = infer(a, task())
+    res = _answer(chat_server, Fault(body=_said({"content": None,
+                                                 "tool_calls": [_call("answer", arguments)]})))
     assert (res.correct, res.infra, res.prediction) == (True, False, "B"), res
 
 
 def test_the_tool_agent_reads_arguments_given_as_an_object() -> None:
     """The same for `ToolAgent`: its look read part {} (an error) and its answer no letter."""
-    with ToolChatServer() as server:
-        server.inject(Fault(body=_said({"content": "",
-                                        "tool_calls": [_call("look", {"part": 1})]})),
-                      Fault(body=_said({"content": "", "tool_calls": [
-                          _call("answer", {"letter": "B"}, "c2")]})))
-
-        async def go() -> object:
-            async with httpx.AsyncClient(base_url=server.url + "/") as client:
-                agent = ToolAgent({"c0": MCQ("Context.\n\nHow many?", ("1", "2"), "B")},
-                                  client, model="tiny")
-                return await agent.infer(UnitTask("Counting", "c0", "base", 0, "r", "s"))
-
-        res = asyncio.run(go())
-        looked = server.requests[1]["messages"][-1]
-    assert looked == {"role": "tool", "tool_call_id": "c1", "content": "Context."}
-    assert (res.correct, res.prediction) == (True, "B"), res  # type: ignore[attr-defined]
+    res, requests = _tool_answer(*_look_then_answer("B"))
+    assert requests[1]["messages"][-1] == {"role": "tool", "tool_call_id": "c1",
+                                           "content": "Context."}
+    assert (res.correct, res.prediction) == (True, "B"), res
 
 
 def test_an_answer_given_as_the_options_text_is_graded_by_it(chat_server: ChatServer) -> None:
     """A model that answers with the option's words ("A dog running across the whole
     field.") chose B: it was "unparseable answer", a wrong one."""
-    chat_server.inject(Fault(body=_said({"content": "A dog running across the whole field."})))
-    a = LLMAgent(UNITS, base_url=chat_server.url, model="m", retry=FAST,
-                 rng=random.Random(0), think=False)
-    [res] = infer(a, task())
+    res = _answer(chat_server,
+                  Fault(body=_said({"content": "A dog running across the whole field."})))
     assert (res.correct, res.prediction, res.error) == (True, "B", None), res
 
 
 def test_the_tool_agents_answer_naming_the_options_text_is_read() -> None:
     """A model that puts the option's words in the answer tool's ``letter`` ("2" for the
     option "2") chose that option, as a reply in words does."""
-    with ToolChatServer() as server:
-        server.inject(Fault(body=_said({"content": "",
-                                        "tool_calls": [_call("look", {"part": 1})]})),
-                      Fault(body=_said({"content": "", "tool_calls": [
-                          _call("answer", {"letter": "2"}, "c2")]})))
-
-        async def go() -> object:
-            async with httpx.AsyncClient(base_url=server.url + "/") as client:
-                agent = ToolAgent({"c0": MCQ("Context.\n\nHow many?", ("1", "2"), "B")},
-                                  client, model="tiny")
-                return await agent.infer(UnitTask("Counting", "c0", "base", 0, "r", "s"))
-
-        res = asyncio.run(go())
-    assert (res.correct, res.prediction) == (True, "B"), res  # type: ignore[attr-defined]
+    res, _ = _tool_answer(*_look_then_answer("2"))
+    assert (res.correct, res.prediction) == (True, "B"), res
 
 
 SSE = ('data: {"id":"x","choices":[{"index":0,"delta":{"content":"B"}}]}\n\n'
@@ -287,36 +267,21 @@ SSE = ('data: {"id":"x","choices":[{"index":0,"delta":{"content":"B"}}]}\n\n'
 def test_a_streamed_reply_nobody_asked_for_is_named_as_such(chat_server: ChatServer) -> None:
     """A gateway that forces streaming answers with Server-Sent Events though the request
     did not ask to stream: the error said "check base_url", which is not what is wrong."""
-    chat_server.inject(*[Fault(body=SSE, content_type="text/event-stream")] * 4)
-    a = LLMAgent(UNITS, base_url=chat_server.url, model="m", retry=FAST,
-                 rng=random.Random(0), think=False)
-    [res] = infer(a, task())
+    res = _answer(chat_server, *[Fault(body=SSE, content_type="text/event-stream")] * 4)
     assert res.infra and len(chat_server.requests) == 1  # not transient: asked once
     assert "streamed its reply" in (res.error or "") and "check base_url" not in (res.error or "")
     assert "stream" not in chat_server.requests[0] or not chat_server.requests[0]["stream"]
 
 
 def test_the_tool_agent_names_a_streamed_reply_too() -> None:
-    with ToolChatServer() as server:
-        server.inject(Fault(body=SSE, content_type="text/event-stream"))
-
-        async def go() -> object:
-            async with httpx.AsyncClient(base_url=server.url + "/") as client:
-                agent = ToolAgent({"c0": MCQ("How many?", ("1", "2"), "B")}, client,
-                                  model="tiny")
-                return await agent.infer(UnitTask("Counting", "c0", "base", 0, "r", "s"))
-
-        res = asyncio.run(go())
-    assert res.infra and "streamed its reply" in (res.error or ""), res  # type: ignore
+    res, _ = _tool_answer(Fault(body=SSE, content_type="text/event-stream"))
+    assert res.infra and "streamed its reply" in (res.error or ""), res
 
 
 def test_an_error_message_escaping_a_lone_surrogate_reads_with_a_replacement(
         chat_server: ChatServer) -> None:
     """A 400 whose JSON message escapes a lone surrogate: the INFRA error carried it, and
     the step stopped writing it to SQLite (UnicodeEncodeError)."""
-    chat_server.inject(Fault(status=400, message="bad request \ud800 here"))
-    a = LLMAgent(UNITS, base_url=chat_server.url, model="m", retry=FAST,
-                 rng=random.Random(0), think=False)
-    [res] = infer(a, task())
+    res = _answer(chat_server, Fault(status=400, message="bad request \ud800 here"))
     assert res.infra and "bad request \ufffd here" in (res.error or ""), res
     (res.error or "").encode()  # Unicode text
