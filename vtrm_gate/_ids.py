@@ -55,16 +55,18 @@ def check_run_id(run_id: object, where: str) -> str:
                      f"{shown(run_id)}")
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def lone_surrogate(text: str) -> re.Match[str] | None:
+    """The first lone surrogate in ``text`` (the one kind of str UTF-8 cannot encode), or
+    None: where a message names it."""
+    return _LONE_SURROGATE.search(text)
+
+
 def is_unicode(text: str) -> bool:
     """Whether ``text`` encodes as UTF-8 (no lone surrogate): it reaches files, SQLite, keys."""
-    try:
-        text.encode()
-    except UnicodeEncodeError:  # a lone surrogate
-        return False
-    return True
-
-
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+    return lone_surrogate(text) is None
 
 
 def as_unicode(text: str) -> str:
@@ -85,11 +87,22 @@ def content_hash(text: str) -> str:
     return sha256_text(text)
 
 
+CANONICAL: dict[str, Any] = {"sort_keys": True, "separators": (",", ":"), "allow_nan": False}
+"""`json.dumps` settings of canonical JSON: sorted keys, no spaces, no NaN."""
+
+
 def canonical_json(value: Any) -> str:
-    """Deterministic JSON (sorted keys, no spaces, UTF-8 kept, no NaN): equal values give
-    equal bytes, for hashing and cache keys."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False)
+    """Deterministic JSON (`CANONICAL`, UTF-8 kept): equal values give equal bytes, for
+    hashing and cache keys."""
+    return json.dumps(value, ensure_ascii=False, **CANONICAL)
+
+
+def readable_json(value: Any, **dumps: Any) -> str:
+    """``json.dumps(value, **dumps)`` with non-ASCII text kept as written (for files and
+    stored values); one holding a lone surrogate, which UTF-8 cannot carry, is written with
+    its text escaped instead, so it reads back as it was."""
+    text = json.dumps(value, ensure_ascii=False, **dumps)
+    return text if is_unicode(text) else json.dumps(value, **dumps)
 
 
 class _KeyTwice(ValueError):

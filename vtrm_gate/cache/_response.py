@@ -34,7 +34,7 @@ from .._env import (
     mask_url,
     scrub,
 )
-from .._ids import canonical_json
+from .._ids import CANONICAL, readable_json
 from ..errors import ConfigError, is_real, is_whole, shown
 from . import _cluster as cluster
 from ._connect import connect
@@ -420,11 +420,7 @@ class ResponseCache:
         value = {"schema": SCHEMA_VERSION, "response": resp, "digest": parts.digest,
                  "components": parts.component_digests(), "messages": parts.message_digests(),
                  "salt": parts.salt, "written_at": round(time.time(), 3)}
-        try:
-            return canonical_json(value).encode()
-        except UnicodeEncodeError:  # a lone surrogate: escaped, it reads back as it was
-            return json.dumps(value, sort_keys=True, separators=(",", ":"),
-                              allow_nan=False).encode()
+        return readable_json(value, **CANONICAL).encode()  # a lone surrogate: escaped
 
     async def lookup(self, parts: KeyParts, validate: Validator = validate_response,
                      run_id: str | None = None) -> Response | None:

@@ -29,6 +29,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from .._ids import lone_surrogate
+
 MAX_SKILL_CHARS = 32_000
 """The size cap: about 8,000 tokens, past the whole context of many served models."""
 MIN_SHARE_KEPT = 0.25
@@ -79,11 +81,9 @@ def candidate_problem(candidate: str, current: str, rejected: Sequence[str] = ()
     cand, cur = candidate.strip(), current.strip()
     if not cand:
         return "empty candidate"
-    try:  # it is written to files and SQLite, and sent in every candidate-arm request
-        cand.encode()
-    except UnicodeEncodeError as exc:
-        bad = cand[exc.start].encode("unicode_escape").decode()
-        return f"not Unicode text: a lone surrogate {bad} at character {exc.start}"
+    if (bad := lone_surrogate(cand)) is not None:  # files, SQLite and every cand request
+        return (f"not Unicode text: a lone surrogate "
+                f"{bad.group().encode('unicode_escape').decode()} at character {bad.start()}")
     if len(cand) > MAX_SKILL_CHARS:
         return (f"over the size cap: {len(cand):,} characters > {MAX_SKILL_CHARS:,} "
                 f"(MAX_SKILL_CHARS)")

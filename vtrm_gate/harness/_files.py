@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .._ids import strict_json
+from .._ids import readable_json, strict_json
 from ..errors import InputError, WorkspaceError, is_whole
 
 
@@ -57,12 +57,7 @@ def clean_temp_files(root: Path) -> list[Path]:
 def write_json(path: Path, value: Any) -> None:
     """``value`` as readable JSON, written atomically; text holding a lone surrogate (no
     UTF-8 form) is written escaped, so it reads back as it was instead of failing."""
-    try:
-        text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
-        text.encode()
-    except UnicodeEncodeError:
-        text = json.dumps(value, indent=2, sort_keys=True)
-    atomic_write(path, text + "\n")
+    atomic_write(path, readable_json(value, indent=2, sort_keys=True) + "\n")
 
 
 def _rel(root: Path, path: Path) -> str:

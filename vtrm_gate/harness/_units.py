@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from .._ids import slugify, strict_json
+from .._ids import lone_surrogate, slugify, strict_json
 from ..errors import InputError, MediaError, WorkspaceError, is_real, is_whole, shown
 from ._files import _rel
 
@@ -366,12 +366,10 @@ def _unit_record(obj: Any) -> UnitRecord:
 def _check_text(obj: Any) -> None:
     """ValueError if a parsed JSON value holds text that is not valid Unicode (a lone
     surrogate such as ``"\\ud800"``): it cannot be encoded into a prompt or a cache key."""
-    try:
-        json.dumps(obj, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError as exc:
-        bad = exc.object[exc.start:exc.end].encode("unicode_escape").decode()
-        raise InputError(f"invalid text: a lone surrogate {bad} (not a Unicode character)"
-                         ) from None
+    if (bad := lone_surrogate(json.dumps(obj, ensure_ascii=False))) is not None:
+        raise InputError(f"invalid text: a lone surrogate "
+                         f"{bad.group().encode('unicode_escape').decode()} (not a Unicode "
+                         f"character)")
 
 
 def read_units(path: Path, root: Path | None = None) -> dict[str, UnitRecord]:
