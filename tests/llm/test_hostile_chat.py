@@ -285,3 +285,38 @@ def test_an_error_message_escaping_a_lone_surrogate_reads_with_a_replacement(
     res = _answer(chat_server, Fault(status=400, message="bad request \ud800 here"))
     assert res.infra and "bad request \ufffd here" in (res.error or ""), res
     (res.error or "").encode()  # Unicode text
+
+
+def _first_call_then_answer(name: str, arguments: object) -> tuple[str, UnitResult]:
+    """`ToolAgent`'s trajectory when its first turn calls ``name(arguments)`` and its
+    second answers B: what the tool said to the first call, and the result."""
+    res, requests = _tool_answer(
+        Fault(body=_said({"content": "", "tool_calls": [_call(name, arguments)]})),
+        _look_then_answer("B")[1])
+    said = requests[1]["messages"][-1]
+    assert (said["role"], said["tool_call_id"]) == ("tool", "c1"), said
+    return said["content"], res
+
+
+@pytest.mark.parametrize("part", ["1", " 1 ", 1.0])
+def test_the_tool_agents_look_reads_a_part_number_given_as_text(part: object) -> None:
+    """A server without constrained decoding sends ``{"part": "1"}``: the model was told
+    part must be an integer from 1 to 1, got '1', and spent a turn on it."""
+    said, res = _first_call_then_answer("look", {"part": part})
+    assert said == "Context."
+    assert (res.correct, res.prediction) == (True, "B"), res
+
+
+@pytest.mark.parametrize("part", ["one", "1.5", 1.5, True, None, "", "0", 2, "9" * 5000])
+def test_the_tool_agents_look_still_refuses_a_part_that_is_none(part: object) -> None:
+    said, _ = _first_call_then_answer("look", {"part": part})
+    assert said.startswith("error: part must be an integer from 1 to 1"), said
+
+
+def test_the_tool_agent_names_a_tool_it_does_not_have() -> None:
+    """A model that calls a tool it was not given (``search``) was answered as if it had
+    called ``look`` without a part: "part must be an integer", which misleads it."""
+    said, res = _first_call_then_answer("search", {"q": "dogs"})
+    assert "no tool named 'search'" in said, said
+    assert "look(part)" in said and "answer(letter)" in said
+    assert (res.correct, res.prediction) == (True, "B"), res

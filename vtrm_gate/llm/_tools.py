@@ -45,10 +45,11 @@ from ._replies import (
     usage_tokens,
 )
 
-TOOL_AGENT_VERSION = 2
+TOOL_AGENT_VERSION = 3
 """Bumped on every change to the prompts, tools or grading: it joins the agent's identity.
 2: a reply in content parts, in Chinese, in full-width letters, boxed or after a
-``<think>`` block, and arguments given as an object, are read."""
+``<think>`` block, and arguments given as an object, are read. 3: ``look``'s part given as
+text ("2") is read, and a call to a tool it was not given is named as such."""
 TOOL_SYSTEM = ("You answer a multiple-choice question. Its content comes in numbered parts: "
                "read them with the look tool, then call the answer tool with the letter of "
                "the correct option. Follow the skill instructions below.\n\n")
@@ -177,7 +178,7 @@ class ToolAgent:
                                       len(mcq.options), options=mcq.options)
                 break
             messages += [{"role": "tool", "tool_call_id": c.get("id", ""),
-                          "content": _look(parts, call_arguments(c))} for c in calls]
+                          "content": _tool_result(parts, c)} for c in calls]
         error = None if letter is not None else \
             f"no answer within {len(turns)} turn(s) (max_turns={self.max_turns})"
         return self._result(task, t0, turns, prediction=letter, error=error,
@@ -247,12 +248,37 @@ class ToolAgent:
                           error=error)
 
 
+def _tool_result(parts: Sequence[str], call: Mapping[str, Any]) -> str:
+    """A call's result: ``look``'s part, or what was wrong with the call (a tool it was not
+    given is named as such, not answered as a ``look`` without a part)."""
+    name = call.get("function", {}).get("name")
+    if name != "look":
+        return f"error: there is no tool named {name!r}; the tools are look(part) and " \
+               "answer(letter)"
+    return _look(parts, call_arguments(call))
+
+
 def _look(parts: Sequence[str], args: Mapping[str, Any]) -> str:
-    """The tool's result: the part asked for, or what was wrong with the request."""
-    part = args.get("part")
-    if not is_whole(part) or not 1 <= part <= len(parts):
-        return f"error: part must be an integer from 1 to {len(parts)}, got {part!r}"
+    """The tool's result: the part asked for, or what was wrong with the request. A whole
+    number sent as text or as a float ("2", 2.0: a server without constrained decoding)
+    is that part."""
+    part = _part_number(args.get("part"))
+    if part is None or not 1 <= part <= len(parts):
+        return f"error: part must be an integer from 1 to {len(parts)}, " \
+               f"got {args.get('part')!r}"
     return parts[part - 1]
+
+
+def _part_number(value: object) -> int | None:
+    """``value`` as a whole number, if it is one: an int, a float without a fraction, or
+    decimal digits as text; anything else (a bool, "1.5", "one") is None."""
+    if is_whole(value):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().isdecimal() and len(value.strip()) <= 9:
+        return int(value.strip())  # bounded: int() of 4,301 digits raises
+    return None
 
 
 class ToolEvolver:
