@@ -320,3 +320,18 @@ def test_the_tool_agent_names_a_tool_it_does_not_have() -> None:
     assert "no tool named 'search'" in said, said
     assert "look(part)" in said and "answer(letter)" in said
     assert (res.correct, res.prediction) == (True, "B"), res
+
+
+@pytest.mark.parametrize("arguments", [{"answer": "B"}, {"option": "(B)"}, {"Letter": "B"}])
+def test_the_tool_agents_answer_under_another_argument_name_is_read(arguments: object) -> None:
+    """A server without constrained decoding lets the model name the answer's one
+    argument as it likes: ``answer({"answer": "B"})`` read as no letter, a wrong answer."""
+    res, _ = _tool_answer(_look_then_answer("B")[0], Fault(body=_said({
+        "content": "", "tool_calls": [_call("answer", arguments, "c2")]})))
+    assert (res.correct, res.prediction) == (True, "B"), res
+
+
+def test_the_tool_agents_answer_with_two_other_arguments_is_no_letter() -> None:
+    res, _ = _tool_answer(_look_then_answer("B")[0], Fault(body=_said({
+        "content": "", "tool_calls": [_call("answer", {"a": "B", "b": "C"}, "c2")]})))
+    assert (res.correct, res.prediction) == (False, None), res

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from vtrm_gate.llm import parse_choice
+from vtrm_gate.llm._replies import answer_argument
 
 DATA = Path(__file__).parent / "data" / "smollm2_replies.json"
 
@@ -181,3 +182,14 @@ def test_runs_are_read_as_one_character() -> None:
     assert parse_choice("Answer:\n\n\n\n\n(C)", 4) == "C"
     assert parse_choice("A. Tokyo\n\n\n\nB. Nairobi", 4) is None  # still two option lines
     assert parse_choice("B\n\n\n\n\nExplanation ........ it runs", 4) == "B"
+
+
+@pytest.mark.parametrize(("args", "given"), [
+    ({"letter": "B"}, "B"), ({"letter": "B", "answer": "C"}, "B"), ({"Answer": "C"}, "C"),
+    ({"option": 2}, "2"), ({"x": "(D)"}, "(D)"), ({}, ""), ({"letter": None}, ""),
+    ({"letter": True}, ""), ({"a": "B", "b": "C"}, ""), ({"answer": "B", "choice": "C"}, ""),
+    ({"letter": ["B"]}, ""), ({"reason": "it runs", "answer": "B"}, "B"),
+])
+def test_answer_argument_reads_the_answer_calls_one_value(args: dict[str, object],
+                                                          given: str) -> None:
+    assert answer_argument(args) == given

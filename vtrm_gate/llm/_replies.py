@@ -81,6 +81,22 @@ _LABEL = re.compile(r"^[\s>#\-]*" + _OPEN + r"([A-Za-z])" + _CLOSE + r"(?:[.):ï¼
 _ANSWER_KEYS = ("answer", "letter", "choice", "option", "selected", "final_answer")
 
 
+def answer_argument(args: Mapping[str, Any]) -> str:
+    """What an ``answer`` tool call gave: its ``letter``, else the one argument under an
+    answer's name in any case (``answer``, ``Option``...), else its only argument; "" when
+    it gave none of these. A server without constrained decoding lets the model name the
+    argument as it likes."""
+    if "letter" in args:
+        named = [args["letter"]]
+    else:
+        named = [v for k, v in args.items() if str(k).lower() in _ANSWER_KEYS] or \
+            (list(args.values()) if len(args) == 1 else [])
+    if len(named) != 1:
+        return ""
+    value = named[0]
+    return value if isinstance(value, str) else str(value) if is_whole(value) else ""
+
+
 def _as_letter(m: re.Match[str], text: str, valid: str) -> str | None:
     """The letter a match captured if it reads as a choice: an upper-case letter, or a
     lower-case one set off as a label ("(b)", "b.", "b" at the end), never the article

@@ -37,6 +37,7 @@ from ._evolver import EVOLVE_SYSTEM, EVOLVE_TASK, strip_fences
 from ._plugin import AgentBackend, BackendContext
 from ._replies import (
     LETTERS,
+    answer_argument,
     call_arguments,
     content_text,
     error_detail,
@@ -49,7 +50,8 @@ TOOL_AGENT_VERSION = 3
 """Bumped on every change to the prompts, tools or grading: it joins the agent's identity.
 2: a reply in content parts, in Chinese, in full-width letters, boxed or after a
 ``<think>`` block, and arguments given as an object, are read. 3: ``look``'s part given as
-text ("2") is read, and a call to a tool it was not given is named as such."""
+text ("2") is read, a call to a tool it was not given is named as such, and ``answer``'s
+letter under another argument name is read."""
 TOOL_SYSTEM = ("You answer a multiple-choice question. Its content comes in numbered parts: "
                "read them with the look tool, then call the answer tool with the letter of "
                "the correct option. Follow the skill instructions below.\n\n")
@@ -174,7 +176,7 @@ class ToolAgent:
                                     "tool_calls": calls}]
             answered = [c for c in calls if c.get("function", {}).get("name") == "answer"]
             if answered:
-                letter = parse_choice(str(call_arguments(answered[0]).get("letter", "")),
+                letter = parse_choice(answer_argument(call_arguments(answered[0])),
                                       len(mcq.options), options=mcq.options)
                 break
             messages += [{"role": "tool", "tool_call_id": c.get("id", ""),
