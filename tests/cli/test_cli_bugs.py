@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import sqlite3
 
 import pytest
@@ -50,6 +51,15 @@ def test_an_exception_outside_the_error_families_is_a_bug_exit_1(
 def test_exit_codes_of_io_errors_and_our_families(failure: BaseException,
                                                   code: int | None) -> None:
     assert exit_code(failure) == code
+
+
+@pytest.mark.parametrize("number", [errno.ENOSPC, errno.EFBIG, errno.EDQUOT])
+def test_a_write_that_found_no_room_says_the_disk_may_be_full(number: int) -> None:
+    line = _main._one_line(OSError(number, os.strerror(number), "/ws/state.json"))
+    assert line.startswith(f"/ws/state.json: {os.strerror(number)}; the disk may be full")
+    assert line.endswith("run the same command again")
+    assert "disk may be full" not in _main._one_line(
+        OSError(errno.EACCES, "Permission denied", "/ws"))
 
 
 def test_io_error_of_a_real_file_and_a_damaged_database_exit_2(tmp_path) -> None:

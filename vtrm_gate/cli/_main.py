@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import os
 import sys
@@ -159,6 +160,14 @@ def _sigterm_as_sigint() -> Iterator[None]:
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
+_NO_ROOM_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+# SQLite says "disk I/O error" when a write fails for want of room (it keeps no errno)
+_NO_ROOM_SQLITE = ("SQLITE_FULL", "SQLITE_IOERR_WRITE", "SQLITE_IOERR_SHMSIZE",
+                   "SQLITE_IOERR_FSYNC", "SQLITE_IOERR_TRUNCATE")
+_NO_ROOM = ("; the disk may be full (or a quota or file size limit reached): make room and "
+            "run the same command again")
+
+
 def _one_line(exc: BaseException, workspace: str | None = None) -> str:
     """The error's message on one line (an OSError as ``path: reason``; an SQLite error
     as the command's workspace log, when it has one: ``ws/harness.sqlite: reason (code)``)."""
@@ -167,12 +176,16 @@ def _one_line(exc: BaseException, workspace: str | None = None) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         where = f"{exc.filename}: " if exc.filename else ""
         text = f"{where}{exc.strerror}"
+        if exc.errno in _NO_ROOM_ERRNOS:
+            text += _NO_ROOM
     elif isinstance(exc, sqlite3.Error):
         from ..harness import LOG_FILE
 
         code = getattr(exc, "sqlite_errorname", None)
         log = f"{Path(workspace) / LOG_FILE}" if workspace else "SQLite"
         text = f"{log}: {exc}" + (f" ({code})" if code else "")
+        if code in _NO_ROOM_SQLITE:
+            text += _NO_ROOM
     else:
         text = str(exc) or type(exc).__name__
     if isinstance(exc, StepRefusedError):  # its changed inputs, one per line
