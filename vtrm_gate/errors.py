@@ -25,7 +25,8 @@
     │   │   └── MediaError                  a frame cannot be sent (missing, outside the
     │   │       │                           units directory, over a cap, not an image)
     │   │       └── MediaChangedError       a frame's bytes changed since its reference
-    │   └── EvolveError                     the evolver could not propose a candidate
+    │   ├── EvolveError                     the evolver could not propose a candidate
+    │   └── WorkerLostError                 a sweep's worker process ended abruptly
     ├── CandidateRefused                    the evolver's reply is not a skill to gate (a
     │   │                                   signal: the type is skipped for the step)
     │   └── RepeatedCandidate               it kept re-proposing rejected candidates
@@ -71,6 +72,7 @@ __all__ = [
     "TargetClashError",
     "TrainRefusedError",
     "VtrmError",
+    "WorkerLostError",
     "WorkspaceError",
     "WorkspaceLockedError",
     "exit_code",
@@ -212,6 +214,11 @@ class ContextOverflowError(LLMInfraError):
 
 class EvolveError(InfraError):
     """The evolver's call failed (INFRA) or returned no usable skill text."""
+
+
+class WorkerLostError(InfraError):
+    """A worker process of a sweep ended abruptly (killed by a signal, or by the
+    out-of-memory killer) before its run returned; the sweep returned nothing."""
 
 
 class MediaError(LLMInfraError):

@@ -4,11 +4,13 @@ ends (SIGTERM, SIGKILL: a killed kernel; SIGINT: an interrupt)."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -16,7 +18,7 @@ import pytest
 
 from benchmarks.bench_power import Config, engine, run_all
 from tests._signals import AT_A_TERMINAL
-from vtrm_gate.errors import ConfigError
+from vtrm_gate.errors import ConfigError, WorkerLostError
 from vtrm_gate.sim import sweep_executor, sweep_map
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,6 +77,45 @@ def test_a_failing_run_cancels_the_rest_and_raises_here():
 
 def _inverse(x: int) -> float:
     return 1 / x
+
+
+def _slow_inverse(x: int) -> float:
+    time.sleep(0.5)
+    return 1 / x
+
+
+@pytest.mark.slow
+def test_a_dask_worker_killed_mid_sweep_is_replaced_and_the_results_are_whole():
+    """Dask re-runs a killed worker's runs elsewhere: a seeded sweep loses nothing."""
+    from dask.distributed import LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, \
+            sweep_executor(cluster.scheduler_address) as ex:
+        victim = next(iter(cluster.scheduler.workers.values())).pid
+        threading.Timer(1.2, os.kill, (victim, signal.SIGKILL)).start()
+        out = sweep_map(_slow_inverse, list(range(1, 11)), ex)
+        assert not _alive(victim)
+    assert out == [1 / x for x in range(1, 11)]
+
+
+def test_a_local_worker_killed_mid_sweep_is_named_not_reported_as_a_bug(
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """A worker that the out-of-memory killer (or a kill -9) ends mid-sweep broke the pool:
+    ``vtrm-gate fit --jobs 2`` printed a traceback, "this is a bug in vtrm_gate", and a
+    second traceback from the pool's own thread (a future cancelled as it was failed)."""
+    def kill_a_worker() -> None:
+        while not (workers := multiprocessing.active_children()):
+            time.sleep(0.05)
+        time.sleep(0.5)  # a run under way
+        os.kill(workers[0].pid, signal.SIGKILL)
+
+    with sweep_executor(workers=2) as ex:
+        threading.Thread(target=kill_a_worker, daemon=True).start()
+        with pytest.raises(WorkerLostError, match=r"a worker process .* ended abruptly") as lost:
+            sweep_map(time.sleep, [30.0] * 4, ex)
+    assert lost.value.exit_code == 3 and "fewer" in str(lost.value)
+    assert "InvalidStateError" not in capfd.readouterr().err
 
 
 _CHILD = textwrap.dedent("""

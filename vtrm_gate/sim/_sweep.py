@@ -22,10 +22,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from concurrent.futures import BrokenExecutor, Executor, Future, ProcessPoolExecutor
 from typing import Any, TypeVar
 
-from ..errors import ConfigError
+from ..errors import ConfigError, WorkerLostError
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -132,6 +132,11 @@ def sweep_map(fn: Callable[[T], R], items: Iterable[T], executor: Executor | Non
     futures: list[Future[Any]] = [executor.submit(fn, x) for x in work]
     try:
         return [f.result() for f in futures]
+    except BrokenExecutor as exc:  # the pool itself failed every future: nothing to cancel
+        raise WorkerLostError(
+            f"a worker process of the sweep ended abruptly (killed by a signal, or by the "
+            f"out-of-memory killer: see dmesg) before its run returned; nothing was kept: "
+            f"run it again, with fewer workers if memory ran short ({exc})") from None
     except BaseException:
         for f in futures:
             f.cancel()
