@@ -335,3 +335,20 @@ def test_the_tool_agents_answer_with_two_other_arguments_is_no_letter() -> None:
     res, _ = _tool_answer(_look_then_answer("B")[0], Fault(body=_said({
         "content": "", "tool_calls": [_call("answer", {"a": "B", "b": "C"}, "c2")]})))
     assert (res.correct, res.prediction) == (False, None), res
+
+
+LLAMA_SERVER_OVERFLOW = "request (2100 tokens) exceeds the available context size (2048 tokens)"
+
+
+def test_the_tool_agents_context_overflow_is_the_arms_wrong_answer_not_infra() -> None:
+    """A trajectory that grows past the model's context (llama-server's 2048 tokens by
+    default: the skill, the tools and every part looked at) is the arm's own doing, like
+    the built-in agent's: it was INFRA, so a verbose candidate skipped its pairs (a harmful
+    skill escaped its losses) and a run of them tripped the INFRA guard."""
+    res, requests = _tool_answer(_look_then_answer("B")[0],
+                                 Fault(status=400, message=LLAMA_SERVER_OVERFLOW))
+    assert len(requests) == 2  # not retried: the same conversation cannot fit next time
+    assert (res.infra, res.correct, res.prediction) == (False, False, None), res
+    assert res.error is not None and "turn 2: context overflow" in res.error, res.error
+    assert LLAMA_SERVER_OVERFLOW in res.error and not res.cached
+    assert [t["source"] for t in res.trace["turns"]] == ["uncached", "refused"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from vtrm_gate.llm import parse_choice
-from vtrm_gate.llm._replies import answer_argument
+from vtrm_gate.llm._replies import answer_argument, is_context_overflow
 
 DATA = Path(__file__).parent / "data" / "smollm2_replies.json"
 
@@ -193,3 +193,52 @@ def test_runs_are_read_as_one_character() -> None:
 def test_answer_argument_reads_the_answer_calls_one_value(args: dict[str, object],
                                                           given: str) -> None:
     assert answer_argument(args) == given
+
+
+# What real servers answer when the conversation does not fit the model's context: each is
+# the arm's own wrong answer (its skill made the conversation too long), never INFRA.
+OVERFLOWS = [
+    # llama-cpp-python's server and vLLM (OpenAI's wording)
+    (400, "This model's maximum context length is 2048 tokens. However, you requested 2536 "
+          "tokens (2531 in the messages, 5 in the completion). Please reduce the length of the "
+          "messages or completion."),
+    (400, "This model's maximum context length is 4096 tokens. However, your request has 5000 "
+          "input tokens. Please reduce the length of the input messages."),
+    # llama.cpp's llama-server, now and before (type exceed_context_size_error)
+    (400, "request (4476 tokens) exceeds the available context size (4096 tokens)"),
+    (400, "the request exceeds the available context size, try increasing it"),
+    # SGLang
+    (400, "The input (5000 tokens) is longer than the model's context length (4096 tokens)."),
+    # text-generation-inference
+    (422, "Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096. Given: "
+          "4000 `inputs` tokens and 200 `max_new_tokens`"),
+    # Gemini's OpenAI layer
+    (400, "The input token count (1200000) exceeds the maximum number of tokens allowed "
+          "(1048576)."),
+    # LM Studio
+    (400, "Trying to keep the first 5000 tokens when context the overflows. However, the model "
+          "is loaded with context length of only 4096 tokens, which is not enough. Try to load "
+          "the model with a larger context length, or provide a shorter input"),
+    # Mistral, and Anthropic's models through a gateway
+    (400, "Prompt contains 40000 tokens and 0 draft tokens, too large for model with 32768 "
+          "maximum context length"),
+    (400, "prompt is too long: 210000 tokens > 200000 maximum"),
+]
+NOT_OVERFLOWS = [
+    (400, "Invalid value for 'temperature': must be between 0 and 2"),
+    (400, "tools are not supported by this model"),
+    (400, "max_tokens must be at least 1, got 0"),
+    (500, "request (4476 tokens) exceeds the available context size (4096 tokens)"),
+    (429, "Rate limit reached: too many tokens per minute"),
+    (400, "The skill's context section is longer than the question."),
+]
+
+
+@pytest.mark.parametrize(("status", "detail"), OVERFLOWS)
+def test_every_servers_context_overflow_is_read_as_one(status: int, detail: str) -> None:
+    assert is_context_overflow(status, detail)
+
+
+@pytest.mark.parametrize(("status", "detail"), NOT_OVERFLOWS)
+def test_other_refusals_are_no_context_overflow(status: int, detail: str) -> None:
+    assert not is_context_overflow(status, detail)

@@ -298,9 +298,16 @@ def error_detail(data: bytes) -> str:
     return text if len(text) <= ERROR_TEXT_CHARS else text[:ERROR_TEXT_CHARS - 3] + "..."
 
 
-_OVERFLOW = re.compile(r"(?i)context[_ ]length[_ ]exceeded|maximum context length|context "
-                       r"window|exceeds? (?:the )?(?:model'?s? )?(?:maximum )?context|too many "
-                       r"tokens|prompt is too long|input is too long")
+# How servers say a conversation does not fit the model's context (tests/llm/test_parse.py
+# holds each one's words): OpenAI, vLLM and llama-cpp-python; llama-server; SGLang;
+# text-generation-inference; Gemini; LM Studio; Anthropic's models through a gateway.
+_OVERFLOW = re.compile("(?i)" + "|".join((
+    r"context[_ ]length[_ ]exceeded", r"maximum context length", r"context window",
+    r"exceeds? (?:the )?(?:available |model'?s? )?(?:maximum )?context", r"exceed_context_size",
+    r"(?:longer|larger) than the (?:model'?s? )?(?:maximum )?context",
+    r"tokens \+ `?max_new_tokens`? must be <=", r"exceeds? the maximum number of tokens",
+    r"context length of only", r"too many tokens", r"prompt is too long",
+    r"input is too long")))
 
 
 def non_json_reply(status: int, content_type: str, data: bytes) -> str | None:

@@ -27,7 +27,13 @@ import httpx
 from .._env import api_key as _api_key
 from .._ids import content_hash, rollout_run_id
 from ..cache import protocol_failure, tool_calls
-from ..errors import BackendError, CasesUnavailable, LLMInfraError, is_whole
+from ..errors import (
+    BackendError,
+    CasesUnavailable,
+    ContextOverflowError,
+    LLMInfraError,
+    is_whole,
+)
 from ..gate import GuardParams, UnitResult, UnitTask
 from ..harness import step_input_state
 from ._agent import MCQ, RetryPolicy, parse_body, parse_retry_after
@@ -41,6 +47,7 @@ from ._replies import (
     call_arguments,
     content_text,
     error_detail,
+    is_context_overflow,
     non_json_reply,
     parse_choice,
     usage_tokens,
@@ -51,7 +58,8 @@ TOOL_AGENT_VERSION = 3
 2: a reply in content parts, in Chinese, in full-width letters, boxed or after a
 ``<think>`` block, and arguments given as an object, are read. 3: ``look``'s part given as
 text ("2") is read, a call to a tool it was not given is named as such, and ``answer``'s
-letter under another argument name is read."""
+letter under another argument name is read; a context overflow is the arm's wrong answer,
+not INFRA."""
 TOOL_SYSTEM = ("You answer a multiple-choice question. Its content comes in numbered parts: "
                "read them with the look tool, then call the answer tool with the letter of "
                "the correct option. Follow the skill instructions below.\n\n")
@@ -156,6 +164,11 @@ class ToolAgent:
             body = self.body(messages, len(mcq.options), turn, nudged)
             try:
                 doc, source = await self.chat(body)
+            except ContextOverflowError as exc:  # the arm's own conversation: its answer
+                turns.append({"turn": turn, "source": "refused", "tokens": 0, "tools": []})
+                return self._result(task, t0, turns, error=f"turn {turn}: context overflow, "
+                                                           f"the conversation does not fit "
+                                                           f"({exc})")
             except LLMInfraError as exc:
                 return self._result(task, t0, turns, infra=True, error=f"turn {turn}: {exc}")
             msg = doc["choices"][0]["message"]
@@ -212,7 +225,10 @@ class ToolAgent:
             else:
                 if r.status_code == 200:
                     return self._reply(r)
-                why = f"HTTP {r.status_code}: {error_detail(r.content)}"
+                detail = error_detail(r.content)
+                if is_context_overflow(r.status_code, detail):
+                    raise ContextOverflowError(detail)
+                why = f"HTTP {r.status_code}: {detail}"
                 if r.status_code not in self.retry.retry_statuses:
                     raise LLMInfraError(why)
                 wait = parse_retry_after(r.headers.get("retry-after"))
