@@ -166,9 +166,11 @@ def test_against_a_single_slot_server_the_gate_holds_back_what_would_only_queue(
     assert st.errors == 0
 
 
-def test_429s_cut_the_limit_and_it_grows_back() -> None:
+@pytest.mark.parametrize("status", [429, 503, 529])
+def test_overload_statuses_cut_the_limit_and_it_grows_back(status: int) -> None:
+    """429, 503 and 529 (overloaded: Anthropic's, and gateways') each say "fewer at once"."""
     with SingleSlotChatServer(service_s=0.0) as server:
-        server.inject(*[Fault(status=429, retry_after="0")] * 6)
+        server.inject(*[Fault(status=status, retry_after="0")] * 6)
         res, agent = gate_over(server, adaptive=True, units=40)
     [st] = agent.pool.stats()
     assert st.limit_cuts >= 1 and res.outcomes["OCR"].n_used == 40

@@ -352,3 +352,22 @@ def test_the_tool_agents_context_overflow_is_the_arms_wrong_answer_not_infra() -
     assert res.error is not None and "turn 2: context overflow" in res.error, res.error
     assert LLAMA_SERVER_OVERFLOW in res.error and not res.cached
     assert [t["source"] for t in res.trace["turns"]] == ["uncached", "refused"]
+
+
+@pytest.mark.parametrize("status", [520, 521, 522, 523, 524, 529])
+def test_a_cloudflare_or_overloaded_status_is_retried(chat_server: ChatServer,
+                                                      status: int) -> None:
+    """A server behind Cloudflare answers 520-524 when its origin stalls or drops (524:
+    no reply within 100 s, a long generation), and an overloaded one 529: transient. They
+    were not retried, so one blip made the unit INFRA."""
+    res = _answer(chat_server, Fault(status=status))
+    assert (res.infra, res.correct) == (False, True), res
+    assert len(chat_server.requests) == 2
+
+
+@pytest.mark.parametrize("status", [524, 529])
+def test_the_tool_agent_retries_them_too(status: int) -> None:
+    res, requests = _tool_answer(Fault(status=status), *_look_then_answer("B"),
+                                 retry=RetryPolicy(max_attempts=2, base_delay_s=0.0))
+    assert (res.infra, res.correct) == (False, True), res
+    assert len(requests) == 3

@@ -176,7 +176,10 @@ class RetryPolicy:
     max_delay_s: float = 30.0
     max_total_s: float = DEFAULT_DEADLINE_S
     jitter: float = 0.5
-    retry_statuses: frozenset[int] = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+    retry_statuses: frozenset[int] = frozenset({408, 409, 425, 429, 500, 502, 503, 504,
+                                                520, 521, 522, 523, 524, 529})
+    """Transient statuses: the usual ones, Cloudflare's 520-524 (the origin stalled or
+    dropped: 524 is no reply within 100 s) and 529 (overloaded)."""
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:

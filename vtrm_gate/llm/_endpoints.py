@@ -8,7 +8,7 @@ endpoint is at its limit; a connection error, a timeout or a 200 whose body is n
 completion counts against that endpoint, and ``fail_after`` of them in a row mark it down
 until a probe (one real call, after ``probe_after_s``) gets an answer. HTTP statuses, even
 5xx, prove the server is there: they count as errors but never mark it down; a timeout, a
-429 or a 503 also halves an adaptive limit. `EndpointPool.limit` is what the gate may have
+429, a 503 or a 529 also halves an adaptive limit. `EndpointPool.limit` is what the gate may have
 in flight right now (the sum of the up endpoints' limits): the gate consults it before each
 dispatch (`vtrm_gate.gate.Admission`), so an unstarted call waits in the gate, where a
 freeze can still drop it, never inside the agent. Counters per endpoint: calls, errors,
@@ -35,6 +35,8 @@ from ..errors import EndpointsError, is_whole
 from ._limit import PREFILL_TOKENS, GradientLimit, LimitParams
 
 DEFAULT_CAP = DEFAULT_CONCURRENCY
+OVERLOAD_STATUSES = frozenset({429, 503, 529})
+"""Statuses that say "fewer at once" (529: overloaded, Anthropic's and some gateways')."""
 MIN_SAMPLES_FOR_TIMEOUT = 10
 TIMEOUT_MULTIPLE = 3.0
 """An attempt may take this multiple of the endpoint's recent p95 latency (of its kind)."""
@@ -140,7 +142,7 @@ class EndpointStats:
     limit: int | None = None
     """The current adaptive limit (None: a fixed cap, ``max_concurrency``)."""
     limit_cuts: int = 0
-    """Times a timeout, 429 or 503 cut the adaptive limit."""
+    """Times a timeout or an overload status (429, 503, 529) cut the adaptive limit."""
 
     def as_dict(self) -> dict[str, Any]:
         return dict(vars(self))
@@ -336,7 +338,7 @@ class EndpointPool:
             self._failed(s, gen)
             return
         self._answered(s, gen, error=status >= 500 or status == 429, latency=ex.latency_s)
-        if s.limiter is not None and status in (429, 503):
+        if s.limiter is not None and status in OVERLOAD_STATUSES:
             s.limiter.on_overload(sent_at)
         elif ex.outcome == "ok" and status < 400:
             s.by_kind.setdefault(kind, deque(maxlen=200)).append(ex.latency_s)

@@ -6,7 +6,7 @@ Why: a server's capacity is unknown and differs by orders of magnitude (llama.cp
 request at a time; a hosted API hundreds). Too many calls in flight only queue at the server:
 latency grows, fixed timeouts fire, and at a freeze every queued call is wasted. The limiter
 starts low and grows while latency holds near its no-load value; it shrinks when latency
-rises (requests queue) and halves on a timeout, a 429 or a 503.
+rises (requests queue) and halves on a timeout, a 429, a 503 or a 529.
 
 Latency is compared per request kind (``think``, ``answer``, ``evolve``: different prompt
 sizes) and per completion token: a reply's latency divided by ``1 + tokens / PREFILL_TOKENS``
@@ -38,7 +38,7 @@ class LimitParams:
     smoothing: float = 0.2
     """How far one sample moves the limit towards its target."""
     backoff: float = 0.5
-    """The limit is multiplied by this on a timeout, a 429 or a 503 (once per round trip)."""
+    """The limit is multiplied by this on a timeout, a 429, a 503 or a 529 (once per round trip)."""
     window: int = 100
     """No-load samples kept per request kind (the no-load value is their minimum)."""
     probe_every: int = 50
@@ -116,7 +116,7 @@ class GradientLimit:
         self.estimate = max(1.0, min(float(self.max_limit), self.estimate))
 
     def on_overload(self, sent_at: float) -> None:
-        """A timeout, 429 or 503 of a request sent at ``sent_at`` (the limiter's clock): the
+        """A timeout, 429, 503 or 529 of a request sent at ``sent_at`` (the limiter's clock): the
         limit is cut, once for all the requests sent before the last cut."""
         if sent_at < self._last_decrease:
             return
