@@ -134,3 +134,63 @@ def test_a_jsonl_object_naming_a_column_twice_is_refused_a_nested_one_is_not(
     assert main(["replay", "--outcomes", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "row 3, column 'cand_correct': the key twice" in err, err
+
+
+@pytest.mark.parametrize("tail", ["\n", "\n\n\n", ",,,,,,,\n", " \n"])
+def test_blank_lines_at_the_end_are_no_rows(tmp_path: Path, tail: str,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """A file an editor or ``echo >>`` left with blank lines at its end was refused ("row 6,
+    column 'task_type': must not be empty") though every row was good."""
+    path = _write(tmp_path, GOOD)
+    path.write_text(path.read_text() + tail)
+    assert main(["replay", "--outcomes", str(path), "--json"]) == 0, capsys.readouterr().err
+    assert len(json.loads(capsys.readouterr().out)) == 3
+
+
+def test_a_blank_line_between_rows_is_still_named(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, [*GOOD[:2], "", *GOOD[2:]])
+    assert main(["replay", "--outcomes", str(path)]) == 2
+    assert "row 3, column 'task_type': must not be empty" in capsys.readouterr().err
+
+
+def test_spaces_around_header_names_are_read(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, [", ".join(x.split(",")) for x in GOOD],
+                  head=", ".join(HEAD.split(",")))
+    assert main(["replay", "--outcomes", str(path), "--json"]) == 0, capsys.readouterr().err
+    assert len(json.loads(capsys.readouterr().out)) == 3
+
+
+@pytest.mark.parametrize("sep", [";", "\t", "|"])
+def test_a_csv_with_another_separator_is_named_as_such(tmp_path: Path, sep: str,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """A spreadsheet saved with ';' (a European locale) or tabs: "missing column 'epoch'",
+    though every column is there."""
+    path = _write(tmp_path, [x.replace(",", sep) for x in GOOD], head=HEAD.replace(",", sep))
+    assert main(["replay", "--outcomes", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"separated by {sep!r}" in err and "comma-separated" in err, err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_table_pandas_wrote_with_missing_values_is_read(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """pandas stores an integer column with a missing value as floats, so its ``to_csv``
+    writes ``1.0`` for 1 (the rows below are what it writes for 0/1 outcomes with an INFRA
+    row's left empty, and tokens with one missing): they were refused."""
+    path = _write(tmp_path, ["1,1,OCR,u0,0,0.0,1.0,0,120.0", "1,1,OCR,u1,1,1.0,1.0,0,",
+                             "1,1,OCR,u2,2,,,1,80.0"], head=HEAD.replace("\n", ",tokens\n"))
+    assert main(["replay", "--outcomes", str(path), "--json"]) == 0, capsys.readouterr().err
+    [row] = json.loads(capsys.readouterr().out)
+    assert (row["prefix_W"], row["prefix_L"], row["n_rows"]) == (1, 0, 3)
+    assert row["prefix_tokens"] == 200
+
+
+@pytest.mark.parametrize("cell", ["1.5", "1e3", "0.5", "-0.0"])
+def test_a_fraction_is_still_no_count_or_outcome(tmp_path: Path, cell: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    for line in (f"1,1,OCR,u2,{cell},0,1,0", f"1,1,OCR,u2,2,{cell},1,0"):
+        path = _write(tmp_path, [*GOOD[:2], line])
+        assert main(["replay", "--outcomes", str(path)]) == 2
+        assert "row 3, column" in capsys.readouterr().err

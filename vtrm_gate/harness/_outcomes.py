@@ -68,12 +68,25 @@ def _scan(path: Path) -> pl.DataFrame:
         else:
             lazy = pl.scan_ndjson(path, infer_schema_length=10_000)
         df = lazy.head(MAX_OUTCOME_ROWS + 1).collect()
-        return df.select(pl.all().cast(pl.String))
+        return _without_blank_tail(df.select(pl.all().cast(pl.String).name.map(str.strip)))
     except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
         if fmt == "csv":
             _ragged_row(path)
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise OutcomesError(f"{path}: cannot read as {fmt.upper()}: {first}") from None
+
+
+def _without_blank_tail(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` without the rows after its last one holding any text: blank lines an editor
+    (or ``echo >>``) left at the end of a file are no rows. One between rows is still a row,
+    named by the check that finds it empty."""
+    import polars as pl
+
+    if not df.width:
+        return df
+    filled = df.select(pl.any_horizontal(pl.all().str.strip_chars().fill_null("") != ""))
+    rows = filled.to_series().arg_true()
+    return df.head(int(rows[-1]) + 1 if rows.len() else 0)
 
 
 def _no_column_twice(path: Path, fmt: str) -> None:
@@ -95,7 +108,7 @@ def _csv_column_twice(path: Path) -> None:
     except (UnicodeDecodeError, csv.Error, OSError):
         return  # the reader names what is wrong with such a file
     for c in _SCHEMA:
-        at = [i + 1 for i, name in enumerate(header) if name == c]
+        at = [i + 1 for i, name in enumerate(header) if name.strip() == c]
         if len(at) > 1:
             raise OutcomesError(f"{path}: column {c!r} twice in the header (fields {at[0]} "
                                 f"and {at[1]}): which one is meant cannot be guessed")
@@ -172,11 +185,20 @@ def _bad(path: Path, df: pl.DataFrame, ok: pl.Expr, column: str, what: str) -> N
                             f"{'empty' if value in (None, '') else repr(value)}")
 
 
+_OTHER_SEPARATORS = (";", "\t", "|")
+"""What a spreadsheet may have separated a CSV's fields with instead of commas."""
+
+
 def _typed(path: Path, raw: pl.DataFrame) -> pl.DataFrame:
     """Check every cell and convert the columns to their types."""
     import polars as pl
 
     missing = [c for c in OUTCOME_COLUMNS if c not in raw.columns]
+    seps = [c for c in _OTHER_SEPARATORS if raw.width == 1 and c in raw.columns[0]]
+    if missing and seps:
+        raise OutcomesError(f"{path}: the header reads as one column, separated by "
+                            f"{seps[0]!r}: an outcomes CSV is comma-separated (save it "
+                            f"again with ',' as the separator)")
     if missing:
         raise OutcomesError(f"{path}: missing column {missing[0]!r}; an outcomes table has "
                             f"{list(OUTCOME_COLUMNS)}")
@@ -187,6 +209,9 @@ def _typed(path: Path, raw: pl.DataFrame) -> pl.DataFrame:
         raise OutcomesError(f"{path}: no rows")
     df = raw.select([c for c in _SCHEMA if c in raw.columns])
     txt = {c: pl.col(c).str.strip_chars() for c in df.columns}
+    for c in (*_INTS, "base_correct", "cand_correct", "infra"):
+        if c in txt:  # pandas writes an integer column with a missing value as floats: 1.0
+            txt[c] = txt[c].str.replace(r"^(\d{1,9})\.0+$", "${1}")
     low = {c: e.str.to_lowercase() for c, e in txt.items()}
     empty = {c: e.is_null() | (e == "") for c, e in txt.items()}
     for c in ("task_type", "unit_id"):
