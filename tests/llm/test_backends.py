@@ -191,6 +191,40 @@ def test_a_bad_units_line_is_named_and_nothing_written(tmp_path: Path, line: str
     assert not (tmp_path / "ws").exists()
 
 
+def test_a_units_file_that_opens_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    """Windows editors (Notepad before 2019, Excel's "UTF-8 CSV") save UTF-8 with a byte
+    order mark: init refused such a file ("Unexpected UTF-8 BOM"), and a workspace whose
+    units file gained one could not be opened."""
+    src = write_units(tmp_path / "units.jsonl")
+    plain = init_llm(tmp_path / "plain", src, base_url="http://h/v1", model="m")
+    src.write_bytes(b"\xef\xbb\xbf" + src.read_bytes())
+    ws = init_llm(tmp_path / "ws", src, base_url="http://h/v1", model="m")
+    assert ws.units == plain.units and ws.pool == plain.pool
+    ws.close()
+    plain.close()
+    assert (tmp_path / "ws" / "units.jsonl").read_bytes() == \
+        (tmp_path / "plain" / "units.jsonl").read_bytes()  # the copy drops the mark
+    copy = tmp_path / "ws" / "units.jsonl"
+    copy.write_bytes(b"\xef\xbb\xbf" + copy.read_bytes())  # saved again in such an editor
+    reopened = Workspace.open(tmp_path / "ws")
+    assert reopened.units == plain.units
+    reopened.close()
+
+
+@pytest.mark.parametrize("text", [
+    "[{\"unit_id\": \"x\"}]\n", "[\n  {\"unit_id\": \"x\"}\n]\n",
+    "{\n  \"unit_id\": \"x\"\n}\n"])
+def test_a_units_file_in_json_not_json_lines_is_named_as_such(tmp_path: Path,
+                                                             text: str) -> None:
+    """A JSON array, or objects spread over lines (``json.dump(..., indent=2)``), said only
+    "expected a JSON object, got list" or "malformed JSON at column 2"."""
+    (tmp_path / "units.jsonl").write_text(text)
+    with pytest.raises(WorkspaceError, match=r"units\.jsonl: line 1: ") as err:
+        init_llm(tmp_path / "ws", tmp_path / "units.jsonl", base_url="http://h/v1",
+                 model="m")
+    assert "JSON lines: one unit's object on each line" in str(err.value), err.value
+
+
 def test_open_validates_the_workspace_units_file(tmp_path: Path) -> None:
     src = write_units(tmp_path / "units.jsonl")
     root = init_llm(tmp_path / "ws", src, base_url="http://h/v1", model="m").root

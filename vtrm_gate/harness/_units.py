@@ -372,8 +372,19 @@ def _check_text(obj: Any) -> None:
                          f"character)")
 
 
+def _not_json_lines(line: str, read: Mapping[str, UnitRecord]) -> str:
+    """A hint when the file's first unit opens a JSON array or an object spread over lines
+    (``json.dump(..., indent=2)``): the file is JSON, not JSON lines."""
+    opening = line.strip()
+    if read or not (opening.startswith("[") or opening == "{"):
+        return ""
+    return ("; a units file is JSON lines: one unit's object on each line, not a JSON array "
+            "or an indented object")
+
+
 def read_units(path: Path, root: Path | None = None) -> dict[str, UnitRecord]:
-    """Parse and validate a units file (JSON lines; blank lines skipped), in file order.
+    """Parse and validate a units file (JSON lines; blank lines and a leading byte order mark
+    skipped), in file order.
 
     Raises WorkspaceError naming the file and the line of the first fault (malformed JSON,
     invalid text such as a lone surrogate, missing key, bad options or answer, duplicate unit id,
@@ -383,7 +394,7 @@ def read_units(path: Path, root: Path | None = None) -> dict[str, UnitRecord]:
     if not path.is_file():
         raise WorkspaceError(f"{name}: missing (expected a units file at {path})")
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8-sig").splitlines()  # a Windows editor's BOM
     except UnicodeDecodeError as exc:
         raise WorkspaceError(f"{name}: not UTF-8 text ({exc.reason})") from None
     units: dict[str, UnitRecord] = {}
@@ -397,9 +408,10 @@ def read_units(path: Path, root: Path | None = None) -> dict[str, UnitRecord]:
             rec = _unit_record(obj)
         except json.JSONDecodeError as exc:
             raise WorkspaceError(f"{name}: line {i}: malformed JSON at column {exc.colno}: "
-                                 f"{exc.msg}") from None
+                                 f"{exc.msg}{_not_json_lines(line, units)}") from None
         except ValueError as exc:
-            raise WorkspaceError(f"{name}: line {i}: {exc}") from None
+            raise WorkspaceError(f"{name}: line {i}: {exc}{_not_json_lines(line, units)}") \
+                from None
         if rec.unit_id in units:
             raise WorkspaceError(f"{name}: line {i}: duplicate unit_id {rec.unit_id!r}")
         if rec.task_description is not None:

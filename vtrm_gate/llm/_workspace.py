@@ -147,7 +147,7 @@ def init_llm(path: str | Path, units_file: str | Path, *,
         raise WorkspaceError(f"init_llm: {exc}") from None
     skills, strategy = _initial_skills(
         pool, skills_dir, task or (VIDEO_TASK if "media_root" in agent else TEXT_TASK))
-    files = {UNITS_FILE: src.read_text(encoding="utf-8")}
+    files = {UNITS_FILE: src.read_text(encoding="utf-8-sig")}  # without a BOM
     if heldout_fraction:
         files[HELDOUT_FILE] = json.dumps(heldout, indent=2) + "\n"
     seeds = _seed_record(seed_record, units, src)
