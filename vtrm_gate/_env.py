@@ -18,7 +18,7 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
-from .errors import ConfigError, shown
+from .errors import USER_TEXT, ConfigError, shown
 
 REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 DEFAULT_TTL = 604800  # 7 days
@@ -302,7 +302,7 @@ def read_dotenv(path: str | os.PathLike[str]) -> dict[str, str]:
     """Parse a ``.env`` file: ``KEY=VALUE`` lines, ``export`` prefixes, quotes, comments."""
     out: dict[str, str] = {}
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding=USER_TEXT)
     except OSError:
         return out
     except UnicodeDecodeError as exc:  # a ValueError: the CLI exits 2 with this one line

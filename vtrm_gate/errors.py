@@ -48,6 +48,7 @@ from typing import Any, TypeGuard
 __all__ = [
     "EXIT_BAD_INPUT",
     "EXIT_INFRA",
+    "USER_TEXT",
     "BackendError",
     "CandidateRefused",
     "CasesUnavailable",
@@ -80,6 +81,11 @@ __all__ = [
 
 EXIT_BAD_INPUT = 2
 EXIT_INFRA = 3
+
+USER_TEXT = "utf-8-sig"
+"""How a text file a researcher hands us is decoded: UTF-8, a leading byte order mark skipped
+(Windows editors save one: Notepad before 2019, Excel's "CSV UTF-8"). Files we write carry
+none, so reading them so changes nothing."""
 
 
 class VtrmError(Exception):

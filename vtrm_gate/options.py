@@ -42,7 +42,7 @@ from ._env import (
     read_dotenv,
 )
 from ._ids import strict_json
-from .errors import ConfigError, is_real, is_whole, shown
+from .errors import USER_TEXT, ConfigError, is_real, is_whole, shown
 from .gate import (
     DEFAULT_DISPATCH,
     DISPATCH_NAMES,
@@ -428,7 +428,7 @@ def _coerce_float(name: str, v: Any) -> float:
 
 def _read_file(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding=USER_TEXT)
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:

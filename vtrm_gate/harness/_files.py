@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .._ids import readable_json, strict_json
-from ..errors import InputError, WorkspaceError, is_whole
+from ..errors import USER_TEXT, InputError, WorkspaceError, is_whole
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -93,7 +93,7 @@ def read_json(path: Path, root: Path | None = None) -> Any:
     if not path.is_file():
         raise WorkspaceError(f"{name}: missing (expected a file at {path})")
     try:
-        value = strict_json(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
+        value = strict_json(path.read_text(encoding=USER_TEXT), parse_constant=_no_constant)
     except UnicodeDecodeError as exc:
         raise WorkspaceError(f"{name}: not UTF-8 text ({exc.reason})") from None
     except json.JSONDecodeError as exc:
@@ -116,7 +116,7 @@ def read_text(path: Path, root: Path | None = None) -> str:
     if not path.is_file():
         raise WorkspaceError(f"{name}: missing skill file")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding=USER_TEXT)
     except UnicodeDecodeError as exc:
         raise WorkspaceError(f"{name}: not UTF-8 text ({exc.reason})") from None
     if not text.strip():

@@ -27,7 +27,7 @@ from typing import Any
 from urllib.parse import quote
 
 from .._ids import lone_surrogate, slugify, strict_json
-from ..errors import InputError, MediaError, WorkspaceError, is_real, is_whole, shown
+from ..errors import USER_TEXT, InputError, MediaError, WorkspaceError, is_real, is_whole, shown
 from ._files import _rel
 
 REF_SCHEME = "vtrm-file:"
@@ -394,7 +394,7 @@ def read_units(path: Path, root: Path | None = None) -> dict[str, UnitRecord]:
     if not path.is_file():
         raise WorkspaceError(f"{name}: missing (expected a units file at {path})")
     try:
-        lines = path.read_text(encoding="utf-8-sig").splitlines()  # a Windows editor's BOM
+        lines = path.read_text(encoding=USER_TEXT).splitlines()
     except UnicodeDecodeError as exc:
         raise WorkspaceError(f"{name}: not UTF-8 text ({exc.reason})") from None
     units: dict[str, UnitRecord] = {}

@@ -31,7 +31,7 @@ from typing import Any
 
 from .._env import DEFAULT_CONCURRENCY
 from .._ids import strict_json
-from ..errors import EndpointsError, is_whole
+from ..errors import USER_TEXT, EndpointsError, is_whole
 from ._limit import PREFILL_TOKENS, GradientLimit, LimitParams
 
 DEFAULT_CAP = DEFAULT_CONCURRENCY
@@ -100,7 +100,7 @@ def read_endpoints_file(path: str | Path) -> tuple[Endpoint, ...]:
     """An endpoints file: JSON (a list, as in `parse_endpoints`) or ``URL [cap]`` lines."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding=USER_TEXT)
     except OSError as exc:
         raise EndpointsError(f"{p}: cannot read the endpoints file ({exc.strerror})") from None
     try:

@@ -11,7 +11,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from .._env import credential_name, mask_url
 from .._ids import slugify
-from ..errors import ConfigError, EndpointsError, MediaError, WorkspaceError, shown
+from ..errors import USER_TEXT, ConfigError, EndpointsError, MediaError, WorkspaceError, shown
 from ..harness import (
     DEFAULT_STRATEGY,
     HELDOUT_FILE,
@@ -147,7 +147,7 @@ def init_llm(path: str | Path, units_file: str | Path, *,
         raise WorkspaceError(f"init_llm: {exc}") from None
     skills, strategy = _initial_skills(
         pool, skills_dir, task or (VIDEO_TASK if "media_root" in agent else TEXT_TASK))
-    files = {UNITS_FILE: src.read_text(encoding="utf-8-sig")}  # without a BOM
+    files = {UNITS_FILE: src.read_text(encoding=USER_TEXT)}  # without a BOM
     if heldout_fraction:
         files[HELDOUT_FILE] = json.dumps(heldout, indent=2) + "\n"
     seeds = _seed_record(seed_record, units, src)

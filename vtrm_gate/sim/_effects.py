@@ -19,7 +19,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from .._ids import strict_json
-from ..errors import ConfigError, is_real
+from ..errors import USER_TEXT, ConfigError, is_real
 
 Scope = Literal["candidate", "type"]
 SHARES: tuple[str, ...] = ("p_harmful", "p_neutral", "p_helpful")
@@ -147,7 +147,7 @@ class World:
             return PRESETS[source]
         path = Path(source)
         try:
-            text = path.read_text(encoding="utf-8")
+            text = path.read_text(encoding=USER_TEXT)
         except (OSError, UnicodeDecodeError) as exc:
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             raise ConfigError(f"{path}: cannot read the world file ({why})") from None
