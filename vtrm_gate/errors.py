@@ -22,6 +22,7 @@
     │   ├── StepUnmeasuredError             nothing in the step could be measured
     │   ├── LLMInfraError                   a chat call failed for good
     │   │   ├── ContextOverflowError        the conversation does not fit the context
+    │   │   ├── PromptFilteredError         the server's content filter refused the prompt
     │   │   └── MediaError                  a frame cannot be sent (missing, outside the
     │   │       │                           units directory, over a cap, not an image)
     │   │       └── MediaChangedError       a frame's bytes changed since its reference
@@ -65,6 +66,7 @@ __all__ = [
     "LLMInfraError",
     "MediaChangedError",
     "MediaError",
+    "PromptFilteredError",
     "RedisAccessError",
     "RepeatedCandidate",
     "ServerInUseError",
@@ -216,6 +218,12 @@ class LLMInfraError(InfraError):
 class ContextOverflowError(LLMInfraError):
     """The server refused the conversation as longer than the model's context: the agent
     grades that arm's answer wrong (its own conversation caused it) instead of INFRA."""
+
+
+class PromptFilteredError(LLMInfraError):
+    """The server's content filter refused the prompt (Azure's content management policy):
+    the agent grades that arm's answer wrong (its own prompt, the skill included, caused
+    it) instead of INFRA."""
 
 
 class EvolveError(InfraError):

@@ -371,3 +371,13 @@ def test_the_tool_agent_retries_them_too(status: int) -> None:
                                  retry=RetryPolicy(max_attempts=2, base_delay_s=0.0))
     assert (res.infra, res.correct) == (False, True), res
     assert len(requests) == 3
+
+
+def test_the_tool_agents_prompt_refused_by_a_content_filter_is_the_arms_wrong_answer() -> None:
+    from test_replies import AZURE_FILTER
+
+    res, requests = _tool_answer(_look_then_answer("B")[0],
+                                 Fault(status=400, message=AZURE_FILTER))
+    assert len(requests) == 2
+    assert (res.infra, res.correct, res.prediction) == (False, False, None), res
+    assert res.error is not None and "turn 2: the server's content filter refused" in res.error

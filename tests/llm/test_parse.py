@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from vtrm_gate.llm import parse_choice
-from vtrm_gate.llm._replies import answer_argument, is_context_overflow
+from vtrm_gate.llm._replies import answer_argument, is_context_overflow, is_prompt_filtered
 
 DATA = Path(__file__).parent / "data" / "smollm2_replies.json"
 
@@ -242,3 +242,18 @@ def test_every_servers_context_overflow_is_read_as_one(status: int, detail: str)
 @pytest.mark.parametrize(("status", "detail"), NOT_OVERFLOWS)
 def test_other_refusals_are_no_context_overflow(status: int, detail: str) -> None:
     assert not is_context_overflow(status, detail)
+
+
+@pytest.mark.parametrize(("status", "detail", "filtered"), [
+    (400, "The response was filtered due to the prompt triggering Azure OpenAI's content "
+          "management policy. Please modify your prompt and retry.", True),
+    (400, "Invalid prompt: your prompt was flagged as potentially violating our usage policy. "
+          "Please try again with a different prompt.", True),
+    (500, "The response was filtered due to the prompt triggering Azure OpenAI's content "
+          "management policy.", False),
+    (400, "Invalid value for 'temperature'", False),
+    (400, "This model's maximum context length is 2048 tokens.", False),
+])
+def test_a_content_filters_refusal_is_read_as_one(status: int, detail: str,
+                                                  filtered: bool) -> None:
+    assert is_prompt_filtered(status, detail) is filtered

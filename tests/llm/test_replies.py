@@ -267,3 +267,28 @@ def test_an_evolver_that_thinks_first_proposes_only_the_skill(
     first, n1, again, n2 = evolve_twice(chat_server, redis_target)
     assert first == again == whole + "\n"
     assert (n1, n2) == (1, 1)
+
+
+AZURE_FILTER = ("The response was filtered due to the prompt triggering Azure OpenAI's content "
+                "management policy. Please modify your prompt and retry. To learn more about "
+                "our content filtering policies please read our documentation: "
+                "https://go.microsoft.com/fwlink/?linkid=2198766")
+
+
+def test_a_prompt_the_content_filter_refuses_is_the_arms_wrong_answer_cached_not_infra(
+        chat_server: ChatServer, redis_target: RedisTarget) -> None:
+    """Azure OpenAI answers 400 when the prompt (the skill is part of it) trips its content
+    filter: it was INFRA, so a candidate skill that tripped it skipped every pair it would
+    have lost, and a run of them aborted the step. The arm's own prompt caused it, as a
+    context overflow: its wrong answer, cached (the same prompt is refused again)."""
+    chat_server.inject(Fault(status=400, message=AZURE_FILTER, step="answer"))
+    cache = ResponseCache(redis_target.url, prefix=redis_target.prefix)
+    res = infer(agent(chat_server, cache=cache))
+    assert not res.infra and not res.correct and res.prediction is None
+    assert "content filter refused the prompt" in (res.error or "")
+    assert "content management policy" in (res.error or "")
+    assert len(chat_server.requests) == 2  # think, then the refused answer: never retried
+    again = infer(agent(chat_server, cache=ResponseCache(redis_target.url,
+                                                         prefix=redis_target.prefix)))
+    assert len(chat_server.requests) == 2
+    assert (again.infra, again.correct, again.error) == (False, False, res.error)

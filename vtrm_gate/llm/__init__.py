@@ -23,6 +23,7 @@ from ..errors import EndpointUnreachableError as EndpointUnreachableError
 from ..errors import EvolveError as EvolveError
 from ..errors import LLMInfraError as LLMInfraError
 from ..errors import MediaChangedError as MediaChangedError
+from ..errors import PromptFilteredError as PromptFilteredError
 from ..gate import current_run_id as current_run_id
 from ..gate import run_scope as run_scope
 from ._agent import AGENT_VERSION as AGENT_VERSION
@@ -144,6 +145,7 @@ __all__ = [
     "LimitParams",
     "MediaChangedError",
     "MediaResolver",
+    "PromptFilteredError",
     "RetryPolicy",
     "Rollout",
     "RolloutSource",

@@ -43,7 +43,13 @@ from .._env import api_key as _api_key
 from .._ids import as_unicode
 from ..cache import KeyParts, ResponseCache, protocol_failure, run_header, validate_response
 from ..cache._keys import PROTOCOL_FAILURES, Validator
-from ..errors import ContextOverflowError, LLMInfraError, MediaError, is_whole
+from ..errors import (
+    ContextOverflowError,
+    LLMInfraError,
+    MediaError,
+    PromptFilteredError,
+    is_whole,
+)
 from ..gate import UnitResult, UnitTask, report_progress
 from ..harness import Media
 from ._endpoints import Endpoint, EndpointPool, Exchange, ShardedClient
@@ -54,10 +60,11 @@ from ._replies import (
     error_detail,
     finish_reason,
     has_content_parts,
-    is_context_overflow,
     non_json_reply,
-    overflow_reply,
     parse_choice,
+    refusal,
+    refusal_text,
+    refused_reply,
     reply_text,
     usage_tokens,
 )
@@ -587,8 +594,9 @@ class LLMAgent:
                 f"followed; set the endpoint's base_url to the final address")
         if r.status_code >= 400:
             text = await self._error_text(r, body)
-            if is_context_overflow(r.status_code, text):
-                raise ContextOverflowError(text)
+            refused = refusal(r.status_code, text)
+            if refused is not None:
+                raise refused
             raise LLMInfraError(text.replace(f"HTTP {r.status_code}",
                                              f"HTTP {r.status_code} (not retryable)", 1))
         data = await self._read_capped(r)
@@ -619,7 +627,8 @@ class LLMAgent:
                    call_kind: str = "answer", **deprecated_step: str) -> dict[str, Any]:
         """One chat call with retries; raises `LLMInfraError` when they run out or the
         deadline (``retry.max_total_s``, attempts and waits together) passes, and
-        `ContextOverflowError` when the server says the conversation does not fit.
+        `ContextOverflowError` / `PromptFilteredError` when the server refuses the
+        conversation itself (too long for the context; its content filter tripped).
         ``call_kind`` (``think``, ``answer``, ``evolve``) names it in events and errors."""
         if deprecated_step:
             call_kind = _renamed_step(deprecated_step, "LLMAgent.chat")
@@ -713,8 +722,8 @@ class LLMAgent:
             try:
                 return await self.chat(body, run_id=task.run_id, unit_id=task.unit_id,
                                        call_kind=call_kind)
-            except ContextOverflowError as exc:  # the arm's own conversation: its answer
-                return overflow_reply(self.model, str(exc))
+            except (ContextOverflowError, PromptFilteredError) as exc:  # the arm's answer
+                return refused_reply(self.model, exc)
 
         if self.cache is None:
             return await call(), "uncached"
@@ -782,8 +791,9 @@ class LLMAgent:
 def _unusable(resp: Mapping[str, Any], call_kind: str, options: Sequence[str]) -> str | None:
     """Why a step's reply cannot be used (a protocol failure: INFRA; anything else: the
     model's unusable answer, graded wrong), or None."""
-    if finish_reason(resp) == "context_length":
-        return f"context overflow, the conversation does not fit ({resp.get('vtrm_refused')})"
+    refused = refusal_text(resp)
+    if refused is not None:
+        return refused
     why = validate_response(resp)
     if why == "empty message content" and reply_text(resp):
         why = None  # a tool call carries the answer

@@ -17,7 +17,7 @@ from typing import Any
 
 from .._ids import as_unicode
 from ..cache import message_text, tool_calls
-from ..errors import is_whole
+from ..errors import ContextOverflowError, PromptFilteredError, is_whole
 from ..gate import MAX_RESULT_TOKENS
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -310,6 +310,17 @@ _OVERFLOW = re.compile("(?i)" + "|".join((
     r"input is too long")))
 
 
+# How a content filter says it refused the prompt: Azure OpenAI's content management
+# policy, OpenAI's usage policy (reasoning models).
+_FILTERED = re.compile(r"(?i)filtered due to the prompt|content management policy|flagged as "
+                       r"potentially violating")
+
+
+def is_prompt_filtered(status: int, detail: str) -> bool:
+    """True when a 400 says the server's content filter refused the prompt."""
+    return status == 400 and bool(_FILTERED.search(detail))
+
+
 def non_json_reply(status: int, content_type: str, data: bytes) -> str | None:
     """Why a reply whose Content-Type is not JSON is no chat completion (a captive portal's
     page, a stream nobody asked for), quoting its start; None for a JSON (or untyped) one."""
@@ -355,11 +366,34 @@ def usage_tokens(doc: Mapping[str, Any], key: str = "total_tokens") -> int:
     return n if is_whole(n) and 0 <= n <= MAX_RESULT_TOKENS else 0
 
 
-def overflow_reply(model: str, reason: str) -> dict[str, Any]:
-    """The reply recorded when the server refused the conversation as too long for its
-    context: an empty answer (``finish_reason: context_length``) the arm's own conversation
-    caused, so it is cached and graded wrong like any unusable answer, never INFRA."""
+def refused_reply(model: str, refusal: ContextOverflowError | PromptFilteredError
+                  ) -> dict[str, Any]:
+    """The reply recorded when the server refused the conversation itself (too long for its
+    context, or its content filter tripped): an empty answer (``finish_reason``
+    ``context_length`` or ``content_filter``) the arm's own conversation caused, so it is
+    cached and graded wrong like any unusable answer, never INFRA."""
+    finish = "context_length" if isinstance(refusal, ContextOverflowError) else "content_filter"
     return {"object": "chat.completion", "model": model, "usage": {},
-            "choices": [{"index": 0, "finish_reason": "context_length",
+            "choices": [{"index": 0, "finish_reason": finish,
                          "message": {"role": "assistant", "content": ""}}],
-            "vtrm_refused": reason}
+            "vtrm_refused": str(refusal)}
+
+
+def refusal(status: int, detail: str) -> ContextOverflowError | PromptFilteredError | None:
+    """The server's error reply as a refusal of the conversation itself (the arm's answer,
+    not INFRA), or None for any other error."""
+    if is_context_overflow(status, detail):
+        return ContextOverflowError(detail)
+    if is_prompt_filtered(status, detail):
+        return PromptFilteredError(detail)
+    return None
+
+
+def refusal_text(resp: Mapping[str, Any]) -> str | None:
+    """Why a reply `refused_reply` recorded is no answer, in words (None: it is not one)."""
+    words = resp.get("vtrm_refused")
+    if finish_reason(resp) == "context_length":
+        return f"context overflow, the conversation does not fit ({words})"
+    if words is None:
+        return None
+    return f"the server's content filter refused the prompt ({words})"

@@ -32,6 +32,7 @@ from ..errors import (
     CasesUnavailable,
     ContextOverflowError,
     LLMInfraError,
+    PromptFilteredError,
     is_whole,
 )
 from ..gate import GuardParams, UnitResult, UnitTask
@@ -47,9 +48,11 @@ from ._replies import (
     call_arguments,
     content_text,
     error_detail,
-    is_context_overflow,
     non_json_reply,
     parse_choice,
+    refusal,
+    refusal_text,
+    refused_reply,
     usage_tokens,
 )
 
@@ -58,8 +61,8 @@ TOOL_AGENT_VERSION = 3
 2: a reply in content parts, in Chinese, in full-width letters, boxed or after a
 ``<think>`` block, and arguments given as an object, are read. 3: ``look``'s part given as
 text ("2") is read, a call to a tool it was not given is named as such, and ``answer``'s
-letter under another argument name is read; a context overflow is the arm's wrong answer,
-not INFRA."""
+letter under another argument name is read; a context overflow or a content filter's
+refusal of the prompt is the arm's wrong answer, not INFRA."""
 TOOL_SYSTEM = ("You answer a multiple-choice question. Its content comes in numbered parts: "
                "read them with the look tool, then call the answer tool with the letter of "
                "the correct option. Follow the skill instructions below.\n\n")
@@ -164,11 +167,10 @@ class ToolAgent:
             body = self.body(messages, len(mcq.options), turn, nudged)
             try:
                 doc, source = await self.chat(body)
-            except ContextOverflowError as exc:  # the arm's own conversation: its answer
+            except (ContextOverflowError, PromptFilteredError) as exc:  # the arm's answer
                 turns.append({"turn": turn, "source": "refused", "tokens": 0, "tools": []})
-                return self._result(task, t0, turns, error=f"turn {turn}: context overflow, "
-                                                           f"the conversation does not fit "
-                                                           f"({exc})")
+                why = refusal_text(refused_reply(self.model, exc))
+                return self._result(task, t0, turns, error=f"turn {turn}: {why}")
             except LLMInfraError as exc:
                 return self._result(task, t0, turns, infra=True, error=f"turn {turn}: {exc}")
             msg = doc["choices"][0]["message"]
@@ -226,8 +228,9 @@ class ToolAgent:
                 if r.status_code == 200:
                     return self._reply(r)
                 detail = error_detail(r.content)
-                if is_context_overflow(r.status_code, detail):
-                    raise ContextOverflowError(detail)
+                refused = refusal(r.status_code, detail)
+                if refused is not None:
+                    raise refused
                 why = f"HTTP {r.status_code}: {detail}"
                 if r.status_code not in self.retry.retry_statuses:
                     raise LLMInfraError(why)
