@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from vtrm_gate.cli._main import main
-from vtrm_gate.harness import MAX_OUTCOME_ROWS
+from vtrm_gate.harness import MAX_OUTCOME_ROWS, read_outcomes
 
 HEAD = "epoch,step,task_type,unit_id,ladder_rank,base_correct,cand_correct,infra\n"
 GOOD = ["1,1,OCR,u0,0,0,1,0", "1,1,OCR,u1,1,1,1,0", "1,1,OCR,u2,2,,,1",
@@ -194,3 +194,18 @@ def test_a_fraction_is_still_no_count_or_outcome(tmp_path: Path, cell: str,
         path = _write(tmp_path, [*GOOD[:2], line])
         assert main(["replay", "--outcomes", str(path)]) == 2
         assert "row 3, column" in capsys.readouterr().err
+
+
+def test_a_jsonl_table_that_opens_with_a_byte_order_mark_is_read(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """polars reads a CSV's byte order mark but not a JSON-lines file's: "cannot read as
+    JSONL: InternalError(TapeError) at character 0 ('ï')"."""
+    path = _write(tmp_path, GOOD)
+    assert main(["replay", "--outcomes", str(path), "--json"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    jsonl = tmp_path / "o.jsonl"
+    frame = read_outcomes(path)
+    frame.write_ndjson(jsonl)
+    jsonl.write_bytes(b"\xef\xbb\xbf" + jsonl.read_bytes() + b"\n")
+    assert main(["replay", "--outcomes", str(jsonl), "--json"]) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out) == plain

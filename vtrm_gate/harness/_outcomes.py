@@ -10,6 +10,8 @@ when the table holds only the measured prefix of a longer ladder, as a workspace
 
 from __future__ import annotations
 
+import io
+import itertools
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -66,7 +68,7 @@ def _scan(path: Path) -> pl.DataFrame:
         elif fmt == "parquet":
             lazy = pl.scan_parquet(path)
         else:
-            lazy = pl.scan_ndjson(path, infer_schema_length=10_000)
+            lazy = pl.scan_ndjson(_ndjson_source(path), infer_schema_length=10_000)
         df = lazy.head(MAX_OUTCOME_ROWS + 1).collect()
         return _without_blank_tail(df.select(pl.all().cast(pl.String).name.map(str.strip)))
     except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
@@ -74,6 +76,20 @@ def _scan(path: Path) -> pl.DataFrame:
             _ragged_row(path)
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise OutcomesError(f"{path}: cannot read as {fmt.upper()}: {first}") from None
+
+
+_BOM = b"\xef\xbb\xbf"
+
+
+def _ndjson_source(path: Path) -> Path | io.BytesIO:
+    """What polars reads of a JSON-lines file: the file, or, when it opens with a byte order
+    mark (which polars' JSON reader refuses, its CSV reader skips), its first
+    ``MAX_OUTCOME_ROWS + 1`` non-blank lines after the mark."""
+    with path.open("rb") as f:
+        if f.read(len(_BOM)) != _BOM:
+            return path
+        rows = (line for line in f if line.strip())
+        return io.BytesIO(b"".join(itertools.islice(rows, MAX_OUTCOME_ROWS + 1)))
 
 
 def _without_blank_tail(df: pl.DataFrame) -> pl.DataFrame:
