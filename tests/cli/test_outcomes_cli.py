@@ -48,6 +48,8 @@ BAD = [
     (HEAD, [*GOOD[:2], "1,1,OCR,u2,2,0,1,maybe"], 3, "'infra'"),
     (HEAD, [*GOOD[:2], "1,1,OCR,u9,1,0,1,0"], 3, "duplicate rank"),
     (HEAD, [*GOOD[:2], "1,1,OCR,u3,3,0,1,0"], 3, "gap"),
+    (HEAD, ["1,1,OCR,u0,1,0,1,0", "1,1,OCR,u1,2,1,1,0"], 1,
+     "no rank 0: ladder_rank is 0-based"),  # an old gate's log that counts from 1
     (HEAD, [*GOOD[:2], "1,1,OCR,u1,2,0,1,0"], 3, "unit twice"),
     (HEAD, [*GOOD[:2], "1,1,???,u0,0,0,1,0"], 3, "unknown type"),
     (HEAD, [*GOOD[:2], "1,1,ocr,u0,0,0,1,0"], 3, "unknown type"),

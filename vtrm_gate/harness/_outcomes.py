@@ -284,6 +284,9 @@ def _check_gates(path: Path, df: pl.DataFrame, params: GateParams,
     pos = pl.int_range(pl.len()).over(gate)
     checks = [
         (pl.col("ladder_rank") >= pos, "ladder_rank", "duplicate rank in its gate"),
+        (pl.col("ladder_rank").min().over(gate) == 0, "ladder_rank",
+         "its gate has no rank 0: ladder_rank is 0-based (a log that counts from 1 needs 1 "
+         "subtracted)"),
         (pl.col("ladder_rank") <= pos, "ladder_rank",
          "gap in its gate's ranks (each gate's ranks are 0, 1, 2, ... with none missing)"),
         (pl.col("ladder_rank") < params.n_max, "ladder_rank",
