@@ -7,7 +7,8 @@ Precedence, per key: a flag > the environment (the process, then ``.env``) > the
 (``vtrm-gate options``). ``concurrency`` and ``probation_rule`` are `UNSET` unless given: an
 unset concurrency is 32 slots, or the endpoints' summed caps for a workspace with several;
 the probation rule is fixed at ``init`` and comes from the workspace (a different value given
-here is refused). Unknown keys are refused naming the valid ones; the removed key
+here is refused). Unknown keys are refused naming the valid ones, and so is a variable of
+ours (``VTRM_*``, ``REDIS_CACHE_*``) that nearly spells a setting's; the removed key
 ``gate_block`` is refused saying why.
 
 Decision fields (``gate``, ``guard``) go into a step manifest's diffed inputs; execution
@@ -21,6 +22,7 @@ is part of the manifest's inputs.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import os
 import tomllib
@@ -517,6 +519,21 @@ def options_from_mapping(data: Mapping[str, Any], source: str = "mapping") -> Ru
     return _build(flat, dict.fromkeys(flat, source))
 
 
+_OUR_PREFIXES = ("VTRM_", "REDIS_CACHE_")
+"""Variables under these names are ours: one a letter or two from a setting is a slip."""
+
+
+def _misspelt_variable(layer: Mapping[str, str], where: str) -> None:
+    """Refuse a variable of ours that is no setting but nearly spells one
+    (``VTRM_CONCURENCY``): it would be ignored without a word, and the run go on at the
+    default. Our other variables (``VTRM_API_KEY``...) are far from every setting's name."""
+    for var in layer:
+        if var.startswith(_OUR_PREFIXES) and var not in ENV_KEYS:
+            meant = difflib.get_close_matches(var, ENV_KEYS, n=1, cutoff=0.85)
+            if meant:
+                raise ConfigError(f"{var}{where} is no setting; did you mean {meant[0]}?")
+
+
 def resolve_options(flags: Mapping[str, Any] | None = None, *,
                     config: str | os.PathLike[str] | None = None,
                     env: Mapping[str, str] | None = None,
@@ -541,6 +558,7 @@ def resolve_options(flags: Mapping[str, Any] | None = None, *,
     for layer, where in layers:
         if "VTRM_GATE_BLOCK" in layer or "GATE_BLOCK" in layer:
             raise ConfigError(f"GATE_BLOCK: {REMOVED_KEYS['gate_block']}")
+        _misspelt_variable(layer, where)
         for var, key in ENV_KEYS.items():
             if layer.get(var, "") != "":
                 put(key, layer[var], f"env {var}{where}")

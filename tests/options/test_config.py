@@ -76,6 +76,30 @@ def test_unknown_keys_are_refused_naming_the_valid_ones(tmp_path):
         resolve_options(config=f, env={}, dotenv=None)
 
 
+@pytest.mark.parametrize(("var", "meant"), [
+    ("VTRM_CONCURENCY", "VTRM_CONCURRENCY"), ("VTRM_DISPATH", "VTRM_DISPATCH"),
+    ("VTRM_MAX_TOKEN_ANSWER", "VTRM_MAX_TOKENS_ANSWER"), ("REDIS_CACHE_TL", "REDIS_CACHE_TTL")])
+def test_a_misspelt_setting_in_dotenv_or_the_environment_is_refused_naming_it(
+        tmp_path, var, meant):
+    """A config file's misspelt key is refused; the same slip in .env or the environment
+    was ignored without a word, and the run went on at the default (32 slots, say)."""
+    dotenv = tmp_path / ".env"
+    dotenv.write_text(f"{var}=8\n")
+    with pytest.raises(ConfigError, match=rf"{var} \(\.env\) is no setting; did you mean "
+                                          rf"{meant}\?"):
+        resolve_options(env={}, dotenv=dotenv)
+    with pytest.raises(ConfigError, match=rf"^{var} is no setting; did you mean {meant}\?"):
+        resolve_options(env={var: "8"}, dotenv=None)
+
+
+def test_other_variables_are_left_alone():
+    env = {"VTRM_API_KEY": "k", "VTRM_WORKSPACE": "ws", "VTRM_MODEL": "m", "VTRM_CI": "1",
+           "VTRM_FIGURES": "f", "VTRM_BASE_URL": "http://h/v1", "VTRM_DEBUG": "1",
+           "VTRM_MAX_TURNS": "6", "VTRM_RECORD_REPLIES": "1", "REDIS_PASSWORD": "x",
+           "CONCURRENCY": "8"}
+    assert resolve_options(env=env, dotenv=None) == RunOptions()
+
+
 @pytest.mark.parametrize("env,fragment", [
     ({"VTRM_CONCURRENCY": "0"}, "concurrency"),
     ({"VTRM_CONCURRENCY": "many"}, "concurrency must be an integer"),
