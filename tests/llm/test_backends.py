@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from vtrm_gate import slugify
 from vtrm_gate.cache import KeyParts, ResponseCache
 from vtrm_gate.errors import EndpointUnreachableError
 from vtrm_gate.harness import (
@@ -188,6 +189,23 @@ def test_a_bad_units_line_is_named_and_nothing_written(tmp_path: Path, line: str
         init_llm(tmp_path / "ws", tmp_path / "units.jsonl", base_url="http://h/v1",
                            model="m")
     assert fault in str(err.value)
+    assert not (tmp_path / "ws").exists()
+
+
+def test_a_skill_file_named_by_its_type_is_pointed_to_its_slug_name(tmp_path: Path) -> None:
+    """A researcher names a type's skill file as the type ("OCR Problems.md"): init said
+    only that "ocr-problems.md" is missing, not why the file beside it was not taken."""
+    units = write_units(tmp_path / "units.jsonl")
+    skills = tmp_path / "skills"
+    skills.mkdir()
+    for t in TYPES:
+        (skills / f"{slugify(t)}.md").write_text(f"Skill for {t}.\n")
+    (skills / "ocr-problems.md").rename(skills / "OCR Problems.md")
+    with pytest.raises(WorkspaceError) as err:
+        init_llm(tmp_path / "ws", units, base_url="http://h/v1", model="m", skills_dir=skills)
+    assert str(err.value) == (f"{skills / 'ocr-problems.md'}: missing skill file ({skills} "
+                              f"holds 'OCR Problems.md': a type's skill file is named by its "
+                              f"slug, ocr-problems.md)")
     assert not (tmp_path / "ws").exists()
 
 

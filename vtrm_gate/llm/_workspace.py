@@ -218,10 +218,23 @@ def _initial_skills(pool: Mapping[str, Any], skills_dir: str | Path | None, task
     sdir = Path(skills_dir)
     if not sdir.is_dir():
         raise WorkspaceError(f"{sdir}: skills directory not found")
-    skills = {t: read_text(sdir / f"{slugify(t)}.md") for t in pool}
+    skills = {t: _skill_file(sdir, t) for t in pool}
     strategy = ({"default_strategy": read_text(sdir / DEFAULT_STRATEGY)}
                 if (sdir / DEFAULT_STRATEGY).is_file() else {})
     return skills, strategy
+
+
+def _skill_file(sdir: Path, task_type: str) -> str:
+    """``task_type``'s skill in ``sdir/<slug>.md``; when that is missing but a file beside it
+    is named by the type itself ("OCR Problems.md"), the error says so."""
+    path = sdir / f"{slugify(task_type)}.md"
+    if not path.is_file():
+        named = [p.name for p in sdir.iterdir()
+                 if p.is_file() and p.suffix.lower() == ".md" and p.stem == task_type]
+        if named:
+            raise WorkspaceError(f"{path}: missing skill file ({sdir} holds {named[0]!r}: a "
+                                 f"type's skill file is named by its slug, {path.name})")
+    return read_text(path)
 
 
 def _seed_record(seed_record: str | Path | Mapping[str, Any] | None,
