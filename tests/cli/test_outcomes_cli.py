@@ -80,6 +80,8 @@ def test_a_bad_outcomes_file_is_one_line_naming_file_row_and_column(
     ("o.parquet", b"PAR1 not really", "cannot read as PARQUET"),
     ("o.jsonl", b'{"epoch": 1, \n', "cannot read as JSONL"),
     ("o.csv", b"\xff\xfe\x00garbage\x00\n\x01", "o.csv"),
+    ("o.csv", (HEAD + "1,1,Acci\u00f3n,u0,0,0,1,0\n").encode("cp1252"),
+     "not UTF-8 (save it as UTF-8"),  # Excel's plain "CSV" on Windows
     ("none.csv", None, "no such outcomes file"),
 ])
 def test_an_unreadable_outcomes_file_is_one_line(

@@ -75,6 +75,9 @@ def _scan(path: Path) -> pl.DataFrame:
         if fmt == "csv":
             _ragged_row(path)
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        if "invalid utf-8" in first.lower():  # a spreadsheet's locale encoding (cp1252...)
+            first = ("not UTF-8 (save it as UTF-8: Excel's \"CSV UTF-8\"; polars says: "
+                     f"{first})")
         raise OutcomesError(f"{path}: cannot read as {fmt.upper()}: {first}") from None
 
 
