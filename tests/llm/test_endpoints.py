@@ -163,10 +163,20 @@ def test_cli_step_reports_each_endpoint_and_uses_the_sum_of_caps(
     (["http://a", "http://a/"], "duplicate"),
     ([{"url": "http://a", "cap": 3}], "expected a URL"),
     ("http://a 3 4", "expected 'URL \\[max_concurrency\\]'"),
+    ("http://a \u00b2", "expected 'URL \\[max_concurrency\\]'"),  # a digit, no decimal
+    ("http://a/v1, http://b/v1", "expected 'URL \\[max_concurrency\\]'"),
 ])
 def test_bad_endpoint_lists_are_refused_naming_the_entry(value: Any, match: str) -> None:
     with pytest.raises(EndpointsError, match=match):
         parse_endpoints(value)
+
+
+@pytest.mark.parametrize("line", ["http://a/v1, 4", "http://a/v1,4", "http://a/v1 , 4",
+                                  "http://a/v1\t4", "http://a/v1 4,"])
+def test_an_endpoint_line_with_a_comma_before_its_cap_is_read(line: str) -> None:
+    """"URL, cap" (a line from a spreadsheet) became the URL "http://a/v1," and every call
+    to it a 404, INFRA."""
+    assert parse_endpoints(line + "\n") == (Endpoint("http://a/v1", 4),)
 
 
 def test_endpoints_file_forms(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ import contextlib
 import hashlib
 import json
 import math
+import re
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -61,15 +62,16 @@ class Endpoint:
 
 def parse_endpoints(value: Any) -> tuple[Endpoint, ...]:
     """Endpoints from a URL, a list of URLs / ``{"url", "max_concurrency"}`` objects, or the
-    lines ``URL [max_concurrency]`` of an endpoints file's text. Duplicates are refused."""
+    lines ``URL [max_concurrency]`` of an endpoints file's text (a comma may stand for the
+    space). Duplicates are refused."""
     if isinstance(value, str):
         items: list[Any] = []
         for line in value.splitlines():
             line = line.split("#", 1)[0].strip()
             if not line:
                 continue
-            parts = line.split()
-            if len(parts) > 2 or (len(parts) == 2 and not parts[1].isdigit()):
+            parts = [p for p in re.split(r"[\s,]+", line) if p]  # "URL, cap" too
+            if len(parts) > 2 or (len(parts) == 2 and not parts[1].isdecimal()):
                 raise EndpointsError(f"endpoint line {line!r}: expected 'URL [max_concurrency]'")
             items.append({"url": parts[0], "max_concurrency": int(parts[1])} if len(parts) == 2
                          else parts[0])
