@@ -298,8 +298,13 @@ def check_redis_url(url: str) -> str:
 # ---- environment ----------------------------------------------------------------------
 
 
+_OUR_VARIABLE = re.compile(r"\b(?:VTRM|REDIS)_[A-Z_]+")
+
+
 def read_dotenv(path: str | os.PathLike[str]) -> dict[str, str]:
-    """Parse a ``.env`` file: ``KEY=VALUE`` lines, ``export`` prefixes, quotes, comments."""
+    """Parse a ``.env`` file: ``KEY=VALUE`` lines, ``export`` prefixes, quotes, comments. A
+    line naming one of our variables (``VTRM_*``, ``REDIS_*``) that is no such assignment
+    (``VTRM_CONCURRENCY: 8``, ``set VTRM_CONCURRENCY=8``) is refused: it would be skipped."""
     out: dict[str, str] = {}
     try:
         text = Path(path).read_text(encoding=USER_TEXT)
@@ -308,20 +313,24 @@ def read_dotenv(path: str | os.PathLike[str]) -> dict[str, str]:
     except UnicodeDecodeError as exc:  # a ValueError: the CLI exits 2 with this one line
         raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") \
             from None
-    for raw in text.splitlines():
+    for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
-        if not line or line.startswith("#") or "=" not in line:
+        if not line or line.startswith("#"):
             continue
         if line.startswith("export "):
             line = line[7:].lstrip()
         key, _, value = line.partition("=")
         key, value = key.strip(), value.strip()
+        if "=" not in line or not key or any(c.isspace() for c in key):
+            if _OUR_VARIABLE.search(line):  # another tool's odd line is left to it
+                raise ConfigError(f"{path}: line {number}: {raw.strip()!r} is no KEY=VALUE "
+                                  f"line, so the setting it names would not be made")
+            continue
         if value[:1] in "'\"" and len(value) >= 2 and value[-1] == value[0]:
             value = value[1:-1]
         elif " #" in value:
             value = value.split(" #", 1)[0].rstrip()
-        if key:
-            out[key] = value
+        out[key] = value
     return out
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from vtrm_gate._env import mask_url
@@ -170,3 +172,21 @@ def test_parameters_under_which_no_candidate_can_be_accepted_are_refused(gate, f
         RunOptions(gate=GateParams(**gate))
     # the same reach under another rule is that rule's: the check follows decision_rule
     assert options_from_mapping({"gate": {"n_max": 8}}).gate.n_max == 8
+
+
+@pytest.mark.parametrize("line", ["VTRM_CONCURRENCY: 8", "set VTRM_CONCURRENCY=8",
+                                  "VTRM_CONCURRENCY 8", "REDIS_URL redis://h:6379/0"])
+def test_a_dotenv_line_naming_our_setting_that_is_no_assignment_is_refused(tmp_path, line):
+    """A YAML-style or Windows ``set`` line was skipped without a word: the setting it
+    meant to make was not made."""
+    dotenv = tmp_path / ".env"
+    dotenv.write_text(f"# ours\nOTHER_TOOL=1\n{line}\n")
+    with pytest.raises(ConfigError, match=rf"\.env: line 3: {re.escape(repr(line))} is no "
+                                          rf"KEY=VALUE line"):
+        resolve_options(env={}, dotenv=dotenv)
+
+
+def test_other_tools_odd_lines_are_left_to_them(tmp_path):
+    dotenv = tmp_path / ".env"
+    dotenv.write_text("OTHER: 1\nset OTHER=2\n[section]\nVTRM_CONCURRENCY=8\n")
+    assert resolve_options(env={}, dotenv=dotenv).concurrency == 8
