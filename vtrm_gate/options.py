@@ -463,7 +463,10 @@ def _flatten(data: Mapping[str, Any]) -> dict[str, Any]:
             out.update({f"{key}.{k}": v for k, v in _plain(value).items()})
             continue
         if not isinstance(value, Mapping):
-            raise ConfigError(f"{key} must be a table of {', '.join(sorted(sub))}")
+            hint = (" (the cache is turned off by cache_enabled = false, or VTRM_CACHE=off)"
+                    if key == "cache" else "")
+            raise ConfigError(f"{key} must be a table of {', '.join(sorted(sub))}, got "
+                              f"{shown(value)}{hint}")
         for k, v in value.items():
             if k not in sub:
                 _refuse_unknown(k, sub, f"{key}.")

@@ -190,3 +190,14 @@ def test_other_tools_odd_lines_are_left_to_them(tmp_path):
     dotenv = tmp_path / ".env"
     dotenv.write_text("OTHER: 1\nset OTHER=2\n[section]\nVTRM_CONCURRENCY=8\n")
     assert resolve_options(env={}, dotenv=dotenv).concurrency == 8
+
+
+def test_cache_off_in_a_file_is_pointed_to_cache_enabled(tmp_path):
+    """``cache = "off"`` (as ``VTRM_CACHE=off`` reads) said "cache must be a table of share"."""
+    f = tmp_path / "gate.toml"
+    f.write_text('cache = "off"\n')
+    with pytest.raises(ConfigError, match=r"cache must be a table of share, got 'off' \(the "
+                                          r"cache is turned off by cache_enabled = false"):
+        resolve_options(config=f, env={}, dotenv=None)
+    f.write_text("cache_enabled = false\n")
+    assert resolve_options(config=f, env={}, dotenv=None).cache_enabled is False
