@@ -84,3 +84,30 @@ def test_a_redis_url_redis_py_refuses_is_bad_input(capsys: pytest.CaptureFixture
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert "invalid Redis URL" in err and "socket_timeout" in err
+
+
+@pytest.mark.parametrize(("argv", "resumes"), [
+    (["step", "--workspace", "ws", "--epoch", "1", "--step", "1"], True),
+    (["train", "--workspace", "ws", "--epochs", "1", "--steps-per-epoch", "1"], True),
+    (["settle", "--workspace", "ws", "--epoch", "1"], True),
+    (["fit", "--workspace", "ws"], False),
+    (["replay", "--workspace", "ws", "--epoch", "1", "--step", "1"], False),
+    (["export", "--workspace", "ws", "--out", "x"], False),
+])
+def test_an_interrupt_promises_a_resume_only_where_finished_work_is_kept(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        argv: list[str], resumes: bool) -> None:
+    """``vtrm-gate fit --boot 1000000000`` stopped with Ctrl-C said "run the same command
+    again to resume (finished work is kept)": a fit keeps nothing, and starts over."""
+    from vtrm_gate.cli import _export, _fit, _step, _train
+
+    def interrupted(args: object) -> int:
+        raise KeyboardInterrupt
+
+    for module, name in ((_step, "cmd_step"), (_step, "cmd_replay"), (_train, "cmd_train"),
+                         (_train, "cmd_settle"), (_fit, "cmd_fit"), (_export, "cmd_export")):
+        monkeypatch.setattr(module, name, interrupted)
+    assert _main.main(argv) == 130
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("vtrm-gate: interrupted") and "Traceback" not in err
+    assert ("run the same command again to resume (finished work is kept)" in err) is resumes

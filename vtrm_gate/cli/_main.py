@@ -91,6 +91,10 @@ def main(argv: list[str] | None = None) -> int:
         return _run(args, as_json)
 
 
+_RESUMABLE = frozenset({"step", "demo", "train", "settle"})
+"""Commands whose finished work is kept when interrupted, so running them again resumes."""
+
+
 def _run(args: argparse.Namespace, as_json: bool) -> int:
     """Run the parsed command inside the error boundary."""
     try:
@@ -99,8 +103,9 @@ def _run(args: argparse.Namespace, as_json: bool) -> int:
         sys.stderr.close()
         return 0
     except KeyboardInterrupt:
-        return report_error("interrupted; run the same command again to resume (finished "
-                            "work is kept)", 130, as_json)
+        resume = ("; run the same command again to resume (finished work is kept)"
+                  if args.command in _RESUMABLE else "")
+        return report_error(f"interrupted{resume}", 130, as_json)
     except Exception as exc:  # our error families and I/O errors: one line; else a bug
         code = exit_code(exc)
         if os.environ.get("VTRM_DEBUG"):
