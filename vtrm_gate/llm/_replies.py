@@ -255,6 +255,11 @@ def reply_text(resp: Mapping[str, Any]) -> str:
                      if a and isinstance(a, str | Mapping))
 
 
+def call_name(call: Mapping[str, Any]) -> Any:
+    """The name of the tool a call asked for (None when it names none)."""
+    return call.get("function", {}).get("name")
+
+
 def call_arguments(call: Mapping[str, Any]) -> dict[str, Any]:
     """A tool call's arguments: the JSON object its ``arguments`` string holds, or the object
     itself (text-generation-inference's OpenAI layer sends one); {} for anything else."""

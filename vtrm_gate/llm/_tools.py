@@ -46,6 +46,7 @@ from ._replies import (
     LETTERS,
     answer_argument,
     call_arguments,
+    call_name,
     content_text,
     error_detail,
     non_json_reply,
@@ -176,7 +177,7 @@ class ToolAgent:
             msg = doc["choices"][0]["message"]
             calls = tool_calls(msg) or []  # never None: `protocol_failure` refused those
             turns.append({"turn": turn, "source": source, "tokens": usage_tokens(doc),
-                          "tools": [c.get("function", {}).get("name") for c in calls]})
+                          "tools": [call_name(c) for c in calls]})
             if not calls:  # a reply in words: its letter, else one more turn to name it
                 letter = parse_choice(content_text(doc), len(mcq.options),
                                       options=mcq.options)
@@ -189,7 +190,7 @@ class ToolAgent:
             # "" not null: a chat template that concatenates content (SmolLM2's) fails on null
             messages = [*messages, {"role": "assistant", "content": content_text(doc),
                                     "tool_calls": calls}]
-            answered = [c for c in calls if c.get("function", {}).get("name") == "answer"]
+            answered = [c for c in calls if call_name(c) == "answer"]
             if answered:
                 letter = parse_choice(answer_argument(call_arguments(answered[0])),
                                       len(mcq.options), options=mcq.options)
@@ -272,7 +273,7 @@ class ToolAgent:
 def _tool_result(parts: Sequence[str], call: Mapping[str, Any]) -> str:
     """A call's result: ``look``'s part, or what was wrong with the call (a tool it was not
     given is named as such, not answered as a ``look`` without a part)."""
-    name = call.get("function", {}).get("name")
+    name = call_name(call)
     if name != "look":
         return f"error: there is no tool named {name!r}; the tools are look(part) and " \
                "answer(letter)"
