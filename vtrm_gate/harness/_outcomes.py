@@ -10,6 +10,7 @@ when the table holds only the measured prefix of a longer ladder, as a workspace
 
 from __future__ import annotations
 
+import codecs
 import io
 import itertools
 import re
@@ -81,15 +82,12 @@ def _scan(path: Path) -> pl.DataFrame:
         raise OutcomesError(f"{path}: cannot read as {fmt.upper()}: {first}") from None
 
 
-_BOM = b"\xef\xbb\xbf"
-
-
 def _ndjson_source(path: Path) -> Path | io.BytesIO:
     """What polars reads of a JSON-lines file: the file, or, when it opens with a byte order
     mark (which polars' JSON reader refuses, its CSV reader skips), its first
     ``MAX_OUTCOME_ROWS + 1`` non-blank lines after the mark."""
     with path.open("rb") as f:
-        if f.read(len(_BOM)) != _BOM:
+        if f.read(len(codecs.BOM_UTF8)) != codecs.BOM_UTF8:
             return path
         rows = (line for line in f if line.strip())
         return io.BytesIO(b"".join(itertools.islice(rows, MAX_OUTCOME_ROWS + 1)))
