@@ -60,6 +60,10 @@ APPLIED: dict[str, tuple[Callable[[Path], str | None], Check]] = {
                          lambda ws, t: _check(ws.config.probation_rule == "e_harm")),
     "--probation-order": (lambda t: "seed_wrong_first", lambda ws, t: _check(
         ws.config.probation_order == "seed_wrong_first")),
+    "--cooldown-steps": (lambda t: "3", lambda ws, t: _check(ws.config.cooldown_steps == 3)),
+    "--futile-cooldown": (lambda t: None, lambda ws, t: _check(ws.config.futile_cooldown)),
+    "--no-futile-cooldown": (lambda t: None,
+                             lambda ws, t: _check(ws.config.futile_cooldown is False)),
     "--llm": (lambda t: None, lambda ws, t: _check(ws.config.kind == "llm")),
     "--units": (lambda t: "", lambda ws, t: _check(len(ws.units) == 61)),
     "--base-url": (lambda t: "", lambda ws, t: _check(
@@ -177,3 +181,21 @@ def test_the_dispatch_flag_offers_the_gates_policies_and_names_its_default() -> 
                     if "--dispatch" in a.option_strings)
         assert tuple(flag.choices) == DISPATCH_NAMES
         assert f"default: config, {DEFAULT_DISPATCH};" in flag.help
+
+
+def test_a_simulated_workspace_takes_the_cooldown_flags_and_refuses_a_negative_one(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["init", str(tmp_path / "ws"), "--no-futile-cooldown",
+                 "--cooldown-steps", "1"]) == 0
+    ws = Workspace.open(tmp_path / "ws")
+    assert (ws.config.futile_cooldown, ws.config.cooldown_steps) == (False, 1)
+    ws.close()
+    assert main(["init", str(tmp_path / "ws2")]) == 0  # the SPEC's defaults
+    ws = Workspace.open(tmp_path / "ws2")
+    assert (ws.config.futile_cooldown, ws.config.cooldown_steps) == (True, 2)
+    ws.close()
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main(["init", str(tmp_path / "ws3"), "--cooldown-steps", "-1"])
+    assert exc.value.code == 2 and "--cooldown-steps" in capsys.readouterr().err
+    assert not (tmp_path / "ws3").exists()

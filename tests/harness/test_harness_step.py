@@ -441,6 +441,47 @@ def test_cooldown_and_rejected_buffer_are_seen_by_the_evolver(tmp_path):
     assert next(r for r in rep if r["task_type"] == "Counting Problem")["status"] == "cooldown"
 
 
+FUTILE_DELTA = {**DELTA, "Action Reasoning": -1}  # loses 10% of units: FUTILE, not REJECT
+
+
+@pytest.mark.parametrize("futile_cooldown", [True, False])
+def test_a_futile_exit_cools_its_type_down_unless_futile_cooldown_is_off(tmp_path,
+                                                                         futile_cooldown):
+    ws = _ws(tmp_path, cooldown_steps=2, futile_cooldown=futile_cooldown)
+    res = _step(ws, evolver=ToyEvolver(FUTILE_DELTA, fail=["Attribute Perception"]))
+    assert res.decisions["Action Reasoning"] is Action.FUTILE
+    assert res.decisions["Counting Problem"] is Action.REJECT
+    state = ws.state
+    for t in ("Action Reasoning", "Counting Problem"):  # both go to the rejected buffer
+        assert len(state.rejected_texts(t)) == 1
+    assert state.in_cooldown("Counting Problem")  # a REJECT always cools down
+    assert state.in_cooldown("Action Reasoning") is futile_cooldown
+    applied = res.types["Action Reasoning"].applied
+    assert applied == ("rejected (FUTILE): kept v1; cooldown for 2 steps" if futile_cooldown
+                       else "rejected (FUTILE): kept v1; no cooldown (futile_cooldown off)")
+    ev = ToyEvolver({})
+    nxt = _step(ws, 1, 2, evolver=ev)
+    assert nxt.types["Counting Problem"].status == "cooldown"
+    assert nxt.types["Action Reasoning"].status == ("cooldown" if futile_cooldown
+                                                     else "skipped")
+    evolved = {c[0]: c[2] for c in ev.calls}
+    assert ("Action Reasoning" in evolved) is not futile_cooldown
+    if not futile_cooldown:  # evolved again at once, seeing what was rejected
+        assert evolved["Action Reasoning"] == tuple(state.rejected_texts("Action Reasoning"))
+
+
+def test_turning_futile_cooldown_off_is_a_changed_input_of_a_recorded_step(tmp_path):
+    ws = _ws(tmp_path)
+    _step(ws, evolver=ToyEvolver(FUTILE_DELTA, fail=["Attribute Perception"]))
+    raw = json.loads((ws.root / "workspace.json").read_text(encoding="utf-8"))
+    assert raw["futile_cooldown"] is True
+    (ws.root / "workspace.json").write_text(json.dumps({**raw, "futile_cooldown": False}),
+                                            encoding="utf-8")
+    again = Workspace.open(ws.root)
+    with pytest.raises(StepRefusedError, match=r"config\.futile_cooldown: added \(false\)"):
+        _step(again, evolver=ToyEvolver(FUTILE_DELTA, fail=["Attribute Perception"]))
+
+
 # Probation tests: OCR has fresh units left after its gate (52 units, a +1 level candidate:
 # at most 4 wins on its 40-unit ladder -> PROVISIONAL, not ACCEPT).
 PROBATION_SIZES = {**SIZES, "OCR Problems": 52}

@@ -84,6 +84,8 @@ def _break(root: Path, name: str, text: str | None) -> None:
     ("skills/default-strategy.md", None, r"skills/default-strategy\.md: missing"),
     ("workspace.json", '{"gate_block": 8}', r"workspace\.json: unknown keys \['gate_block'\]"),
     ("workspace.json", '{"cooldown_steps": -1}', r"workspace\.json: cooldown_steps must be"),
+    ("workspace.json", '{"futile_cooldown": 0}',
+     r"workspace\.json: futile_cooldown must be true or false, got 0"),
     ("harness.sqlite", "not a database", r"harness\.sqlite: not an SQLite database"),
 ])
 def test_bad_workspace_file_is_named_and_nothing_is_written(tmp_path, name, text, message):

@@ -40,6 +40,12 @@ def register(sub: Any) -> None:
                    choices=("shuffle", "seed_wrong_first"),
                    help="the settlement probe's order (default shuffle; seed_wrong_first: "
                         "units the seed baseline got wrong first, like a ladder)")
+    i.add_argument("--cooldown-steps", type=nonneg_int, default=2,
+                   help="steps a type sits out after its candidate is rejected (default 2)")
+    i.add_argument("--futile-cooldown", action=argparse.BooleanOptionalAction, default=True,
+                   help="whether a FUTILE exit puts its type in cooldown as a REJECT does "
+                        "(default: yes, the SPEC's; --no-futile-cooldown evolves it again "
+                        "next step, as after INERTIA: see docs/training.md)")
     i.add_argument("--llm", action="store_true",
                    help="units answered by an OpenAI-compatible chat model (key from "
                         "OPENAI_API_KEY / VTRM_API_KEY at step time)")
@@ -94,7 +100,7 @@ def cmd_init(args: argparse.Namespace) -> int:
         raise CliError(f"{args.world}: {exc}" if args.world else str(exc)) from None
     ws = init_simulated(root, sim, heldout_fraction=0.2 if args.heldout_fraction is None
                         else args.heldout_fraction, probation_rule=args.probation_rule,
-                        probation_order=args.probation_order)
+                        probation_order=args.probation_order, **_cooldown(args))
     ws.close()
     w = sim.resolved_world()
     out = {"workspace": str(root), "types": len(sim.resolved_pool_sizes()), "seed": args.seed,
@@ -104,6 +110,11 @@ def cmd_init(args: argparse.Namespace) -> int:
                          f"{w.p_neutral:.0%} neutral, {w.p_helpful:.0%} helpful, drawn per "
                          f"{w.scope})", terminal_width()))
     return 0
+
+
+def _cooldown(args: argparse.Namespace) -> dict[str, Any]:
+    """The training policy's cooldown fields of `WorkspaceConfig`, as given."""
+    return {"cooldown_steps": args.cooldown_steps, "futile_cooldown": args.futile_cooldown}
 
 
 def _init_llm(root: Path, args: argparse.Namespace) -> int:
@@ -125,7 +136,7 @@ def _init_llm(root: Path, args: argparse.Namespace) -> int:
                   skills_dir=args.skills, seed_record=args.seed_record, backend=args.backend,
                   endpoints_file=args.endpoints, media=media,
                   probation_rule=args.probation_rule,
-                  probation_order=args.probation_order,
+                  probation_order=args.probation_order, **_cooldown(args),
                   heldout_fraction=args.heldout_fraction or 0.0,
                   task_description=args.task_description)
     agent = {"backend": args.backend} if args.backend else {"model": args.model}

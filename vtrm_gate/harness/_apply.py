@@ -69,9 +69,13 @@ def plan_decisions(ws: Workspace, base: TrainingState, epoch: int, step: int,
             rejected[t] = push_rejected(ws, rejected.get(t, ()),
                                         Rejected(content_hash(cand[t]), cand[t], epoch, step,
                                                  action.value))
-            cooldown[t] = n + ws.config.cooldown_steps
-            applied[t] = (f"rejected ({action.value}): kept v{ref.version}; cooldown for "
-                          f"{ws.config.cooldown_steps} steps")
+            if action is Action.REJECT or ws.config.futile_cooldown:
+                cooldown[t] = n + ws.config.cooldown_steps
+                applied[t] = (f"rejected ({action.value}): kept v{ref.version}; cooldown for "
+                              f"{ws.config.cooldown_steps} steps")
+            else:
+                applied[t] = (f"rejected ({action.value}): kept v{ref.version}; no cooldown "
+                              f"(futile_cooldown off)")
         else:
             applied[t] = f"kept v{ref.version} ({action.value})"
     state = TrainingState(skills, probation, cooldown, rejected, n, (epoch, step),

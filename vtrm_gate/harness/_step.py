@@ -190,7 +190,9 @@ def _step_inputs(ws: Workspace, epoch: int, step: int, options: RunOptions,
     inputs = json.loads(canonical_json({
         "config": {**options.decision_inputs(), "ladder_seed": _ladder_seed(ws, srid),
                    "cooldown_steps": ws.config.cooldown_steps,
-                   "rejected_max": ws.config.rejected_max},
+                   "rejected_max": ws.config.rejected_max,
+                   # present only when not the default, so older manifests compare equal
+                   **({} if ws.config.futile_cooldown else {"futile_cooldown": False})},
         "agent": dict(ws.config.agent),
         "pool_hash": json_hash({t: list(u) for t, u in ws.pool.items()}),
         "seed_record_hash": json_hash(ws.seed_record),

@@ -74,6 +74,11 @@ class WorkspaceConfig:
     agent: Mapping[str, Any] = field(default_factory=lambda: {"backend": "custom"})
     seed: int = 0
     cooldown_steps: int = 2
+    futile_cooldown: bool = True
+    """Whether a FUTILE exit puts its type in cooldown, as a REJECT does (the SPEC's Phase D).
+    False: a FUTILE candidate still goes to the rejected buffer, but its type is evolved
+    again at the next step, as after INERTIA (the exit a futile ladder would have reached;
+    docs/training.md measures what the cooldown costs)."""
     rejected_max: int = 5
     probation_min_w_net: int = 0
     probation_units: int = 40
@@ -104,6 +109,8 @@ class WorkspaceConfig:
             v = getattr(self, name)
             if not _whole(v) or v < 0:
                 bad(name, "an integer >= 0", v)
+        if not isinstance(self.futile_cooldown, bool):
+            bad("futile_cooldown", "true or false", self.futile_cooldown)
         if not _whole(self.probation_min_w_net):
             bad("probation_min_w_net", "an integer", self.probation_min_w_net)
         if self.probation_rule not in PROBATION_RULES:
