@@ -40,6 +40,27 @@ def test_replay_outcomes_prints_one_object_per_gate(
     assert "3 gates" in capsys.readouterr().out
 
 
+def test_replay_outcomes_counts_the_cooldowns_the_prefix_rule_charges_and_blocks_do_not(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Gate 1: a loss then ties. The prefix rule ends FUTILE at unit 5 (PROVISIONAL is out of
+    # reach: 0.5 * 1.5**3 < 2), blocks of 8 reach the ladder's end: INERTIA, no cooldown.
+    # Gate 2: eight wins, ACCEPT under both. Gate 3: eight losses, FUTILE (at once out of
+    # reach) and REJECT (E- = 1.5**8 at the block's end): a cooldown under both.
+    futile = ["1,1,OCR,u0,0,1,0,0", *(f"1,1,OCR,u{i},{i},1,1,0" for i in range(1, 8))]
+    wins = [f"1,1,Counting,u{i},{i},0,1,0" for i in range(8)]
+    losses = [f"2,1,OCR,u{i},{i},1,0,0" for i in range(8)]
+    path = _write(tmp_path, [*futile, *wins, *losses])
+    assert main(["replay", "--outcomes", str(path), "--json"]) == 0
+    rows = {(r["epoch"], r["task_type"]): r for r in json.loads(capsys.readouterr().out)}
+    assert [(r["prefix_action"], r["block_action"]) for r in rows.values()] == [
+        ("ACCEPT", "ACCEPT"), ("FUTILE", "INERTIA"), ("FUTILE", "REJECT")]
+    assert rows[(1, "OCR")]["prefix_stop_rank"] == 4
+    assert main(["replay", "--outcomes", str(path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("the prefix rule ends 1 of them in REJECT or FUTILE (a cooldown) where blocks do "
+            "not, and 0 the other way") in out
+
+
 BAD = [
     (HEAD.replace(",infra", ""), [x.rsplit(",", 1)[0] for x in GOOD], None, "'infra'"),
     (HEAD, [*GOOD[:2], "1,1,OCR,u2,2,0,1,0,7"], 3, "9 fields"),

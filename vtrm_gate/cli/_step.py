@@ -301,6 +301,23 @@ def _replay_outcomes(args: argparse.Namespace) -> int:
     width = terminal_width()
     print(render(cols, width) + "\n" + wrap(
         f"{len(rows)} gates; the prefix rule used {sum(saved)} fewer units than blocks of "
-        f"{args.block} where both decided ({len(saved)} gates); --json for every column",
-        width))
+        f"{args.block} where both decided ({len(saved)} gates); {_cooldowns(rows)}; --json "
+        "for every column", width))
     return 0
+
+
+COOLING = frozenset({"REJECT", "FUTILE"})
+"""The exits Phase D follows with a cooldown (FUTILE only with ``futile_cooldown``)."""
+
+
+def _cooldowns(rows: list[dict[str, Any]]) -> str:
+    """How often the two rules differ in charging a cooldown, where both decided: the
+    prefix rule's FUTILE comes before a ladder's end, where blocks end INERTIA."""
+    from ..stats import Action
+
+    both = [(r["prefix_action"] in COOLING, r["block_action"] in COOLING) for r in rows
+            if r["block_action"] in {a.value for a in Action}]
+    more = sum(p and not b for p, b in both)
+    fewer = sum(b and not p for p, b in both)
+    return (f"the prefix rule ends {more} of them in REJECT or FUTILE (a cooldown) where "
+            f"blocks do not, and {fewer} the other way")
