@@ -24,15 +24,17 @@ paired by seed; no gate and the oracle are `simulate_policy` runs of the same se
 the training summary. Section ``harmful``: the four as the share of harmful candidates grows
 0 -> 60% (helpful : neutral 40 : 35, drawn per candidate) and the share where each gate starts
 beating no gate (bootstrap over seeds). Section ``levers``: lambda 0.7, n_max 80, n_max 120 and
-the seed-wrong-first probe on the presets, paired with v3. ``--quick``: the baselines on the three
+the seed-wrong-first probe on the presets, paired with v3. Section ``cooldown``: v3 whose
+FUTILE exits charge no cooldown (`FUTILE_FREE`) on today's world, the presets and the harmful
+shares, paired with v3, the old gate and no gate. ``--quick``: the baselines on the three
 presets, 3 seeds.
 
 Run: ``python -m benchmarks.bench_power [--quick] [--seeds N] [--tune-seeds N] [--jobs J]
 [--scheduler tcp://HOST:PORT] [--world FILE|PRESET ...] [--sections frontier,baselines,
-harmful,levers]`` (a section not run keeps its recorded result in the output file). The
-runs go to J local processes (default: every core; they end with this process) or to a Dask
-cluster's workers (which must import this checkout's ``benchmarks`` and ``vtrm_gate``); a
-run is seeded, so the engine never changes a number. The results land in
+harmful,levers,cooldown,ranking]`` (a section not run keeps its recorded result in the
+output file). The runs go to J local processes (default: every core; they end with this
+process) or to a Dask cluster's workers (which must import this checkout's ``benchmarks``
+and ``vtrm_gate``); a run is seeded, so the engine never changes a number. The results land in
 ``benchmarks/results/bench_power.json`` (the input of the figures ``06_power_frontier`` and
 ``06_harmful_crossover``: ``python -m vtrm_gate.views.review --only NAME``).
 """
@@ -81,6 +83,8 @@ class Config:
     epochs: int = EPOCHS
     """Epochs of the run (more: the saved time spent on more training)."""
     steps: int = STEPS
+    futile_cooldown: bool = True
+    """Whether a FUTILE exit puts its type in cooldown (the SPEC's Phase D; `WorkspaceConfig`)."""
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
@@ -111,7 +115,8 @@ def run(cfg: Config, seed: int, world: dict[str, Any] | None = None) -> dict[str
         ws, _, s = run_simulated_training(Path(d) / "ws", SimConfig(seed=seed, world=world),
                                             cfg.epochs,
                                             cfg.steps, options, probation_rule="e_continue",
-                                            probation_order=cfg.probation_order)
+                                            probation_order=cfg.probation_order,
+                                            futile_cooldown=cfg.futile_cooldown)
         probes = ws.log.select("step_report", ["task_type", "n_ladder", "n_consumed"],
                                step=0, status="probation")
         violations = len(settled_audit(ws).violations)
@@ -265,7 +270,7 @@ the old serial gate, v3 (default)."""
 PRESET_WORLDS = ("mostly_harmful", "mostly_neutral", "mostly_helpful")
 HARMFUL_SHARES = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
 """The crossover sweep: the share of harmful candidates; helpful : neutral stays 40 : 35."""
-SECTIONS = ("frontier", "baselines", "harmful", "levers", "ranking")
+SECTIONS = ("frontier", "baselines", "harmful", "levers", "cooldown", "ranking")
 LEVERS = (Config("v3 lambda 0.7", lambda_dir=0.7), Config("v3 n_max 80", n_max=80),
           Config("v3 n_max 120", n_max=120),
           Config("v3 probe seed-wrong-first", probation_order="seed_wrong_first"))
@@ -428,6 +433,108 @@ def run_levers(worlds: dict[str, dict[str, Any]], seeds: list[int], ex: Executor
                       "better applied": f"{e['better_applied'][0]:.1f}",
                       "leak": f"{e['leak'][0]:.1f}", "wall h": f"{e['wall_h'][0]:.1f}"}
                      for e in entries])
+    return out
+
+
+# ---- what FUTILE's cooldown costs ----------------------------------------------------------
+
+FUTILE_FREE = Config("v3 n_max 40, no cooldown after FUTILE", futile_cooldown=False)
+"""v3 at the SPEC's gate defaults whose FUTILE exits charge no cooldown (`init
+--no-futile-cooldown`): the prefix rule's futility stop comes before a ladder's end, where the
+old gate's blocks mostly end INERTIA, which charges none."""
+
+
+def _recorded(result: dict[str, Any], seeds: list[int], ex: Executor | None,
+              worlds: dict[str, dict[str, Any]]) -> dict[str, dict[str, list[float]]]:
+    """Per world: the baselines' per-seed accuracies (no gate, oracle, old, v3) recorded by
+    the ``baselines`` and ``harmful`` sections, run again where they hold fewer seeds."""
+    recorded = {**{f"p_harmful {p['p_harmful']:.1f}": p
+                   for p in result.get("harmful_sweep", {}).get("points", [])},
+                **result.get("baselines", {})}
+    out, missing = {}, {}
+    for name, w in worlds.items():
+        r = recorded.get(name)
+        if r and r["seeds"] >= len(seeds) and r["world"] == w:
+            out[name] = {k: v[:len(seeds)] for k, v in r["per_seed"].items()}
+        else:
+            missing[name] = w
+    if missing:
+        out |= {k: v["per_seed"] for k, v in run_baselines(missing, seeds, ex).items()}
+    return out
+
+
+def cooldown_section(result: dict[str, Any], worlds: dict[str, dict[str, Any]],
+                     seeds: list[int], ex: Executor | None) -> dict[str, Any]:
+    """`FUTILE_FREE` on today's world, the presets and the harmful shares, paired by seed with
+    v3 at the SPEC's defaults, the old gate and no gate; and the harmful share from which it
+    beats no gate (bootstrap over seeds)."""
+    from vtrm_gate.sim import sweep_map
+
+    named = {**{k: worlds[k] for k in ("default", *PRESET_WORLDS) if k in worlds},
+             **{f"p_harmful {s:.1f}": harmful_world(s) for s in HARMFUL_SHARES}}
+    ref = _recorded(result, seeds, ex, named)
+    rows = sweep_map(_run_star, [(FUTILE_FREE, s, w) for w in named.values() for s in seeds],
+                     ex)
+    out: dict[str, Any] = {}
+    for i, name in enumerate(named):
+        rs = rows[i * len(seeds):(i + 1) * len(seeds)]
+        acc = [r["accuracy"] for r in rs]
+        out[name] = {"world": named[name], "seeds": len(seeds), "per_seed": acc,
+                     "accuracy": boot(acc),
+                     **{f"vs_{k}": boot(np.subtract(acc, ref[name][k]).tolist())
+                        for k in ("v3", "old", "no_gate", "oracle")},
+                     "better_applied": boot([r["better_applied"] for r in rs]),
+                     "leak": boot([r["leak"] for r in rs]),
+                     "wall_h": boot([r["wall_h"] for r in rs]),
+                     "violations": sum(r["violations"] for r in rs)}
+    print_table(f"{FUTILE_FREE.name}: paired by seed with v3 at the SPEC's defaults, the old "
+                f"gate and no gate (points; mean [95% bootstrap over {len(seeds)} seeds])",
+                [{"world": k, "accuracy": f"{100 * e['accuracy'][0]:.1f}",
+                  **{f"vs {g}": "{:+.1f} [{:+.1f}, {:+.1f}]".format(
+                      *(100 * v for v in e[f"vs_{g}"])) for g in ("v3", "old", "no_gate")},
+                  "better applied": f"{e['better_applied'][0]:.1f}",
+                  "leak": f"{e['leak'][0]:.2f}", "wall h": f"{e['wall_h'][0]:.1f}"}
+                 for k, e in out.items()])
+    shares = [f"p_harmful {s:.1f}" for s in HARMFUL_SHARES]
+    diffs = np.array([np.subtract(out[w]["per_seed"], ref[w]["no_gate"]) for w in shares])
+    cross = crossover_interval(list(HARMFUL_SHARES), diffs)
+    print(f"{FUTILE_FREE.name} pays for itself (beats no gate) from a harmful share of "
+          f"{_share(cross[0])} [95%: {_share(cross[1])}, {_share(cross[2])}]")
+    front = _frontier_pairs(result, seeds, rows[:len(seeds)] if "default" in named else [],
+                            ex)
+    return {"config": FUTILE_FREE.name, "worlds": out, "crossover": cross,
+            "frontier": front}
+
+
+def _frontier_pairs(result: dict[str, Any], seeds: list[int], have: list[dict[str, Any]],
+                    ex: Executor | None) -> dict[str, Any] | None:
+    """`FUTILE_FREE` on today's world on every seed of the recorded frontier, paired with its
+    v3 default, old gate and twice-the-epochs runs (None without a recorded frontier)."""
+    from vtrm_gate.sim import sweep_map
+
+    runs = result.get("runs") or []
+    wanted = [LONGER.name, OLD.name, DEFAULT.name]
+    by = {name: {r["seed"]: r for r in runs if r["config"] == name} for name in wanted}
+    front_seeds = sorted(by[DEFAULT.name])
+    if not front_seeds or not have:
+        return None
+    mine = {r["seed"]: r for r in have}
+    extra = [s for s in front_seeds if s not in mine]
+    mine |= {r["seed"]: r for r in sweep_map(_run_star, [(FUTILE_FREE, s, None)
+                                                          for s in extra], ex)}
+    acc = [mine[s]["accuracy"] for s in front_seeds]
+    out = {"seeds": len(front_seeds), "accuracy": boot(acc),
+           "wall_h": boot([mine[s]["wall_h"] for s in front_seeds]),
+           "better_applied": boot([mine[s]["better_applied"] for s in front_seeds]),
+           "leak": boot([mine[s]["leak"] for s in front_seeds]),
+           **{f"vs_{k}": boot([mine[s]["accuracy"] - by[name][s]["accuracy"]
+                               for s in front_seeds])
+              for k, name in (("v3", DEFAULT.name), ("old", OLD.name),
+                              ("v3_6_epochs", LONGER.name))}}
+    print(f"today's world, the frontier's {len(front_seeds)} seeds: {FUTILE_FREE.name} "
+          + ", ".join(f"{k.replace('_', ' ')} " + "{:+.2f} [{:+.2f}, {:+.2f}]".format(
+              *(100 * v for v in out[k])) for k in ("vs_v3", "vs_old", "vs_v3_6_epochs"))
+          + f" points, {out['wall_h'][0]:.1f} simulated hours")
     return out
 
 
@@ -600,6 +707,8 @@ def main(quick: bool = False, seeds: int | None = None, tune_seeds: int | None =
             result["harmful_sweep"] = harmful_sweep(list(range(n)), ex)
         if "levers" in sections:
             result["levers"] = _levers(result, world_set, list(range(n)), ex)
+        if "cooldown" in sections:
+            result["cooldown"] = cooldown_section(result, world_set, list(range(n)), ex)
         if "ranking" in sections:
             result["ranking"] = ranking({k: world_set[k] for k in PRESET_WORLDS},
                                         list(range(n)), ex)

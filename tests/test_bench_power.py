@@ -17,6 +17,7 @@ import pytest
 from benchmarks.bench_power import (
     BASELINES,
     DEFAULT,
+    FUTILE_FREE,
     HARMFUL_SHARES,
     LEVERS,
     OLD,
@@ -140,6 +141,30 @@ def test_the_longer_ladder_levers_differ_from_v3_only_in_n_max_and_are_all_recor
     for entries in stored.values():
         assert [e["config"] for e in entries] == [c.name for c in LEVERS]
         assert {e["seeds"] for e in entries} == {6} and sum(e["violations"] for e in entries) == 0
+
+
+def test_the_futile_free_config_differs_from_v3_only_in_its_cooldown_and_is_recorded():
+    assert replace(DEFAULT, name=FUTILE_FREE.name, futile_cooldown=False) == FUTILE_FREE
+    stored = json.loads((ROOT / "benchmarks/results/bench_power.json").read_text())
+    cool = stored["cooldown"]["worlds"]
+    shares = [f"p_harmful {s:.1f}" for s in HARMFUL_SHARES]
+    assert list(cool) == ["default", *PRESET_WORLDS, *shares]
+    refs = {**{f"p_harmful {p['p_harmful']:.1f}": p["per_seed"]
+               for p in stored["harmful_sweep"]["points"]},
+            **{k: v["per_seed"] for k, v in stored["baselines"].items()}}
+    for name, e in cool.items():  # each difference is paired with the recorded runs
+        assert e["seeds"] == 6 == len(e["per_seed"]) and e["violations"] == 0
+        for gate in ("v3", "old", "no_gate"):
+            paired = np.subtract(e["per_seed"], refs[name][gate]).mean()
+            assert e[f"vs_{gate}"][0] == pytest.approx(paired)
+    front = stored["cooldown"]["frontier"]
+    assert front["seeds"] == stored["seeds"] == 20
+
+
+def test_a_run_without_futiles_cooldown_gates_its_futile_types_again_at_once():
+    short = {"epochs": 1, "steps": 2}
+    spec, free = (run(replace(c, **short), 0) for c in (DEFAULT, FUTILE_FREE))
+    assert free["wall_h"] > spec["wall_h"]  # step 2 gates the types step 1 found FUTILE
 
 
 def test_rankings_compare_mean_accuracies_pair_by_pair():
