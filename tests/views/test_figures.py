@@ -403,4 +403,30 @@ def test_the_recorded_crossover_is_a_deck_figure_whose_title_is_its_claim():
     assert figure_problems(fig) == []
     c = sweep["crossover"]["v3"][0]
     title = fig.axes[0].get_title(loc="left")
-    assert (f"≥ {100 * c:.0f}%" if c is not None else "never beats") in title
+    assert (f"v3 default: from {100 * c:.0f}%" if c is not None else "never") in title
+    cool = result["cooldown"]
+    gains = [100 * cool["worlds"][f"p_harmful {s:.1f}"]["vs_v3"][0] for s in sweep["shares"]]
+    assert f"v3 gains {min(gains):+.1f} to {max(gains):+.1f} points".replace("-", "−") in title
+
+
+def test_the_crossover_figure_adds_v3_without_futiles_cooldown_when_the_result_has_it():
+    from vtrm_gate.views import figure_problems, plot_harmful_crossover
+
+    result = _sweep_result([-0.04, -0.02, 0.02, 0.06])
+    shares = result["harmful_sweep"]["shares"]
+    free = {f"p_harmful {s:.1f}": {"accuracy": [0.75 - s, 0.73 - s, 0.77 - s],
+                                    "vs_v3": [0.09 - g, 0, 0], "vs_old": [g - 0.03, 0, 0]}
+            for s, g in zip(shares, [0.0, 0.01, 0.02, 0.03], strict=True)}
+    result["cooldown"] = {"worlds": free, "crossover": [0.05, 0.02, 0.08]}
+    fig = plot_harmful_crossover(result)
+    assert figure_problems(fig) == []
+    ax = fig.axes[0]
+    labels = ax.get_legend_handles_labels()[1]
+    assert labels[-1] == "v3, no cooldown after FUTILE (opt-in: init --no-futile-cooldown)"
+    assert ax.lines[4].get_xydata()[:, 1] == pytest.approx([75.0, 65.0, 55.0, 45.0])
+    cross = sorted(ln.get_xdata()[0] for ln in ax.lines if ln.get_linestyle() == ":")
+    assert cross == pytest.approx([5.0, 15.0])  # v3 default's and this one's
+    title = ax.get_title(loc="left")
+    assert title.startswith("Without FUTILE's cooldown v3 gains +6.0 to +9.0 points at every "
+                            "share (−3.0 to +0.0 vs the old gate)")
+    assert "beats no gate from 5% [95%: 2–8%] harmful (v3 default: from 15%)" in title

@@ -283,6 +283,9 @@ CROSSOVER_LINES = {"no_gate": ("no gate (apply every candidate)", SERIES[3], "o"
                    "oracle": ("oracle gate (exactly the truly better ones; cooldown after a "
                               "rejection)", BOUND, "", "--")}
 """Per baseline of `bench_power`'s harmful sweep: legend label, colour, marker, line style."""
+FUTILE_FREE_LINE = ("v3, no cooldown after FUTILE (opt-in: init --no-futile-cooldown)",
+                    SERIES[2], "^", "-")
+"""`bench_power`'s ``cooldown`` section on the same shares, when the result has it."""
 
 
 @styled
@@ -294,21 +297,30 @@ def plot_harmful_crossover(result: Mapping[str, Any]) -> GateFigure:
     fig = new_figure(SLIDE)
     ax = fig.subplots()
     xs = [100 * p["p_harmful"] for p in sweep["points"]]
-    for label, (name, colour, marker, style) in CROSSOVER_LINES.items():
-        acc = np.array([next(e["accuracy"] for e in p["summary"] if e["label"] == label)
-                        for p in sweep["points"]]) * 100
-        ax.fill_between(xs, acc[:, 1], acc[:, 2], color=colour, linewidth=0,
+    lines = {label: (*style, np.array([next(e["accuracy"] for e in p["summary"]
+                                            if e["label"] == label) for p in sweep["points"]]))
+             for label, style in CROSSOVER_LINES.items()}
+    free = _futile_free(result)
+    if free is not None:
+        lines["futile_free"] = (*FUTILE_FREE_LINE, free[0])
+    for label, (name, colour, marker, style, acc) in lines.items():
+        ax.fill_between(xs, 100 * acc[:, 1], 100 * acc[:, 2], color=colour, linewidth=0,
                         alpha=0.06 if label == "oracle" else 0.15)
-        ax.plot(xs, acc[:, 0], linestyle=style, marker=marker or None, color=colour, lw=2,
-                label=name)
-    for gate, colour, side in (("v3", V3, 1), ("old", OLD, -1)):  # old's label to the left
-        c, lo, hi = sweep["crossover"].get(gate) or (None, None, None)
+        ax.plot(xs, 100 * acc[:, 0], linestyle=style, marker=marker or None, color=colour,
+                lw=2, label=name)
+    marks = [("v3", sweep["crossover"].get("v3"), V3, 1, 0.03),
+             ("old", sweep["crossover"].get("old"), OLD, -1, 0.03)]  # old's label to the left
+    if free is not None and free[1][0] is not None:  # its label left where it fits
+        side = -1 if 100 * free[1][0] - min(xs) >= 0.35 * (max(xs) - min(xs)) else 1
+        marks.append(("no FUTILE cooldown", free[1], SERIES[2], side, 0.09))
+    for gate, cross, colour, side, y in marks:
+        c, lo, hi = cross or (None, None, None)
         if c is None:
             continue
         ax.axvline(100 * c, color=colour, linestyle=":", lw=1.5)
         if gate == "v3" and lo is not None and hi is not None:
             ax.axvspan(100 * lo, 100 * hi, color=V3, alpha=0.08, linewidth=0)
-        ax.annotate(f"{gate} beats no gate from {100 * c:.0f}% harmful", (100 * c, 0.03),
+        ax.annotate(f"{gate} beats no gate from {100 * c:.0f}% harmful", (100 * c, y),
                     xycoords=("data", "axes fraction"), xytext=(6 * side, 0),
                     textcoords="offset points", color=colour, fontsize="small",
                     ha="left" if side > 0 else "right")
@@ -316,15 +328,33 @@ def plot_harmful_crossover(result: Mapping[str, Any]) -> GateFigure:
     ax.set_ylabel("final true accuracy (points, mean over 12 types)")
     ax.set_xlim(min(xs) - 1, max(xs) + 1)
     ax.grid(True, alpha=0.4)
-    ax.set_title(crossover_claim(sweep), loc="left")
+    ax.set_title(crossover_claim(sweep, result.get("cooldown")), loc="left")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2)
     return fig
 
 
-def crossover_claim(sweep: Mapping[str, Any]) -> str:
+def _futile_free(result: Mapping[str, Any]) -> tuple[np.ndarray, list[float | None]] | None:
+    """The ``cooldown`` section's accuracy per share of the harmful sweep (mean, low, high)
+    and its crossover, or None when the result has no such section."""
+    cool = result.get("cooldown")
+    if not cool:
+        return None
+    worlds = cool["worlds"]
+    keys = [f"p_harmful {p['p_harmful']:.1f}" for p in result["harmful_sweep"]["points"]]
+    if not all(k in worlds for k in keys):
+        return None
+    return np.array([worlds[k]["accuracy"] for k in keys]), cool["crossover"]
+
+
+def crossover_claim(sweep: Mapping[str, Any], cooldown: Mapping[str, Any] | None = None
+                    ) -> str:
     """The title: where v3 starts beating no gate (with its interval), and the gap at both
-    ends of the sweep (from the result, never hard-coded)."""
+    ends of the sweep; with `bench_power`'s ``cooldown`` section, what v3 gains across the
+    sweep when FUTILE charges no cooldown, and where it then beats no gate (from the result,
+    never hard-coded)."""
     pts = sweep["points"]
+    if cooldown is not None:
+        return _cooldown_claim(sweep, cooldown)
 
     def gap(p: Mapping[str, Any]) -> float:
         return 100 * next(e["vs_no_gate"][0] for e in p["summary"] if e["label"] == "v3")
@@ -342,6 +372,24 @@ def crossover_claim(sweep: Mapping[str, Any]) -> str:
     also = "" if old is None else f" (the old gate: ≥ {100 * old:.0f}%)"
     return (f"v3 beats applying every candidate once ≥ {100 * c:.0f}%{span} of candidates "
             f"are harmful{also}\n({ends}; {runs})")
+
+
+def _cooldown_claim(sweep: Mapping[str, Any], cooldown: Mapping[str, Any]) -> str:
+    """The crossover title when the sweep also ran v3 without FUTILE's cooldown."""
+    worlds = [cooldown["worlds"][f"p_harmful {p['p_harmful']:.1f}"] for p in sweep["points"]]
+    gain = [100 * w["vs_v3"][0] for w in worlds]
+    vs_old = [100 * w["vs_old"][0] for w in worlds]
+    c, lo, hi = cooldown["crossover"]
+    v3 = sweep["crossover"]["v3"][0]
+
+    def once(x: float | None) -> str:
+        return "never on the grid" if x is None else f"from {100 * x:.0f}%"
+
+    span = "" if lo is None or hi is None else f" [95%: {100 * lo:.0f}–{100 * hi:.0f}%]"
+    return (f"Without FUTILE's cooldown v3 gains {min(gain):+.1f} to {max(gain):+.1f} points "
+            f"at every share ({min(vs_old):+.1f} to {max(vs_old):+.1f} vs the old gate)\n"
+            f"and beats no gate {once(c)}{span} harmful (v3 default: {once(v3)}); "
+            f"{sweep['seeds']} seeds a point, 3 × 5 runs, 95% intervals").replace("-", "−")
 
 
 PROGRESS_BARS = (("accepted", EXIT_COLOURS["ACCEPT"], "ACCEPTed"),

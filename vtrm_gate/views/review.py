@@ -222,9 +222,10 @@ FIGURES = {
                                           "simulated training time per configuration "
                                           "(benchmarks/results/bench_power.json)"),
     "06_harmful_crossover": (harmful_crossover, "When the gate pays for itself: final true "
-                                                "accuracy of no gate / old / v3 / oracle as "
-                                                "the share of harmful candidates grows "
-                                                "(bench_power.json's harmful_sweep)"),
+                                                "accuracy of no gate / old / v3 / oracle / v3 "
+                                                "without FUTILE's cooldown as the share of "
+                                                "harmful candidates grows (bench_power.json's "
+                                                "harmful_sweep and cooldown)"),
 }
 
 
