@@ -239,6 +239,13 @@ def test_a_saved_figure_is_the_deck_size(tmp_path):
     assert Image.open(save(fig, "deck", tmp_path)).size == (1280, 720)
 
 
+def _frontier_entry(name, wall, acc, wall_span, acc_span):
+    """One configuration of a bench_power summary: its hours and accuracy with intervals
+    ``wall_span`` / ``acc_span`` below and above."""
+    return {"config": name, "seeds": 3, "wall_h": [wall, wall - wall_span[0], wall + wall_span[1]],
+            "accuracy": [acc, acc - acc_span[0], acc + acc_span[1]]}
+
+
 def test_power_frontier_draws_one_point_per_configuration_with_its_intervals():
     """Each configuration of a bench_power result is one point at (wall, accuracy) with its
     seed-level intervals; the old gate and the recommendation are named; the initial skills
@@ -246,8 +253,7 @@ def test_power_frontier_draws_one_point_per_configuration_with_its_intervals():
     from vtrm_gate.views import plot_power_frontier
 
     def entry(name, wall, acc):
-        return {"config": name, "seeds": 3, "wall_h": [wall, wall - 1, wall + 2],
-                "accuracy": [acc, acc - 0.02, acc + 0.01]}
+        return _frontier_entry(name, wall, acc, (1, 2), (0.02, 0.01))
 
     result = {"seeds": 3, "epochs": 3, "steps": 5, "old": "old", "recommended": "b",
               "summary": [entry("old", 60.0, 0.60), entry("a", 8.0, 0.62),
@@ -278,6 +284,38 @@ def test_power_frontier_draws_one_point_per_configuration_with_its_intervals():
         ).get_text()
 
 
+@pytest.mark.parametrize(("vs_old", "verb"), [((0.001, -0.003, 0.005), "matches"),
+                                             ((0.02, 0.01, 0.03), "beats"),
+                                             ((-0.02, -0.03, -0.01), "trails")])
+def test_the_frontier_adds_v3_without_futiles_cooldown_and_its_title_says_how_it_compares(
+        vs_old, verb):
+    from vtrm_gate.views import figure_problems, plot_power_frontier
+
+    def entry(name, wall, acc):
+        return _frontier_entry(name, wall, acc, (1, 1), (0.02, 0.02))
+
+    result = {"seeds": 3, "epochs": 3, "steps": 5, "old": "old", "recommended": "v3 (default)",
+              "summary": [entry("old", 95.0, 0.66), entry("v3 (default)", 8.0, 0.65),
+                          entry("v3, 6 epochs", 14.5, 0.664)],
+              "initial": [0.55, 0.54, 0.56], "oracle": [0.71, 0.70, 0.72],
+              "cooldown": {"config": "v3, no FUTILE cooldown", "frontier": {
+                  **entry("", 12.0, 0.66 + vs_old[0]), "vs_old": list(vs_old)}}}
+    fig = plot_power_frontier(result)
+    assert figure_problems(fig) == []
+    ax = fig.axes[0]
+    assert ax.get_legend_handles_labels()[1][-1] == "v3, no FUTILE cooldown (opt-in)"
+    assert ax.containers[-1].lines[0].get_xydata()[0].tolist() == pytest.approx(
+        [12.0, 100 * (0.66 + vs_old[0])])
+    d, lo, hi = (100 * v for v in vs_old)
+    title = fig._suptitle.get_text()
+    assert title.startswith(f"Without FUTILE's cooldown v3 {verb} the old serial gate step for "
+                            f"step ({d:+.1f} [{lo:+.1f}, {hi:+.1f}] points)".replace("-", "−"))
+    assert "in 13% of its time" in title and "default: 12× faster at −1.0" in title
+    assert "twice the epochs: +0.4 in 15%" in title
+    assert "Without" not in plot_power_frontier(
+        {k: v for k, v in result.items() if k != "cooldown"})._suptitle.get_text()
+
+
 def test_the_recorded_power_frontier_is_a_deck_figure_whose_title_is_its_claim():
     import json
     from pathlib import Path
@@ -292,7 +330,9 @@ def test_the_recorded_power_frontier_is_a_deck_figure_whose_title_is_its_claim()
     default = next(e for e in result["summary"] if "(default)" in e["config"])
     speed = by[result["old"]]["wall_h"][0] / default["wall_h"][0]
     title = fig._suptitle.get_text()
-    assert f"step for step: {speed:.0f}× faster" in title and "twice the epochs" in title
+    assert f"default: {speed:.0f}× faster" in title and "twice the epochs" in title
+    d = 100 * result["cooldown"]["frontier"]["vs_old"][0]
+    assert title.startswith("Without FUTILE's cooldown v3 ") and f"({d:+.1f} [" in title
     caption = fig.legends[0].get_title().get_text()  # the speed-up's definition and runs
     assert (f"{speed:.0f}× = the old gate's mean simulated training time / the default "
             f"v3's, {result['epochs']} epochs × {result['steps']} steps, "

@@ -174,7 +174,7 @@ def plot_power_frontier(result: Mapping[str, Any]) -> GateFigure:
     the old gate (one log axis left most of the figure empty), and the accuracy axis spans
     the points; the initial skills and the oracle gate are named in the caption."""
     fig = new_figure(SLIDE)
-    summary = list(result["summary"])
+    summary = [*result["summary"], *_futile_free_point(result)]
     old, rec = result["old"], result["recommended"]
     near, far = fig.subplots(1, 2, sharey=True, width_ratios=(5, 1))
     fig.get_layout_engine().set(wspace=0.01)  # type: ignore[union-attr,call-arg]  # constrained
@@ -202,12 +202,13 @@ def _frontier_errorbars(ax: Axes, summary: list[dict[str, Any]], old: str, rec: 
         (x, x0, x1), (y, y0, y1) = e["wall_h"], e["accuracy"]
         is_old, is_default = e["config"] == old, "(default)" in e["config"]
         longer = "epochs" in e["config"]  # the saved time spent on more training
+        free = e.get("futile_cooldown") is False
         ax.errorbar([x], [100 * y], xerr=[[x - x0], [x1 - x]],
                     yerr=[[100 * (y - y0)], [100 * (y1 - y)]],
-                    fmt="s" if is_old else "*" if longer else "o",
+                    fmt="s" if is_old else "*" if longer else "^" if free else "o",
                     color=OLD if is_old else V3 if is_default else EXIT_COLOURS["ACCEPT"]
-                    if longer else next(others),
-                    markersize=16 if longer else 11 if is_old or is_default else 7,
+                    if longer else FUTILE_FREE_COLOUR if free else next(others),
+                    markersize=16 if longer else 11 if is_old or is_default or free else 7,
                     capsize=3, label=label)
     ax.grid(True, alpha=0.4)
 
@@ -234,6 +235,16 @@ def _break_time_axis(near: Axes, far: Axes, summary: list[dict[str, Any]], old: 
                              color=BOUND, mec=BOUND, mew=1, clip_on=False)
     near.plot([1, 1], [0, 1], transform=near.transAxes, **d)
     far.plot([0, 0], [0, 1], transform=far.transAxes, **d)
+
+
+def _futile_free_point(result: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """`bench_power`'s ``cooldown`` section on the frontier's seeds as one more point (none
+    when the result has no such section)."""
+    front = (result.get("cooldown") or {}).get("frontier")
+    if not front:
+        return []
+    return [{"config": f"{result['cooldown']['config']} (opt-in)", "futile_cooldown": False,
+             **{k: front[k] for k in ("seeds", "accuracy", "wall_h", "vs_old")}}]
 
 
 def _frontier_points(summary: list[dict[str, Any]], rec: str) -> list[tuple[dict[str, Any], str]]:
@@ -269,7 +280,17 @@ def _frontier_claim(result: Mapping[str, Any], summary: list[dict[str, Any]]) ->
 
     speed = old["wall_h"][0] / default["wall_h"][0]
     head = f"v3 is {speed:.0f}× faster than the old serial gate at {signed(default, old)} points"
-    if longer is not None and longer["wall_h"][0]:
+    free = next((e for e in summary if e.get("futile_cooldown") is False), None)
+    if free is not None and longer is not None and longer["wall_h"][0]:
+        d, lo, hi = (100 * v for v in free["vs_old"])
+        verb = "beats" if lo > 0 else "trails" if hi < 0 else "matches"
+        pct = 100 * free["wall_h"][0] / old["wall_h"][0]
+        twice = 100 * longer["wall_h"][0] / old["wall_h"][0]
+        head = (f"Without FUTILE's cooldown v3 {verb} the old serial gate step for step "
+                f"({d:+.1f} [{lo:+.1f}, {hi:+.1f}] points) in {pct:.0f}% of its time\n"
+                f"(default: {speed:.0f}× faster at {signed(default, old)}; twice the epochs: "
+                f"{signed(longer, old)} in {twice:.0f}%)").replace("-", "−")
+    elif longer is not None and longer["wall_h"][0]:
         pct = 100 * longer["wall_h"][0] / old["wall_h"][0]
         head = (f"Spent on twice the epochs, v3 ends {signed(longer, old)} points from the old "
                 f"serial gate's accuracy in {pct:.0f}% of its time\n(step for step: "
@@ -283,8 +304,10 @@ CROSSOVER_LINES = {"no_gate": ("no gate (apply every candidate)", SERIES[3], "o"
                    "oracle": ("oracle gate (exactly the truly better ones; cooldown after a "
                               "rejection)", BOUND, "", "--")}
 """Per baseline of `bench_power`'s harmful sweep: legend label, colour, marker, line style."""
+FUTILE_FREE_COLOUR = SERIES[1]
+"""v3 without FUTILE's cooldown, in the crossover and the frontier alike."""
 FUTILE_FREE_LINE = ("v3, no cooldown after FUTILE (opt-in: init --no-futile-cooldown)",
-                    SERIES[2], "^", "-")
+                    FUTILE_FREE_COLOUR, "^", "-")
 """`bench_power`'s ``cooldown`` section on the same shares, when the result has it."""
 
 
@@ -312,7 +335,7 @@ def plot_harmful_crossover(result: Mapping[str, Any]) -> GateFigure:
              ("old", sweep["crossover"].get("old"), OLD, -1, 0.03)]  # old's label to the left
     if free is not None and free[1][0] is not None:  # its label left where it fits
         side = -1 if 100 * free[1][0] - min(xs) >= 0.35 * (max(xs) - min(xs)) else 1
-        marks.append(("no FUTILE cooldown", free[1], SERIES[2], side, 0.09))
+        marks.append(("no FUTILE cooldown", free[1], FUTILE_FREE_COLOUR, side, 0.09))
     for gate, cross, colour, side, y in marks:
         c, lo, hi = cross or (None, None, None)
         if c is None:
