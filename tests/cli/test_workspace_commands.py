@@ -96,7 +96,7 @@ def test_status_matches_state_json_and_the_log(trained_workspace, cli):
     r = cli("status", "--workspace", str(ws), "--json")
     assert r.returncode == 0, r.stderr
     s = json.loads(r.stdout)
-    assert set(s) >= {"workspace", "kind", "types", "position", "probation", "cooldown",
+    assert set(s) >= {"workspace", "kind", "types", "position", "probation", "cooldown", "policy",
                       "last_decisions", "decisions", "counts", "infra", "writer", "next"}
     state = json.loads((ws / "state.json").read_text())
     assert s["position"]["last_step"] == state["last_step"] == [3, 5]
@@ -105,6 +105,9 @@ def test_status_matches_state_json_and_the_log(trained_workspace, cli):
     assert s["position"]["evaluated_epochs"] == [
         e for (e,) in sql(ws, "SELECT DISTINCT epoch FROM evaluation ORDER BY epoch")]
     assert s["probation"] == state["probation"] == {}
+    assert s["policy"] == {"cooldown_steps": 2, "futile_cooldown": True, "rejected_max": 5,
+                           "probation_rule": "e_continue", "probation_order": "shuffle",
+                           "probation_units": 40}
     assert set(s["cooldown"]) == {t for t, u in state["cooldown_until"].items()
                                   if u > state["steps_applied"]}
     assert s["counts"] == {t: sql(ws, f"SELECT COUNT(*) FROM {t}")[0][0] for t in TABLES}
@@ -135,6 +138,15 @@ def test_status_of_a_fresh_workspace_says_run_the_first_step(tmp_path, cli):
     s = json.loads(cli("status", "--workspace", str(tmp_path / "ws"), "--json").stdout)
     assert s["position"]["last_step"] is None and s["decisions"] == {}
     assert s["next"] == f"vtrm-gate step --workspace {tmp_path / 'ws'} --epoch 1 --step 1"
+
+
+def test_status_says_which_exits_cost_a_cooldown(tmp_path, cli):
+    init_simulated(tmp_path / "spec").close()
+    init_simulated(tmp_path / "free", futile_cooldown=False, cooldown_steps=3).close()
+    spec, free = (" ".join(cli("status", "--workspace", str(tmp_path / n)).stdout.split())
+                  for n in ("spec", "free"))
+    assert "policy: cooldown 2 steps after REJECT and FUTILE; probation e_continue" in spec
+    assert "policy: cooldown 3 steps after REJECT (not FUTILE); probation" in free
 
 
 def _calls(ws: Path, task_type: str | None = None) -> int:

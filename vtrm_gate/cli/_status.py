@@ -47,6 +47,14 @@ def _position(s: Mapping[str, Any]) -> str:
                else "none (no train run yet)"))
 
 
+def _policy(p: Mapping[str, Any]) -> str:
+    """The training policy in words: what a rejection costs, how probation settles."""
+    exits = "REJECT and FUTILE" if p["futile_cooldown"] else "REJECT (not FUTILE)"
+    return (f"cooldown {p['cooldown_steps']} steps after {exits}; probation "
+            f"{p['probation_rule']}, {p['probation_order']} probe of up to "
+            f"{p['probation_units']} units")
+
+
 def status_text(s: Mapping[str, Any], width: int) -> str:
     """The status as lines within ``width`` columns."""
     counts = ", ".join(f"{k} {v}" for k, v in s["counts"].items())
@@ -58,6 +66,7 @@ def status_text(s: Mapping[str, Any], width: int) -> str:
     parts = [f"workspace {s['workspace']} ({s['kind']}, {s['types']} types)",
              f"position: {_position(s)}",
              f"writer: {s['writer'] or 'none (nothing is writing it now)'}",
+             f"policy: {_policy(s['policy'])}",
              f"on probation: {_listed(probation)}", f"in cooldown: {_listed(cooling)}",
              f"decisions so far (gate steps): {decided}",
              f"INFRA: {s['infra']['calls']} calls, {s['infra']['aborts']} guard aborts",

@@ -302,9 +302,15 @@ def run_status(ws: Workspace) -> dict[str, Any]:
                           for t, p in sorted(st.probation.items())},
             "cooldown": {t: {"until_steps_applied": u} for t, u in
                          sorted(st.cooldown_until.items()) if st.in_cooldown(t)},
+            "policy": {k: getattr(ws.config, k) for k in POLICY_FIELDS},
             "last_decisions": last, "decisions": _action_counts(log), "counts": counts,
             "infra": infra, "writer": None if holder is None else holder.describe(),
             "next": next_command(ws, position, holder is not None)}
+
+
+POLICY_FIELDS = ("cooldown_steps", "futile_cooldown", "rejected_max", "probation_rule",
+                 "probation_order", "probation_units")
+"""The workspace's training policy (`WorkspaceConfig`, fixed at ``init``) that `status` shows."""
 
 
 def _action_counts(log: HarnessLog) -> dict[str, int]:
