@@ -315,8 +315,9 @@ def _cooldowns(rows: list[dict[str, Any]]) -> str:
     prefix rule's FUTILE comes before a ladder's end, where blocks end INERTIA."""
     from ..stats import Action
 
+    decided = {a.value for a in Action}  # not UNKNOWN (a block needing unrun units)
     both = [(r["prefix_action"] in COOLING, r["block_action"] in COOLING) for r in rows
-            if r["block_action"] in {a.value for a in Action}]
+            if r["block_action"] in decided]
     more = sum(p and not b for p, b in both)
     fewer = sum(b and not p for p, b in both)
     return (f"the prefix rule ends {more} of them in REJECT or FUTILE (a cooldown) where "

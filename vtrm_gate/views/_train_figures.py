@@ -351,7 +351,8 @@ def plot_harmful_crossover(result: Mapping[str, Any]) -> GateFigure:
     ax.set_ylabel("final true accuracy (points, mean over 12 types)")
     ax.set_xlim(min(xs) - 1, max(xs) + 1)
     ax.grid(True, alpha=0.4)
-    ax.set_title(crossover_claim(sweep, result.get("cooldown")), loc="left")
+    ax.set_title(crossover_claim(sweep, None if free is None else result["cooldown"]),
+                 loc="left")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2)
     return fig
 
@@ -375,9 +376,9 @@ def crossover_claim(sweep: Mapping[str, Any], cooldown: Mapping[str, Any] | None
     ends of the sweep; with `bench_power`'s ``cooldown`` section, what v3 gains across the
     sweep when FUTILE charges no cooldown, and where it then beats no gate (from the result,
     never hard-coded)."""
-    pts = sweep["points"]
     if cooldown is not None:
         return _cooldown_claim(sweep, cooldown)
+    pts = sweep["points"]
 
     def gap(p: Mapping[str, Any]) -> float:
         return 100 * next(e["vs_no_gate"][0] for e in p["summary"] if e["label"] == "v3")
