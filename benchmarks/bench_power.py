@@ -442,6 +442,9 @@ FUTILE_FREE = Config("v3 n_max 40, no cooldown after FUTILE", futile_cooldown=Fa
 """v3 at the SPEC's gate defaults whose FUTILE exits charge no cooldown (`init
 --no-futile-cooldown`): the prefix rule's futility stop comes before a ladder's end, where the
 old gate's blocks mostly end INERTIA, which charges none."""
+FUTILE_FREE_LONGER = replace(LONGER, name=f"v3 n_max 40, {2 * EPOCHS} epochs, no cooldown after "
+                                          "FUTILE", futile_cooldown=False)
+"""Both uses of the speed at once: no FUTILE cooldown and twice the epochs (today's world)."""
 
 
 def _recorded(result: dict[str, Any], seeds: list[int], ex: Executor | None,
@@ -508,30 +511,39 @@ def cooldown_section(result: dict[str, Any], worlds: dict[str, dict[str, Any]],
 
 def _frontier_pairs(result: dict[str, Any], seeds: list[int], have: list[dict[str, Any]],
                     ex: Executor | None) -> dict[str, Any] | None:
-    """`FUTILE_FREE` on today's world on every seed of the recorded frontier, paired with its
-    v3 default, old gate and twice-the-epochs runs (None without a recorded frontier)."""
+    """`FUTILE_FREE` (and `FUTILE_FREE_LONGER`, under ``six_epochs``) on today's world on
+    every seed of the recorded frontier, paired with its v3 default, old gate and
+    twice-the-epochs runs (None without a recorded frontier)."""
     from vtrm_gate.sim import sweep_map
 
     runs = result.get("runs") or []
-    wanted = [LONGER.name, OLD.name, DEFAULT.name]
-    by = {name: {r["seed"]: r for r in runs if r["config"] == name} for name in wanted}
+    by = {c.name: {r["seed"]: r for r in runs if r["config"] == c.name}
+          for c in (LONGER, OLD, DEFAULT)}
     front_seeds = sorted(by[DEFAULT.name])
     if not front_seeds or not have:
         return None
     mine = {r["seed"]: r for r in have}
-    extra = [s for s in front_seeds if s not in mine]
-    mine |= {r["seed"]: r for r in sweep_map(_run_star, [(FUTILE_FREE, s, None)
-                                                          for s in extra], ex)}
-    acc = [mine[s]["accuracy"] for s in front_seeds]
-    out = {"seeds": len(front_seeds), "accuracy": boot(acc),
-           "wall_h": boot([mine[s]["wall_h"] for s in front_seeds]),
-           "better_applied": boot([mine[s]["better_applied"] for s in front_seeds]),
-           "leak": boot([mine[s]["leak"] for s in front_seeds]),
-           **{f"vs_{k}": boot([mine[s]["accuracy"] - by[name][s]["accuracy"]
-                               for s in front_seeds])
-              for k, name in (("v3", DEFAULT.name), ("old", OLD.name),
-                              ("v3_6_epochs", LONGER.name))}}
-    print(f"today's world, the frontier's {len(front_seeds)} seeds: {FUTILE_FREE.name} "
+    extra = [(FUTILE_FREE, s, None) for s in front_seeds if s not in mine]
+    longer = [(FUTILE_FREE_LONGER, s, None) for s in front_seeds]
+    rows = sweep_map(_run_star, extra + longer, ex)
+    mine |= {r["seed"]: r for r in rows[:len(extra)]}
+    out = _paired_with_frontier(FUTILE_FREE, mine, by, front_seeds)
+    out["six_epochs"] = _paired_with_frontier(
+        FUTILE_FREE_LONGER, {r["seed"]: r for r in rows[len(extra):]}, by, front_seeds)
+    return out
+
+
+def _paired_with_frontier(cfg: Config, mine: dict[int, dict[str, Any]],
+                          by: dict[str, dict[int, dict[str, Any]]], seeds: list[int]
+                          ) -> dict[str, Any]:
+    """``cfg``'s runs on ``seeds`` summarised, and paired by seed with the frontier's v3
+    default, old gate and twice-the-epochs runs (``by``: configuration -> seed -> run)."""
+    out = {"config": cfg.name, "seeds": len(seeds),
+           **{m: boot([mine[s][m] for s in seeds])
+              for m in ("accuracy", "wall_h", "better_applied", "leak")},
+           **{f"vs_{k}": boot([mine[s]["accuracy"] - by[c.name][s]["accuracy"] for s in seeds])
+              for k, c in (("v3", DEFAULT), ("old", OLD), ("v3_6_epochs", LONGER))}}
+    print(f"today's world, the frontier's {len(seeds)} seeds: {cfg.name} "
           + ", ".join(f"{k.replace('_', ' ')} " + "{:+.2f} [{:+.2f}, {:+.2f}]".format(
               *(100 * v for v in out[k])) for k in ("vs_v3", "vs_old", "vs_v3_6_epochs"))
           + f" points, {out['wall_h'][0]:.1f} simulated hours")

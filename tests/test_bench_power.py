@@ -18,8 +18,10 @@ from benchmarks.bench_power import (
     BASELINES,
     DEFAULT,
     FUTILE_FREE,
+    FUTILE_FREE_LONGER,
     HARMFUL_SHARES,
     LEVERS,
+    LONGER,
     OLD,
     PRESET_WORLDS,
     RANK_LABELS,
@@ -158,7 +160,10 @@ def test_the_futile_free_config_differs_from_v3_only_in_its_cooldown_and_is_reco
             paired = np.subtract(e["per_seed"], refs[name][gate]).mean()
             assert e[f"vs_{gate}"][0] == pytest.approx(paired)
     front = stored["cooldown"]["frontier"]
-    assert front["seeds"] == stored["seeds"] == 20
+    assert front["seeds"] == front["six_epochs"]["seeds"] == stored["seeds"] == 20
+    assert replace(LONGER, name=FUTILE_FREE_LONGER.name,
+                   futile_cooldown=False) == FUTILE_FREE_LONGER
+    assert front["six_epochs"]["config"] == FUTILE_FREE_LONGER.name
 
 
 def test_a_run_without_futiles_cooldown_gates_its_futile_types_again_at_once():

@@ -299,19 +299,22 @@ def test_the_frontier_adds_v3_without_futiles_cooldown_and_its_title_says_how_it
                           entry("v3, 6 epochs", 14.5, 0.664)],
               "initial": [0.55, 0.54, 0.56], "oracle": [0.71, 0.70, 0.72],
               "cooldown": {"config": "v3, no FUTILE cooldown", "frontier": {
-                  **entry("", 12.0, 0.66 + vs_old[0]), "vs_old": list(vs_old)}}}
+                  **entry("", 12.0, 0.66 + vs_old[0]), "vs_old": list(vs_old),
+                  "six_epochs": {**entry("v3, 6 epochs, no FUTILE cooldown", 21.7, 0.67),
+                                 "vs_old": [0.01, 0.005, 0.015]}}}}
     fig = plot_power_frontier(result)
     assert figure_problems(fig) == []
     ax = fig.axes[0]
-    assert ax.get_legend_handles_labels()[1][-1] == "v3, no FUTILE cooldown (opt-in)"
-    assert ax.containers[-1].lines[0].get_xydata()[0].tolist() == pytest.approx(
+    assert ax.get_legend_handles_labels()[1][-2:] == [
+        "v3, no FUTILE cooldown (opt-in)", "v3, 6 epochs, no FUTILE cooldown (opt-in)"]
+    assert ax.containers[-2].lines[0].get_xydata()[0].tolist() == pytest.approx(
         [12.0, 100 * (0.66 + vs_old[0])])
     d, lo, hi = (100 * v for v in vs_old)
     title = fig._suptitle.get_text()
     assert title.startswith(f"Without FUTILE's cooldown v3 {verb} the old serial gate step for "
                             f"step ({d:+.1f} [{lo:+.1f}, {hi:+.1f}] points)".replace("-", "−"))
     assert "in 13% of its time" in title and "default: 12× faster at −1.0" in title
-    assert "twice the epochs: +0.4 in 15%" in title
+    assert "twice the epochs: +0.4 in 15%; both: +1.0 in 23%)" in title
     assert "Without" not in plot_power_frontier(
         {k: v for k, v in result.items() if k != "cooldown"})._suptitle.get_text()
 
