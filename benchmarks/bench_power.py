@@ -322,13 +322,17 @@ def baseline_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _fmt_baseline(e: dict[str, Any]) -> dict[str, Any]:
-    def pts(v: list[float], sign: str = "") -> str:
-        return f"{100 * v[0]:{sign}.1f} [{100 * v[1]:{sign}.1f}, {100 * v[2]:{sign}.1f}]"
+def _points(v: list[float], sign: str = "", digits: int = 1) -> str:
+    """A (mean, low, high) fraction as points with its interval: ``61.6 [54.3, 68.3]``, or
+    signed (``sign="+"``) for a difference: ``+1.2 [+0.2, +2.3]``."""
+    return "{0:{s}.{d}f} [{1:{s}.{d}f}, {2:{s}.{d}f}]".format(*(100 * x for x in v), s=sign,
+                                                             d=digits)
 
-    return {"baseline": e["label"], "accuracy": pts(e["accuracy"]),
-            "vs no gate (paired)": pts(e["vs_no_gate"], "+"),
-            "vs v3 (paired)": pts(e["vs_v3"], "+"),
+
+def _fmt_baseline(e: dict[str, Any]) -> dict[str, Any]:
+    return {"baseline": e["label"], "accuracy": _points(e["accuracy"]),
+            "vs no gate (paired)": _points(e["vs_no_gate"], "+"),
+            "vs v3 (paired)": _points(e["vs_v3"], "+"),
             "better applied": f"{e['better_applied'][0]:.1f}",
             "leak": f"{e['leak'][0]:.1f}"}
 
@@ -428,8 +432,7 @@ def run_levers(worlds: dict[str, dict[str, Any]], seeds: list[int], ex: Executor
         out[name] = entries
         print_table(f"{name}: levers vs v3 at the SPEC's defaults (points; paired by seed)",
                     [{"lever": e["config"], "accuracy": f"{100 * e['accuracy'][0]:.1f}",
-                      "vs v3 (paired)": "{:+.1f} [{:+.1f}, {:+.1f}]".format(
-                          *(100 * v for v in e["vs_v3"])),
+                      "vs v3 (paired)": _points(e["vs_v3"], "+"),
                       "better applied": f"{e['better_applied'][0]:.1f}",
                       "leak": f"{e['leak'][0]:.1f}", "wall h": f"{e['wall_h'][0]:.1f}"}
                      for e in entries])
@@ -479,8 +482,8 @@ def cooldown_section(result: dict[str, Any], worlds: dict[str, dict[str, Any]],
     rows = sweep_map(_run_star, [(FUTILE_FREE, s, w) for w in named.values() for s in seeds],
                      ex)
     out: dict[str, Any] = {}
-    for i, name in enumerate(named):
-        rs = rows[i * len(seeds):(i + 1) * len(seeds)]
+    runs = {name: rows[i * len(seeds):(i + 1) * len(seeds)] for i, name in enumerate(named)}
+    for name, rs in runs.items():
         acc = [r["accuracy"] for r in rs]
         out[name] = {"world": named[name], "seeds": len(seeds), "per_seed": acc,
                      "accuracy": boot(acc),
@@ -493,8 +496,7 @@ def cooldown_section(result: dict[str, Any], worlds: dict[str, dict[str, Any]],
     print_table(f"{FUTILE_FREE.name}: paired by seed with v3 at the SPEC's defaults, the old "
                 f"gate and no gate (points; mean [95% bootstrap over {len(seeds)} seeds])",
                 [{"world": k, "accuracy": f"{100 * e['accuracy'][0]:.1f}",
-                  **{f"vs {g}": "{:+.1f} [{:+.1f}, {:+.1f}]".format(
-                      *(100 * v for v in e[f"vs_{g}"])) for g in ("v3", "old", "no_gate")},
+                  **{f"vs {g}": _points(e[f"vs_{g}"], "+") for g in ("v3", "old", "no_gate")},
                   "better applied": f"{e['better_applied'][0]:.1f}",
                   "leak": f"{e['leak'][0]:.2f}", "wall h": f"{e['wall_h'][0]:.1f}"}
                  for k, e in out.items()])
@@ -503,14 +505,13 @@ def cooldown_section(result: dict[str, Any], worlds: dict[str, dict[str, Any]],
     cross = crossover_interval(list(HARMFUL_SHARES), diffs)
     print(f"{FUTILE_FREE.name} pays for itself (beats no gate) from a harmful share of "
           f"{_share(cross[0])} [95%: {_share(cross[1])}, {_share(cross[2])}]")
-    front = _frontier_pairs(result, seeds, rows[:len(seeds)] if "default" in named else [],
-                            ex)
+    front = _frontier_pairs(result, runs.get("default", []), ex)
     return {"config": FUTILE_FREE.name, "worlds": out, "crossover": cross,
             "frontier": front}
 
 
-def _frontier_pairs(result: dict[str, Any], seeds: list[int], have: list[dict[str, Any]],
-                    ex: Executor | None) -> dict[str, Any] | None:
+def _frontier_pairs(result: dict[str, Any], have: list[dict[str, Any]], ex: Executor | None
+                    ) -> dict[str, Any] | None:
     """`FUTILE_FREE` (and `FUTILE_FREE_LONGER`, under ``six_epochs``) on today's world on
     every seed of the recorded frontier, paired with its v3 default, old gate and
     twice-the-epochs runs (None without a recorded frontier)."""
@@ -544,8 +545,8 @@ def _paired_with_frontier(cfg: Config, mine: dict[int, dict[str, Any]],
            **{f"vs_{k}": boot([mine[s]["accuracy"] - by[c.name][s]["accuracy"] for s in seeds])
               for k, c in (("v3", DEFAULT), ("old", OLD), ("v3_6_epochs", LONGER))}}
     print(f"today's world, the frontier's {len(seeds)} seeds: {cfg.name} "
-          + ", ".join(f"{k.replace('_', ' ')} " + "{:+.2f} [{:+.2f}, {:+.2f}]".format(
-              *(100 * v for v in out[k])) for k in ("vs_v3", "vs_old", "vs_v3_6_epochs"))
+          + ", ".join(f"{k.replace('_', ' ')} {_points(out[k], '+', 2)}"
+                      for k in ("vs_v3", "vs_old", "vs_v3_6_epochs"))
           + f" points, {out['wall_h'][0]:.1f} simulated hours")
     return out
 
