@@ -25,6 +25,7 @@ from vtrm_gate.cache import (
     renew_ttl,
     server_version,
 )
+from vtrm_gate.cache._cluster import version_of
 from vtrm_gate.cli import _cache as cli_cache
 from vtrm_gate.testing import RedisTarget
 from vtrm_gate.testing.redis import server_version as server_version_of
@@ -155,6 +156,15 @@ def test_gt_on_an_old_server_is_refused_with_the_version(redis_server: RedisServ
             await client.aclose()
 
     asyncio.run(go())
+
+
+@pytest.mark.parametrize("said, version", [
+    ("6.2.14", (6, 2, 14)), ("7.2.4-rc1", (7, 2)), ("7.4.1.9", (7, 4, 1)), ("", ()),
+    ("7.\u00b2", (7,)),  # "²" is str.isdigit() but int() refused it: a ValueError
+    ("\u00b2.1", ()), (None, (0,))])
+def test_the_version_a_server_reports_is_read_as_its_leading_whole_numbers(
+        said: str | None, version: tuple[int, ...]) -> None:
+    assert version_of({} if said is None else {"redis_version": said}) == version
 
 
 

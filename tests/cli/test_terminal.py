@@ -124,6 +124,17 @@ def test_columns_is_read_from_the_environment(monkeypatch):
     assert terminal_width() == 40  # the least honoured
     monkeypatch.setenv("COLUMNS", "junk")
     assert terminal_width() == 100  # pytest's stdout is not a terminal
+    for digit_but_not_a_number in ("\u00b2", "1\u00b2", "\u2460"):  # "²", "1²", "①"
+        monkeypatch.setenv("COLUMNS", digit_but_not_a_number)
+        assert terminal_width() == 100  # was a ValueError: str.isdigit() but not int()
+
+
+def test_a_superscript_columns_is_not_a_traceback(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "vtrm_gate", "init", str(tmp_path / "ws")],
+                         capture_output=True, text=True, cwd=ROOT, timeout=60,
+                         env={**os.environ, "COLUMNS": "\u00b2"})
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    assert max(map(len, out.stdout.splitlines())) <= 100  # the fallback width
 
 
 @pytest.mark.parametrize("args, fragment", [

@@ -233,6 +233,9 @@ def bad_requests() -> dict[str, tuple[dict[str, Any], int, str]]:
                   413, "bytes is over the cached client's cap of 16777216 bytes"),
         "10,000 tools": ({"json": {**ok, "tools": [tool] * 10_000}}, 400,
                          "'tools' holds 10000 entries; the cap is 128"),
+        # "²" passes str.isdigit() but not int(): was a ValueError out of the transport
+        "Content-Length ²": ({"json": ok, "headers": {"content-length": b"\xb2"}}, 400,
+                             "Content-Length '\u00b2' is not a whole number of bytes"),
     }
 
 

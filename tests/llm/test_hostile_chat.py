@@ -381,3 +381,30 @@ def test_the_tool_agents_prompt_refused_by_a_content_filter_is_the_arms_wrong_an
     assert len(requests) == 2
     assert (res.infra, res.correct, res.prediction) == (False, False, None), res
     assert res.error is not None and "turn 2: the server's content filter refused" in res.error
+
+
+def test_a_content_length_that_is_a_digit_but_not_a_number_is_not_a_crash() -> None:
+    # An in-process server (httpx's own ASGI transport, which does not check headers as h11
+    # does) declares "Content-Length: ²": str.isdigit() says yes and int() raised ValueError
+    # out of the agent. Now the declaration is ignored and the body is read under the cap.
+    body = json.dumps({"choices": [{"message": {"role": "assistant", "content": "B"}}]})
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        while (await receive()).get("more_body"):
+            pass
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", b"\xb2")]})
+        await send({"type": "http.response.body", "body": body.encode()})
+
+    a = LLMAgent(UNITS, base_url="http://in-process/v1", model="m", retry=FAST,
+                 rng=random.Random(0), transport=httpx.ASGITransport(app=app))
+
+    async def go() -> dict[str, Any]:
+        try:
+            return await a.chat({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+        finally:
+            await a.aclose()
+
+    assert asyncio.run(go())["choices"][0]["message"]["content"] == "B"
+    assert a.http_requests == 1

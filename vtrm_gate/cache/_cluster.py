@@ -11,8 +11,9 @@ cache's recovery probe: a cluster with one primary down is still an outage.
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, TypeGuard, cast
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -116,13 +117,18 @@ async def renew_lua_batch(client: aredis.RedisCluster, script: str, keys: list[b
     return sum(int(n) for n in await pipe.execute())
 
 
+def version_of(info: Mapping[str, Any]) -> tuple[int, ...]:
+    """An INFO reply's ``redis_version`` as a tuple, e.g. (6, 2, 14): its leading whole
+    numbers, so "7.2.4-rc1" is (7, 2) and a server that says "7.\u00b2" is (7,), not a
+    ValueError ("\u00b2" passes ``str.isdigit``)."""
+    parts = str(info.get("redis_version", "0")).split(".")[:3]
+    return tuple(int(x) for x in itertools.takewhile(str.isdecimal, parts))
+
+
 async def cluster_version(client: aredis.RedisCluster) -> tuple[int, ...]:
     """The lowest ``redis_version`` among the primaries."""
-    versions = []
-    for node in await _primaries(client):
-        info = await client.info("server", target_nodes=node)
-        versions.append(tuple(int(x) for x in str(info.get("redis_version", "0")).split(".")[:3]
-                              if x.isdigit()))
+    versions = [version_of(await client.info("server", target_nodes=node))
+                for node in await _primaries(client)]
     return min(versions) if versions else (0,)
 
 

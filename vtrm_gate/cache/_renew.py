@@ -77,9 +77,7 @@ async def server_version(client: cluster.Client) -> tuple[int, ...]:
     """The server's ``redis_version`` as a tuple, e.g. (6, 2, 14) (a cluster: its lowest)."""
     if cluster.is_cluster(client):
         return await cluster.cluster_version(client)
-    info = await client.info("server")
-    return tuple(int(x) for x in str(info.get("redis_version", "0")).split(".")[:3]
-                 if x.isdigit())
+    return cluster.version_of(await client.info("server"))
 
 
 async def _scan_batches(client: cluster.Client, pattern: str,

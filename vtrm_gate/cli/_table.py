@@ -20,7 +20,7 @@ def terminal_width(stream: object = None) -> int:
     """``COLUMNS`` when set (a whole number; at least 40), else the terminal's width, else
     100 (not a terminal)."""
     raw = os.environ.get("COLUMNS", "").strip()
-    if raw.isdigit() and int(raw) > 0:
+    if raw.isdecimal() and int(raw) > 0:  # "²" is isdigit() but not int()
         return max(int(raw), MIN_WIDTH)
     out = stream or sys.stdout
     if hasattr(out, "isatty") and out.isatty():

@@ -527,7 +527,7 @@ class LLMAgent:
         """The body, streamed; `LLMInfraError` as soon as it passes ``max_response_bytes``."""
         cap = cap or self.max_response_bytes
         declared = r.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > cap:
+        if declared.isdecimal() and int(declared) > cap:  # "²" is isdigit() but not int()
             raise LLMInfraError(f"HTTP {r.status_code} response larger than "
                                 f"max_response_bytes={cap} (Content-Length {declared})")
         chunks, n = [], 0

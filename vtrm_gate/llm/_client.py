@@ -106,7 +106,10 @@ class CachedTransport(httpx.AsyncBaseTransport):
         if not _is_chat(request):
             return self._tagged(await self._send(request), "pass")
         declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > self.max_request_bytes:
+        if declared and not declared.isdecimal():  # "²" is isdigit() but not int()
+            return self._refuse(request, 400, f"Content-Length {declared!r} is not a whole "
+                                "number of bytes")
+        if declared and int(declared) > self.max_request_bytes:
             return self._refuse(request, 413, f"request body of {int(declared)} bytes is over "
                                 f"the cached client's cap of {self.max_request_bytes} bytes "
                                 f"(max_request_bytes)")
