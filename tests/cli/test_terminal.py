@@ -186,3 +186,20 @@ def test_the_demo_leaves_git_status_clean_and_says_when_it_reruns(tmp_path):
     assert second.returncode == 0, second.stderr
     assert "re-run: workspace-demo already ran step e1 s1" in " ".join(second.stderr.split())
     assert "base arm from BaselineCache" in second.stdout
+
+
+def test_a_status_line_redraws_in_place_on_a_terminal_and_waits_before_the_first(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import vtrm_gate.cli._progress as progress
+
+    master, slave = os.openpty()
+    with open(slave, "w") as tty:
+        show, done = progress.status_line(tty)
+        show("quick")  # work shorter than STATUS_EVERY_S shows nothing
+        monkeypatch.setattr(progress, "STATUS_EVERY_S", 0.0)
+        show("one")
+        show("two")
+        done()
+    text = os.read(master, 1000).decode()
+    os.close(master)
+    assert text.replace("\r\n", "\n") == "\rone\rtwo\n"  # the pty maps "\n" to "\r\n"

@@ -5,6 +5,8 @@ answer's head exits 2 "unreachable" naming the URL."""
 
 from __future__ import annotations
 
+import re
+import warnings
 from pathlib import Path
 
 import pytest
@@ -90,3 +92,24 @@ def test_a_refused_connection_is_unreachable_at_once_naming_the_url() -> None:
         url = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
     with pytest.raises(EndpointUnreachableError, match=rf"{url} is unreachable \(ConnectError"):
         check_endpoint(url, timeout=60.0, connect_timeout=5.0)
+
+
+@pytest.mark.timeout(120)
+def test_a_retry_is_shown_on_stderr_without_a_deprecated_name(
+        tmp_path: Path, chat_server: ChatServer, redis_target: RedisTarget,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The CLI's retry line read the event's deprecated ``step`` (a DeprecationWarning every
+    retry, and an AttributeError once the name goes in 0.3.0); it reads ``call_kind``."""
+    ws = init_llm(tmp_path / "ws", write_units(tmp_path / "u.jsonl"), base_url=chat_server.url,
+                  model="m", seed=1)
+    ws.close()
+    monkeypatch.setenv("REDIS_URL", redis_target.url)
+    monkeypatch.setenv("VTRM_CACHE_PREFIX", redis_target.prefix)
+    chat_server.inject(Fault(status=503, retry_after="0", step="answer"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        code = cli.main(["step", "--workspace", str(ws.root), "--epoch", "1", "--step", "1"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    [line] = [ln for ln in err.splitlines() if ln.startswith("[agent] ")]
+    assert re.fullmatch(r"\[agent\] answer \S+ \(\S+\): retry 1 in \d+\.\ds: .*503.*", line), line

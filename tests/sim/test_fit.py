@@ -4,17 +4,27 @@ helpful candidates, from sequences cut by the gate's own stopping rule, and from
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from vtrm_gate.cli._main import main
 from vtrm_gate.sim import PRESETS, World, fit_world, logit_per_theta
-from vtrm_gate.stats import GateParams, bootstrap_effects, fit_effects, replay_prefix
+from vtrm_gate.stats import (
+    BOOT_CHUNK,
+    BOOT_GROUP,
+    MAX_BOOT,
+    GateParams,
+    bootstrap_effects,
+    fit_effects,
+    replay_prefix,
+)
 
 SHARES = ("p_harmful", "p_neutral", "p_helpful")
 
@@ -60,6 +70,51 @@ def test_the_bootstrap_is_seeded_and_brackets_the_fit() -> None:
     assert abs(a.sum(axis=1) - 1).max() < 1e-9
     fit = fit_effects(w, l)
     assert a[:, 1].min() <= fit.p_neutral <= a[:, 1].max()
+
+
+def test_the_bootstrap_draws_in_bounded_groups_with_progress_and_the_same_numbers() -> None:
+    """1,030 resamples are drawn, refitted and reported a group at a time (memory bounded by
+    the group, not by ``n_boot``: ``--boot 1000000000`` grew until the OOM killer, silently);
+    the numbers are the ones drawn all at once before (sha256 taken before the change)."""
+    w, l = _stopped_gates((0.3, 0.4, 0.3), 120, seed=4)
+    seen: list[int] = []
+    a = bootstrap_effects(w, l, 1030, seed=5, progress=seen.append)
+    assert hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest() == (
+        "137816b6995f79797ae8c58aaaadf6685cd2a7d4050a8799b953780e427bd2f8")
+    assert seen == [BOOT_GROUP, 1030] and BOOT_GROUP % BOOT_CHUNK == 0
+
+
+@pytest.mark.parametrize("n_boot", [0, -1, MAX_BOOT + 1, True, 2.5, 10**9])
+def test_a_bootstrap_size_out_of_range_is_refused_naming_it(n_boot: object) -> None:
+    with pytest.raises(ValueError, match=f"n_boot must be a whole number from 1 to {MAX_BOOT:,}"):
+        bootstrap_effects([1, 2], [2, 1], n_boot)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="n_boot must be"):  # before reading the source
+        fit_world(Path("/nonexistent/outcomes.csv"), n_boot=n_boot)  # type: ignore[arg-type]
+
+
+def test_fit_refuses_a_bootstrap_over_the_cap_in_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", "--outcomes", "/nonexistent.csv", "--boot", str(MAX_BOOT + 1)])
+    assert exc.value.code == 2
+    assert f"expected an integer from 1 to {MAX_BOOT}" in capsys.readouterr().err
+
+
+def test_a_long_fit_shows_its_bootstrap_progress_on_stderr(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import vtrm_gate.cli._progress as progress
+
+    monkeypatch.setattr(progress, "STATUS_EVERY_S", 0.0)  # every group, not once a second
+    good = tmp_path / "o.csv"
+    good.write_text(_HEADER + "1,1,OCR,u0,0,0,1,0\n1,1,OCR,u1,1,1,1,0\n")
+    assert main(["fit", "--outcomes", str(good), "--boot", str(BOOT_GROUP + 5), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["n_boot"] == BOOT_GROUP + 5
+    # not a terminal: one line per group (a terminal redraws one line in place)
+    assert [line.split(" resamples")[0] for line in err.splitlines()] == [
+        f"... bootstrap: {BOOT_GROUP:,} of {BOOT_GROUP + 5:,}",
+        f"... bootstrap: {BOOT_GROUP + 5:,} of {BOOT_GROUP + 5:,}"], err
 
 
 def test_the_bootstrap_on_local_processes_equals_the_serial_one() -> None:

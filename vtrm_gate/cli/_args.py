@@ -149,9 +149,9 @@ def add_agent_flags(sp: argparse.ArgumentParser) -> None:
                         f"{DEFAULT_DEADLINE_S:g})")
     g.add_argument("--max-retries", type=int_in(0, 100), default=None,
                    help=f"retries after the first attempt (default {DEFAULT_MAX_RETRIES})")
-    for step, default in DEFAULT_MAX_TOKENS.items():
-        g.add_argument(f"--max-tokens-{step}", type=int_in(0, 1_000_000), default=None,
-                       help=f"the {step} step's reply budget; 0: none sent (default "
+    for call_kind, default in DEFAULT_MAX_TOKENS.items():
+        g.add_argument(f"--max-tokens-{call_kind}", type=int_in(0, 1_000_000), default=None,
+                       help=f"the {call_kind} call's reply budget; 0: none sent (default "
                             f"{default}; it keys the caches)")
 
 

@@ -11,12 +11,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
-from collections.abc import Callable
 from typing import Any
 
 from .._env import MAX_TTL
 from ..errors import CliError, InputError, bounded, shown
+from ._progress import status_line
 
 RENEW_METHODS = ("auto", "lua", "pipeline", "gt", "naive")  # mirrors cache.RENEW_METHODS
 DEFAULT_TTL = 604800  # the cache's default (not imported: the parser loads nothing heavy)
@@ -190,29 +189,16 @@ def _resolve_url(args: argparse.Namespace) -> tuple[str, Any]:
     return server.url, server
 
 
-def _progress_printer(enabled: bool) -> tuple[Callable[[Any], None], Callable[[], None]]:
-    state = {"last": time.monotonic(), "shown": False}
-
-    def show(p: Any) -> None:
-        now = time.monotonic()
-        if enabled and now - state["last"] >= 1.0:
-            rate = p.scanned / p.elapsed_s if p.elapsed_s > 0 else 0.0
-            print(f"\r... scanned {p.scanned:,} keys, extended {p.extended:,} "
-                  f"({rate:,.0f} keys/s)", end="", file=sys.stderr, flush=True)
-            state["last"], state["shown"] = now, True
-
-    def done() -> None:
-        if state["shown"]:
-            print(file=sys.stderr)
-
-    return show, done
-
-
 async def _renew(url: str, args: argparse.Namespace, ttl: int, batch: int) -> Any:
     from ..cache import connect, renew_ttl
 
     client = connect(url, socket_timeout=30.0)
-    show, done = _progress_printer(True)
+    line, done = status_line()
+
+    def show(p: Any) -> None:
+        rate = p.scanned / p.elapsed_s if p.elapsed_s > 0 else 0.0
+        line(f"... scanned {p.scanned:,} keys, extended {p.extended:,} ({rate:,.0f} keys/s)")
+
     try:
         await client.ping()
         return await renew_ttl(client, ttl, args.pattern, dry_run=args.dry_run, batch=batch,

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import time
 from collections.abc import Iterator
 from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
 
+from .._env import DEFAULT_BOOT, MAX_BOOT
 from ..errors import CliError
-from ._args import emit, nonneg_int, positive_int
+from ._args import emit, int_in, nonneg_int, positive_int
+from ._progress import status_line
 from ._table import Column, render, terminal_width, wrap
 
 
@@ -25,8 +28,9 @@ def register(sub: Any) -> None:
     src.add_argument("--outcomes", help="an outcomes table (.csv, .parquet, .jsonl)")
     f.add_argument("--out", help="write the fitted world here (a World JSON file for "
                                  "init --world)")
-    f.add_argument("--boot", type=positive_int, default=200,
-                   help="bootstrap resamples of the gates (default 200)")
+    f.add_argument("--boot", type=int_in(1, MAX_BOOT), default=DEFAULT_BOOT,
+                   help=f"bootstrap resamples of the gates, 1 to {MAX_BOOT:,} (default "
+                        f"{DEFAULT_BOOT})")
     f.add_argument("--seed", type=nonneg_int, default=0, help="the bootstrap's seed")
     f.add_argument("--free-sizes", action="store_true",
                    help="fit the effect sizes too (default: the simulator's 0.3-0.9 logit; "
@@ -52,9 +56,19 @@ def cmd_fit(args: argparse.Namespace) -> int:
         if source.is_dir():
             raise CliError(f"{source}: is a directory; --outcomes takes a file (a workspace: "
                            f"--workspace)")
-    with _executor(args.jobs, args.scheduler) as ex:
-        fit = fit_world(source, n_boot=args.boot, seed=args.seed,
-                        free_sizes=args.free_sizes, executor=ex)
+    line, done = status_line()
+    t0 = time.monotonic()
+
+    def show(n: int) -> None:
+        left = (time.monotonic() - t0) / n * (args.boot - n)
+        line(f"... bootstrap: {n:,} of {args.boot:,} resamples refitted (~{left:,.0f} s left)")
+
+    try:
+        with _executor(args.jobs, args.scheduler) as ex:
+            fit = fit_world(source, n_boot=args.boot, seed=args.seed,
+                            free_sizes=args.free_sizes, executor=ex, progress=show)
+    finally:
+        done()
     if args.out:
         fit.world.to_json(args.out)
     data = fit.to_dict()

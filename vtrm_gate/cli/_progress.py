@@ -1,5 +1,6 @@
 """What a running command shows on stderr: gate progress (`TerminalProgress`, a subscriber
-that never blocks the scheduler) and the chat agent's retries and give-ups."""
+that never blocks the scheduler), the chat agent's retries and give-ups, and one status line
+for long work without events (`status_line`: a key scan, a bootstrap)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ._table import short_names, terminal_width
+
+STATUS_EVERY_S = 1.0
+"""A status line is drawn at most this often, and not before work has run this long."""
 
 
 class TerminalProgress:
@@ -125,7 +129,28 @@ def agent_printer(quiet: bool) -> Callable[[Any], None]:
             return
         what = (f"retry {ev.attempt} in {ev.delay_s:.1f}s" if ev.kind == "retry"
                 else f"gave up after {ev.attempt} attempt(s)")
-        print(f"[agent] {ev.step} {ev.unit_id} ({ev.run_id}): {what}: {ev.error}",
+        print(f"[agent] {ev.call_kind} {ev.unit_id} ({ev.run_id}): {what}: {ev.error}",
               file=sys.stderr, flush=True)
 
     return show
+
+
+def status_line(stream: Any = None) -> tuple[Callable[[str], None], Callable[[], None]]:
+    """``(show, done)``: ``show(text)`` draws one status line on stderr at most every
+    `STATUS_EVERY_S` (redrawn in place on a terminal, a line each in a log); ``done()`` ends
+    it. Work shorter than `STATUS_EVERY_S` shows nothing."""
+    out = stream or sys.stderr
+    tty = hasattr(out, "isatty") and out.isatty()
+    state = {"last": time.monotonic(), "shown": False}
+
+    def show(text: str) -> None:
+        now = time.monotonic()
+        if now - state["last"] >= STATUS_EVERY_S:
+            print(f"\r{text}" if tty else text, end="" if tty else "\n", file=out, flush=True)
+            state["last"], state["shown"] = now, True
+
+    def done() -> None:
+        if state["shown"] and tty:
+            print(file=out, flush=True)
+
+    return show, done

@@ -789,7 +789,7 @@ class LLMAgent:
 
 
 def _unusable(resp: Mapping[str, Any], call_kind: str, options: Sequence[str]) -> str | None:
-    """Why a step's reply cannot be used (a protocol failure: INFRA; anything else: the
+    """Why a call's reply cannot be used (a protocol failure: INFRA; anything else: the
     model's unusable answer, graded wrong), or None."""
     refused = refusal_text(resp)
     if refused is not None:

@@ -12,7 +12,7 @@ discordant pair; the fitted `World` converts it to the simulator's ability (logi
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._env import DEFAULT_BOOT
 from ..errors import InputError
 from ..harness import Workspace, read_outcomes, replay_outcomes, workspace_outcomes
-from ..stats import GateParams, bootstrap_effects, fit_effects
+from ..stats import BOOT_GROUP, GateParams, bootstrap_effects, check_n_boot, fit_effects
 from ._effects import SHARES, World
 from ._sweep import sweep_map
 from ._world import SimConfig, SimWorld
@@ -111,9 +112,13 @@ def _gates(frame: pl.DataFrame, params: GateParams) -> pl.DataFrame:
 
 def _ratio_ci(num: np.ndarray, den: np.ndarray, rng: np.random.Generator, n_boot: int,
               level: float) -> tuple[float, float]:
-    """Percentile bootstrap over gates of sum(num) / sum(den)."""
-    idx = rng.integers(0, len(num), (n_boot, len(num)))
-    stats = num[idx].sum(axis=1) / np.maximum(den[idx].sum(axis=1), 1)
+    """Percentile bootstrap over gates of sum(num) / sum(den); resampled `BOOT_GROUP` at a
+    time (the same draws as all at once), so memory does not grow with ``n_boot``."""
+    parts = []
+    for start in range(0, n_boot, BOOT_GROUP):
+        idx = rng.integers(0, len(num), (min(BOOT_GROUP, n_boot - start), len(num)))
+        parts.append(num[idx].sum(axis=1) / np.maximum(den[idx].sum(axis=1), 1))
+    stats = np.concatenate(parts)
     q = (1 - level) / 2
     return float(np.quantile(stats, q)), float(np.quantile(stats, 1 - q))
 
@@ -148,15 +153,18 @@ def _frame(source: pl.DataFrame | Workspace | str | Path) -> tuple[pl.DataFrame,
     return read_outcomes(source), str(source)
 
 
-def fit_world(source: pl.DataFrame | Workspace | str | Path, *, n_boot: int = 200,
+def fit_world(source: pl.DataFrame | Workspace | str | Path, *, n_boot: int = DEFAULT_BOOT,
               seed: int = 0, level: float = 0.95, params: GateParams | None = None,
-              free_sizes: bool = False, executor: Executor | None = None) -> WorldFit:
+              free_sizes: bool = False, executor: Executor | None = None,
+              progress: Callable[[int], None] | None = None) -> WorldFit:
     """Fit the world behind an outcomes table, a file of one, or a workspace's gates; the
     bootstrap's refits run on ``executor`` (`sweep_executor`; None: here), same result.
 
     Effect sizes are the simulator's default ones (0.3..0.9 logit) unless ``free_sizes``: then
     they are profiled too and replace the reference when a likelihood ratio test rejects it
-    (unstable below a few hundred gates: docs/worlds.md)."""
+    (unstable below a few hundred gates: docs/worlds.md). ``n_boot``: 1 to `MAX_BOOT`
+    resamples; ``progress(done)`` hears how many are refitted, a group at a time."""
+    check_n_boot(n_boot)  # before reading the source: a typo costs nothing
     frame, name = _frame(source)
     params = params or GateParams()
     gates = _gates(frame, params) if frame.height else frame
@@ -170,7 +178,7 @@ def fit_world(source: pl.DataFrame | Workspace | str | Path, *, n_boot: int = 20
     bounds = None if free_sizes else ref
     fit = fit_effects(w, l, bounds, ref)
     boot = bootstrap_effects(w, l, n_boot, seed, bounds, ref,
-                             lambda fn, items: sweep_map(fn, items, executor))
+                             lambda fn, items: sweep_map(fn, items, executor), progress)
     q = (1 - level) / 2
     intervals = {s: (round(float(np.quantile(boot[:, i], q)), 4),
                      round(float(np.quantile(boot[:, i], 1 - q)), 4))

@@ -22,14 +22,17 @@ storage or plotting. One private module per concern:
 
 from __future__ import annotations
 
+from .._env import MAX_BOOT as MAX_BOOT
 from ._batch import BatchOutcome as BatchOutcome
 from ._batch import replay_arrival_batch as replay_arrival_batch
 from ._batch import replay_blocks_batch as replay_blocks_batch
 from ._batch import replay_prefix_batch as replay_prefix_batch
 from ._blocks import BlockEnd as BlockEnd
 from ._effects import BOOT_CHUNK as BOOT_CHUNK
+from ._effects import BOOT_GROUP as BOOT_GROUP
 from ._effects import EffectsFit as EffectsFit
 from ._effects import bootstrap_effects as bootstrap_effects
+from ._effects import check_n_boot as check_n_boot
 from ._effects import fit_effects as fit_effects
 from ._forecast import ForecastPrior as ForecastPrior
 from ._forecast import StateOC as StateOC
@@ -103,9 +106,11 @@ __all__ = [
     "ACTION_CODES",
     "ALTERNATIVES",
     "BOOT_CHUNK",
+    "BOOT_GROUP",
     "DECISION_RULES",
     "DEFAULT_RULE",
     "GUARANTEES",
+    "MAX_BOOT",
     "MOVER",
     "NEWCOMBE",
     "PROBATION_RULES",
@@ -144,6 +149,7 @@ __all__ = [
     "bootstrap_effects",
     "cand_wrong_probability",
     "check_ladder_length",
+    "check_n_boot",
     "correlated_latency",
     "decision_rule",
     "false_accept_curve",

@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from .._env import DEFAULT_BOOT, MAX_BOOT
+
 Counts = Sequence[int] | np.ndarray
 """Per-gate counts (W or L): a sequence or an integer array (a frame's column)."""
 THETA_GRID: tuple[float, ...] = tuple(round(0.25 * i, 2) for i in range(1, 13))
@@ -131,25 +133,43 @@ def fit_effects(wins: Counts, losses: Counts,
 
 BOOT_CHUNK = 25
 """Replicates refitted per task of a bootstrap run on an executor."""
+BOOT_GROUP = 40 * BOOT_CHUNK
+"""Replicates drawn, refitted and reported at a time: memory is bounded by this, not n_boot."""
 
 
-def bootstrap_effects(wins: Counts, losses: Counts, n_boot: int = 200,
+def check_n_boot(n_boot: object) -> int:
+    """``n_boot`` if it is a whole number from 1 to `MAX_BOOT`, else ValueError naming it."""
+    if isinstance(n_boot, bool) or not isinstance(n_boot, int | np.integer) \
+            or not 1 <= n_boot <= MAX_BOOT:
+        raise ValueError(f"n_boot must be a whole number from 1 to {MAX_BOOT:,} (bootstrap "
+                         f"resamples), got {n_boot!r}")
+    return int(n_boot)
+
+
+def bootstrap_effects(wins: Counts, losses: Counts, n_boot: int = DEFAULT_BOOT,
                       seed: int = 0, bounds: tuple[float, float] | None = None,
                       reference: tuple[float, float] = REFERENCE,
-                      map_fn: Callable[[Callable[[Any], Any], list[Any]], list[Any]] | None = None
-                      ) -> np.ndarray:
+                      map_fn: Callable[[Callable[[Any], Any], list[Any]], list[Any]] | None = None,
+                      progress: Callable[[int], None] | None = None) -> np.ndarray:
     """Shares (harmful, neutral, helpful) refitted on ``n_boot`` resamples of the gates
     (seeded; the choice of (a, b) redone each time), shape (n_boot, 3). The resamples are
-    drawn here; ``map_fn(fn, items)`` (e.g. `vtrm_gate.sim.sweep_map` on an executor) refits
-    them in chunks of `BOOT_CHUNK`, with the same result as serially (the default)."""
+    drawn here, `BOOT_GROUP` at a time; ``map_fn(fn, items)`` (e.g. `vtrm_gate.sim.sweep_map`
+    on an executor) refits them in chunks of `BOOT_CHUNK`, with the same result as serially
+    (the default); ``progress(done)`` hears after each group."""
+    n_boot = check_n_boot(n_boot)
     w, l, _, index = _counts(wins, losses)
     rng = np.random.default_rng(seed)
-    weights = np.array([np.bincount(index[rng.integers(0, len(index), len(index))],
-                                    minlength=len(w)) for _ in range(n_boot)], dtype=float)
     pairs = _grid(bounds, reference)
-    chunks = [(w, l, pairs, weights[i:i + BOOT_CHUNK]) for i in range(0, n_boot, BOOT_CHUNK)]
-    parts = (map_fn or _serial)(refit_shares, chunks)
-    return np.concatenate(parts) if parts else np.empty((0, 3))
+    parts: list[np.ndarray] = []
+    for start in range(0, n_boot, BOOT_GROUP):
+        size = min(BOOT_GROUP, n_boot - start)
+        weights = np.array([np.bincount(index[rng.integers(0, len(index), len(index))],
+                                        minlength=len(w)) for _ in range(size)], dtype=float)
+        chunks = [(w, l, pairs, weights[i:i + BOOT_CHUNK]) for i in range(0, size, BOOT_CHUNK)]
+        parts.extend((map_fn or _serial)(refit_shares, chunks))
+        if progress is not None:
+            progress(start + size)
+    return np.concatenate(parts)
 
 
 def refit_shares(chunk: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
