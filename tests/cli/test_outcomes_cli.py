@@ -234,3 +234,21 @@ def test_a_jsonl_table_that_opens_with_a_byte_order_mark_is_read(
     jsonl.write_bytes(b"\xef\xbb\xbf" + jsonl.read_bytes() + b"\n")
     assert main(["replay", "--outcomes", str(jsonl), "--json"]) == 0, capsys.readouterr().err
     assert json.loads(capsys.readouterr().out) == plain
+
+
+def test_a_log_that_numbers_steps_past_a_billion_is_read_and_the_message_names_the_range(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A log whose step is a global counter or a Unix time (1733241600) was refused as "must
+    be an integer >= 0": it is one, and counts up to 18 digits are read now (int64); past
+    that the message names the range."""
+    path = _write(tmp_path, [f"1,1733241600,OCR,u{i},{i},0,1,0" for i in range(3)])
+    assert main(["replay", "--outcomes", str(path), "--json"]) == 0, capsys.readouterr().err
+    [row] = json.loads(capsys.readouterr().out)
+    assert (row["step"], row["prefix_W"]) == (1733241600, 3)
+    assert main(["fit", "--outcomes", str(path), "--boot", "5", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["n_gates"] == 1
+    path = _write(tmp_path, ["1,1,OCR,u0,0,0,1,0", f"1,{10**18},OCR,u0,0,0,1,0"])
+    assert main(["replay", "--outcomes", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert ("row 2, column 'step': must be a whole number from 0 to 999999999999999999, got "
+            "'1000000000000000000'") in err, err

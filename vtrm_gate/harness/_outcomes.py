@@ -41,6 +41,9 @@ so a larger file costs no more than this many rows."""
 FORMATS = {".csv": "csv", ".parquet": "parquet", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 _TRUE, _FALSE = ("1", "true"), ("0", "false")
 _INTS = ("epoch", "step", "ladder_rank", "tokens", "block_idx", "n_ladder")
+_DIGITS = 18
+"""Counts are read up to this many digits (int64; a step numbered by Unix time has 10)."""
+_LARGEST = "9" * _DIGITS
 
 
 class OutcomesError(InputError):
@@ -228,7 +231,7 @@ def _typed(path: Path, raw: pl.DataFrame) -> pl.DataFrame:
     txt = {c: pl.col(c).str.strip_chars() for c in df.columns}
     for c in (*_INTS, "base_correct", "cand_correct", "infra"):
         if c in txt:  # pandas writes an integer column with a missing value as floats: 1.0
-            txt[c] = txt[c].str.replace(r"^(\d{1,9})\.0+$", "${1}")
+            txt[c] = txt[c].str.replace(rf"^(\d{{1,{_DIGITS}}})\.0+$", "${1}")
     low = {c: e.str.to_lowercase() for c, e in txt.items()}
     empty = {c: e.is_null() | (e == "") for c, e in txt.items()}
     for c in ("task_type", "unit_id"):
@@ -240,11 +243,12 @@ def _typed(path: Path, raw: pl.DataFrame) -> pl.DataFrame:
              "must be 0/1 or true/false (empty only on an INFRA row)")
     for c in _INTS:
         if c in df.columns:
-            whole = txt[c].str.contains(r"^\d{1,9}$")
+            whole = txt[c].str.contains(rf"^\d{{1,{_DIGITS}}}$")
             if c in OUTCOME_COLUMNS:
-                _bad(path, df, whole, c, "must be an integer >= 0")
+                _bad(path, df, whole, c, f"must be a whole number from 0 to {_LARGEST}")
             else:
-                _bad(path, df, whole | empty[c], c, "must be an integer >= 0 or empty")
+                _bad(path, df, whole | empty[c], c,
+                     f"must be a whole number from 0 to {_LARGEST} or empty")
     if "latency_s" in df.columns:
         secs = txt["latency_s"].cast(pl.Float64, strict=False)
         _bad(path, df, empty["latency_s"] | (secs.is_finite() & (secs >= 0)), "latency_s",
