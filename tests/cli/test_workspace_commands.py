@@ -247,3 +247,20 @@ def test_docs_list_every_exported_table_with_its_columns():
         row = next((ln for ln in api.splitlines() if ln.startswith(f"| `{table}` |")), None)
         assert row is not None, f"docs/api.md lists no exported table {table}"
         assert row.rstrip(" |").rsplit("| ", 1)[1] == ", ".join(c for c, _ in cols), table
+
+
+@pytest.mark.parametrize("name", ["o.csv", "tables.PARQUET", "o.jsonl"])
+def test_export_to_a_file_name_is_refused_naming_the_directory_it_writes(
+        trained_workspace, tmp_path, cli, name):
+    """``export --out o.csv`` made a directory "o.csv" of eleven Parquet files: export writes
+    a directory of tables, so a new --out that looks like one file is refused, writing
+    nothing (an existing directory of that name is still written to)."""
+    ws, _ = trained_workspace
+    r = cli("export", "--workspace", str(ws), "--out", str(tmp_path / name))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert (f"{tmp_path / name}: export writes a directory of tables (one file per table), "
+            f"not one file") in r.stderr, r.stderr
+    assert not (tmp_path / name).exists()
+    (tmp_path / name).mkdir()
+    assert cli("export", "--workspace", str(ws), "--out", str(tmp_path / name)).returncode == 0
+    assert (tmp_path / name / "predictions.parquet").is_file()

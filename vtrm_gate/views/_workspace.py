@@ -33,6 +33,8 @@ from ._train_figures import plot_phase_times, plot_training_curve
 
 PHASES = ("rollout", "evolution", "gate", "settlement", "evaluation")
 EXPORT_FORMATS = ("parquet", "csv")
+_FILE_SUFFIXES = frozenset({".csv", ".parquet", ".jsonl", ".ndjson", ".json"})
+"""An export's --out ending so names one file, not the directory export writes."""
 
 
 class WorkspaceView:
@@ -257,6 +259,11 @@ def export_tables(workspace: Workspace, out: str | Path, fmt: str = "parquet"
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise WorkspaceError(f"{out}: exists and is not a directory")
+    if not out.exists() and out.suffix.lower() in _FILE_SUFFIXES:
+        raise WorkspaceError(f"{out}: export writes a directory of tables (one file per "
+                             f"table), not one file; name a directory (--format csv for CSV "
+                             f"files); the outcomes table that fit and replay read: "
+                             f"write_outcomes(workspace, {out.name!r})")
     out.mkdir(parents=True, exist_ok=True)
     files = {}
     for t in TABLES:
