@@ -364,3 +364,20 @@ def test_the_old_gates_times_replay_each_step_with_its_own_parameters(tmp_path):
     assert longest > 40
     assert summary["old_phases_s"]["gate"] > summary["v3_phases_s"]["gate"] > 0
     ws.close()
+
+
+@pytest.mark.parametrize("ability", [40.0, -40.0, 1e308, -1e308])
+def test_an_ability_far_past_the_logit_scale_is_right_or_wrong_every_time_not_an_error(
+        ability: float) -> None:
+    """sigmoid(40) is 1.0 in floats and inv_cdf(1.0) raised StatisticsError (an exp of 1e308,
+    OverflowError): a long run of accepted helpful candidates, or a world with huge sizes
+    (`init --world` took size_max 1e308), made every call INFRA and tripped the guard."""
+    world = SimWorld()
+    skill = f"# x\n<!-- sim: ability={ability:+} effect=helpful -->\n"
+    assert world.skill_ability(skill) == ability
+    units = world.pool("OCR Problems")[:30]
+    results = [world.outcome(_task(world, "OCR Problems", u, "r1", skill)) for u in units]
+    assert not any(r.infra for r in results)
+    assert {r.correct for r in results} == {ability > 0}
+    p = world.unit_p_correct("OCR Problems", units[0], skill)
+    assert (p > 1 - 1e-9) if ability > 0 else (p < 1e-9)

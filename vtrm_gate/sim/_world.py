@@ -109,8 +109,14 @@ def _normal(*parts: object) -> float:
     return _NORMAL.inv_cdf(_uniform(*parts))
 
 
+_LOGIT_EDGE = 27.6
+"""|ability - difficulty| is clipped here: P(correct) stays within ~1e-12 of 0 and 1, where
+``inv_cdf`` is defined (sigmoid(40) is 1.0 in floats; a long run of accepted helpful
+candidates, or a world with huge sizes, gets there)."""
+
+
 def _sigmoid(x: float) -> float:
-    return 1.0 / (1.0 + math.exp(-x))
+    return 1.0 / (1.0 + math.exp(-max(-_LOGIT_EDGE, min(_LOGIT_EDGE, x))))
 
 
 def _fail(name: str, allowed: str, value: object) -> None:
