@@ -160,7 +160,9 @@ def test_compare_numbers_are_the_workspaces_own(trained_workspace, run_b, cli):
     r = cli("compare", str(a), str(b), "--json")
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
-    assert set(d) == {"a", "b", "diff", "types"}
+    assert set(d) == {"a", "b", "diff", "types", "settings"}
+    assert d["settings"] == {"seed": {"a": 5, "b": 6},
+                             "probation_rule": {"a": "e_continue", "b": "w_net"}}
     for side, ws, res in (("a", a, res_a), ("b", b, res_b)):
         o = d[side]["overall"]
         assert o["seconds"] == pytest.approx(res.total_s, rel=1e-9)  # timings = the run's
@@ -205,6 +207,27 @@ def test_compare_never_subtracts_times_of_two_clocks(tmp_path, cli):
         " h (real time); not comparable" in text
     same = json.loads(cli("compare", a, a, "--json").stdout)
     assert same["diff"]["seconds"] == 0.0 and same["a"]["overall"]["clock"] == "virtual"
+
+
+def test_compare_names_every_setting_that_differs_once(tmp_path, cli):
+    """Two runs compared with no word on what set them apart: a cooldown off, a fitted world,
+    another seed. compare now lists each differing setting once, by its workspace.json name
+    (a simulated world resolved: no world given is the preset default), A's value and B's."""
+    (tmp_path / "w.json").write_text('{"size_min": 0.3, "size_max": 2.5}')
+    assert cli("init", str(tmp_path / "a"), "--seed", "1").returncode == 0
+    assert cli("init", str(tmp_path / "b"), "--seed", "1", "--no-futile-cooldown",
+               "--world", str(tmp_path / "w.json")).returncode == 0
+    d = json.loads(cli("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json").stdout)
+    assert d["settings"] == {"futile_cooldown": {"a": True, "b": False},
+                             "sim.world.scope": {"a": "type", "b": "candidate"},
+                             "sim.world.size_max": {"a": 0.9, "b": 2.5}}
+    text = " ".join(cli("compare", str(tmp_path / "a"), str(tmp_path / "b")).stdout.split())
+    assert ("settings that differ: futile_cooldown A true, B false; sim.world.size_max A 0.9, "
+            "B 2.5; sim.world.scope A type, B candidate") in text, text
+    same = " ".join(cli("compare", str(tmp_path / "a"), str(tmp_path / "a")).stdout.split())
+    assert "settings: the same" in same
+    assert json.loads(cli("compare", str(tmp_path / "a"), str(tmp_path / "a"),
+                          "--json").stdout)["settings"] == {}
 
 
 @pytest.mark.parametrize("command", ["status", "compare", "export"])

@@ -5,9 +5,11 @@ overall. Read-only on both workspaces."""
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Mapping
 from typing import Any
 
+from ..errors import shown
 from ._args import emit
 from ._table import Column, render, terminal_width, wrap
 
@@ -68,8 +70,22 @@ def compare_text(d: Mapping[str, Any], width: int) -> str:
              f"accuracy (%): A {d['a']['accuracy_source']}; B {d['b']['accuracy_source']}; "
              f"decisions: A ACCEPT, P PROVISIONAL, I INERTIA, F FUTILE, R REJECT",
              f"{times}; tokens: A {oa['tokens']:,}, B {ob['tokens']:,}; calls: fresh "
-             f"inference calls"]
+             f"inference calls",
+             _settings_line(d["settings"])]
     return render(cols, width) + "\n" + "\n".join(wrap(ln, width, "    ") for ln in lines)
+
+
+def _settings_line(differ: Mapping[str, Mapping[str, Any]]) -> str:
+    """The settings that set the two runs apart, each with A's value and B's."""
+    if not differ:
+        return "settings: the same"
+    return "settings that differ: " + "; ".join(
+        f"{name} A {_value(v['a'])}, B {_value(v['b'])}" for name, v in differ.items())
+
+
+def _value(v: Any) -> str:
+    return "not set" if v is None else json.dumps(v) if isinstance(v, bool | list) else \
+        shown(v) if isinstance(v, str) and len(v) > 60 else str(v)
 
 
 def _hours(overall: Mapping[str, Any]) -> str:

@@ -405,13 +405,50 @@ def decision_letters(counts: Mapping[str, int] | None) -> str:
                     if n) or "-"
 
 
+def _settings(ws: Workspace) -> dict[str, Any]:
+    """The workspace's settings as dotted ``workspace.json`` names -> values: a simulated
+    world resolved (none given is the preset ``default``; its agent block repeats ``sim``
+    and is left out), the identity and file format aside."""
+    cfg = {k: v for k, v in ws.config.as_json().items() if k not in ("workspace_id", "format")}
+    world = _world(ws)
+    if world is not None:
+        cfg.pop("agent")
+        cfg["sim"] = {**cfg["sim"], "world": world.world.to_dict()}
+    return _dotted(cfg)
+
+
+def _dotted(value: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in value.items():
+        if isinstance(v, Mapping) and v:
+            out.update(_dotted(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _settings_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each setting whose value differs, once: ``{name: {"a": .., "b": ..}}`` (None: not
+    set); a name repeating a shorter one's difference (``sim.seed`` of ``seed``) is left out."""
+    out: dict[str, dict[str, Any]] = {}
+    for k in sorted(set(a) | set(b), key=lambda k: (k.count("."), k)):
+        pair = {"a": a.get(k), "b": b.get(k)}
+        leaf = k.rsplit(".", 1)[-1]
+        if pair["a"] != pair["b"] and not any(
+                n.rsplit(".", 1)[-1] == leaf and p == pair for n, p in out.items()):
+            out[k] = pair
+    order = {k: i for i, k in enumerate(dict.fromkeys([*a, *b]))}  # workspace.json's
+    return dict(sorted(out.items(), key=lambda kv: order[kv[0]]))
+
+
 def compare_runs(a: str | Path, b: str | Path) -> dict[str, Any]:
     """Two workspaces side by side (`run_numbers` of each), per type and overall, with the
-    differences B - A of accuracy, time and calls."""
-    runs = []
+    differences B - A of accuracy, time and calls, and the settings that differ."""
+    runs, configs = [], []
     for path in (a, b):
         with Workspace.open(Path(path), readonly=True) as ws:
             runs.append(run_numbers(ws))
+            configs.append(_settings(ws))
     ra, rb = runs
     types = sorted(set(ra["types"]) | set(rb["types"]))
 
@@ -428,4 +465,4 @@ def compare_runs(a: str | Path, b: str | Path) -> dict[str, Any]:
             "b": {k: v for k, v in rb.items() if k != "types"},
             "diff": {k: diff(oa[k], ob[k]) if k != "seconds" or one_clock else None
                      for k in ("accuracy", "seconds", "calls", "tokens")},
-            "types": per_type}
+            "types": per_type, "settings": _settings_diff(*configs)}
