@@ -395,6 +395,8 @@ def valid_keys() -> dict[str, set[str] | None]:
 def _refuse_unknown(key: str, valid: set[str], where: str) -> None:
     if key in REMOVED_KEYS:
         raise ConfigError(f"{where}{key}: {REMOVED_KEYS[key]}")
+    if not where and key in FLAG_ONLY:
+        raise ConfigError(f"{key}: {_flag_only(key)}")
     raise ConfigError(f"unknown config key '{where}{key}'; valid keys: "
                       f"{', '.join(sorted(valid))}")
 
@@ -526,11 +528,18 @@ _OUR_PREFIXES = ("VTRM_", "REDIS_CACHE_")
 """Variables under these names are ours: one a letter or two from a setting is a slip."""
 
 
+def _flag_only(key: str) -> str:
+    return (f"{key} is set by its flag only (--{key.replace('_', '-')}), not the environment "
+            f"or a config file")
+
+
 def _misspelt_variable(layer: Mapping[str, str], where: str) -> None:
     """Refuse a variable of ours that is no setting but nearly spells one
     (``VTRM_CONCURENCY``): it would be ignored without a word, and the run go on at the
     default. Our other variables (``VTRM_API_KEY``...) are far from every setting's name."""
     for var in layer:
+        if var.startswith("VTRM_") and var[5:].lower() in FLAG_ONLY:
+            raise ConfigError(f"{var}{where}: {_flag_only(var[5:].lower())}")
         if var.startswith(_OUR_PREFIXES) and var not in ENV_KEYS:
             meant = difflib.get_close_matches(var, ENV_KEYS, n=1, cutoff=0.85)
             if meant:

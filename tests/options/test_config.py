@@ -94,6 +94,26 @@ def test_a_misspelt_setting_in_dotenv_or_the_environment_is_refused_naming_it(
         resolve_options(env={var: "8"}, dotenv=None)
 
 
+@pytest.mark.parametrize(("key", "flag"), [("time_scale", "--time-scale"),
+                                           ("backend", "--backend")])
+def test_a_flag_only_setting_in_a_file_or_the_environment_is_refused_naming_its_flag(
+        tmp_path, key, flag):
+    """``VTRM_TIME_SCALE=0`` was ignored without a word (the step ran on the virtual clock);
+    in a config file it was "unknown config key". Each now names the flag that sets it."""
+    var = f"VTRM_{key.upper()}"
+    with pytest.raises(ConfigError, match=rf"^{var}: {key} is set by its flag only \({flag}\), "
+                                          rf"not the environment or a config file$"):
+        resolve_options(env={var: "0"}, dotenv=None)
+    dotenv = tmp_path / ".env"
+    dotenv.write_text(f"{var}=0\n")
+    with pytest.raises(ConfigError, match=rf"^{var} \(\.env\): {key} is set by its flag only"):
+        resolve_options(env={}, dotenv=dotenv)
+    f = tmp_path / "c.toml"
+    f.write_text(f"{key} = 0\n")
+    with pytest.raises(ConfigError, match=rf"^{key}: {key} is set by its flag only \({flag}\)"):
+        resolve_options(config=f, env={}, dotenv=None)
+
+
 def test_other_variables_are_left_alone():
     env = {"VTRM_API_KEY": "k", "VTRM_WORKSPACE": "ws", "VTRM_MODEL": "m", "VTRM_CI": "1",
            "VTRM_FIGURES": "f", "VTRM_BASE_URL": "http://h/v1", "VTRM_DEBUG": "1",
