@@ -370,8 +370,8 @@ def test_the_old_gates_times_replay_each_step_with_its_own_parameters(tmp_path):
 def test_an_ability_far_past_the_logit_scale_is_right_or_wrong_every_time_not_an_error(
         ability: float) -> None:
     """sigmoid(40) is 1.0 in floats and inv_cdf(1.0) raised StatisticsError (an exp of 1e308,
-    OverflowError): a long run of accepted helpful candidates, or a world with huge sizes
-    (`init --world` took size_max 1e308), made every call INFRA and tripped the guard."""
+    OverflowError): a world with huge sizes (`init --world` took size_max 1e308) or a skill
+    marker far past the scale made every call INFRA and tripped the guard."""
     world = SimWorld()
     skill = f"# x\n<!-- sim: ability={ability:+} effect=helpful -->\n"
     assert world.skill_ability(skill) == ability

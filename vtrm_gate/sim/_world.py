@@ -111,8 +111,8 @@ def _normal(*parts: object) -> float:
 
 _LOGIT_EDGE = 27.6
 """|ability - difficulty| is clipped here: P(correct) stays within ~1e-12 of 0 and 1, where
-``inv_cdf`` is defined (sigmoid(40) is 1.0 in floats; a long run of accepted helpful
-candidates, or a world with huge sizes, gets there)."""
+``inv_cdf`` is defined (sigmoid(40) is 1.0 in floats: a world with huge sizes, or a skill
+marker's ability far past the scale, gets there)."""
 
 
 def _sigmoid(x: float) -> float:
