@@ -236,6 +236,9 @@ def bad_requests() -> dict[str, tuple[dict[str, Any], int, str]]:
         # "²" passes str.isdigit() but not int(): was a ValueError out of the transport
         "Content-Length ²": ({"json": ok, "headers": {"content-length": b"\xb2"}}, 400,
                              "Content-Length '\u00b2' is not a whole number of bytes"),
+        # int() of more than 4,300 digits raises ValueError
+        "Content-Length 9 x 5000": ({"json": ok, "headers": {"content-length": "9" * 5000}},
+                                    413, "is over the cached client's cap of 16777216 bytes"),
     }
 
 

@@ -383,10 +383,9 @@ def test_the_tool_agents_prompt_refused_by_a_content_filter_is_the_arms_wrong_an
     assert res.error is not None and "turn 2: the server's content filter refused" in res.error
 
 
-def test_a_content_length_that_is_a_digit_but_not_a_number_is_not_a_crash() -> None:
-    # An in-process server (httpx's own ASGI transport, which does not check headers as h11
-    # does) declares "Content-Length: ²": str.isdigit() says yes and int() raised ValueError
-    # out of the agent. Now the declaration is ignored and the body is read under the cap.
+def _in_process_chat(content_length: bytes) -> LLMAgent:
+    """An agent whose server (in process, through httpx's own ASGI transport, which does not
+    check headers as h11 does) declares ``content_length`` and answers "B"."""
     body = json.dumps({"choices": [{"message": {"role": "assistant", "content": "B"}}]})
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -394,17 +393,31 @@ def test_a_content_length_that_is_a_digit_but_not_a_number_is_not_a_crash() -> N
             pass
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", b"\xb2")]})
+                                (b"content-length", content_length)]})
         await send({"type": "http.response.body", "body": body.encode()})
 
-    a = LLMAgent(UNITS, base_url="http://in-process/v1", model="m", retry=FAST,
-                 rng=random.Random(0), transport=httpx.ASGITransport(app=app))
+    return LLMAgent(UNITS, base_url="http://in-process/v1", model="m", retry=FAST,
+                    rng=random.Random(0), transport=httpx.ASGITransport(app=app))
 
-    async def go() -> dict[str, Any]:
-        try:
-            return await a.chat({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
-        finally:
-            await a.aclose()
 
-    assert asyncio.run(go())["choices"][0]["message"]["content"] == "B"
+async def _hi(a: LLMAgent) -> dict[str, Any]:
+    try:
+        return await a.chat({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    finally:
+        await a.aclose()
+
+
+def test_a_content_length_that_is_a_digit_but_not_a_number_is_not_a_crash() -> None:
+    # "Content-Length: ²": str.isdigit() says yes and int() raised ValueError out of the
+    # agent. Now the declaration is ignored and the body is read under the cap.
+    a = _in_process_chat(b"\xb2")
+    assert asyncio.run(_hi(a))["choices"][0]["message"]["content"] == "B"
     assert a.http_requests == 1
+
+
+def test_a_content_length_of_5000_digits_is_too_large_not_a_crash() -> None:
+    # int() of more than 4,300 digits raises ValueError: was a crash, now over the cap
+    a = _in_process_chat(b"9" * 5000)
+    with pytest.raises(LLMInfraError, match=r"larger than max_response_bytes=\d+ "
+                                            r"\(Content-Length 9{8}\.\.\."):
+        asyncio.run(_hi(a))

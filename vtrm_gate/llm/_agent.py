@@ -115,6 +115,20 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"non-finite number {name}")
 
 
+def declared_length(headers: httpx.Headers) -> int | None:
+    """A message's Content-Length as a whole number; None when absent or not one ("²" passes
+    ``isdigit`` but not ``int``); past 18 digits 10**18, over any cap (``int`` of 4,301
+    digits raises)."""
+    raw = headers.get("content-length", "")
+    return None if not raw.isdecimal() else int(raw) if len(raw) <= 18 else 10**18
+
+
+def bounded_length(headers: httpx.Headers) -> str:
+    """The Content-Length as said, a long one cut (a message never carries 5,000 digits)."""
+    raw = headers.get("content-length", "")
+    return raw if len(raw) <= 18 else f"{raw[:8]}... ({len(raw):,} digits)"
+
+
 def parse_body(data: bytes, *, replace_lone_surrogates: bool = True) -> Any:
     """A response body as JSON; ValueError naming the fault (not JSON, NaN/Infinity, nested
     too deeply) instead of a float the cache cannot store or a RecursionError. A lone
@@ -526,10 +540,11 @@ class LLMAgent:
     async def _read_capped(self, r: httpx.Response, cap: int | None = None) -> bytes:
         """The body, streamed; `LLMInfraError` as soon as it passes ``max_response_bytes``."""
         cap = cap or self.max_response_bytes
-        declared = r.headers.get("content-length", "")
-        if declared.isdecimal() and int(declared) > cap:  # "²" is isdigit() but not int()
+        declared = declared_length(r.headers)
+        if declared is not None and declared > cap:
             raise LLMInfraError(f"HTTP {r.status_code} response larger than "
-                                f"max_response_bytes={cap} (Content-Length {declared})")
+                                f"max_response_bytes={cap} (Content-Length "
+                                f"{bounded_length(r.headers)})")
         chunks, n = [], 0
         async for chunk in r.aiter_bytes():  # decoded: the cap also stops a gzip bomb
             n += len(chunk)

@@ -27,9 +27,9 @@ import httpx
 from .._env import DEFAULT_TIMEOUT_S, scrub_credentials
 from .._ids import check_run_id
 from ..cache import KeyParts, ResponseCache, protocol_failure, run_header
-from ..errors import is_whole
+from ..errors import is_whole, shown
 from ..gate import current_run_id
-from ._agent import DEFAULT_MAX_RESPONSE_BYTES, parse_body
+from ._agent import DEFAULT_MAX_RESPONSE_BYTES, bounded_length, declared_length, parse_body
 
 CHAT_PATH = "/chat/completions"
 MAX_REQUEST_BYTES = 16 << 20
@@ -105,12 +105,14 @@ class CachedTransport(httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         if not _is_chat(request):
             return self._tagged(await self._send(request), "pass")
-        declared = request.headers.get("content-length", "")
-        if declared and not declared.isdecimal():  # "²" is isdigit() but not int()
-            return self._refuse(request, 400, f"Content-Length {declared!r} is not a whole "
-                                "number of bytes")
-        if declared and int(declared) > self.max_request_bytes:
-            return self._refuse(request, 413, f"request body of {int(declared)} bytes is over "
+        declared = declared_length(request.headers)
+        if declared is None and request.headers.get("content-length"):
+            return self._refuse(request, 400, f"Content-Length "
+                                f"{shown(request.headers['content-length'])} is not a whole "
+                                f"number of bytes")
+        if declared is not None and declared > self.max_request_bytes:
+            return self._refuse(request, 413, f"request body of "
+                                f"{bounded_length(request.headers)} bytes is over "
                                 f"the cached client's cap of {self.max_request_bytes} bytes "
                                 f"(max_request_bytes)")
         data = await request.aread()
