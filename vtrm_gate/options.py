@@ -58,6 +58,7 @@ from .stats import DECISION_RULES, PROBATION_RULES, GateParams, decision_rule, f
 __all__ = [
     "DEFAULT_CONCURRENCY",
     "DEFAULT_DEADLINE_S",
+    "DEFAULT_DECISION_RULE",
     "DEFAULT_MAX_RETRIES",
     "DEFAULT_MAX_TOKENS",
     "DEFAULT_TIMEOUT_S",
@@ -106,6 +107,9 @@ EXECUTION_FIELDS = ("concurrency", "dispatch", "cancel_after_freeze", "past_stop
                     "timeout", "deadline", "max_retries")
 """`RunOptions.execution`'s keys: recorded in a step's manifest beside its inputs; they
 never change a decision."""
+DEFAULT_DECISION_RULE = "paired_betting"
+"""The SPEC's rule; a manifest names its rule only when it is another (older ones compare
+equal)."""
 FLAG_ONLY = ("time_scale", "backend")
 """Keys set by a command-line flag (or the Python API) only, never by a file."""
 
@@ -142,7 +146,7 @@ class RunOptions:
     several endpoints)."""
     gate: GateParams = field(default_factory=GateParams)
     guard: GuardParams = field(default_factory=GuardParams)
-    decision_rule: str = "paired_betting"
+    decision_rule: str = DEFAULT_DECISION_RULE
     """The gate's decision rule (`vtrm_gate.stats.DECISION_RULES`): the SPEC's paired
     betting, or an opt-in one with the same guarantee (``lambda_mixture``, ``old_blocks``)."""
     dispatch: DispatchName = DEFAULT_DISPATCH
@@ -305,7 +309,7 @@ class RunOptions:
     def decision_inputs(self) -> dict[str, Any]:
         """The fields that can change a decision, as plain values (a manifest's inputs)."""
         out: dict[str, Any] = {"params": _plain(self.gate), "guard": self.guard.inputs()}
-        if self.decision_rule != "paired_betting":  # older manifests compare equal
+        if self.decision_rule != DEFAULT_DECISION_RULE:  # older manifests compare equal
             out["decision_rule"] = self.decision_rule
         return out
 

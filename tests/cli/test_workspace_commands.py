@@ -230,6 +230,26 @@ def test_compare_names_every_setting_that_differs_once(tmp_path, cli):
                           "--json").stdout)["settings"] == {}
 
 
+def test_compare_names_the_run_options_the_recorded_steps_ran_with(tmp_path, cli):
+    """Notebook 07 compares v3 with the old gate's rule in the same world: a run option
+    (``--decision-rule old_blocks``), recorded in each step's manifest, not workspace.json.
+    compare reads them by their option names; steps of one run that differ give a list."""
+    for name in ("a", "b"):
+        assert cli("init", str(tmp_path / name), "--seed", "1").returncode == 0
+    step = ("step", "--epoch", "1", "--step")
+    assert cli(*step, "1", "--workspace", str(tmp_path / "a")).returncode == 0
+    assert cli(*step, "1", "--workspace", str(tmp_path / "b"), "--decision-rule", "old_blocks",
+               "--concurrency", "8").returncode == 0
+    assert cli(*step, "2", "--workspace", str(tmp_path / "b"), "--decision-rule", "old_blocks",
+               "--concurrency", "16").returncode == 0
+    d = json.loads(cli("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json").stdout)
+    assert d["settings"] == {"decision_rule": {"a": "paired_betting", "b": "old_blocks"},
+                             "concurrency": {"a": 32, "b": [8, 16]}}
+    text = " ".join(cli("compare", str(tmp_path / "a"), str(tmp_path / "b")).stdout.split())
+    assert ("settings that differ: decision_rule A paired_betting, B old_blocks; concurrency "
+            "A 32, B [8, 16]") in text, text
+
+
 @pytest.mark.parametrize("command", ["status", "compare", "export"])
 def test_text_output_fits_80_columns(trained_workspace, run_b, tmp_path, command, cli):
     a, b = trained_workspace[0], run_b[0]

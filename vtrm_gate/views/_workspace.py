@@ -27,6 +27,7 @@ from ..harness import (
     read_manifest,
     train_started,
 )
+from ..options import DEFAULT_DECISION_RULE, EXECUTION_FIELDS
 from ..stats import Action, GateParams, TrajectoryPoint, TypeOutcome
 from ._figures import GateFigure, plot_trajectories
 from ._train_figures import plot_phase_times, plot_training_curve
@@ -406,15 +407,37 @@ def decision_letters(counts: Mapping[str, int] | None) -> str:
 
 
 def _settings(ws: Workspace) -> dict[str, Any]:
-    """The workspace's settings as dotted ``workspace.json`` names -> values: a simulated
-    world resolved (none given is the preset ``default``; its agent block repeats ``sim``
-    and is left out), the identity and file format aside."""
+    """The workspace's settings as dotted ``workspace.json`` names -> values (a simulated
+    world resolved: none given is the preset ``default``; its agent block repeats ``sim`` and
+    is left out; the identity and file format aside), then the run options its steps ran
+    with (`_run_options`)."""
     cfg = {k: v for k, v in ws.config.as_json().items() if k not in ("workspace_id", "format")}
     world = _world(ws)
     if world is not None:
         cfg.pop("agent")
         cfg["sim"] = {**cfg["sim"], "world": world.world.to_dict()}
-    return _dotted(cfg)
+    return {**_dotted(cfg), **_run_options(ws)}
+
+
+def _run_options(ws: Workspace) -> dict[str, Any]:
+    """The run options the recorded steps ran with, by their option names (``decision_rule``,
+    ``gate.n_max``, ``dispatch``, ...; from each step's manifest): one value, or the distinct
+    values in step order when the steps differed."""
+    seen: dict[str, list[Any]] = {}
+    rows = ws.log.query("SELECT DISTINCT epoch, step FROM step_report WHERE step >= 1 "
+                        "ORDER BY epoch, step")
+    for epoch, step in rows:
+        m = read_manifest(ws, epoch, step)
+        if m is None:
+            continue
+        cfg = m["inputs"]["config"]
+        opts = {"decision_rule": cfg.get("decision_rule", DEFAULT_DECISION_RULE),
+                "gate": cfg["params"], "guard": cfg["guard"],
+                **{k: m.get(k) for k in EXECUTION_FIELDS}}
+        for k, v in _dotted(opts).items():
+            if v not in seen.setdefault(k, []):
+                seen[k].append(v)
+    return {k: vs[0] if len(vs) == 1 else vs for k, vs in seen.items()}
 
 
 def _dotted(value: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
