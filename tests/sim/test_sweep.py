@@ -67,6 +67,24 @@ def test_no_scheduler_there_is_a_config_error_naming_it():
         pass
 
 
+@pytest.mark.parametrize(("address", "why"), [
+    ("nonsense", "missing port number"), ("tcp://h:port", "port"), ("tcp://127.0.0.1", "port")])
+def test_a_malformed_scheduler_address_is_refused_at_once_and_cleanly(address, why):
+    """``--scheduler nonsense`` named the problem, then the half-made Dask client's
+    finaliser waited 20 s at exit and printed a TimeoutError traceback ("Exception ignored
+    in Client.__del__"). The address is now checked before a client is made."""
+    code = ("from vtrm_gate.sim import sweep_executor\n"
+            "from vtrm_gate.errors import ConfigError\n"
+            f"try:\n    with sweep_executor({address!r}): pass\n"
+            "except ConfigError as e:\n    print(e)\n")
+    t0 = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd=Path(__file__).resolve().parents[2])
+    assert f"--scheduler {address}: not a Dask scheduler address" in out.stdout, out
+    assert why in out.stdout and out.stderr == "", out.stderr[-2000:]
+    assert time.monotonic() - t0 < 15  # the finaliser's 20 s wait is gone
+
+
 def test_a_failing_run_cancels_the_rest_and_raises_here():
     with sweep_executor(workers=1) as ex:
         with pytest.raises(ZeroDivisionError):

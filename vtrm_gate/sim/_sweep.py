@@ -89,6 +89,13 @@ def _dask_executor(scheduler: str, timeout_s: float) -> Iterator[Executor]:
     except ImportError:
         raise ConfigError(f"--scheduler {scheduler}: Dask is not installed "
                           f"({DASK_EXTRA})") from None
+    try:  # before a client is made: a failed one's finaliser waits 20 s at exit, and says so
+        scheme, where = distributed.comm.parse_address(scheduler)
+        if scheme in ("tcp", "tls"):
+            distributed.comm.addressing.parse_host_port(where)
+    except ValueError as e:
+        raise ConfigError(f"--scheduler {scheduler}: not a Dask scheduler address, "
+                          f"tcp://HOST:PORT ({e})") from None
     try:
         client = distributed.Client(scheduler, timeout=f"{timeout_s}s", set_as_default=False)
     except (OSError, TimeoutError, ValueError) as e:
