@@ -165,6 +165,10 @@ def test_cli_step_reports_each_endpoint_and_uses_the_sum_of_caps(
     ("http://a 3 4", "expected 'URL \\[max_concurrency\\]'"),
     ("http://a \u00b2", "expected 'URL \\[max_concurrency\\]'"),  # a digit, no decimal
     ("http://a/v1, http://b/v1", "expected 'URL \\[max_concurrency\\]'"),
+    (["http://a:99999/v1"], "port 99999 is not from 1 to 65535"),
+    (["http://a:0/v1"], "port 0 is not from 1 to 65535"),
+    (["http://"], "has no host"),
+    (["http://[::1/v1"], "not a URL \\(Invalid IPv6 URL\\)"),
 ])
 def test_bad_endpoint_lists_are_refused_naming_the_entry(value: Any, match: str) -> None:
     with pytest.raises(EndpointsError, match=match):
@@ -195,6 +199,20 @@ def test_init_refuses_a_bad_endpoint_list(tmp_path: Path) -> None:
         init_llm(tmp_path / "ws", write_units(tmp_path / "u.jsonl"),
                            base_url=["http://127.0.0.1:1/v1", "http://127.0.0.1:1/v1"],
                            model="m")
+    assert not (tmp_path / "ws").exists()
+
+
+@pytest.mark.parametrize(("url", "why"), [
+    ("http://127.0.0.1:99999/v1", "port 99999 is not from 1 to 65535"),
+    ("http://:8080/v1", "has no host"),
+    ("http://[::1/v1", "not a URL \\(Invalid IPv6 URL\\)"),
+])
+def test_init_refuses_a_base_url_no_connection_can_use(tmp_path: Path, url: str,
+                                                       why: str) -> None:
+    """A port past 65535 was taken at init; the step then failed as a bug (OverflowError
+    from connect(), in an ExceptionGroup). "[::1" said only "Invalid IPv6 URL"."""
+    with pytest.raises(WorkspaceError, match=rf"agent\.base_url {{1}}.*{why}"):
+        init_llm(tmp_path / "ws", write_units(tmp_path / "u.jsonl"), base_url=url, model="m")
     assert not (tmp_path / "ws").exists()
 
 

@@ -29,10 +29,11 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-from .._env import DEFAULT_CONCURRENCY
+from .._env import DEFAULT_CONCURRENCY, mask_url
 from .._ids import strict_json
-from ..errors import USER_TEXT, EndpointsError, is_whole
+from ..errors import USER_TEXT, EndpointsError, is_whole, shown
 from ._limit import PREFILL_TOKENS, GradientLimit, LimitParams
 
 DEFAULT_CAP = DEFAULT_CONCURRENCY
@@ -43,6 +44,32 @@ TIMEOUT_MULTIPLE = 3.0
 """An attempt may take this multiple of the endpoint's recent p95 latency (of its kind)."""
 
 
+def url_problem(label: str, url: object) -> str | None:
+    """Why ``url`` cannot be an OpenAI-compatible base URL, as a message naming ``label``
+    (its credentials masked), or None: not http(s), not a URL, no host, or a port no
+    connection can use (99999 was taken, then failed inside connect())."""
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        what = shown(mask_url(url)) if isinstance(url, str) else shown(url)
+        return f"{label} must be an http(s):// URL, got {what}"
+    why = _unusable_url(url)
+    return None if why is None else f"{label} {shown(mask_url(url))}: {why}"
+
+
+def _unusable_url(url: str) -> str | None:
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as e:
+        if not str(e).startswith("Port out of range"):
+            return f"is not a URL ({e})"
+        port = int(parts.netloc.rsplit(":", 1)[-1])
+    if not parts.hostname:
+        return "has no host"
+    if port is not None and not 1 <= port <= 65535:
+        return f"port {port} is not from 1 to 65535"
+    return None
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """One OpenAI-compatible base URL and the most calls it may have in flight."""
@@ -51,8 +78,9 @@ class Endpoint:
     max_concurrency: int = DEFAULT_CAP
 
     def __post_init__(self) -> None:
-        if not isinstance(self.url, str) or not self.url.startswith(("http://", "https://")):
-            raise EndpointsError(f"endpoint url must be an http(s):// URL, got {self.url!r}")
+        problem = url_problem("endpoint url", self.url)
+        if problem is not None:
+            raise EndpointsError(problem)
         cap = self.max_concurrency
         if not is_whole(cap) or cap < 1:
             raise EndpointsError(f"endpoint {self.url}: max_concurrency must be an integer "

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from .._env import credential_name, mask_url
+from .._env import credential_name
 from .._ids import slugify
 from ..errors import USER_TEXT, ConfigError, EndpointsError, MediaError, WorkspaceError, shown
 from ..harness import (
@@ -31,7 +31,7 @@ from ..harness import (
 from ..harness._units import task_description_problem
 from ..harness._workspace import _check_no_secret
 from ._agent import TEXT_TASK, VIDEO_TASK
-from ._endpoints import check_endpoints_setting, read_endpoints_file
+from ._endpoints import check_endpoints_setting, read_endpoints_file, url_problem
 
 
 def _refuse_url_credentials(url: str) -> None:
@@ -72,9 +72,8 @@ def check_llm_agent(agent: Mapping[str, Any]) -> None:
     url = agent.get("base_url")
     if isinstance(url, list) or "endpoints_file" in agent:  # several endpoints
         check_endpoints_setting(agent)
-    elif not isinstance(url, str) or not url.startswith(("http://", "https://")):
-        what = shown(mask_url(url)) if isinstance(url, str) else shown(url)
-        raise ConfigError(f"agent.base_url must be an http(s):// URL, got {what}")
+    elif (problem := url_problem("agent.base_url", url)) is not None:
+        raise ConfigError(problem)
     for u in url if isinstance(url, list) else [url]:
         if isinstance(u, str):
             _refuse_url_credentials(u)
