@@ -248,6 +248,12 @@ def test_compare_names_the_run_options_the_recorded_steps_ran_with(tmp_path, cli
     text = " ".join(cli("compare", str(tmp_path / "a"), str(tmp_path / "b")).stdout.split())
     assert ("settings that differ: decision_rule A paired_betting, B old_blocks; concurrency "
             "A 32, B [8, 16]") in text, text
+    # a damaged manifest: one line naming which of the two workspaces holds it (it said
+    # only "manifests/e1_s2.json: ...")
+    (tmp_path / "b" / "manifests" / "e1_s2.json").write_bytes(b"\xff\xfe{")
+    r = cli("compare", str(tmp_path / "a"), str(tmp_path / "b"))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert f"{tmp_path / 'b'}: manifests/e1_s2.json: not UTF-8 text" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("command", ["status", "compare", "export"])

@@ -470,8 +470,11 @@ def compare_runs(a: str | Path, b: str | Path) -> dict[str, Any]:
     runs, configs = [], []
     for path in (a, b):
         with Workspace.open(Path(path), readonly=True) as ws:
-            runs.append(run_numbers(ws))
-            configs.append(_settings(ws))
+            try:
+                runs.append(run_numbers(ws))
+                configs.append(_settings(ws))
+            except WorkspaceError as exc:  # "manifests/e1_s2.json: ...": of which of the two?
+                raise WorkspaceError(f"{ws.root}: {exc}") from None
     ra, rb = runs
     types = sorted(set(ra["types"]) | set(rb["types"]))
 
