@@ -77,12 +77,11 @@ def test_a_malformed_scheduler_address_is_refused_at_once_and_cleanly(address, w
             "from vtrm_gate.errors import ConfigError\n"
             f"try:\n    with sweep_executor({address!r}): pass\n"
             "except ConfigError as e:\n    print(e)\n")
-    t0 = time.monotonic()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, cwd=Path(__file__).resolve().parents[2])
     assert f"--scheduler {address}: not a Dask scheduler address" in out.stdout, out
+    # nothing at exit: the finaliser's 20 s wait ended in "Exception ignored ... TimeoutError"
     assert why in out.stdout and out.stderr == "", out.stderr[-2000:]
-    assert time.monotonic() - t0 < 15  # the finaliser's 20 s wait is gone
 
 
 def test_a_failing_run_cancels_the_rest_and_raises_here():
