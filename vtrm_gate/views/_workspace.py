@@ -353,11 +353,10 @@ def next_command(ws: Workspace, position: Mapping[str, Any], locked: bool) -> st
 # ---- two runs side by side ----------------------------------------------------------------
 
 
-def run_numbers(ws: Workspace) -> dict[str, Any]:
+def run_numbers(ws: Workspace, world: Any) -> dict[str, Any]:
     """One run's decisions, final accuracy, time and calls, per type and overall. Final
-    accuracy: true accuracy of the current skills (simulated), else the last evaluated
-    epoch's held-out accuracy (None when nothing was evaluated)."""
-    world = _world(ws)
+    accuracy: true accuracy of the current skills (simulated: ``world``, `_world`), else the
+    last evaluated epoch's held-out accuracy (None when nothing was evaluated)."""
     acc, source = _final_accuracy(ws, world)
     dec = ws.log.frame("step_report", "step >= 1 AND action IS NOT NULL")
     pred = ws.log.frame("predictions")
@@ -406,13 +405,12 @@ def decision_letters(counts: Mapping[str, int] | None) -> str:
                     if n) or "-"
 
 
-def _settings(ws: Workspace) -> dict[str, Any]:
+def _settings(ws: Workspace, world: Any) -> dict[str, Any]:
     """The workspace's settings as dotted ``workspace.json`` names -> values (a simulated
-    world resolved: none given is the preset ``default``; its agent block repeats ``sim`` and
-    is left out; the identity and file format aside), then the run options its steps ran
-    with (`_run_options`)."""
+    ``world``'s effects resolved: none given is the preset ``default``; its agent block
+    repeats ``sim`` and is left out; the identity and file format aside), then the run
+    options its steps ran with (`_run_options`)."""
     cfg = {k: v for k, v in ws.config.as_json().items() if k not in ("workspace_id", "format")}
-    world = _world(ws)
     if world is not None:
         cfg.pop("agent")
         cfg["sim"] = {**cfg["sim"], "world": world.world.to_dict()}
@@ -471,8 +469,9 @@ def compare_runs(a: str | Path, b: str | Path) -> dict[str, Any]:
     for path in (a, b):
         with Workspace.open(Path(path), readonly=True) as ws:
             try:
-                runs.append(run_numbers(ws))
-                configs.append(_settings(ws))
+                world = _world(ws)  # built once: 10-40 ms
+                runs.append(run_numbers(ws, world))
+                configs.append(_settings(ws, world))
             except WorkspaceError as exc:  # "manifests/e1_s2.json: ...": of which of the two?
                 raise WorkspaceError(f"{ws.root}: {exc}") from None
     ra, rb = runs
