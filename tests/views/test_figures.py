@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from matplotlib.text import Text
 
 from vtrm_gate import GateParams, replay_prefix
 from vtrm_gate.stats import units_curve
@@ -473,3 +474,46 @@ def test_the_crossover_figure_adds_v3_without_futiles_cooldown_when_the_result_h
     assert title.startswith("Without FUTILE's cooldown v3 gains +6.0 to +9.0 points at every "
                             "share (−3.0 to +0.0 vs the old gate)")
     assert "beats no gate from 5% [95%: 2–8%] harmful (v3 default: from 15%)" in title
+
+
+MATH_NAMES = ("Cost $\\alpha^$", "Price $5 or $10")
+"""Type names matplotlib would read as math: the first is malformed mathtext (drawing it
+raised ValueError), the second drew "5 or " in italics and lost both dollar signs."""
+
+
+def _dollar_figures():
+    from vtrm_gate.views import plot_training_curve
+
+    outcomes = {t: replay_prefix(SETS["accept"], GateParams()) for t in MATH_NAMES}
+    calls = pl.DataFrame({"task_type": list(MATH_NAMES), "started": [12, 6],
+                          "needed_calls": [10, 6], "past_stop_calls": [2, 0],
+                          "cache_hits": [0, 4], "never_started": [8, 0]})
+    curve = _curve(2).with_columns(pl.col("task_type").replace(
+        {"type 0": MATH_NAMES[0], "type 1": MATH_NAMES[1]}))
+    return {"overview": plot_trajectories(outcomes),
+            "panels": plot_trajectories(outcomes, layout="panels"),
+            "prefix_vs_block": plot_prefix_vs_block(compare_replays(
+                dict.fromkeys(MATH_NAMES, SETS["accept"]), GateParams())),
+            "waste": plot_waste(calls), "training_curve": plot_training_curve(curve)}
+
+
+@pytest.mark.parametrize("kind", ["overview", "panels", "prefix_vs_block", "waste",
+                                  "training_curve"])
+def test_a_type_name_with_dollar_signs_is_drawn_as_written(kind, tmp_path):
+    """A type's name is text, never mathtext: "Cost $\\alpha^$" made every figure naming it
+    raise at draw time, and "Price $5 or $10" lost its dollar signs."""
+    fig = _dollar_figures()[kind]
+    assert _is_png(save(fig, kind, tmp_path))  # drawn: tick labels exist now
+    shown = [t._preprocess_math(t.get_text()) for t in fig.findobj(Text) if t.get_text()]
+    for name in MATH_NAMES:
+        assert any(name in text and not math for text, math in shown), (name, kind)
+    assert not [text for text, math in shown if math and "mathdefault" not in text]
+
+
+def test_literal_text_is_drawn_as_written_whatever_its_backslashes():
+    from matplotlib.text import Text
+
+    from vtrm_gate.views._style import literal
+
+    for name in ("$", "$$", "a\\$b$", "\\$", "$x$ and $y$", "50% $\\frac{1}{2}$", "plain"):
+        assert Text(text=literal(name))._preprocess_math(literal(name)) == (name, False)

@@ -50,6 +50,7 @@ from ._style import (
     SLIDE_DPI,
     V3,
     ink_on,
+    literal,
     styled,
     type_colour,
     type_style,
@@ -228,7 +229,7 @@ def draw_trajectories(ax: Axes, series: Sequence[TrajectorySeries], params: Gate
         xs, ys = _path(s, side)
         colour = type_colour(i)
         ax.plot(xs, ys, lw=1.8, color=colour, ls=type_style(i),
-                gid=f"trajectory:{s.task_type}", label=s.task_type)
+                gid=f"trajectory:{s.task_type}", label=literal(s.task_type))
         ends.append((xs[-1], ys[-1], i))
         if s.action in EXIT_MARKERS:
             key = (xs[-1], round(math.log10(ys[-1]), 2))
@@ -260,7 +261,7 @@ def draw_trajectories(ax: Axes, series: Sequence[TrajectorySeries], params: Gate
     placed = _spread([(math.log10(y) - math.log10(lo)) / span for _, y, _ in ends], gap,
                      gap / 2, 1 - gap / 2)
     for (x, y, i), fy in zip(ends, placed, strict=True):
-        ax.annotate(series[i].task_type, (x, y), xytext=(x_max + 1.2, fy),
+        ax.annotate(literal(series[i].task_type), (x, y), xytext=(x_max + 1.2, fy),
                     textcoords=ax.get_xaxis_transform(), fontsize=size,
                     color=type_colour(i), va="center", annotation_clip=False,
                     arrowprops={"arrowstyle": "-", "color": type_colour(i), "lw": 0.6,
@@ -318,10 +319,11 @@ def _panel_title(s: TrajectorySeries, lines: int, note: str | None) -> str:
     state = "running" if s.action is Action.CONTINUE else str(s.action)
     done = len(s.steps)
     where = f"unit {done} of {s.n_ladder}" if s.n_ladder else f"{done} units"
-    rows = [s.task_type, f"{state} · W {s.W} L {s.L} · {where}"]
+    name = literal(s.task_type)
+    rows = [name, f"{state} · W {s.W} L {s.L} · {where}"]
     if note:
         rows.append(note)
-    return "\n".join(rows[:lines]) if lines > 1 else f"{s.task_type}: {state}"
+    return "\n".join(rows[:lines]) if lines > 1 else f"{name}: {state}"
 
 
 def _draw_panel(ax: Axes, s: TrajectorySeries, i: int, params: GateParams,
@@ -448,7 +450,7 @@ def plot_prefix_vs_block(comparison: pl.DataFrame, ax: Axes | None = None) -> Fi
             gid="block")
     ax.barh(y - h / 2, rows["prefix_units"], h, color=V3, label="prefix replay (v3)",
             gid="prefix")
-    ax.set_yticks(y, rows["task_type"].to_list())
+    ax.set_yticks(y, [literal(t) for t in rows["task_type"]])
     same_effect = (rows["same_effect"] if "same_effect" in rows.columns
                    else rows["agree"]).to_list()
     for yi, r, eff in zip(y, rows.iter_rows(named=True), same_effect, strict=True):
@@ -673,7 +675,7 @@ def plot_waste(calls: pl.DataFrame, ax: Axes | None = None) -> Figure:
             ax.bar_label(bars, labels=[str(int(v)) if v else "" for v in vals],
                          label_type="center", color="#FFFFFF", fontweight="bold")
         left += vals
-    ax.set_yticks(y, df["task_type"].to_list())
+    ax.set_yticks(y, [literal(t) for t in df["task_type"]])
     ax.set_ylabel("question type")
     ax.set_xlabel("inference calls (2 per ladder unit: base and candidate arm)")
     started = int(df["started"].sum())

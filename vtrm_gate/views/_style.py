@@ -88,6 +88,13 @@ def styled(fn: F) -> F:
     return wrapper  # type: ignore[return-value]  # fn's signature (functools.wraps)
 
 
+def literal(text: str) -> str:
+    """``text`` as matplotlib must draw a name it did not write (a type's): each ``$``
+    escaped, so "Price $5 or $10" is not read as mathtext (and "Cost $\\alpha^$" cannot
+    fail the draw). The deck's own labels keep mathtext (the log axes' ticks use it)."""
+    return text.replace("$", r"\$")
+
+
 def type_colour(i: int) -> str:
     """The colour of the ``i``-th type (sorted by name); it repeats every 12 types."""
     return TYPE_COLOURS[i % len(TYPE_COLOURS)]

@@ -16,7 +16,19 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
 from ._figures import GateFigure, new_figure
-from ._style import BAD, BOUND, EXIT_COLOURS, MUTED, OLD, SERIES, SLIDE, TYPE_COLOURS, V3, styled
+from ._style import (
+    BAD,
+    BOUND,
+    EXIT_COLOURS,
+    MUTED,
+    OLD,
+    SERIES,
+    SLIDE,
+    TYPE_COLOURS,
+    V3,
+    literal,
+    styled,
+)
 
 MARKS = {"accepted": ("^", EXIT_COLOURS["ACCEPT"], 2),
          "provisional": ("D", EXIT_COLOURS["PROVISIONAL"], 1),
@@ -53,6 +65,7 @@ def _curve_panel(ax: Axes, t: str, d: pl.DataFrame, n: int | None) -> None:
     ax.plot(d["epoch"], d["measured"], ":" if few else "--", color=MUTED, lw=1.6,
             marker="o", ms=3, alpha=0.45 if few else 1.0, gid="measured:few" if few else
             "measured", label="measured on the held-out split")
+    t = literal(t)
     title = t if n is None else f"{t}: only {n} held out" if few else f"{t}: {n} held out"
     ax.set_title(title, fontsize="small", loc="left")
     ax.set_ylim(0, 1.02)
