@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import unicodedata
 from typing import Any, Literal
 
 from .errors import InputError, shown
@@ -25,25 +26,43 @@ Arm = Literal["base", "cand"]
 
 
 MAX_SLUG = 120
-"""The longest slug a type may have: it names files (``skills/<slug>.md``, history and
-candidate directories) under the file system's 255-byte limit, and run ids."""
+"""The most UTF-8 bytes a type's slug may take: it names files (``skills/<slug>.md``,
+history and candidate directories) under the file system's 255-byte limit, and run ids."""
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def slugify(task_type: str) -> str:
     """'Action Reasoning' -> 'action-reasoning': the skill file stem and run-id component.
-    InputError for a name no file can carry: no letters or digits, a control character (a
-    newline would make a second type that tables print across lines), too long."""
+    A name with no ASCII letter or digit keeps its own ('时间推理' -> '时间推理', 'Подсчёт
+    объектов' -> 'подсчёт-объектов'); a name with any keeps the ASCII slug it always had, so
+    no workspace's files or run ids move. InputError for a name no file can carry: no
+    letters or digits, a control character (a newline would make a second type that tables
+    print across lines), too long."""
     if (bad := _CONTROL.search(task_type)) is not None:
         raise InputError(f"task type {shown(task_type)} holds a control character "
                          f"({bad.group()!r}): a type's name is one line of text")
     slug = re.sub(r"[^a-z0-9]+", "-", task_type.lower()).strip("-")
+    if not slug:  # letters of other scripts: \w is Unicode's letters and digits (and _)
+        name = unicodedata.normalize("NFC", task_type).lower()
+        slug = re.sub(r"[\W_]+", "-", name).strip("-")
     if not slug:
-        raise InputError(f"task type {task_type!r} has no letters or digits to name it by")
-    if len(slug) > MAX_SLUG:
-        raise InputError(f"task type {shown(task_type)} names its files by {len(slug)} "
-                         f"characters, at most {MAX_SLUG}: shorten its name")
+        raise InputError(f"task type {shown(task_type)} has no letters or digits to name "
+                         f"it by")
+    if (size := len(slug.encode())) > MAX_SLUG:
+        raise InputError(f"task type {shown(task_type)} names its files by {size} "
+                         f"bytes, at most {MAX_SLUG}: shorten its name")
     return slug
+
+
+def slug_clash(a: str, b: str) -> str:
+    """Why two type names that share a slug cannot both be types: they would share run ids,
+    cache salts and a skill file. The words say which rule made them one."""
+    slug = slugify(a)
+    if re.search(r"[^\x00-\x7f]", a + b) and re.search(r"[a-z0-9]", slug):
+        return (f"types {a!r} and {b!r} are both named {slug!r} on disk: a name with any "
+                f"ASCII letter or digit is named by those alone; rename one")
+    return (f"types {a!r} and {b!r} differ only in case or punctuation (both {slug!r}); "
+            f"rename one")
 
 
 def check_run_id(run_id: object, where: str) -> str:

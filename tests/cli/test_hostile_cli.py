@@ -74,7 +74,7 @@ def _units(path: Path, task_type: str) -> Path:
 
 
 @pytest.mark.parametrize("task_type, said", [
-    ("T" * 5000, "by 5000 characters, at most 120"), ("OC\nR", "control character ('\\n')"),
+    ("T" * 5000, "by 5000 bytes, at most 120"), ("OC\nR", "control character ('\\n')"),
     ("Counting\x00", "control character ('\\x00')"),
     ("Cou\tnting", "control character ('\\t')")])
 def test_a_type_name_no_file_can_carry_is_refused_naming_it(

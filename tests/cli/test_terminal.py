@@ -212,3 +212,27 @@ def test_a_status_line_redraws_in_place_on_a_terminal_and_waits_before_the_first
     os.close(master)
     text = b"".join(chunks).decode()
     assert text.replace("\r\n", "\n") == "\rone\rtwo\n"  # the pty maps "\n" to "\r\n"
+
+
+WIDE = ("时间推理", "空间感知与推理", "OCR Problems", "Подсчёт объектов")
+
+
+def test_a_table_of_wide_names_lines_up_on_the_terminal():
+    """Hostile pass (h13): a CJK character fills two terminal columns, but the table padded
+    by characters, so "时间推理" pushed its row's cells 4 columns right of the header."""
+    from vtrm_gate.cli._table import text_width
+
+    assert [text_width(n) for n in WIDE] == [8, 14, 12, 16]
+    assert text_width("e\u0301") == 1  # a combining accent takes no column
+    cols = [Column("type", WIDE), Column("status", ("gated",) * 4),
+            Column("tokens", ("1,000",) * 4, True)]
+    lines = render(cols, 100).splitlines()
+    cells = [lines[0], *lines[2:]]
+    heads = ("status", *("gated",) * 4)
+    starts = {text_width(ln[:ln.index(w)]) for ln, w in zip(cells, heads, strict=True)}
+    assert starts == {18}, lines  # every "status" cell starts where its header does
+    assert len({text_width(ln) for ln in lines}) == 1
+    narrow = render(cols, 30).splitlines()
+    assert max(text_width(ln) for ln in narrow) <= 30, narrow
+    short = short_names(WIDE, 8)
+    assert max(map(text_width, short.values())) <= 8 and len(set(short.values())) == 4

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ._table import short_names, terminal_width
+from ._table import pad, short_names, terminal_width, text_width
 
 STATUS_EVERY_S = 1.0
 """A status line is drawn at most this often, and not before work has run this long."""
@@ -89,15 +89,15 @@ class TerminalProgress:
         W/L, n_used (when INFRA units were skipped), the decided count and E+ as fits."""
         o = ev.outcome
         self.decided[ev.task_type] = str(o.action)
-        name = ev.task_type if len(ev.task_type) <= 20 else self.short[ev.task_type]
+        name = ev.task_type if text_width(ev.task_type) <= 20 else self.short[ev.task_type]
         where = "empty ladder" if o.stop_rank is None else (
             f"stopped at unit {o.stop_rank + 1} of {o.n_ladder}")
         infra = o.n_consumed - o.n_used
-        line = f"[{self._clock(ev.t)}] {name:<20} {o.action!s:<11} {where}"
+        line = f"[{self._clock(ev.t)}] {pad(name, 20)} {o.action!s:<11} {where}"
         for part in (f"W={o.W} L={o.L}",
                      f"n_used {o.n_used}, {infra} INFRA" if infra else "",
                      f"{len(self.decided)}/{len(self.ladder)} decided", f"E+={o.e_plus:.3g}"):
-            if part and len(line) + 2 + len(part) <= self.width:
+            if part and text_width(line) + 2 + len(part) <= self.width:
                 line += "  " + part
         self._print(line)
 
@@ -111,7 +111,7 @@ class TerminalProgress:
         shown: list[str] = []
         for i, item in enumerate(busy):  # as many as fit, then how many more
             more = f" +{len(busy) - i - 1} more" if i < len(busy) - 1 else ""
-            if len(head) + len(", ".join([*shown, item])) + len(more) > self.width:
+            if text_width(head + ", ".join([*shown, item]) + more) > self.width:
                 break
             shown.append(item)
         rest = len(busy) - len(shown)

@@ -9,6 +9,7 @@ import os
 import shutil
 import sys
 import textwrap
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -28,6 +29,30 @@ def terminal_width(stream: object = None) -> int:
     return DEFAULT_WIDTH
 
 
+def text_width(text: str) -> int:
+    """The terminal columns ``text`` fills: a wide or full-width character (CJK) two, a
+    combining mark or zero-width format character none, any other one."""
+    return sum(0 if unicodedata.combining(c) or unicodedata.category(c) == "Cf" else
+               2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def pad(text: str, width: int, right: bool = False) -> str:
+    """``text`` filled with spaces to ``width`` terminal columns (on the left if ``right``)."""
+    fill = " " * max(width - text_width(text), 0)
+    return fill + text if right else text + fill
+
+
+def clip(text: str, width: int) -> str:
+    """The longest start of ``text`` that fits in ``width`` terminal columns."""
+    out, used = [], 0
+    for c in text:
+        used += text_width(c)
+        if used > width:
+            break
+        out.append(c)
+    return "".join(out)
+
+
 def short_names(names: Iterable[str], max_len: int | None = None) -> dict[str, str]:
     """Unique abbreviations: each word cut to its first k letters, for the smallest k (>= 3)
     that keeps every name distinct (and, when possible, within ``max_len``)."""
@@ -39,11 +64,11 @@ def short_names(names: Iterable[str], max_len: int | None = None) -> dict[str, s
         if len(set(short.values())) < len(names):
             continue
         best = best or short
-        if max_len is None or max(map(len, short.values()), default=0) <= max_len:
+        if max_len is None or max(map(text_width, short.values()), default=0) <= max_len:
             return short
     if best is not None:
         return best
-    return {n: f"{n[: max(1, (max_len or 8) - 3)]}#{i}" for i, n in enumerate(names, 1)}
+    return {n: f"{clip(n, max(1, (max_len or 8) - 3))}#{i}" for i, n in enumerate(names, 1)}
 
 
 @dataclass(frozen=True)
@@ -58,7 +83,7 @@ class Column:
 
     @property
     def width(self) -> int:
-        return max([len(self.header), *(len(c) for c in self.cells)])
+        return max([text_width(self.header), *(text_width(c) for c in self.cells)])
 
 
 def _fits(cols: Sequence[Column], width: int, gap: int) -> bool:
@@ -70,7 +95,7 @@ def _shrink_names(first: Column, cols: list[Column], width: int, gap: int) -> Co
     rest = sum(c.width for c in cols[1:]) + gap * (len(cols) - 1)
     room = max(width - rest, 6)
     short = short_names(first.cells, room)
-    return Column(first.header[:room], tuple(short[c] for c in first.cells), first.right,
+    return Column(clip(first.header, room), tuple(short[c] for c in first.cells), first.right,
                   first.drop_rank)
 
 
@@ -97,7 +122,7 @@ def render(cols: Sequence[Column], width: int, notes: Mapping[int, str] | None =
     sep = " " * gap
 
     def line(cells: Sequence[str]) -> str:
-        return sep.join(c.rjust(col.width) if col.right else c.ljust(col.width)
+        return sep.join(pad(c, col.width, col.right)
                         for c, col in zip(cells, cols, strict=True)).rstrip()
 
     out = [line([c.header for c in cols]), line(["-" * c.width for c in cols])]

@@ -13,13 +13,12 @@ from __future__ import annotations
 import codecs
 import io
 import itertools
-import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._ids import slugify
-from ..errors import InputError
+from ..errors import InputError, shown
 from ..stats import GateParams
 from ._access import for_reading
 from ._manifest import recorded_manifests
@@ -266,6 +265,14 @@ def _typed(path: Path, raw: pl.DataFrame) -> pl.DataFrame:
           for c in ("base_correct", "cand_correct")])
 
 
+def _slug_or_problem(task_type: str) -> tuple[str, str | None]:
+    """The type's slug, or "" and why no file can carry its name."""
+    try:
+        return slugify(task_type), None
+    except InputError as exc:
+        return "", str(exc).removeprefix(f"task type {shown(task_type)} ")
+
+
 def _check_gates(path: Path, df: pl.DataFrame, params: GateParams,
                  task_types: Sequence[str] | None) -> pl.DataFrame:
     """Types known, ranks 0..n-1 once each per gate, units once each, within n_max."""
@@ -275,8 +282,8 @@ def _check_gates(path: Path, df: pl.DataFrame, params: GateParams,
     types = df["task_type"].unique(maintain_order=True).to_list()
     by_slug: dict[str, str] = {}
     for t in types:
-        s = slugify(t) if re.search(r"[A-Za-z0-9]", t) else ""
-        why = ("has no letter or digit" if not s else
+        s, why = _slug_or_problem(t)
+        why = (why if not s else
                f"is not one of {list(task_types)}" if task_types is not None
                and t not in task_types else
                f"has the slug of {by_slug[s]!r} (one type, two spellings)" if s in by_slug

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .._env import credential_keys, credential_name
-from .._ids import content_hash, json_hash, slugify, step_run_id
+from .._ids import content_hash, json_hash, slug_clash, slugify, step_run_id
 from ..errors import ConfigError, InputError, WorkspaceError, shown
 from ..gate import check_unit_ids
 from ..stats import PROBATION_RULES
@@ -166,8 +166,7 @@ def _validate_pool(data: Any) -> dict[str, tuple[str, ...]]:
         except ValueError as exc:
             raise InputError(str(exc)) from None
         if slug in slugs:  # they would share run ids, cache salts and a skill file
-            raise InputError(f"types {slugs[slug]!r} and {t!r} differ only in case or "
-                             f"punctuation (both {slug!r}); rename one")
+            raise InputError(slug_clash(slugs[slug], t))
         slugs[slug] = t
         if not isinstance(units, list):
             raise InputError(f"type {t!r}: expected a list of unit ids, got "

@@ -28,8 +28,8 @@ from statistics import NormalDist
 from types import MappingProxyType
 from typing import Any, Literal
 
-from .._ids import content_hash, slugify
-from ..errors import ConfigError, is_real, is_whole, shown
+from .._ids import content_hash, slug_clash, slugify
+from ..errors import ConfigError, InputError, is_real, is_whole, shown
 from ..gate import UnitResult, UnitTask
 from ._effects import PRESETS, World
 
@@ -159,13 +159,19 @@ class SimConfig:
         if not isinstance(pools, Mapping) or not pools:
             _fail("pool_sizes", "a non-empty mapping of task type -> units (integer >= 0)",
                   pools)
+        slugs: dict[str, str] = {}
         for name, size in pools.items():
-            if not isinstance(name, str) or not re.search(r"[A-Za-z0-9]", name):
-                _fail("pool_sizes", "keyed by task type names with letters or digits", name)
+            if not isinstance(name, str):
+                _fail("pool_sizes", "keyed by task type names", name)
+            try:
+                slug = slugify(name)
+            except InputError as exc:
+                raise ConfigError(f"SimConfig.pool_sizes: {exc}") from None
+            if slug in slugs:
+                raise ConfigError(f"SimConfig.pool_sizes: {slug_clash(slugs[slug], name)}")
+            slugs[slug] = name
             if not is_whole(size) or size < 0:
                 _fail("pool_sizes", f"integers >= 0 (type {name!r})", size)
-        if len({slugify(n) for n in pools}) != len(pools):
-            _fail("pool_sizes", "keyed by types with distinct slugs", list(pools))
         if self.pool_sizes is not None:  # a private copy: the caller's dict may change
             object.__setattr__(self, "pool_sizes", dict(pools))
         if not (is_real(self.infra_rate) and 0 <= self.infra_rate < 1):
