@@ -132,3 +132,58 @@ def test_colours_that_write_text_read_on_white():
 
     for colour in (*TYPE_COLOURS, V3, BAD, MUTED, TEXT, BOUND):
         assert _contrast_on_white(colour) >= 3.0, colour
+
+
+_CJK_FIGURE = r'''
+import sys, warnings
+import matplotlib
+matplotlib.use("Agg")
+from fontTools.fontBuilder import FontBuilder
+from fontTools.pens.ttGlyphPen import TTGlyphPen
+from matplotlib import font_manager
+
+from vtrm_gate import GateParams, replay_prefix
+from vtrm_gate.views import plot_trajectories
+
+NAMES = ["时间推理", "空间感知与推理", "OCR Problems"]
+if sys.argv[1] == "installed":  # a real TrueType font with the names' glyphs (squares)
+    chars = sorted(set("".join(NAMES[:2])))
+    glyphs = [".notdef", *(f"uni{ord(c):04X}" for c in chars)]
+    pen = TTGlyphPen(None)
+    for xy in ((100, 0), (100, 800), (900, 800), (900, 0)):
+        (pen.moveTo if xy == (100, 0) else pen.lineTo)(xy)
+    pen.closePath()
+    fb = FontBuilder(1000, isTTF=True)
+    fb.setupGlyphOrder(glyphs)
+    fb.setupCharacterMap({ord(c): f"uni{ord(c):04X}" for c in chars})
+    fb.setupGlyf({g: pen.glyph() for g in glyphs})
+    fb.setupHorizontalMetrics({g: (1000, 100) for g in glyphs})
+    fb.setupHorizontalHeader(ascent=880, descent=-120)
+    fb.setupNameTable({"familyName": "Noto Sans CJK SC", "styleName": "Regular"})
+    fb.setupOS2(sTypoAscender=880, usWinAscent=880, usWinDescent=120)
+    fb.setupPost()
+    fb.save(sys.argv[2])
+    font_manager.fontManager.addfont(sys.argv[2])
+win = [(False, True)] * 8
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    for layout in ("overview", "panels"):
+        plot_trajectories({n: replay_prefix(win, GateParams()) for n in NAMES},
+                          layout=layout).savefig(sys.argv[2] + ".png")
+print(sum("missing from font" in str(w.message) for w in caught))
+'''
+
+
+@pytest.mark.parametrize("font, missing", [("installed", 0), ("none", 1)])
+def test_type_names_in_chinese_are_drawn_with_an_installed_cjk_font(tmp_path, font, missing):
+    """Hostile pass (h13): DejaVu Sans has no CJK glyph, and the figures named no fallback,
+    so "时间推理" was drawn as empty boxes (one "Glyph missing" warning a character) even
+    where a CJK font was installed. Now an installed `CJK_FONTS` font draws them; with none
+    installed, matplotlib still says which glyphs it could not draw."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", _CJK_FIGURE, font, str(tmp_path / "f.ttf")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert (int(r.stdout.split()[-1]) > 0) == bool(missing), r.stdout

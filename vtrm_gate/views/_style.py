@@ -14,7 +14,7 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from matplotlib import rc_context
+from matplotlib import font_manager, rc_context
 from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 from matplotlib.rcsetup import cycler
@@ -78,12 +78,30 @@ RC: dict[RcKeyType, Any] = {
 }
 
 
+CJK_FONTS: tuple[str, ...] = (
+    "Noto Sans CJK SC", "Noto Sans CJK JP", "Noto Sans CJK TC", "Noto Sans CJK KR",
+    "Noto Sans SC", "Source Han Sans SC", "Source Han Sans CN", "WenQuanYi Zen Hei",
+    "WenQuanYi Micro Hei", "Microsoft YaHei", "PingFang SC", "Hiragino Sans GB", "SimHei",
+    "Arial Unicode MS")
+"""Fonts that draw Chinese, Japanese and Korean type names, in the order tried after the
+deck's sans-serif (DejaVu Sans, which has none): the common ones on Linux, macOS and
+Windows."""
+
+
+def font_families() -> list[str]:
+    """The deck's sans-serif, then each installed `CJK_FONTS` font as a per-glyph fallback
+    (matplotlib draws a glyph from the first family that has it). Only installed ones: a
+    missing family is a logged warning at every draw."""
+    installed = {f.name for f in font_manager.fontManager.ttflist}
+    return ["sans-serif", *(f for f in CJK_FONTS if f in installed)]
+
+
 def styled(fn: F) -> F:
     """Build the figure under the deck's fonts and colours (fonts are fixed when text is
     created, so the whole builder runs inside the style)."""
     @functools.wraps(fn)
     def wrapper(*args: Any, **kw: Any) -> Any:
-        with rc_context(RC):
+        with rc_context({**RC, "font.family": font_families()}):
             return fn(*args, **kw)
     return wrapper  # type: ignore[return-value]  # fn's signature (functools.wraps)
 
