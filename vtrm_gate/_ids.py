@@ -28,7 +28,10 @@ Arm = Literal["base", "cand"]
 MAX_SLUG = 120
 """The most UTF-8 bytes a type's slug may take: it names files (``skills/<slug>.md``,
 history and candidate directories) under the file system's 255-byte limit, and run ids."""
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+"""C0 and C1 controls, the line and paragraph separators (a line break to `str.splitlines`)
+and the bidirectional embeddings, overrides and isolates (U+202E turns every later column
+of a table row around on a terminal)."""
 
 
 def slugify(task_type: str) -> str:

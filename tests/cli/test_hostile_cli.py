@@ -76,7 +76,9 @@ def _units(path: Path, task_type: str) -> Path:
 @pytest.mark.parametrize("task_type, said", [
     ("T" * 5000, "by 5000 bytes, at most 120"), ("OC\nR", "control character ('\\n')"),
     ("Counting\x00", "control character ('\\x00')"),
-    ("Cou\tnting", "control character ('\\t')")])
+    ("Cou\tnting", "control character ('\\t')"),
+    ("OCR\u202eevil", "control character ('\\u202e')"),
+    ("OCR\u2028two", "control character ('\\u2028')")])
 def test_a_type_name_no_file_can_carry_is_refused_naming_it(
         tmp_path: Path, task_type: str, said: str) -> None:
     """Hostile pass: a 5,000-character type name failed `init` with "cannot create the
