@@ -61,6 +61,9 @@ def slug_clash(a: str, b: str) -> str:
     """Why two type names that share a slug cannot both be types: they would share run ids,
     cache salts and a skill file. The words say which rule made them one."""
     slug = slugify(a)
+    if unicodedata.normalize("NFC", a) == unicodedata.normalize("NFC", b):
+        return (f"types {a!a} and {b!a} are one name in two Unicode spellings "
+                f"(composed and decomposed letters, {slug!r}); write it one way")
     if re.search(r"[^\x00-\x7f]", a + b) and re.search(r"[a-z0-9]", slug):
         return (f"types {a!r} and {b!r} are both named {slug!r} on disk: a name with any "
                 f"ASCII letter or digit is named by those alone; rename one")

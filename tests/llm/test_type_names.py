@@ -13,6 +13,7 @@ import pytest
 from test_backends import SECRET, cli, unit_line
 
 from vtrm_gate import slugify
+from vtrm_gate._ids import slug_clash
 from vtrm_gate.errors import InputError
 from vtrm_gate.testing import ChatServer, RedisTarget
 from vtrm_gate.testing.chat import HELPFUL_MARKER
@@ -37,6 +38,8 @@ def test_slugs_of_names_in_other_scripts_and_the_ones_that_stay() -> None:
     assert slugify("Подсчёт  объектов!") == "подсчёт-объектов"
     assert slugify("Café scene") == "caf-scene"  # an ASCII letter: the slug it always had
     assert slugify("\u1112\u1161\u11ab") == slugify("한") == "한"  # one spelling (NFC)
+    assert "two Unicode spellings" in slug_clash("\u1112\u1161\u11ab", "한")
+    assert "differ only in case" in slug_clash("Время", "время")
     assert slugify("Action Reasoning") == "action-reasoning"
     with pytest.raises(InputError, match="no letters or digits"):
         slugify("_ — _")
