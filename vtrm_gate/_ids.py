@@ -45,8 +45,9 @@ def slugify(task_type: str) -> str:
         raise InputError(f"task type {shown(task_type)} holds a control character "
                          f"({bad.group()!r}): a type's name is one line of text")
     slug = re.sub(r"[^a-z0-9]+", "-", task_type.lower()).strip("-")
-    if not slug:  # letters of other scripts: \w is Unicode's letters and digits (and _)
-        name = unicodedata.normalize("NFC", task_type).lower()
+    if not slug:  # letters of other scripts: \w is Unicode's letters and digits (and _);
+        # case-folded, as a case-insensitive file system compares names (final ς is σ)
+        name = unicodedata.normalize("NFC", unicodedata.normalize("NFC", task_type).casefold())
         slug = re.sub(r"[\W_]+", "-", name).strip("-")
     if not slug:
         raise InputError(f"task type {shown(task_type)} has no letters or digits to name "
