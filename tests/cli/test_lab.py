@@ -66,3 +66,16 @@ def test_lab_serves_without_news_and_removes_its_settings_directory(tmp_path):
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
     assert not list(tmp.glob("vtrm-lab-*"))  # was left behind by every launch
+
+
+@pytest.mark.parametrize("port", ["99999", "-1", "0", "65536"])
+def test_a_port_no_server_can_listen_on_exits_2_naming_the_flag(tmp_path, port):
+    """Hostile pass (h13): ``--port 99999`` started JupyterLab, which printed
+    http://127.0.0.1:99999/lab as its address (a URL no browser can open); ``--port -1``
+    ended in a socket.gaierror traceback from JupyterLab."""
+    (tmp_path / "nb").mkdir()
+    r = subprocess.run([sys.executable, "-m", "vtrm_gate", "lab", "--notebooks",
+                        str(tmp_path / "nb"), "--port", port], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60, env={**os.environ, "BROWSER": "true"})
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "--port" in r.stderr and "from 1 to 65535" in r.stderr and port in r.stderr

@@ -67,8 +67,8 @@ def int_in(low: int, high: int) -> Callable[[str], int]:
     """An argparse ``type`` accepting integers from ``low`` to ``high``."""
 
     def parse(text: str) -> int:
-        v = int_at_least(low)(text)
-        if v > high:
+        v = int_at_least(-INT_MAX)(text)
+        if not low <= v <= high:  # the range on either side ("-1": not ">= 1" alone)
             raise argparse.ArgumentTypeError(f"expected an integer from {low} to {high}, "
                                              f"got {text}")
         return v

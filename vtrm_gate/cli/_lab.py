@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CliError
+from ._args import int_in
 
 WIDGET_SETTINGS: dict[str, dict[str, Any]] = {
     "@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": True},
@@ -34,7 +35,8 @@ def register(sub: Any) -> None:
                                    "[lab] extra)")
     p.add_argument("--notebooks", default="notebooks", help="directory to serve "
                                                             "(default: notebooks)")
-    p.add_argument("--port", type=int, default=None, help="port (default: JupyterLab's)")
+    p.add_argument("--port", type=int_in(1, 65535), default=None,
+                   help="port, 1 to 65535 (default: JupyterLab's)")
     p.set_defaults(func=cmd_lab)
 
 
