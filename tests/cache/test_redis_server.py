@@ -66,6 +66,21 @@ def test_long_directory_gets_a_short_socket_and_keeps_data_in_place(tmp_path: Pa
     assert (deep / "dump.rdb").exists()
 
 
+def test_a_directory_named_in_chinese_gets_a_socket_the_kernel_can_bind(
+        tmp_path: Path) -> None:
+    """Hostile pass (h13): the socket path's length was counted in characters. Under
+    "实验记录视频问答训练…" a socket path of 100 characters was 100 + 2 bytes a character,
+    past the kernel's 108, and redis-server did not start: the embedded cache of a
+    workspace there never ran."""
+    room = 100 - len(str(tmp_path)) - len("/redis.sock") - 1  # 100 characters in all
+    assert room >= 5, tmp_path
+    deep = tmp_path / ("实验记录视频问答训练" * 10)[:room]  # 3 bytes each: 2 * room more
+    assert len(str(deep / "redis.sock")) == 100 < len(str(deep / "redis.sock").encode())
+    with RedisServer(deep, persist=False) as server:
+        assert len(server.socket_path.encode()) < 100
+        assert redis.Redis.from_url(server.url).ping()
+
+
 def test_password_protected_server(tmp_path: Path) -> None:
     with RedisServer(tmp_path, persist=False, password="p@ss:w/rd") as server:
         assert redis.Redis.from_url(server.url).ping()

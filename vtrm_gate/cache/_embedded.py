@@ -29,7 +29,8 @@ from .._env import pid_alive
 from .._reaper import forget, stop_at_exit
 from ..errors import ServerInUseError
 
-# Unix socket paths are limited to 108 bytes on Linux (104 on macOS); keep a margin.
+# Unix socket paths are limited to 108 bytes on Linux (104 on macOS), in bytes (a CJK
+# character is 3); keep a margin.
 _MAX_SOCKET_PATH = 100
 
 
@@ -88,7 +89,7 @@ class RedisServer:
         self._reaped: int | None = None
         self._sock_dir: str | None = None
         sock = self.directory / "redis.sock"
-        if len(str(sock)) > _MAX_SOCKET_PATH:
+        if len(os.fsencode(sock)) > _MAX_SOCKET_PATH:  # the kernel counts bytes
             # Too long for a unix socket: the socket goes to a short private dir (stable per
             # data directory, so a second process finds it), the data stays put.
             tag = hashlib.sha256(str(self.directory).encode()).hexdigest()[:16]
