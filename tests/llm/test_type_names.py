@@ -14,6 +14,7 @@ from test_backends import SECRET, cli, unit_line
 
 from vtrm_gate import slugify
 from vtrm_gate._ids import slug_clash
+from vtrm_gate.cli._table import text_width
 from vtrm_gate.errors import InputError
 from vtrm_gate.testing import ChatServer, RedisTarget
 from vtrm_gate.testing.chat import HELPFUL_MARKER
@@ -78,6 +79,9 @@ def test_a_workspace_of_types_named_in_other_scripts_runs_a_step_and_its_rerun(
     assert r.returncode == 0, r.stderr
     assert len(chat_server.requests) == n  # the re-run is served from Redis
     assert "时间推理" in r.stdout
+    rates = [ln for ln in r.stdout.splitlines() if " hit rate " in ln]
+    assert any("时间推理" in ln for ln in rates)
+    assert len({text_width(ln[:ln.index(" hit rate ")]) for ln in rates}) == 1, rates
     for cmd in (("status", "--workspace", str(ws)),
                 ("replay", "--workspace", str(ws), "--epoch", "1", "--step", "1"),
                 ("export", "--workspace", str(ws), "--out", str(tmp_path / "out"))):

@@ -12,7 +12,7 @@ from typing import Any
 from ..errors import CliError
 from ._args import add_run_flags, emit, nonneg_int, positive_int, run_options
 from ._progress import TerminalProgress, agent_printer
-from ._table import Column, render, terminal_width, wrap
+from ._table import Column, pad, render, terminal_width, wrap
 
 
 def register(sub: Any) -> None:
@@ -173,7 +173,7 @@ def cache_lines(info: dict[str, Any]) -> str:
         uncached = f", {st['bypassed']} uncached" if st["bypassed"] else ""
         refused = (f", {st['refused']} not stored (Redis refused the writes)"
                    if st.get("refused") else "")  # a re-run pays for these again
-        lines.append(f"  {run:<44} hit rate {st['hit_rate']:6.1%}  ({served}/{st['calls']} "
+        lines.append(f"  {pad(run, 44)} hit rate {st['hit_rate']:6.1%}  ({served}/{st['calls']} "
                      f"calls served, {st['requests']} requests{uncached}, "
                      f"{st['errors']} errors{refused})")
     if not info["runs"]:
