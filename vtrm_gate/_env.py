@@ -351,11 +351,33 @@ def environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
 API_KEY_VARIABLES = ("OPENAI_API_KEY", "VTRM_API_KEY")
 
 
+_PASTED = {"\u201c": "a curly quote", "\u201d": "a curly quote", "\u2018": "a curly quote",
+           "\u2019": "a curly quote", "\u00a0": "a non-breaking space",
+           "\u200b": "a zero-width space", "\ufeff": "a byte order mark", " ": "a space",
+           "\t": "a tab", "\n": "a line break", "\r": "a line break"}
+
+
+def check_api_key(key: str, where: str) -> str:
+    """``key`` if it can be sent as a bearer token: printable ASCII, no space (an HTTP
+    header carries nothing else). ConfigError naming ``where`` and the first character that
+    cannot go, by position and code point: never the key itself."""
+    for i, c in enumerate(key, 1):
+        if not "!" <= c <= "~":
+            what = f"U+{ord(c):04X}" + (f" ({_PASTED[c]})" if c in _PASTED else "")
+            raise ConfigError(
+                f"{where}: character {i} of {len(key)} is {what}, which no HTTP header can "
+                f"carry: an API key is ASCII letters, digits and punctuation (was it pasted "
+                f"with quotes or a space around it?)")
+    return key
+
+
 def api_key(env: Mapping[str, str] | None = None) -> str:
     """The chat API key: ``OPENAI_API_KEY``, else ``VTRM_API_KEY`` (from ``env``, default the
-    process environment over ``.env``); "" when neither is set. Never written anywhere."""
+    process environment over ``.env``); "" when neither is set. Never written anywhere.
+    ConfigError naming the variable for a key no header can carry (`check_api_key`)."""
     e = environment(env)
-    return next((e[v] for v in API_KEY_VARIABLES if e.get(v)), "")
+    name = next((v for v in API_KEY_VARIABLES if e.get(v)), None)
+    return "" if name is None else check_api_key(e[name], name)
 
 
 def cache_enabled(value: str | None) -> bool:

@@ -7,9 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_backends import cli, write_units
+from test_backends import cli, evolve_reply, write_units
 
-from vtrm_gate.llm import init_llm
+from vtrm_gate.errors import ConfigError
+from vtrm_gate.llm import LLMAgent, init_llm
+from vtrm_gate.testing import ChatServer
 
 
 @pytest.mark.parametrize("url", [
@@ -37,3 +39,29 @@ def test_a_plain_query_is_still_accepted(tmp_path: Path):
                             base_url="https://x.openai.azure.com/openai?api-version=2024-06-01")
     assert ws.config.agent["base_url"].endswith("api-version=2024-06-01")
     ws.close()
+
+
+@pytest.mark.parametrize("key, said", [
+    ("\u201csk-hunter2\u201d", "character 1 of 12 is U+201C (a curly quote)"),
+    ("sk-hunter2\u00a0", "character 11 of 11 is U+00A0 (a non-breaking space)"),
+    ("sk-hunter2 x", "character 11 of 12 is U+0020 (a space)"),
+    ("sk-hunter2\u6d4b", "character 11 of 11 is U+6D4B,")])
+def test_an_api_key_no_header_can_carry_exits_2_naming_the_variable_not_the_key(
+        tmp_path: Path, chat_server: ChatServer, key: str, said: str) -> None:
+    """Hostile pass (h13): a key pasted with curly quotes or a non-breaking space ended the
+    step with "this is a bug in vtrm_gate" and httpx's UnicodeEncodeError traceback (the
+    Authorization header is ASCII). Now it exits 2 before any request, naming the variable
+    and the character's place, never the key."""
+    chat_server.evolve_reply = evolve_reply
+    ws = tmp_path / "ws"
+    assert cli("init", str(ws), "--llm", "--units", str(write_units(tmp_path / "u.jsonl")),
+               "--base-url", chat_server.url, "--model", "m", cwd=tmp_path).returncode == 0
+    before = {p: p.read_bytes() for p in ws.rglob("*") if p.is_file()}
+    r = cli("step", "--workspace", str(ws), "--epoch", "1", "--step", "1", cwd=tmp_path,
+            env={"OPENAI_API_KEY": key})
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"OPENAI_API_KEY: {said}" in r.stderr and "hunter2" not in r.stderr + r.stdout
+    assert not chat_server.requests
+    assert {p: p.read_bytes() for p in ws.rglob("*") if p.is_file()} == before
+    with pytest.raises(ConfigError, match=r"LLMAgent\(api_key=\): character"):
+        LLMAgent({}, base_url=chat_server.url, model="m", api_key=key)

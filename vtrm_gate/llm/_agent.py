@@ -32,6 +32,7 @@ from .._env import (
     DEFAULT_DEADLINE_S,
     DEFAULT_MAX_RETRIES,
     DEFAULT_TIMEOUT_S,
+    check_api_key,
     environment,
     mask_url,
     scrub_credentials,
@@ -406,7 +407,7 @@ class LLMAgent:
         self.units, self.base_url = units, base_url.rstrip("/")
         if api_key is None:
             api_key = _api_key(dict(os.environ)) or None
-        self._api_key = api_key
+        self._api_key = api_key and check_api_key(api_key, "LLMAgent(api_key=)")
         self._secrets = (api_key, *(secret_values(dict(os.environ)) if secrets is None
                                     else secrets))
         self.cache = cache
