@@ -169,6 +169,7 @@ def test_cli_step_reports_each_endpoint_and_uses_the_sum_of_caps(
     (["http://a:0/v1"], "port 0 is not from 1 to 65535"),
     (["http://"], "has no host"),
     (["http://[::1/v1"], "not a URL \\(Invalid IPv6 URL\\)"),
+    (["http://a/v1/chat/completions"], "is the chat endpoint itself"),
 ])
 def test_bad_endpoint_lists_are_refused_naming_the_entry(value: Any, match: str) -> None:
     with pytest.raises(EndpointsError, match=match):
@@ -206,11 +207,17 @@ def test_init_refuses_a_bad_endpoint_list(tmp_path: Path) -> None:
     ("http://127.0.0.1:99999/v1", "port 99999 is not from 1 to 65535"),
     ("http://:8080/v1", "has no host"),
     ("http://[::1/v1", "not a URL \\(Invalid IPv6 URL\\)"),
+    ("http://127.0.0.1:1/v1 ", "character 22 of 22 is U\\+0020, a space"),
+    ("http://127.0.0.1:1/v1\u00a0", "character 22 of 22 is U\\+00A0, a space"),
+    ("http://127.0.0.1:1/v1/chat/completions", "is the chat endpoint itself: give its base"),
+    ("http://127.0.0.1:1/v1/chat/completions/", "without /chat/completions"),
 ])
 def test_init_refuses_a_base_url_no_connection_can_use(tmp_path: Path, url: str,
                                                        why: str) -> None:
     """A port past 65535 was taken at init; the step then failed as a bug (OverflowError
-    from connect(), in an ExceptionGroup). "[::1" said only "Invalid IPv6 URL"."""
+    from connect(), in an ExceptionGroup). "[::1" said only "Invalid IPv6 URL". Hostile
+    pass (h13): a URL pasted with a trailing space, or the chat endpoint given for its base,
+    was taken, and every call of the step was a 404 ("no route /v1%20/chat/completions")."""
     with pytest.raises(WorkspaceError, match=rf"agent\.base_url {{1}}.*{why}"):
         init_llm(tmp_path / "ws", write_units(tmp_path / "u.jsonl"), base_url=url, model="m")
     assert not (tmp_path / "ws").exists()

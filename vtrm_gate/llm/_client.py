@@ -30,8 +30,8 @@ from ..cache import KeyParts, ResponseCache, protocol_failure, run_header
 from ..errors import is_whole, shown
 from ..gate import current_run_id
 from ._agent import DEFAULT_MAX_RESPONSE_BYTES, bounded_length, declared_length, parse_body
+from ._endpoints import CHAT_PATH
 
-CHAT_PATH = "/chat/completions"
 MAX_REQUEST_BYTES = 16 << 20
 """A chat request with frames as data URIs is megabytes; one past 16 MiB is refused here."""
 MAX_TOOLS = 128

@@ -55,7 +55,14 @@ def url_problem(label: str, url: object) -> str | None:
     return None if why is None else f"{label} {shown(mask_url(url))}: {why}"
 
 
+CHAT_PATH = "/chat/completions"
+"""What the agent appends to a base URL for a chat call."""
+
+
 def _unusable_url(url: str) -> str | None:
+    if (space := re.search(r"[\s\x00-\x1f\x7f\u200b\ufeff]", url)) is not None:
+        return (f"character {space.start() + 1} of {len(url)} is U+{ord(space.group()):04X}, "
+                f"a space or control character, which no URL holds (pasted with one?)")
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -67,6 +74,9 @@ def _unusable_url(url: str) -> str | None:
         return "has no host"
     if port is not None and not 1 <= port <= 65535:
         return f"port {port} is not from 1 to 65535"
+    if parts.path.rstrip("/").endswith(CHAT_PATH):
+        return (f"is the chat endpoint itself: give its base URL, without {CHAT_PATH} (the "
+                f"agent appends it: calls would go to …{CHAT_PATH}{CHAT_PATH})")
     return None
 
 
