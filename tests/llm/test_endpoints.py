@@ -223,6 +223,17 @@ def test_init_refuses_a_base_url_no_connection_can_use(tmp_path: Path, url: str,
     assert not (tmp_path / "ws").exists()
 
 
+@pytest.mark.parametrize("model", ["gpt-4o ", " gpt-4o", "gpt-4o\u00a0", "gpt\t4o"])
+def test_init_refuses_a_model_name_pasted_with_a_space(tmp_path: Path, model: str) -> None:
+    """Hostile pass (h13): "gpt-4o " was taken, and a server that checks the name refuses
+    every call of the step ("model not found")."""
+    with pytest.raises(WorkspaceError, match=r"agent\.model .* has a space at an end or a "
+                                             r"control character"):
+        init_llm(tmp_path / "ws", write_units(tmp_path / "u.jsonl"),
+                 base_url="http://127.0.0.1:1/v1", model=model)
+    assert not (tmp_path / "ws").exists()
+
+
 def test_init_takes_endpoints_as_any_sequence(tmp_path: Path) -> None:
     """``base_url`` is typed ``str | Sequence``: a tuple is the same list (was an
     AttributeError: the tuple went down the single-URL path, ``.rstrip``)."""

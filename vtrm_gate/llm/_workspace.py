@@ -83,6 +83,16 @@ def check_llm_agent(agent: Mapping[str, Any]) -> None:
 
 
 
+def _check_model_name(model: object) -> None:
+    """At init only (a server that ignores the name, llama.cpp's, ran such workspaces): a
+    model name with a space at an end or a control character, which a server that checks
+    names refuses on every call."""
+    if isinstance(model, str) and (model != model.strip() or not model.isprintable()):
+        raise ConfigError(f"agent.model {model!r} has a space at an end or a control "
+                          f"character: no model is named so, and a server that checks the "
+                          f"name refuses every call (pasted with one?)")
+
+
 def default_llm_skill(task_type: str, task: str = TEXT_TASK) -> str:
     """A short starting skill for a type with no skill file of its own, naming the ``task``
     (the workspace's task description, `VIDEO_TASK` for units with media, else `TEXT_TASK`)."""
@@ -137,6 +147,7 @@ def init_llm(path: str | Path, units_file: str | Path, *,
         agent["task_description"] = task
     try:
         check_llm_agent(agent)
+        _check_model_name(agent.get("model"))
         cfg = WorkspaceConfig(kind="llm", agent=agent, seed=seed, **config)
     except ValueError as exc:
         raise WorkspaceError(f"init_llm: {exc}") from None
