@@ -18,7 +18,7 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
-from .errors import USER_TEXT, ConfigError, shown
+from .errors import USER_TEXT, ConfigError, not_utf8, shown
 
 REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 DEFAULT_TTL = 604800  # 7 days
@@ -318,8 +318,7 @@ def read_dotenv(path: str | os.PathLike[str]) -> dict[str, str]:
     except OSError:
         return out
     except UnicodeDecodeError as exc:  # a ValueError: the CLI exits 2 with this one line
-        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") \
-            from None
+        raise ConfigError(f"{path}: {not_utf8(exc)}") from None
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line or line.startswith("#"):

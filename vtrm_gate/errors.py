@@ -79,6 +79,7 @@ __all__ = [
     "WorkspaceError",
     "WorkspaceLockedError",
     "exit_code",
+    "not_utf8",
 ]
 
 EXIT_BAD_INPUT = 2
@@ -88,6 +89,23 @@ USER_TEXT = "utf-8-sig"
 """How a text file a researcher hands us is decoded: UTF-8, a leading byte order mark skipped
 (Windows editors save one: Notepad before 2019, Excel's "CSV UTF-8"). Files we write carry
 none, so reading them so changes nothing."""
+
+
+def not_utf8(exc: UnicodeDecodeError) -> str:
+    """What a file that is not UTF-8 is told: where decoding stopped and, when its bytes read
+    as one, the encoding it was probably saved in (Windows' UTF-16 "Unicode", or GB18030 /
+    GBK, Chinese Windows' default, which Notepad and Excel write), then what to do."""
+    data = bytes(exc.object)
+    guess = ""
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        guess = "; it is UTF-16 (Windows' \"Unicode\")"
+    else:
+        try:
+            data.decode("gb18030")
+            guess = "; it reads as GB18030 / GBK (Chinese Windows' default)"
+        except UnicodeDecodeError:
+            pass
+    return f"not UTF-8 text ({exc.reason} at byte {exc.start}){guess}: save it as UTF-8"
 
 
 class VtrmError(Exception):

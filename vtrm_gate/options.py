@@ -44,7 +44,7 @@ from ._env import (
     read_dotenv,
 )
 from ._ids import strict_json
-from .errors import USER_TEXT, ConfigError, is_real, is_whole, shown
+from .errors import USER_TEXT, ConfigError, is_real, is_whole, not_utf8, shown
 from .gate import (
     DEFAULT_DISPATCH,
     DISPATCH_NAMES,
@@ -440,8 +440,7 @@ def _read_file(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"config file {path} is not UTF-8 text ({exc.reason} at byte "
-                          f"{exc.start})") from None
+        raise ConfigError(f"config file {path} is {not_utf8(exc)}") from None
     try:
         data = strict_json(text) if path.suffix == ".json" else tomllib.loads(text)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:

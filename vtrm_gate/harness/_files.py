@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .._ids import readable_json, strict_json
-from ..errors import USER_TEXT, InputError, WorkspaceError, is_whole
+from ..errors import USER_TEXT, InputError, WorkspaceError, is_whole, not_utf8
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -95,7 +95,7 @@ def read_json(path: Path, root: Path | None = None) -> Any:
     try:
         value = strict_json(path.read_text(encoding=USER_TEXT), parse_constant=_no_constant)
     except UnicodeDecodeError as exc:
-        raise WorkspaceError(f"{name}: not UTF-8 text ({exc.reason})") from None
+        raise WorkspaceError(f"{name}: {not_utf8(exc)}") from None
     except json.JSONDecodeError as exc:
         raise WorkspaceError(f"{name}: malformed JSON at line {exc.lineno} column "
                              f"{exc.colno}: {exc.msg}") from None
@@ -118,7 +118,7 @@ def read_text(path: Path, root: Path | None = None) -> str:
     try:
         text = path.read_text(encoding=USER_TEXT)
     except UnicodeDecodeError as exc:
-        raise WorkspaceError(f"{name}: not UTF-8 text ({exc.reason})") from None
+        raise WorkspaceError(f"{name}: {not_utf8(exc)}") from None
     if not text.strip():
         raise WorkspaceError(f"{name}: empty skill file")
     return text

@@ -27,7 +27,16 @@ from typing import Any
 from urllib.parse import quote
 
 from .._ids import lone_surrogate, slugify, strict_json
-from ..errors import USER_TEXT, InputError, MediaError, WorkspaceError, is_real, is_whole, shown
+from ..errors import (
+    USER_TEXT,
+    InputError,
+    MediaError,
+    WorkspaceError,
+    is_real,
+    is_whole,
+    not_utf8,
+    shown,
+)
 from ._files import _rel
 
 REF_SCHEME = "vtrm-file:"
@@ -396,7 +405,7 @@ def read_units(path: Path, root: Path | None = None) -> dict[str, UnitRecord]:
     try:
         lines = path.read_text(encoding=USER_TEXT).splitlines()
     except UnicodeDecodeError as exc:
-        raise WorkspaceError(f"{name}: not UTF-8 text ({exc.reason})") from None
+        raise WorkspaceError(f"{name}: {not_utf8(exc)}") from None
     units: dict[str, UnitRecord] = {}
     task: tuple[int, str] | None = None  # the first line that states a task_description
     for i, line in enumerate(lines, 1):
