@@ -308,6 +308,12 @@ def check_redis_url(url: str) -> str:
 _OUR_VARIABLE = re.compile(r"\b(?:VTRM|REDIS)_[A-Z_]+")
 
 
+def user_path(path: str | os.PathLike[str]) -> Path:
+    """A path a researcher gave, ``~`` expanded as a shell (and pandas, polars) would: a
+    notebook's ``init_simulated("~/ws")`` made a directory named "~" in the working one."""
+    return Path(path).expanduser()
+
+
 def read_dotenv(path: str | os.PathLike[str]) -> dict[str, str]:
     """Parse a ``.env`` file: ``KEY=VALUE`` lines, ``export`` prefixes, quotes, comments. A
     line naming one of our variables (``VTRM_*``, ``REDIS_*``) that is no such assignment

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._env import user_path
 from .._ids import slugify
 from ..errors import InputError, shown
 from ..stats import GateParams
@@ -329,7 +330,7 @@ def read_outcomes(path: str | Path, *, task_types: Sequence[str] | None = None,
     ladder order, validated: a bad cell, a missing column, a duplicate or missing rank, an
     unknown type (``task_types`` given, or a name without letters) raise `OutcomesError`
     naming file, row (1-based, data rows) and column."""
-    p = Path(path)
+    p = user_path(path)
     return _check_gates(p, _typed(p, _scan(p)), params or GateParams(), task_types)
 
 
@@ -370,7 +371,7 @@ def write_outcomes(outcomes: pl.DataFrame | Workspace | str | Path, path: str | 
     format chosen by the extension (.csv, .parquet, .jsonl); booleans as true/false."""
     import polars as pl
 
-    out = Path(path)
+    out = user_path(path)
     fmt = _format(out)
     df = outcomes if isinstance(outcomes, pl.DataFrame) else workspace_outcomes(outcomes)
     tmp = out.with_name(f".{out.name}.tmp")

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .._env import credential_keys, credential_name
+from .._env import credential_keys, credential_name, user_path
 from .._ids import content_hash, json_hash, slug_clash, slugify, step_run_id
 from ..errors import ConfigError, InputError, WorkspaceError, shown
 from ..gate import check_unit_ids
@@ -366,7 +366,7 @@ class Workspace:
 
         ``readonly``: its HarnessLog is opened read-only, so readers work on a read-only
         workspace (a mount, a copy without write permission)."""
-        root = Path(path)
+        root = user_path(path)
         _check_layout(root)
         config = _read_config(root)
         pool = _parsed(root, "pool.json", _validate_pool)
@@ -392,7 +392,7 @@ class Workspace:
         Everything is validated before the first file is written, and the files are built in
         a temporary sibling renamed into place: the workspace appears whole or not at all.
         """
-        root = Path(path)
+        root = user_path(path)
         if root.exists() and (not root.is_dir() or not only_lock_file(root)):
             raise WorkspaceError(f"{root}: exists and is not an empty directory; refusing to "
                                  f"overwrite")

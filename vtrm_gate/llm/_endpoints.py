@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from .._env import DEFAULT_CONCURRENCY, mask_url
+from .._env import DEFAULT_CONCURRENCY, mask_url, user_path
 from .._ids import strict_json
 from ..errors import USER_TEXT, EndpointsError, is_whole, shown
 from ._limit import PREFILL_TOKENS, GradientLimit, LimitParams
@@ -138,7 +138,7 @@ def parse_endpoints(value: Any) -> tuple[Endpoint, ...]:
 
 def read_endpoints_file(path: str | Path) -> tuple[Endpoint, ...]:
     """An endpoints file: JSON (a list, as in `parse_endpoints`) or ``URL [cap]`` lines."""
-    p = Path(path)
+    p = user_path(path)
     try:
         text = p.read_text(encoding=USER_TEXT)
     except OSError as exc:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from .._env import credential_name
+from .._env import credential_name, user_path
 from .._ids import slugify
 from ..errors import USER_TEXT, ConfigError, EndpointsError, MediaError, WorkspaceError, shown
 from ..harness import (
@@ -136,7 +136,7 @@ def init_llm(path: str | Path, units_file: str | Path, *,
     `WorkspaceConfig` fields (cooldown_steps, ...). Everything is validated before the
     first file is written.
     """
-    src = Path(units_file)
+    src = user_path(units_file)
     units = read_units(src)
     pool = units_pool(units)
     agent = _agent_config(base_url, endpoints_file, model, backend, temperature, max_tokens,
@@ -149,9 +149,6 @@ def init_llm(path: str | Path, units_file: str | Path, *,
         check_llm_agent(agent)
         _check_model_name(agent.get("model"))
         cfg = WorkspaceConfig(kind="llm", agent=agent, seed=seed, **config)
-    except ValueError as exc:
-        raise WorkspaceError(f"init_llm: {exc}") from None
-    try:
         heldout = {t: split_heldout(us, seed, heldout_fraction) for t, us in pool.items()}
     except ValueError as exc:
         raise WorkspaceError(f"init_llm: {exc}") from None
@@ -187,7 +184,7 @@ def _agent_config(base_url: str | Sequence[Any] | None, endpoints_file: str | Pa
             read_endpoints_file(endpoints_file)  # refuse a bad file before writing
         except EndpointsError as exc:
             raise WorkspaceError(str(exc)) from None
-        agent["endpoints_file"] = str(Path(endpoints_file).resolve())
+        agent["endpoints_file"] = str(user_path(endpoints_file).resolve())
         del agent["base_url"]
     if max_tokens is not None:
         agent["max_tokens"] = max_tokens
@@ -225,7 +222,7 @@ def _initial_skills(pool: Mapping[str, Any], skills_dir: str | Path | None, task
     and the default strategy, if the directory has one."""
     if skills_dir is None:
         return {t: default_llm_skill(t, task) for t in pool}, {}
-    sdir = Path(skills_dir)
+    sdir = user_path(skills_dir)
     if not sdir.is_dir():
         raise WorkspaceError(f"{sdir}: skills directory not found")
     skills = {t: _skill_file(sdir, t) for t in pool}
@@ -253,7 +250,7 @@ def _seed_record(seed_record: str | Path | Mapping[str, Any] | None,
     if seed_record is None:
         return {}
     where = "seed_record" if isinstance(seed_record, Mapping) else str(seed_record)
-    raw = seed_record if isinstance(seed_record, Mapping) else read_json(Path(seed_record))
+    raw = seed_record if isinstance(seed_record, Mapping) else read_json(user_path(seed_record))
     if not isinstance(raw, Mapping):
         raise WorkspaceError(f"{where}: must be an object {{unit id: true|false}}")
     out: dict[str, dict[str, bool]] = {}

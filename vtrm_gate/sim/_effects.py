@@ -18,6 +18,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
+from .._env import user_path
 from .._ids import strict_json
 from ..errors import USER_TEXT, ConfigError, is_real
 
@@ -136,7 +137,7 @@ class World:
         """The world as JSON text; written to ``path`` too when given."""
         text = json.dumps(self.to_dict(), indent=2) + "\n"
         if path is not None:
-            Path(path).write_text(text, encoding="utf-8")
+            user_path(path).write_text(text, encoding="utf-8")
         return text
 
     @classmethod
@@ -145,7 +146,7 @@ class World:
         raises `ConfigError` naming the file and the field."""
         if isinstance(source, str) and source in PRESETS:
             return PRESETS[source]
-        path = Path(source)
+        path = user_path(source)
         try:
             text = path.read_text(encoding=USER_TEXT)
         except (OSError, UnicodeDecodeError) as exc:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._env import DEFAULT_BOOT
+from .._env import DEFAULT_BOOT, user_path
 from ..errors import InputError
 from ..harness import Workspace, read_outcomes, replay_outcomes, workspace_outcomes
 from ..stats import BOOT_GROUP, GateParams, bootstrap_effects, check_n_boot, fit_effects
@@ -147,7 +147,7 @@ def _frame(source: pl.DataFrame | Workspace | str | Path) -> tuple[pl.DataFrame,
 
     if isinstance(source, pl.DataFrame):
         return source, "frame"
-    if isinstance(source, Workspace) or Path(source).is_dir():
+    if isinstance(source, Workspace) or user_path(source).is_dir():
         root = source.root if isinstance(source, Workspace) else source
         return workspace_outcomes(source), str(root)
     return read_outcomes(source), str(source)

@@ -16,6 +16,7 @@ from typing import Any, cast
 
 import polars as pl
 
+from .._env import user_path
 from .._ids import PROBATION_STEP
 from ..errors import WorkspaceError
 from ..harness import (
@@ -44,8 +45,10 @@ class WorkspaceView:
     access) and ``training_curve()``, ``phase_times()``, ``trajectories(epoch, step)``
     (self-displaying figures). Displays itself as a short summary."""
 
-    def __init__(self, ws: Workspace):
-        self.ws = ws
+    def __init__(self, ws: Workspace | str | Path):
+        """``ws``: an opened workspace, or its path (opened read-only, as `open_workspace`);
+        a path was kept as the workspace and failed at the first frame."""
+        self.ws = ws if isinstance(ws, Workspace) else Workspace.open(ws, readonly=True)
 
     @property
     def root(self) -> Path:
@@ -257,7 +260,7 @@ def export_tables(workspace: Workspace, out: str | Path, fmt: str = "parquet"
     renamed). Returns ``{table: (file, rows written)}``."""
     if fmt not in EXPORT_FORMATS:
         raise ValueError(f"format must be one of {', '.join(EXPORT_FORMATS)}, got {fmt!r}")
-    out = Path(out)
+    out = user_path(out)
     if out.exists() and not out.is_dir():
         raise WorkspaceError(f"{out}: exists and is not a directory")
     if not out.exists() and out.suffix.lower() in _FILE_SUFFIXES:

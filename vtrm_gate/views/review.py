@@ -17,7 +17,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from .._env import DEFAULT_CONCURRENCY
+from .._env import DEFAULT_CONCURRENCY, user_path
 from ..gate import GateEvent, run_gate
 from ..sim import block_serial_schedule, continuous_schedule, no_early_stop, run_virtual, sim_step
 from ..stats import GateParams, false_accept_curve, units_curve
@@ -235,7 +235,7 @@ def build(out: str | Path, rp: ReviewParams | None = None,
     """Write each figure as PNG (1280×720 at 100 dpi) and SVG, then ``README.md``; a figure
     that fails `figure_problems` is refused (ValueError naming what is wrong)."""
     rp = rp or ReviewParams()
-    out = Path(out)
+    out = user_path(out)
     paths = []
     for name in names or FIGURES:
         fn, _ = FIGURES[name]
