@@ -106,3 +106,20 @@ def test_types_whose_ascii_parts_meet_are_told_why_they_clash(tmp_path: Path) ->
     assert "'OCR 问题' and 'OCR 识别' are both named 'ocr' on disk" in r.stderr
     assert "differ only in case" not in r.stderr
     assert not (tmp_path / "ws").exists()
+
+
+def test_an_answer_typed_as_a_full_width_letter_is_read_as_its_letter(tmp_path: Path) -> None:
+    """Hostile pass (h13): a Chinese input method types "Ｂ" (U+FF22); the units file was
+    refused with "answer must be one letter of 'AB', got 'Ｂ'", a message that looks like
+    it refuses a B. Full-width and other compatibility letters are read as their letter."""
+    from vtrm_gate.harness import read_units
+
+    units = tmp_path / "units.jsonl"
+    units.write_text("".join(json.dumps(unit_line("时间推理", i, 0) | {"answer": a},
+                                        ensure_ascii=False) + "\n"
+                             for i, a in enumerate(("Ｂ", "ｃ", " Ａ "))), encoding="utf-8")
+    assert [u.answer for u in read_units(units).values()] == ["B", "C", "A"]
+    units.write_text(json.dumps(unit_line("时间推理", 0, 0) | {"answer": "Ｚ"},
+                                ensure_ascii=False) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="answer must be one letter of 'ABCD', got 'Ｚ'"):
+        read_units(units)

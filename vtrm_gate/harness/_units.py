@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -362,9 +363,11 @@ def _unit_record(obj: Any) -> UnitRecord:
             or not all(isinstance(o, str) and o.strip() for o in opts):
         raise InputError(f"options must be a list of 2 to 26 non-empty strings, got {shown(opts)}")
     ans = obj["answer"]
+    if isinstance(ans, str):  # a Chinese input method types "Ｂ": read as "B"
+        ans = unicodedata.normalize("NFKC", ans)
     valid = _LETTERS[:len(opts)]
     if not isinstance(ans, str) or ans.strip().upper() not in valid or len(ans.strip()) != 1:
-        raise InputError(f"answer must be one letter of {valid!r}, got {shown(ans)}")
+        raise InputError(f"answer must be one letter of {valid!r}, got {shown(obj['answer'])}")
     task = obj.get("task_description")
     if task is not None and (why := task_description_problem(task)):
         raise InputError(f"task_description {why}, got {shown(task)}")
