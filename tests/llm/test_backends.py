@@ -429,21 +429,37 @@ def files_of(root: Path) -> dict[Path, bytes]:
     return {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
+def cli_init(ws: Path, units: Path, server: ChatServer,
+             cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``vtrm-gate init --llm`` of ``units`` against ``server`` (seed 1); it must succeed."""
+    r = cli("init", str(ws), "--llm", "--units", str(units), "--base-url", server.url,
+            "--model", "test-model", "--seed", "1", cwd=cwd)
+    assert r.returncode == 0, r.stderr
+    return r
+
+
+def cli_env(target: RedisTarget, key: str = SECRET, **extra: str) -> dict[str, str]:
+    """The environment of a CLI step on the test's Redis prefix, with API key ``key``."""
+    return {"REDIS_URL": target.url, "VTRM_CACHE_PREFIX": target.prefix,
+            "OPENAI_API_KEY": key, **extra}
+
+
+def rerunnable_step(ws: Path) -> tuple[str, ...]:
+    """``step e1 s1`` with every task started before any answer (see `step_once`): a
+    re-run asks nothing again."""
+    return ("step", "--workspace", str(ws), "--epoch", "1", "--step", "1",
+            "--concurrency", "256", "--dispatch", "round_robin", "--past-stop", "wait",
+            "--no-cancel-after-freeze", "--no-adaptive")
+
+
 def test_cli_init_llm_then_step_then_rerun(tmp_path: Path, chat_server: ChatServer,
                                            redis_target: RedisTarget) -> None:
     chat_server.evolve_reply = evolve_reply
-    units = write_units(tmp_path / "units.jsonl")
     ws = tmp_path / "ws"
-    r = cli("init", str(ws), "--llm", "--units", str(units), "--base-url", chat_server.url,
-            "--model", "test-model", "--seed", "1", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
+    r = cli_init(ws, write_units(tmp_path / "units.jsonl"), chat_server, tmp_path)
     assert "created llm workspace" in r.stdout
-    env = {"REDIS_URL": redis_target.url, "VTRM_CACHE_PREFIX": redis_target.prefix,
-           "OPENAI_API_KEY": SECRET}
-    # every task started before any answer (see step_once): the re-run asks nothing again
-    step = ("step", "--workspace", str(ws), "--epoch", "1", "--step", "1",
-            "--concurrency", "256", "--dispatch", "round_robin", "--past-stop", "wait",
-            "--no-cancel-after-freeze", "--no-adaptive")
+    env = cli_env(redis_target)
+    step = rerunnable_step(ws)
     r = cli(*step, "--json", cwd=tmp_path, env=env)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from test_backends import SECRET, cli, evolve_reply, write_units
+from test_backends import SECRET, cli, cli_env, cli_init, evolve_reply, write_units
 
 from vtrm_gate.harness import HarnessLog
 from vtrm_gate.testing import ChatServer, Fault, RedisTarget
@@ -16,12 +16,8 @@ def test_a_rollout_refused_by_the_endpoint_is_rollout_error_and_nothing_is_appli
         tmp_path: Path, chat_server: ChatServer, redis_target: RedisTarget) -> None:
     chat_server.evolve_reply = evolve_reply
     ws = tmp_path / "ws"
-    r = cli("init", str(ws), "--llm", "--units", str(write_units(tmp_path / "units.jsonl")),
-            "--base-url", chat_server.url, "--model", "test-model", "--seed", "1",
-            cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    env = {"REDIS_URL": redis_target.url, "VTRM_CACHE_PREFIX": redis_target.prefix,
-           "OPENAI_API_KEY": "sk-wrong"}
+    cli_init(ws, write_units(tmp_path / "units.jsonl"), chat_server, tmp_path)
+    env = cli_env(redis_target, "sk-wrong")
     step = ("step", "--workspace", str(ws), "--epoch", "1", "--step", "1")
     chat_server.inject(*[Fault(status=401)] * 1000)  # every call: invalid API key
     state = (ws / "state.json").read_bytes()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from test_backends import SECRET, cli, unit_line
+from test_backends import cli, cli_env, cli_init, rerunnable_step, unit_line
 
 from vtrm_gate import slugify
 from vtrm_gate._ids import slug_clash
@@ -54,17 +54,11 @@ def test_a_workspace_of_types_named_in_other_scripts_runs_a_step_and_its_rerun(
         tmp_path: Path, chat_server: ChatServer, redis_target: RedisTarget) -> None:
     chat_server.evolve_reply = _helpful
     ws = tmp_path / "ws"
-    r = cli("init", str(ws), "--llm", "--units", str(_units(tmp_path / "units.jsonl")),
-            "--base-url", chat_server.url, "--model", "test-model", "--seed", "1",
-            cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
+    cli_init(ws, _units(tmp_path / "units.jsonl"), chat_server, tmp_path)
     assert {p.name for p in (ws / "skills").glob("*.md")} >= {
         "时间推理.md", "подсчёт-объектов.md", "ocr-problems.md"}
-    env = {"REDIS_URL": redis_target.url, "VTRM_CACHE_PREFIX": redis_target.prefix,
-           "OPENAI_API_KEY": SECRET, "COLUMNS": "200"}
-    step = ("step", "--workspace", str(ws), "--epoch", "1", "--step", "1",
-            "--concurrency", "256", "--dispatch", "round_robin", "--past-stop", "wait",
-            "--no-cancel-after-freeze", "--no-adaptive")
+    env = cli_env(redis_target, COLUMNS="200")
+    step = rerunnable_step(ws)
     r = cli(*step, "--json", cwd=tmp_path, env=env)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
