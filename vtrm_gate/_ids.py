@@ -18,6 +18,7 @@ import hashlib
 import json
 import re
 import unicodedata
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from .errors import InputError, shown
@@ -56,6 +57,18 @@ def slugify(task_type: str) -> str:
         raise InputError(f"task type {shown(task_type)} names its files by {size} "
                          f"bytes, at most {MAX_SLUG}: shorten its name")
     return slug
+
+
+def type_slugs(names: Iterable[str]) -> dict[str, str]:
+    """slug -> name of each type. InputError for a name no file can carry (`slugify`) or for
+    two names with one slug: they would share run ids, cache salts and a skill file."""
+    slugs: dict[str, str] = {}
+    for name in names:
+        slug = slugify(name)
+        if slug in slugs:
+            raise InputError(slug_clash(slugs[slug], name))
+        slugs[slug] = name
+    return slugs
 
 
 def slug_clash(a: str, b: str) -> str:

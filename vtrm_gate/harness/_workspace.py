@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .._env import credential_keys, credential_name, user_path
-from .._ids import content_hash, json_hash, slug_clash, slugify, step_run_id
+from .._ids import content_hash, json_hash, slugify, step_run_id, type_slugs
 from ..errors import ConfigError, InputError, WorkspaceError, shown
 from ..gate import check_unit_ids
 from ..stats import PROBATION_RULES
@@ -157,17 +157,11 @@ def _validate_pool(data: Any) -> dict[str, tuple[str, ...]]:
     if not isinstance(data, dict) or not data:
         raise InputError("must be a non-empty object {task type: [unit ids]}")
     pool: dict[str, tuple[str, ...]] = {}
-    slugs: dict[str, str] = {}
-    for t, units in data.items():
+    for t in data:
         if not isinstance(t, str) or not t.strip():
             raise InputError(f"task type names must be non-empty strings, got {shown(t)}")
-        try:
-            slug = slugify(t)
-        except ValueError as exc:
-            raise InputError(str(exc)) from None
-        if slug in slugs:  # they would share run ids, cache salts and a skill file
-            raise InputError(slug_clash(slugs[slug], t))
-        slugs[slug] = t
+    type_slugs(data)
+    for t, units in data.items():
         if not isinstance(units, list):
             raise InputError(f"type {t!r}: expected a list of unit ids, got "
                              f"{type(units).__name__}")

@@ -28,7 +28,7 @@ from statistics import NormalDist
 from types import MappingProxyType
 from typing import Any, Literal
 
-from .._ids import content_hash, slug_clash, slugify
+from .._ids import content_hash, slugify, type_slugs
 from ..errors import ConfigError, InputError, is_real, is_whole, shown
 from ..gate import UnitResult, UnitTask
 from ._effects import PRESETS, World
@@ -159,17 +159,14 @@ class SimConfig:
         if not isinstance(pools, Mapping) or not pools:
             _fail("pool_sizes", "a non-empty mapping of task type -> units (integer >= 0)",
                   pools)
-        slugs: dict[str, str] = {}
-        for name, size in pools.items():
+        for name in pools:
             if not isinstance(name, str):
                 _fail("pool_sizes", "keyed by task type names", name)
-            try:
-                slug = slugify(name)
-            except InputError as exc:
-                raise ConfigError(f"SimConfig.pool_sizes: {exc}") from None
-            if slug in slugs:
-                raise ConfigError(f"SimConfig.pool_sizes: {slug_clash(slugs[slug], name)}")
-            slugs[slug] = name
+        try:
+            type_slugs(pools)
+        except InputError as exc:
+            raise ConfigError(f"SimConfig.pool_sizes: {exc}") from None
+        for name, size in pools.items():
             if not is_whole(size) or size < 0:
                 _fail("pool_sizes", f"integers >= 0 (type {name!r})", size)
         if self.pool_sizes is not None:  # a private copy: the caller's dict may change
