@@ -5,10 +5,10 @@ exact.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 from collections.abc import Coroutine
 from typing import Any, TypeVar
+
+from .._sync import run_sync
 
 T = TypeVar("T")
 
@@ -16,20 +16,12 @@ T = TypeVar("T")
 def run_virtual(coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` on a looptime loop: sleeps cost no wall time, loop.time() is simulated.
 
-    Inside an already running loop (a Jupyter cell) the virtual loop runs in a worker thread.
+    Inside an already running loop (a Jupyter cell) the virtual loop runs in a worker thread;
+    an interrupt stops it there.
     """
     import looptime
 
-    def run() -> T:
-        with asyncio.Runner(loop_factory=looptime.new_event_loop) as runner:
-            return runner.run(coro)
-
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return run()
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(run).result()
+    return run_sync(coro, loop_factory=looptime.new_event_loop)
 
 
 
