@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import zlib
 
 import numpy as np
@@ -709,6 +710,26 @@ def test_handle_repr_is_one_line():
     during, after = run(main())
     assert during == "<GateHandle running: 0/3 types decided, 4 calls in flight, 2.5 s elapsed>"
     assert after.startswith("<GateHandle finished: 3/3 types decided, 0 calls in flight")
+
+
+def test_a_cancelled_handles_repr_has_no_call_in_flight_and_its_clock_stopped():
+    """After Jupyter's Stop button cancelled ``await handle``, the repr still counted the
+    stopped calls "in flight" and its elapsed time kept growing."""
+    table = OutcomeTable({t: [WIN] * 20 for t in "ABC"}, latency=lambda t, r: 1.0)
+
+    async def main():
+        handle = launch(table.plans(), table, concurrency=4)
+        await asyncio.sleep(2.5)
+        handle.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await handle
+        ended = repr(handle)
+        await asyncio.sleep(10)
+        return ended, repr(handle), len(table.calls)
+
+    ended, later, calls = run(main())
+    assert ended == "<GateHandle aborted: 0/3 types decided, 0 calls in flight, 2.5 s elapsed>"
+    assert later == ended and calls == 12
 
 
 def test_a_running_handles_result_says_how_to_get_one():

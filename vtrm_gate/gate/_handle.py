@@ -173,8 +173,9 @@ class GateHandle:
         state = ("cancelling" if self._cancel_requested and not self.task.done() else
                  "running" if not self.task.done() else
                  "aborted" if (g.aborted or self.task.cancelled()) else "finished")
+        elapsed = g.final.wall_time_s if g.final is not None else g.now() - g.t0
         return (f"<GateHandle {state}: {decided}/{len(g.runs)} types decided, "
-                f"{g.n_in_flight} calls in flight, {g.now() - g.t0:.1f} s elapsed>")
+                f"{g.n_in_flight} calls in flight, {elapsed:.1f} s elapsed>")
 
 
 def launch(plans: Sequence[TypePlan], infer: Infer, params: GateParams | None = None,

@@ -618,6 +618,7 @@ class _Gate:
         for task in self.in_flight.values():  # stopped by the abort (or by a freeze before)
             self.by_type[task.task_type].counters.cancelled_in_flight += 1
         self.in_flight.clear()
+        self.n_in_flight = 0  # every call has stopped; its signal, if any, is counted below
         try:
             while self.signals:
                 signal = self.signals.popleft()
