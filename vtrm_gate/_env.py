@@ -55,6 +55,11 @@ MAX_BOOT = 100_000
 """The most resamples a bootstrap takes: a 2.5% quantile's Monte Carlo error is then ~0.0005
 in level, and the refits take 6-40 minutes here (4-25 ms each at 60-600 gates)."""
 
+EXPORT_FORMATS = ("parquet", "csv", "csv-excel")
+"""An export's file formats. ``csv-excel``: the CSV files, each opening with a UTF-8 byte
+order mark, without which Excel on Windows reads non-ASCII text (a Chinese type name) in the
+system code page."""
+
 
 # ---- secrets --------------------------------------------------------------------------
 

@@ -82,6 +82,22 @@ def test_export_writes_every_table_with_the_sqlite_row_counts(trained_workspace,
     assert not list((tmp_path / "out").glob(".*.tmp"))
 
 
+def test_csv_for_excel_is_the_csv_with_a_byte_order_mark(trained_workspace, tmp_path, cli):
+    """Excel on Windows reads a CSV without a byte order mark as the system code page: a
+    Chinese type name became mojibake. ``--format csv-excel`` writes the same CSV files, each
+    opening with the mark Excel takes as "UTF-8" (polars and pandas skip it)."""
+    ws, _ = trained_workspace
+    for fmt in ("csv", "csv-excel"):
+        r = cli("export", "--workspace", str(ws), "--out", str(tmp_path / fmt), "--format", fmt)
+        assert r.returncode == 0, r.stderr
+    for t in TABLES:
+        plain = (tmp_path / "csv" / f"{t}.csv").read_bytes()
+        excel = (tmp_path / "csv-excel" / f"{t}.csv").read_bytes()
+        assert excel == b"\xef\xbb\xbf" + plain, t
+        assert pl.read_csv(tmp_path / "csv-excel" / f"{t}.csv").columns == \
+            pl.read_csv(tmp_path / "csv" / f"{t}.csv").columns
+
+
 def test_exported_values_equal_the_log(trained_workspace, tmp_path, cli):
     ws, _ = trained_workspace
     assert cli("export", "--workspace", str(ws), "--out", str(tmp_path)).returncode == 0

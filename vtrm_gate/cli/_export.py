@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from .._env import EXPORT_FORMATS
 from ._args import emit
 from ._table import Column, render, terminal_width, wrap
 
@@ -17,8 +18,9 @@ def register(sub: Any) -> None:
     x = sub.add_parser("export", help="write every table of a workspace to Parquet or CSV")
     x.add_argument("--workspace", required=True)
     x.add_argument("--out", required=True, help="directory for the files (created if needed)")
-    x.add_argument("--format", choices=("parquet", "csv"), default="parquet",
-                   help="file format (default parquet)")
+    x.add_argument("--format", choices=EXPORT_FORMATS, default="parquet",
+                   help="file format (default parquet); csv-excel: CSV files that Excel on "
+                        "Windows opens as UTF-8 (a byte order mark first)")
     x.add_argument("--json", action="store_true", help="machine-readable output")
     x.set_defaults(func=cmd_export)
 

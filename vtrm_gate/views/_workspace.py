@@ -16,7 +16,7 @@ from typing import Any, cast
 
 import polars as pl
 
-from .._env import user_path
+from .._env import EXPORT_FORMATS, user_path
 from .._ids import PROBATION_STEP
 from ..errors import WorkspaceError
 from ..harness import (
@@ -34,7 +34,6 @@ from ._figures import GateFigure, plot_trajectories
 from ._train_figures import plot_phase_times, plot_training_curve
 
 PHASES = ("rollout", "evolution", "gate", "settlement", "evaluation")
-EXPORT_FORMATS = ("parquet", "csv")
 _FILE_SUFFIXES = frozenset({".csv", ".parquet", ".jsonl", ".ndjson", ".json"})
 """An export's --out ending so names one file, not the directory export writes."""
 
@@ -255,7 +254,8 @@ def step_outcomes(ws: Workspace, epoch: int, step: int
 
 def export_tables(workspace: Workspace, out: str | Path, fmt: str = "parquet"
                   ) -> dict[str, tuple[Path, int]]:
-    """Write every log table to ``out/<table>.<fmt>`` (Parquet or CSV; the columns of
+    """Write every log table to ``out/<table>.<parquet|csv>`` (Parquet, CSV, or CSV for
+    Excel: `EXPORT_FORMATS`; the columns of
     `vtrm_gate.harness.TABLES`, docs/api.md). Each file appears whole (written aside, then
     renamed). Returns ``{table: (file, rows written)}``."""
     if fmt not in EXPORT_FORMATS:
@@ -272,12 +272,12 @@ def export_tables(workspace: Workspace, out: str | Path, fmt: str = "parquet"
     files = {}
     for t in TABLES:
         df = workspace.log.frame(t)
-        path = out / f"{t}.{fmt}"
+        path = out / f"{t}.{fmt.split('-')[0]}"
         tmp = path.with_name(f".{path.name}.tmp")
         if fmt == "parquet":
             df.write_parquet(tmp)
         else:
-            df.write_csv(tmp)
+            df.write_csv(tmp, include_bom=fmt == "csv-excel")
         tmp.replace(path)
         files[t] = (path, df.height)
     return files
