@@ -21,7 +21,7 @@ import unicodedata
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from .errors import InputError, shown
+from .errors import ConfigError, InputError, is_whole, shown
 
 Arm = Literal["base", "cand"]
 
@@ -178,6 +178,14 @@ def json_hash(value: Any) -> str:
 
 
 # ---- run ids ----------------------------------------------------------------------------
+
+
+def check_ids(epoch: int, step: int) -> None:
+    """Refuse an epoch or step that is not an integer >= 1 (text from a widget, ``1.0``,
+    ``True``), naming it, before it names a file or a run."""
+    for name, v in (("epoch", epoch), ("step", step)):
+        if not is_whole(v) or v < 1:
+            raise ConfigError(f"{name} must be an integer >= 1, got {shown(v)}")
 
 
 def step_run_id(epoch: int, step: int) -> str:

@@ -18,7 +18,8 @@ import polars as pl
 import pytest
 
 import vtrm_gate
-from vtrm_gate.errors import WorkspaceError
+from vtrm_gate.errors import ConfigError, WorkspaceError
+from vtrm_gate.harness import replay_step
 from vtrm_gate.views import GateFigure, figure_problems, open_workspace
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -122,6 +123,26 @@ def test_a_step_that_never_ran_is_named(trained_workspace):
     with open_workspace(trained_workspace[0]) as view, pytest.raises(
             WorkspaceError, match=r"e9_s1\.json: missing; step e9 s1 has not been run"):
         view.trajectories(9, 1)
+
+
+@pytest.mark.parametrize("epoch, step, bad", [
+    ("1", "1", "epoch must be an integer >= 1, got '1'"),  # a widget's Dropdown gives text
+    (1.0, 1, "epoch must be an integer >= 1, got 1.0"),
+    (1, True, "step must be an integer >= 1, got True"),
+    (0, 1, "epoch must be an integer >= 1, got 0")])
+def test_a_step_named_by_text_or_a_float_is_refused_and_its_manifest_kept(
+        trained_workspace, epoch, step, bad):
+    """``trajectories("1", "1")`` told the researcher to delete manifests/e1_s1.json, a good
+    file ("epoch/step must be 1/1 (the file's name), got (1, 1)"); ``(1.0, 1)`` said step
+    "e1.0 s1" had not been run."""
+    root = trained_workspace[0]
+    before = (root / "manifests" / "e1_s1.json").read_bytes()
+    with open_workspace(root) as view, pytest.raises(ConfigError) as err:
+        view.trajectories(epoch, step)
+    assert str(err.value) == bad
+    with pytest.raises(ConfigError, match="must be an integer >= 1"):
+        replay_step(root, epoch, step)
+    assert (root / "manifests" / "e1_s1.json").read_bytes() == before
 
 
 def test_phase_times_never_compare_real_time_with_the_simulated_old_gate(tmp_path):

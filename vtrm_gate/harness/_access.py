@@ -6,7 +6,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import ConfigError, is_whole, shown
 from ._lock import workspace_lock
 from ._workspace import Workspace
 
@@ -36,12 +35,3 @@ def writer(workspace: Workspace | str | Path, command: str,
     finally:
         if ws is not workspace:  # opened here from a path: release the SQLite connection
             ws.close()
-
-
-def check_ids(epoch: int, step: int) -> None:
-    for name, v in (("epoch", epoch), ("step", step)):
-        if not is_whole(v) or v < 1:
-            raise ConfigError(f"{name} must be an integer >= 1, got {shown(v)}")
-
-
-

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._ids import PROBATION_STEP, content_hash, probation_run_id
+from .._ids import PROBATION_STEP, check_ids, content_hash, probation_run_id
 from .._sync import run_sync
 from ..gate import (
     GateResult,
@@ -23,7 +23,7 @@ from ..gate import (
 )
 from ..options import RunOptions
 from ..stats import ProbationRule, TypeOutcome, probation_rule
-from ._access import check_ids, writer
+from ._access import writer
 from ._apply import push_rejected
 from ._gating import abort_reason, partial_of, report_aborted, run_workspace_gate
 from ._log import GateSink

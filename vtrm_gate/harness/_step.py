@@ -26,7 +26,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from .._ids import as_unicode, canonical_json, content_hash, json_hash, slugify, step_run_id
+from .._ids import (
+    as_unicode,
+    canonical_json,
+    check_ids,
+    content_hash,
+    json_hash,
+    slugify,
+    step_run_id,
+)
 from .._sync import run_sync
 from ..errors import (
     CandidateRefused,
@@ -38,7 +46,7 @@ from ..errors import (
 from ..gate import GateResult, Infer, Subscriber, TypePlan, build_ladder, ladder_units
 from ..options import RunOptions
 from ..stats import decision_rule, fastest_accept
-from ._access import check_ids, writer
+from ._access import writer
 from ._apply import apply_decisions
 from ._candidate import candidate_problem
 from ._files import atomic_write, join_notes, write_json

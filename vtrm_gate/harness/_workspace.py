@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .._env import credential_keys, credential_name, user_path
-from .._ids import content_hash, json_hash, slugify, step_run_id, type_slugs
+from .._ids import check_ids, content_hash, json_hash, slugify, step_run_id, type_slugs
 from ..errors import ConfigError, InputError, WorkspaceError, shown
 from ..gate import check_unit_ids
 from ..stats import PROBATION_RULES
@@ -255,6 +255,7 @@ class Workspace:
         return self.root / "candidates" / step_run_id(epoch, step)
 
     def manifest_path(self, epoch: int, step: int) -> Path:
+        check_ids(epoch, step)
         return self.root / "manifests" / f"{step_run_id(epoch, step)}.json"
 
     @property
