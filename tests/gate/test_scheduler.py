@@ -691,6 +691,17 @@ def test_cancel_before_the_task_first_runs_ends_events():
     assert res.aborted and table.calls == [] and handle.result() is res
 
 
+def test_one_plan_where_a_list_belongs_and_a_dict_of_params_are_refused_naming_them():
+    """``run_gate(plan, ...)`` said only "'TypePlan' object is not iterable"."""
+    table = OutcomeTable({"A": [TIE]})
+    with pytest.raises(TypeError, match=r"^plans must be a list of TypePlan, got one TypePlan "
+                                        r"\('A'\): pass \[plan\]$"):
+        run_gate_sync(table.plans()[0], table)
+    with pytest.raises(TypeError, match=r"^params must be a GateParams .*, got dict"):
+        run_gate_sync(table.plans(), table, {"e_confirm": 5.0})
+    assert table.calls == []
+
+
 def test_launch_without_a_running_loop_points_to_run_gate_sync():
     table = OutcomeTable({"A": [TIE]})
     with pytest.raises(RuntimeError, match="run_gate_sync"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from vtrm_gate import GateParams, run_gate
+from vtrm_gate.errors import ConfigError
 from vtrm_gate.harness import run_step
 from vtrm_gate.sim import (
     SimConfig,
@@ -45,6 +46,10 @@ def test_wall_seconds_scales_the_clock_to_the_step():
     assert virtual["outcomes"].keys() == {p.task_type for p in st.plans}
 
 
-def test_wall_seconds_must_be_positive():
-    with pytest.raises(ValueError, match="wall_seconds"):
-        sim_step(1, wall_seconds=0)
+@pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), "30", True])
+def test_wall_seconds_must_be_a_finite_positive_number(bad):
+    """``wall_seconds="30"`` was a TypeError ("'>' not supported"), and ``inf`` was told as a
+    bad ``SimConfig.time_scale``, a value the researcher never gave."""
+    with pytest.raises(ConfigError) as err:
+        sim_step(1, wall_seconds=bad)
+    assert str(err.value) == f"wall_seconds must be a finite number of seconds > 0, got {bad!r}"

@@ -25,6 +25,7 @@ from ..stats import (
     GateState,
     SequentialTest,
     TypeOutcome,
+    as_params,
     check_ladder_length,
 )
 from ._dispatch import (
@@ -128,8 +129,6 @@ def _validate(plans: Sequence[TypePlan], infer: Infer, params: GateParams,
     if not callable(infer):
         raise TypeError(f"infer must be an async function (UnitTask -> UnitResult), "
                         f"got {type(infer).__name__}")
-    if not isinstance(params, GateParams):
-        raise TypeError(f"params must be GateParams, got {type(params).__name__}")
     names: set[str] = set()
     slugs: dict[str, str] = {}
     targets: dict[str, str] = {}
@@ -685,8 +684,11 @@ def _new_gate(plans: Iterable[TypePlan], infer: Infer, params: GateParams | None
               concurrency: int, *, guard: GuardParams | None = None,
               dispatch: DispatchName | DispatchPolicy = DEFAULT_DISPATCH, **kw: Any) -> _Gate:
     """Validate, then build (not start) a gate; ``kw`` are `run_gate`'s keyword options."""
+    if isinstance(plans, TypePlan):
+        raise TypeError(f"plans must be a list of TypePlan, got one TypePlan "
+                        f"({plans.task_type!r}): pass [plan]")
     plans = list(plans)
-    params = params or GateParams()
+    params = as_params(params)
     _validate(plans, infer, params, concurrency)
     wait = kw.get("subscriber_timeout_s", 1.0)
     if not (is_real(wait) and wait >= 0):

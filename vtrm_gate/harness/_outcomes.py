@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from .._env import user_path
 from .._ids import slugify
 from ..errors import InputError, shown
-from ..stats import GateParams
+from ..stats import GateParams, as_params
 from ._access import for_reading
 from ._manifest import recorded_manifests
 from ._replay import _replay_columns, _replay_known, ladder_units
@@ -331,7 +331,7 @@ def read_outcomes(path: str | Path, *, task_types: Sequence[str] | None = None,
     unknown type (``task_types`` given, or a name without letters) raise `OutcomesError`
     naming file, row (1-based, data rows) and column."""
     p = user_path(path)
-    return _check_gates(p, _typed(p, _scan(p)), params or GateParams(), task_types)
+    return _check_gates(p, _typed(p, _scan(p)), as_params(params), task_types)
 
 
 def workspace_outcomes(workspace: Workspace | str | Path) -> pl.DataFrame:
@@ -390,7 +390,7 @@ def replay_outcomes(outcomes: pl.DataFrame | str | Path, *, block: int = 8,
     would be needed), and ``units_saved``, block units minus prefix units."""
     import polars as pl
 
-    params = params or GateParams()
+    params = as_params(params)
     df = outcomes if isinstance(outcomes, pl.DataFrame) else read_outcomes(outcomes,
                                                                           params=params)
     rows = []

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from .._env import DEFAULT_CONCURRENCY
 from ..gate import GateEvent, GateForecast, run_gate
-from ..stats import GateParams
+from ..stats import GateParams, as_params
 from ._step import sim_step
 from ._virtual import run_virtual
 
@@ -35,7 +35,7 @@ def eta_checks(seed: int, shares: Sequence[float] = SHARES, concurrency: int = D
     `GateForecast` and read the ETA at each share of the makespan."""
     st = sim_step(seed, wall_seconds=None, params=params)
     events: list[GateEvent] = []
-    res = run_virtual(run_gate(list(st.plans), st.world.infer, params or GateParams(),
+    res = run_virtual(run_gate(list(st.plans), st.world.infer, as_params(params),
                                concurrency, subscribers=[events.append]))
     start, total = events[0].t, res.wall_time_s
     fc, i, out = GateForecast(), 0, []

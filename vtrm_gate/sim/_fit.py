@@ -23,7 +23,7 @@ import numpy as np
 from .._env import DEFAULT_BOOT, user_path
 from ..errors import InputError
 from ..harness import Workspace, read_outcomes, replay_outcomes, workspace_outcomes
-from ..stats import BOOT_GROUP, GateParams, bootstrap_effects, check_n_boot, fit_effects
+from ..stats import BOOT_GROUP, GateParams, as_params, bootstrap_effects, check_n_boot, fit_effects
 from ._effects import SHARES, World
 from ._sweep import sweep_map
 from ._world import SimConfig, SimWorld
@@ -166,7 +166,7 @@ def fit_world(source: pl.DataFrame | Workspace | str | Path, *, n_boot: int = DE
     resamples; ``progress(done)`` hears how many are refitted, a group at a time."""
     check_n_boot(n_boot)  # before reading the source: a typo costs nothing
     frame, name = _frame(source)
-    params = params or GateParams()
+    params = as_params(params)
     gates = _gates(frame, params) if frame.height else frame
     if gates.height == 0:  # the user's source: bad input (exit 2), not a bug
         raise InputError(f"{name}: no gate with a measured pair to fit (every pair of its "

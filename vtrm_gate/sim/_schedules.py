@@ -13,7 +13,7 @@ from .._env import DEFAULT_CONCURRENCY
 from .._ids import step_run_id as _step_run_id
 from ..errors import shown
 from ..gate import GuardParams, TypePlan, UnitResult, UnitTask, build_ladder, ladder_units, run_gate
-from ..stats import GateParams, Pair, TypeOutcome, replay_blocks, replay_prefix
+from ..stats import GateParams, Pair, TypeOutcome, as_params, replay_blocks, replay_prefix
 from ._virtual import run_virtual
 from ._world import SimEvolver, SimWorld, TrueEffect
 
@@ -60,7 +60,7 @@ def block_serial_schedule(world: SimWorld, plans: Sequence[TypePlan],
 
     The makespan is exact: per block, the slowest base call plus the slowest cand call.
     """
-    params = params or GateParams()
+    params = as_params(params)
     per_type: dict[str, dict[str, Any]] = {}
     outcomes: dict[str, TypeOutcome] = {}
     total = busy = 0.0
@@ -107,7 +107,7 @@ def continuous_schedule(world: SimWorld, plans: Sequence[TypePlan],
 
     "Needed" is every call of the units up to each type's prefix stop (`replay_prefix`).
     """
-    params = params or GateParams()
+    params = as_params(params)
     if world.config.time_scale != 1.0:
         raise ValueError("continuous_schedule needs SimConfig.time_scale == 1.0 so that the "
                          "loop clock is simulated seconds")

@@ -18,10 +18,10 @@ from typing import Any
 
 from .._env import DEFAULT_CONCURRENCY
 from .._ids import step_run_id
-from ..errors import shown
+from ..errors import ConfigError, is_real, shown
 from ..gate import TypePlan, build_ladder, ladder_units
 from ..harness import StepStatus
-from ..stats import GateParams
+from ..stats import GateParams, as_params
 from ._schedules import continuous_schedule
 from ._world import SimConfig, SimEvolver, SimWorld
 
@@ -73,9 +73,10 @@ def sim_step(seed: int, epoch: int = 1, step: int = 1, *, params: GateParams | N
     virtual makespan is computed first, ~0.5 s). ``wall_seconds=None``: ``time_scale`` as
     given (1.0: simulated seconds, for `run_virtual`).
     """
-    params = params or GateParams()
-    if wall_seconds is not None and not wall_seconds > 0:
-        raise ValueError(f"wall_seconds must be > 0, got {shown(wall_seconds)}")
+    params = as_params(params)
+    if wall_seconds is not None and not (is_real(wall_seconds) and wall_seconds > 0):
+        raise ConfigError(f"wall_seconds must be a finite number of seconds > 0, got "
+                          f"{shown(wall_seconds)}")
     world = SimWorld(SimConfig(seed=seed, time_scale=1.0, **sim))
     evolver = SimEvolver(world)
     srid = step_run_id(epoch, step)

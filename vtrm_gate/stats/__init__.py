@@ -55,6 +55,7 @@ from ._montecarlo import paired_outcomes as paired_outcomes
 from ._montecarlo import paired_sample as paired_sample
 from ._montecarlo import units_curve as units_curve
 from ._montecarlo import wilson_interval as wilson_interval
+from ._oc import MAX_OC_UNITS as MAX_OC_UNITS
 from ._oc import OperatingCharacteristics as OperatingCharacteristics
 from ._oc import operating_characteristics as operating_characteristics
 from ._paired import MOVER as MOVER
@@ -68,6 +69,7 @@ from ._params import Action as Action
 from ._params import Decision as Decision
 from ._params import GateParams as GateParams
 from ._params import Pair as Pair
+from ._params import as_params as as_params
 from ._params import bet_factors as bet_factors
 from ._probation import GUARANTEES as GUARANTEES
 from ._probation import PROBATION_RULES as PROBATION_RULES
@@ -111,6 +113,7 @@ __all__ = [
     "DEFAULT_RULE",
     "GUARANTEES",
     "MAX_BOOT",
+    "MAX_OC_UNITS",
     "MOVER",
     "NEWCOMBE",
     "PROBATION_RULES",
@@ -144,6 +147,7 @@ __all__ = [
     "TypeOutcome",
     "UnitsCurve",
     "WNetRule",
+    "as_params",
     "best_case_floor",
     "bet_factors",
     "bootstrap_effects",

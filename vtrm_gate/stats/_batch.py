@@ -6,7 +6,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._params import _CODE, ACTION_CODES, Action, GateParams, bet_factors
+from ._params import (
+    _CODE,
+    ACTION_CODES,
+    Action,
+    GateParams,
+    as_correct_array,
+    as_params,
+    bet_factors,
+)
 from ._process import (
     _hopeful,
     check_ladder_length,
@@ -35,15 +43,15 @@ class BatchOutcome:
 
 def _as_batch(base: np.ndarray, cand: np.ndarray,
               infra: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    base = np.asarray(base, dtype=bool)
-    cand = np.asarray(cand, dtype=bool)
+    base = as_correct_array(base, "base")
+    cand = as_correct_array(cand, "cand")
     if base.shape != cand.shape or base.ndim != 2:
         raise ValueError(f"base and cand must be 2-D arrays of one shape (R, n), got "
                          f"{base.shape} and {cand.shape}")
     d = cand.astype(np.int8) - base.astype(np.int8)
     ok = np.ones(base.shape, dtype=bool)
     if infra is not None:
-        infra = np.asarray(infra, dtype=bool)
+        infra = as_correct_array(infra, "infra")
         if infra.shape != base.shape:
             raise ValueError(f"infra must have shape {base.shape}, got {infra.shape}")
         ok = ~infra
@@ -119,7 +127,7 @@ def _replay_batch(d: np.ndarray, ok: np.ndarray, params: GateParams,
 def replay_prefix_batch(base: np.ndarray, cand: np.ndarray, params: GateParams | None = None,
                         infra: np.ndarray | None = None) -> BatchOutcome:
     """Vectorised `replay_prefix` over R sequences: arrays of shape (R, n) in ladder order."""
-    params = params or GateParams()
+    params = as_params(params)
     d, ok = _as_batch(base, cand, infra)
     return _replay_batch(d, ok, params, None, np.ones(d.shape[1], dtype=bool))
 
@@ -129,7 +137,7 @@ def replay_blocks_batch(base: np.ndarray, cand: np.ndarray, params: GateParams |
     """Vectorised `replay_blocks`."""
     if not isinstance(block, int) or block < 1:
         raise ValueError(f"block must be an integer >= 1, got {block!r}")
-    params = params or GateParams()
+    params = as_params(params)
     d, ok = _as_batch(base, cand, infra)
     n = d.shape[1]
     k = np.arange(n)
@@ -140,7 +148,7 @@ def replay_arrival_batch(base: np.ndarray, cand: np.ndarray, completion_times: n
                          params: GateParams | None = None,
                          infra: np.ndarray | None = None) -> BatchOutcome:
     """Vectorised `replay_arrival` (completion order, ties by ladder rank)."""
-    params = params or GateParams()
+    params = as_params(params)
     d, ok = _as_batch(base, cand, infra)
     t = np.asarray(completion_times, dtype=float)
     if t.shape != d.shape:

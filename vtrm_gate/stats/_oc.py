@@ -11,7 +11,7 @@ from ._batch import (
     _decide_codes,
     _times_array,
 )
-from ._params import ACTION_CODES, Action, GateParams, bet_factors
+from ._params import ACTION_CODES, Action, GateParams, as_params, bet_factors
 from ._process import (
     _times,
     best_case_floor,
@@ -71,8 +71,8 @@ def operating_characteristics(params: GateParams, p_win: float, discordance: flo
     non-INFRA units alone and a binomial table for where the INFRA units fall.
     """
     n = n_units
-    exits, exp_units, exp_pairs, _ = recursion(params, n, p_win, discordance, infra_rate,
-                                               n_name="n_units")
+    exits, exp_units, exp_pairs, _ = recursion(as_params(params), n, p_win, discordance,
+                                               infra_rate, n_name="n_units")
     if n == 0:
         exits[Action.INERTIA] = 1.0  # an empty ladder ends INERTIA at once
     return OperatingCharacteristics(
@@ -83,6 +83,10 @@ def operating_characteristics(params: GateParams, p_win: float, discordance: flo
 
 _OCParts = tuple[dict[Action, float], float, float, list[float]]
 """Exit probabilities, E[units], E[pairs], and P(still undecided after k units), k = 0..n."""
+
+MAX_OC_UNITS = 10_000
+"""The longest ladder the exact recursion takes: each of its arrays holds (n+1)² floats,
+0.75 GiB at 10,000 units (a gate's ladder is `GateParams.n_max`, 40 by default)."""
 
 START = (1.0, 1.0, 0)
 """(E+, E-, W - L) before the first unit; `oc_from_state` starts from a type's own."""
@@ -98,6 +102,10 @@ def recursion(params: GateParams, n: int, p_win: float, discordance: float,
             raise ValueError(f"{name} must be a probability in [0, 1], got {v!r}")
     if not isinstance(n, int) or n < 0:
         raise ValueError(f"{n_name} must be an integer >= 0, got {n!r}")
+    if n > MAX_OC_UNITS:
+        raise ValueError(f"{n_name} must be at most {MAX_OC_UNITS:,} (the exact recursion "
+                         f"keeps (n+1)² states), got {n:,}: {8 * (n + 1) ** 2 / 2**30:,.0f} "
+                         f"GiB an array")
     if n == 0:
         return dict.fromkeys(ACTION_CODES[1:], 0.0), 0.0, 0.0, [1.0]
     q = 1.0 - infra_rate

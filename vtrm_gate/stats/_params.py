@@ -6,7 +6,9 @@ import enum
 import math
 from dataclasses import dataclass
 
-from ..errors import is_real, is_whole
+import numpy as np
+
+from ..errors import is_real, is_whole, shown
 
 Pair = tuple[bool, bool] | None
 """One unit's outcome in ladder order: ``(base_correct, cand_correct)``, or None for INFRA."""
@@ -100,4 +102,47 @@ def bet_factors(params: GateParams, d: int) -> tuple[float, float]:
     return 1.0 + params.lambda_dir * (d - params.delta_min), 1.0 - params.lambda_dir * d
 
 
+def as_params(params: GateParams | None) -> GateParams:
+    """``params``, or the defaults for None. Anything else (a dict) is refused here: it was
+    an AttributeError deep in the kernel, and an empty dict ran on the defaults unsaid."""
+    if params is None:
+        return GateParams()
+    if isinstance(params, GateParams):
+        return params
+    raise TypeError(f"params must be a GateParams (or None for the defaults), got "
+                    f"{type(params).__name__}: GateParams(**d) builds one from a dict d")
 
+
+READ_AS_BOOLEAN = "text such as 'True' must be read as a boolean first"
+
+
+def as_correct(value: object, what: str) -> bool:
+    """One arm's answer as a bool: True/False, numpy's, or 1/0 (an int or a float). Text
+    ("False" is truthy) and fractions are refused naming ``what``, never taken by their truth
+    value."""
+    if value is True or value is False:
+        return value
+    if isinstance(value, np.bool_) or (isinstance(value, int | float | np.integer | np.floating)
+                                       and value in (0, 1)):
+        return bool(value)
+    kind = type(value).__name__
+    plain = value.item() if isinstance(value, np.generic) else value
+    raise ValueError(f"{what} must be True or False (or 1 or 0), got {shown(plain)} "
+                     f"({'an' if kind[0] in 'aeiou' else 'a'} {kind}); {READ_AS_BOOLEAN}")
+
+
+def as_correct_array(values: object, name: str) -> np.ndarray:
+    """`as_correct` over an array: booleans, or numbers that are all 1 or 0."""
+    a = np.asarray(values)
+    if a.dtype == bool:
+        return a
+    if a.dtype.kind not in "iuf":
+        hint = ("None marks no unit here: INFRA units go in infra=" if a.dtype.kind == "O"
+                else READ_AS_BOOLEAN)
+        raise ValueError(f"{name} must hold booleans (or 1 and 0), got dtype {a.dtype}: {hint}")
+    bad = (a != 0) & (a != 1)
+    if bad.any():
+        at = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(f"{name} must hold booleans (or 1 and 0), got {a[at].item()!r} at "
+                         f"{at}")
+    return a.astype(bool)

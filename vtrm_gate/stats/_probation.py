@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ._params import Action, GateParams, Pair
+from ._params import Action, GateParams, Pair, as_params
 from ._process import GateState, PairedBetting, TypeOutcome, update_state
 
 PROBATION_RULES = ("w_net", "e_continue", "e_harm")
@@ -179,7 +179,7 @@ def probe_oc(rule: ProbationRule, p_win: float, discordance: float, n_units: int
     Each probe unit is discordant with probability ``discordance``; a discordant unit is a
     win with probability ``p_win`` (0.5 = a neutral candidate).
     """
-    ends, units = _terminals(rule, params or GateParams(), p_win, discordance, n_units)
+    ends, units = _terminals(rule, as_params(params), p_win, discordance, n_units)
     return ProbeOC(sum(pr for o, pr in ends if rule.keep(o)), units)
 
 
@@ -206,7 +206,7 @@ def settled_oc(rule_name: str, p_win: float, discordance: float, n_gate: int = 4
     ``probe_discordance`` (default: ``discordance``): the probe's own discordance. A ladder
     takes the units the seed baseline got wrong first, so the fresh units left for the probe
     are less discordant (in the simulator 0.09-0.13 against the ladder's 0.23)."""
-    params = params or GateParams()
+    params = as_params(params)
     probe_disc = discordance if probe_discordance is None else probe_discordance
     ends, _ = _terminals(PairedBetting(), params, p_win, discordance, n_gate)
     acc = sum(pr for o, pr in ends if o.action is Action.ACCEPT)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ._params import GateParams, Pair
+from ._params import GateParams, Pair, as_correct, as_params
 from ._process import (
     DecisionRule,
     SequentialTest,
@@ -23,14 +23,15 @@ def _as_pairs(outcomes: Sequence[Pair]) -> list[Pair]:
         if not (isinstance(p, tuple | list) and len(p) == 2):
             raise ValueError(
                 f"outcome {i} must be (base_correct, cand_correct) or None, got {p!r}")
-        pairs.append((bool(p[0]), bool(p[1])))
+        pairs.append((as_correct(p[0], f"outcome {i}: base_correct"),
+                      as_correct(p[1], f"outcome {i}: cand_correct")))
     return pairs
 
 
 def replay_prefix(outcomes: Sequence[Pair], params: GateParams | None = None,
                   rule: DecisionRule | None = None) -> TypeOutcome:
     """v3 semantics: consume in ladder order, decide after every unit."""
-    params = params or GateParams()
+    params = as_params(params)
     pairs = _as_pairs(outcomes)
     test = SequentialTest(len(pairs), params, rule)
     for rank, pair in enumerate(pairs):
@@ -45,7 +46,7 @@ def replay_blocks(outcomes: Sequence[Pair], params: GateParams | None = None, bl
     """Old semantics: a block's units are all counted, then one decision at the block end."""
     if not isinstance(block, int) or block < 1:
         raise ValueError(f"block must be an integer >= 1, got {block!r}")
-    params = params or GateParams()
+    params = as_params(params)
     pairs = _as_pairs(outcomes)
     test = SequentialTest(len(pairs), params, rule)
     n = len(pairs)
@@ -64,7 +65,7 @@ def replay_arrival(outcomes: Sequence[Pair], completion_times: Sequence[float],
     Kept only to show why it is wrong: when wrong answers are slower, early arrivals are
     enriched in wins and E+ is inflated.
     """
-    params = params or GateParams()
+    params = as_params(params)
     pairs = _as_pairs(outcomes)
     if len(completion_times) != len(pairs):
         raise ValueError(f"completion_times has {len(completion_times)} entries, "

@@ -31,6 +31,7 @@ from ..stats import (
     GateParams,
     TypeOutcome,
     UnitsCurve,
+    as_params,
     false_accept_curve,
     operating_characteristics,
 )
@@ -414,7 +415,7 @@ def plot_trajectories(outcomes: Mapping[str, TypeOutcome], params: GateParams | 
     """Per-type trajectories: ``layout="overview"`` (every type on one E+ axis and one E−
     axis; with ``ax``, the E+ axis only) or ``"panels"`` (one small panel per type). The
     title (default: `decisions_claim`) states what the step decided."""
-    params = params or GateParams()
+    params = as_params(params)
     series = trajectory_series(outcomes)
     if ax is not None:
         draw_trajectories(ax, series, params, n_max=params.n_max)
@@ -739,7 +740,7 @@ def plot_operating_characteristics(oc: pl.DataFrame | None = None,
 
     Pass an `oc_grid` frame, or let it compute one from ``params`` (n_units = n_max).
     """
-    params = params or GateParams()
+    params = as_params(params)
     if oc is None:
         grid = p_wins if p_wins is not None else np.linspace(0.3, 1.0, 15).tolist()
         oc = oc_grid(params, grid, discordances, n_units or params.n_max)

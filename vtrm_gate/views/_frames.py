@@ -31,6 +31,7 @@ from ..stats import (
     GateParams,
     Pair,
     TypeOutcome,
+    as_params,
     operating_characteristics,
     replay_blocks,
     replay_prefix,
@@ -199,7 +200,7 @@ def compare_replays(outcome_sets: Mapping[str, Sequence[Pair]], params: GatePara
     cached); ``agree`` says whether both replays reached the same action, ``same_effect``
     whether the actions do the same to the skill (`EFFECT`: INERTIA and FUTILE both keep).
     """
-    params = params or GateParams()
+    params = as_params(params)
     schema: dict[str, pl.DataType] = {
         "task_type": pl.String(), "n_ladder": pl.Int64(),
         "prefix_action": pl.String(), "block_action": pl.String(),

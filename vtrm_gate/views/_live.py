@@ -49,7 +49,7 @@ from ..gate import (
     launch,
 )
 from ..llm import EndpointPool, EndpointStats
-from ..stats import Action, GateParams, TypeOutcome
+from ..stats import Action, GateParams, TypeOutcome, as_params
 from ._figures import (
     TrajectorySeries,
     decisions_claim,
@@ -310,7 +310,7 @@ class LiveGateView:
             raise ValueError(f"min_interval must be >= 0 seconds, got {min_interval!r}")
         if layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-        self.params = params or GateParams()
+        self.params = as_params(params)
         self.min_interval = float(min_interval)
         self.figsize = figsize
         self.threaded = threaded

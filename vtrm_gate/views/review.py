@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from .._env import DEFAULT_CONCURRENCY, user_path
 from ..gate import GateEvent, run_gate
 from ..sim import block_serial_schedule, continuous_schedule, no_early_stop, run_virtual, sim_step
-from ..stats import GateParams, false_accept_curve, units_curve
+from ..stats import GateParams, as_params, false_accept_curve, units_curve
 from ._figures import (
     plot_false_accept,
     plot_makespan,
@@ -57,7 +57,7 @@ def simulated_step(sim_seed: int, concurrency: int = DEFAULT_CONCURRENCY,
                    params: GateParams | None = None) -> dict[str, Any]:
     """The step of ``sim_seed`` under the old gate, the v3 gate (virtual clock, events
     recorded) and no early stop."""
-    params = params or GateParams()
+    params = as_params(params)
     st = sim_step(sim_seed, wall_seconds=None, params=params)
     plans = list(st.plans)
     events: list[GateEvent] = []
