@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import signal
 import threading
 from collections.abc import Callable, Coroutine, Iterator
@@ -75,7 +76,7 @@ def _run_in_thread(coro: Coroutine[Any, Any, T],
             return runner.run(tracked())
 
     pool = concurrent.futures.ThreadPoolExecutor(1)
-    done = pool.submit(run)
+    done = pool.submit(contextvars.copy_context().run, run)  # on the caller's behalf
     try:
         _wait_interruptibly(done)
         return done.result()

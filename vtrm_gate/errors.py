@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import errno
 import math
+import os
 from collections.abc import Sequence
 from typing import Any, TypeGuard
 
@@ -145,14 +146,18 @@ class WorkspaceError(InputError):
 
 
 class WorkspaceLockedError(WorkspaceError):
-    """Another process holds the workspace's writer lock; the message names the holder."""
+    """Another writer (a process, or another task of this one) holds the workspace's writer
+    lock; the message names the holder."""
 
     def __init__(self, root: Any, holder: Any = None):
         self.root = root
         self.holder = holder
-        who = holder.describe() if holder else "another process"
-        super().__init__(f"{root}: workspace is locked by {who}; wait for it to finish "
-                         f"(readers such as replay and cache stats need no lock)")
+        who, then = (holder.describe() if holder else "another process"), "wait for it to finish"
+        if holder is not None and holder.pid == os.getpid():  # a notebook's background task
+            who = f"another task of this process ({holder.command} since {holder.since})"
+            then = "await it or cancel it first"
+        super().__init__(f"{root}: workspace is locked by {who}; {then} (readers such as "
+                         f"replay and cache stats need no lock)")
 
 
 class StepRefusedError(InputError):

@@ -3,8 +3,10 @@ of a killed writer cleaned on the next writer's open. Real processes throughout.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -20,6 +22,7 @@ from vtrm_gate.harness import (
     read_holder,
     run_step,
     settle_probation,
+    workspace_lock,
 )
 from vtrm_gate.sim import SimConfig, init_simulated, run_virtual, simulated_backend
 
@@ -189,3 +192,40 @@ def test_temp_files_of_a_killed_writer_are_removed_by_the_next_writer(tmp_path: 
     assert not any(p.exists() for p in leftovers)
     assert keep.read_text() == "mine"
     assert not list(root.rglob(".*.tmp-*"))
+
+
+def test_a_second_task_of_one_process_is_refused_while_the_first_writes(tmp_path: Path) -> None:
+    """The lock was re-entrant per process: a notebook's background ``train`` task and a cell's
+    ``step_workspace`` of the same step both ran it, every call twice (one writer at a time,
+    SPEC). Calls nested in the writer's own task (train → step) stay re-entrant, and so does
+    a blocking call made while holding the lock (its loop runs in a worker thread)."""
+    root = small_ws(tmp_path / "ws")
+    backend = simulated_backend(root)
+
+    def step(s: int):
+        return run_step(root, 1, s, infer=backend.infer, evolver=backend.evolver,
+                        cases=backend.cases)
+
+    async def two_writers() -> str:
+        first = asyncio.create_task(step(1))
+        await asyncio.sleep(60)  # virtual seconds: the first is mid-step
+        assert not first.done()
+        try:
+            await step(1)
+        except WorkspaceLockedError as exc:
+            refusal = str(exc)
+        else:
+            refusal = "not refused"
+        await first
+        return refusal
+
+    refusal = run_virtual(two_writers())
+    assert re.fullmatch(rf"{re.escape(str(root))}: workspace is locked by another task of "
+                        rf"this process \(.+ since 20\d\d-.+\); await it or cancel it "
+                        rf"first \(readers such as replay and cache stats need no lock\)",
+                        refusal), refusal
+    assert report_steps(root) == [(1, 1)]
+    with workspace_lock(root, "cell"):  # held by this thread; the step runs in another
+        run_virtual(step(2))
+    assert json.loads((root / "state.json").read_text())["steps_applied"] == 2
+    assert read_holder(root) is None

@@ -124,7 +124,9 @@ def test_stop_during_a_simulated_training_stops_it_at_once_and_it_resumes(kernel
     assert stopped.error == "KeyboardInterrupt"
     done = int(kernel.run("print(steps_done())").text)
     assert 1 <= done < 15  # stopped where it was, not after the last step
-    resumed = kernel.run("run = train_workspace_sync(path, 3, 5)\n"
+    resumed = kernel.run("from vtrm_gate.harness import workspace_lock\n"
+                         "with workspace_lock(path, 'cell'):  # re-entrant in its worker thread\n"
+                         "    run = train_workspace_sync(path, 3, 5)\n"
                          "print(steps_done(), run.summary['done_before'])")
     assert resumed.error is None, resumed.text
     total, done_before = resumed.lines

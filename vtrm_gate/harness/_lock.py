@@ -8,14 +8,18 @@ empties it, so a record found by the next writer means its holder died (`unclean
 Taking the lock (outermost) also removes the ``.<name>.tmp-PID`` files a killed writer's
 `atomic_write` left behind.
 
-Re-entrant within one process: ``train`` holds the lock and calls ``run_step``, which takes
-it again; only the outermost release unlocks. (flock conflicts between two open file
-descriptions even in one process, hence the small per-process table of held locks.)
+Re-entrant within one writer: ``train`` holds the lock and calls ``run_step``, which takes it
+again; only the outermost release unlocks. The writer is the holder's context (its task and
+the tasks and worker threads it starts), not the process: another task of the same process
+(a notebook's background run and a cell) is refused like another process. (flock conflicts
+between two open file descriptions even in one process, hence the small per-process table of
+held locks.)
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import datetime as _dt
 import fcntl
 import json
@@ -48,6 +52,10 @@ class LockHolder:
 # _TABLE_LOCK. ``unclean`` (0/1) stays set until a writer has checked the log.
 _HELD: dict[Path, list[int]] = {}
 _TABLE_LOCK = threading.Lock()
+# The workspaces whose lock this context holds: a nested acquire in the holder's context is
+# re-entrant; one in another task's context is a second writer.
+_MINE: contextvars.ContextVar[frozenset[Path]] = contextvars.ContextVar(
+    "vtrm_gate_workspace_locks", default=frozenset())
 
 
 def read_holder(root: str | Path) -> LockHolder | None:
@@ -87,6 +95,7 @@ class WorkspaceLock:
         self.root = Path(root)
         self.command = command or _command()
         self._key: Path | None = None
+        self._token: contextvars.Token[frozenset[Path]] | None = None
 
     @property
     def held(self) -> bool:
@@ -117,6 +126,8 @@ class WorkspaceLock:
         with _TABLE_LOCK:
             held = _HELD.get(key)
             if held is not None:
+                if key not in _MINE.get():
+                    raise WorkspaceLockedError(self.root, read_holder(key))
                 held[1] += 1
                 self._key = key
                 return self
@@ -138,6 +149,7 @@ class WorkspaceLock:
             os.pwrite(fd, info.encode(), 0)
             _HELD[key] = [fd, 1, unclean]
             self._key = key
+            self._token = _MINE.set(_MINE.get() | {key})
         try:  # the first writer after a kill finds its half-written temp files
             clean_temp_files(key)
         except BaseException:
@@ -150,6 +162,10 @@ class WorkspaceLock:
         key, self._key = self._key, None
         if key is None:
             return
+        token, self._token = self._token, None
+        if token is not None:
+            with contextlib.suppress(ValueError):  # released from another context
+                token.var.reset(token)
         with _TABLE_LOCK:
             held = _HELD[key]
             held[1] -= 1
