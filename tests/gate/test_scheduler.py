@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests._strategies import gate_params
 from vtrm_gate import (
     Action,
     GateAborted,
@@ -326,7 +327,8 @@ outcome = st.sampled_from([WIN, LOSS, TIE, (False, False), None])
 @given(st.dictionaries(st.sampled_from(["A", "B", "C"]), st.lists(outcome, max_size=30),
                        min_size=1),
        st.integers(1, 12), st.integers(0, 2**32 - 1), st.booleans(),
-       st.sampled_from([GateParams(), GateParams(e_confirm=4, e_reject=4, w_net_min=1)]))
+       st.one_of(st.sampled_from([GateParams(), GateParams(e_confirm=4, e_reject=4,
+                                                           w_net_min=1)]), gate_params()))
 def test_decisions_equal_replay_prefix_for_any_completion_order(outcomes, concurrency, seed,
                                                                   cached, params):
     import random

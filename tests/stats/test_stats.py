@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests._strategies import gate_params
 from vtrm_gate import (
     Action,
     GateParams,
@@ -225,9 +226,11 @@ def _to_arrays(seqs):
 @settings(max_examples=60, deadline=None)
 @given(st.integers(1, 45).flatmap(lambda n: st.lists(st.lists(pairs, min_size=n, max_size=n),
                                                      min_size=1, max_size=8)),
-       st.sampled_from([GateParams(n_max=45),
-                        GateParams(delta_min=0.1, lambda_dir=0.6, w_net_min=2, n_max=45),
-                        GateParams(e_confirm=5, e_reject=5, n_max=45)]))
+       st.one_of(st.sampled_from([GateParams(n_max=45),
+                                  GateParams(delta_min=0.1, lambda_dir=0.6, w_net_min=2,
+                                             n_max=45),
+                                  GateParams(e_confirm=5, e_reject=5, n_max=45)]),
+                 gate_params(n_max=45)))
 def test_batch_replays_match_scalar_replays_exactly(seqs, params):
     base, cand, infra = _to_arrays(seqs)
     rng = np.random.default_rng(len(seqs))
