@@ -146,6 +146,22 @@ def test_show_live_subscribes_once_even_when_watched():
     assert view.table().equals(outcomes_frame(result.outcomes))
 
 
+def test_show_live_outside_jupyter_runs_headless_and_says_so(capsys):
+    """In a script show_live ended in "AttributeError: 'NoneType' object has no attribute
+    'update'" when the gate finished (no front end gives a display handle), after IPython's
+    display had printed the widget's repr."""
+    table = _table(6)
+
+    async def main():
+        handle, view = show_live(table.plans(), table, concurrency=8)
+        return await watch(handle, view), view
+
+    with pytest.warns(UserWarning, match=r"^show_live: no Jupyter front end here"):
+        result, view = asyncio.run(main())
+    assert view.table().equals(outcomes_frame(result.outcomes))
+    assert capsys.readouterr().out == ""
+
+
 def test_aborted_gate_is_shown_as_aborted():
     table = OutcomeTable({"flaky": [None] * 12 + [WIN] * 10})
     view = LiveGateView()

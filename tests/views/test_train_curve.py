@@ -19,7 +19,7 @@ from vtrm_gate.backends import train_workspace_sync
 from vtrm_gate.options import RunOptions
 from vtrm_gate.sim import SimConfig, SimWorld, init_simulated
 from vtrm_gate.testing.sim import TRAIN_EFFECTS, TRAIN_POOLS
-from vtrm_gate.views import TrainCurveView, figure_problems
+from vtrm_gate.views import TrainCurveView, figure_problems, show_train
 
 CONFIG = SimConfig(seed=5, pool_sizes=TRAIN_POOLS, effects=TRAIN_EFFECTS)
 
@@ -93,3 +93,13 @@ def test_show_train_in_a_kernel_is_one_image_updated_in_place(tmp_path):
     assert "epoch 1 evaluated" in outs[0]["data"]["text/plain"]  # the finished curve
     redraws, points = map(int, nb.cells[1].outputs[0]["text"].split())
     assert points == 5 and redraws >= 5  # a redraw per point (min_interval=0) + the last
+
+
+def test_show_train_outside_jupyter_draws_nothing_and_says_so(tmp_path, capsys):
+    """In a script, IPython's display printed each redraw's raw bundle, a base64 PNG of
+    ~60,000 characters, to stdout."""
+    ws = _workspace(tmp_path / "ws")
+    with pytest.warns(UserWarning, match=r"^show_train: no Jupyter front end here"):
+        run, view = show_train(ws, 1, 1, RunOptions(concurrency=16))
+    assert run.summary is not None and view.redraws == 0
+    assert capsys.readouterr().out == ""

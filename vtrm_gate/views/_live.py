@@ -58,7 +58,7 @@ from ._figures import (
     new_figure,
 )
 from ._frames import outcomes_frame
-from ._style import DISPLAY_DPI, SLIDE, styled, type_colour
+from ._style import DISPLAY_DPI, SLIDE, no_frontend, styled, type_colour
 
 PROGRESS_SCHEMA: dict[str, pl.DataType] = {
     "task_type": pl.String(), "consumed": pl.Int64(), "n_ladder": pl.Int64(),
@@ -513,7 +513,10 @@ class LiveGateView:
 
     def display(self) -> LiveGateView:
         """Display the live widget in the current cell; when the gate ends it is replaced
-        by a static PNG and an HTML table (plain outputs, no widget)."""
+        by a static PNG and an HTML table (plain outputs, no widget). With no Jupyter front
+        end, warn and draw nothing: the view keeps its state."""
+        if no_frontend("LiveGateView.display"):
+            return self
         from IPython.display import HTML, display
 
         box = self.widget
@@ -706,6 +709,6 @@ def show_live(plans: Sequence[TypePlan], infer: Infer, *, view: LiveGateView | N
     subs = [view, *kw.pop("subscribers", ())]
     handle = launch(plans, infer, subscribers=subs, **kw)
     view.source = handle
-    if display:
+    if display and not no_frontend("show_live"):
         view.display()
     return handle, view

@@ -11,6 +11,7 @@ import sys
 import time
 from typing import Any
 
+from ._style import jupyter_frontend, no_frontend
 from ._train_figures import plot_train_progress
 
 
@@ -37,14 +38,10 @@ class TrainView:
 
 def _jupyter_display() -> Any:
     """A display handle when running in an IPython kernel with a frontend, else None."""
-    try:
-        from IPython import get_ipython
-        from IPython.display import display
-    except ImportError:
+    if not jupyter_frontend():
         return None
-    shell = get_ipython()
-    if shell is None or type(shell).__name__ != "ZMQInteractiveShell":
-        return None
+    from IPython.display import display
+
     return display({"text/plain": "training run starting ..."}, raw=True, display_id=True)
 
 
@@ -138,7 +135,10 @@ class TrainCurveView:
         return plot_train_progress(self.frame())
 
     def display(self) -> TrainCurveView:
-        """Show the curve in the current cell (one image output, updated in place)."""
+        """Show the curve in the current cell (one image output, updated in place); with no
+        Jupyter front end, warn and draw nothing."""
+        if no_frontend("TrainCurveView.display"):
+            return self
         from IPython.display import display
 
         self._handle = display(self._bundle(), raw=True, display_id=True)
@@ -182,7 +182,7 @@ def show_train(workspace: Any, epochs: int, steps_per_epoch: int, options: Any =
 
     view = TrainCurveView(workspace, min_interval=min_interval)
     try:
-        if display:
+        if display and not no_frontend("show_train"):
             view.display()
         on_event = kw.pop("on_event", None)
 

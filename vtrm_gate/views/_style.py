@@ -11,6 +11,7 @@ opaque white with dark text, so they stay legible on JupyterLab's dark theme.
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -282,3 +283,25 @@ def figure_problems(fig: Figure, *, size: tuple[int, int] = (1280, 720)) -> list
             for t in _texts(fig) if t.get_fontsize() < MIN_FONT_PT - 0.01]
     out += _overlaps(fig, renderer) + _outside(fig, renderer)
     return out
+
+
+def jupyter_frontend() -> bool:
+    """Whether this runs in a Jupyter kernel, whose front end draws displays and widgets (a
+    subclass too: Colab's, VS Code's). A script or a terminal IPython has none."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and any(c.__name__ == "ZMQInteractiveShell"
+                                     for c in type(shell).__mro__)
+
+
+def no_frontend(name: str) -> bool:
+    """True, with one warning naming ``name``, when there is no Jupyter front end: a live
+    view then keeps its state without drawing (IPython would print raw bundles instead)."""
+    if jupyter_frontend():
+        return False
+    warnings.warn(f"{name}: no Jupyter front end here (a script or a terminal): the view "
+                  f"keeps its state without drawing; its figure() shows it", stacklevel=3)
+    return True
