@@ -201,6 +201,43 @@ def test_streaming_and_other_endpoints_pass_through_and_failures_are_never_store
         assert len(server.requests) == 6  # chat requests (the server records no others)
 
 
+OVERFLOW = ("This model's maximum context length is 4096 tokens. However, your messages "
+            "resulted in 5000 tokens. Please reduce the length of the messages.")
+
+
+def test_a_refusal_of_the_conversation_is_stored_and_replayed_as_the_server_said_it(
+        redis_target: RedisTarget) -> None:
+    """Only 200s were stored, so a re-run asked every overflowing or filtered conversation
+    again (a ToolAgent's refused turn, an SDK agent's BadRequestError): a crashed step's
+    re-run was not near-free. A refusal of the conversation is the arm's answer and now
+    stored: the re-run gets the same status and body with no request; another 400 is not."""
+    with ToolChatServer() as server:
+        cache = new_cache(redis_target)
+        body = {"model": "tiny", "messages": [{"role": "user", "content": "A. x\nB. yy"}]}
+        other = {**body, "temperature": 0.5}
+
+        async def go() -> list[Any]:
+            out: list[Any] = []
+            async with cached_http_client(cache, base_url=server.url + "/") as c:
+                server.inject(Fault(status=400, message=OVERFLOW),
+                              Fault(status=400, message="invalid model tiny"))
+                for b in (body, body, other, other):
+                    r = await c.post("chat/completions", json=b)
+                    out.append((r.status_code, r.headers["x-vtrm-cache"], r.json()))
+                ai = sdk(server, c)
+                with pytest.raises(openai.BadRequestError) as err:
+                    await ai.chat.completions.create(**body)
+                out.append(err.value.message)
+            return out
+
+        (s1, h1, d1), (s2, h2, d2), (s3, h3, _), (s4, h4, _), sdk_message = asyncio.run(go())
+        assert (s1, h1) == (400, "miss") and (s2, h2) == (400, "hit") and d2 == d1
+        assert d1 == {"error": {"message": OVERFLOW}}
+        assert (s3, h3, s4, h4) == (400, "uncached", 200, "miss")  # not a refusal: asked again
+        assert OVERFLOW in sdk_message
+        assert len(server.requests) == 3  # the overflow once, the other 400 and its retry
+
+
 def test_a_transport_failure_is_never_stored(redis_target: RedisTarget) -> None:
     cache = new_cache(redis_target)
 

@@ -235,6 +235,31 @@ def test_a_turn_retries_a_503_and_a_400_makes_the_unit_infra_with_the_servers_wo
         assert bad.infra and bad.error == "turn 1: HTTP 400: unknown field 'tools'"
 
 
+def test_a_turn_the_server_refuses_for_its_length_is_a_wrong_answer_the_rerun_never_asks(
+        redis_target: RedisTarget) -> None:
+    """A context overflow is the arm's wrong answer; the cached client stored only 200s, so
+    each re-run asked the refused turn again (docs/limits.md said so). Now it is a hit."""
+    from vtrm_gate.testing.chat import Fault
+
+    overflow = "This model's maximum context length is 2048 tokens. However, you requested 2536"
+    with ToolChatServer() as server:
+        async def go() -> Any:
+            async with cached_http_client(ResponseCache(redis_target.url,
+                                                        prefix=redis_target.prefix),
+                                          base_url=server.url + "/") as client:
+                agent = ToolAgent(mcqs(2), client, model="tiny")
+                return await agent.infer(UnitTask("Counting", "c00", "cand", 0, "r", CAND, "h"))
+
+        server.inject(Fault(status=400, message=overflow))
+        first = asyncio.run(go())
+        sent = len(server.requests)
+        again = asyncio.run(go())
+        assert not first.infra and first.correct is False
+        assert first.error == again.error and "context overflow" in first.error
+        assert [t["source"] for t in first.trace["turns"]] == ["refused"]
+        assert sent == 1 and len(server.requests) == 1  # the re-run sent nothing
+
+
 class NoCases:
     """A rollout with no wrong answers (the proposal's prompt then holds the skill only)."""
 

@@ -7,10 +7,12 @@ the arm's run id inside the gate's ``infer`` calls, the rollout's or the evolver
 theirs, else the client's ``run_id``). A multi-step agent's turns are each a cached call, so a
 re-run replays a trajectory's cached prefix and goes fresh from its first miss.
 
-Streaming requests and other endpoints pass through uncached. Only a 200 chat completion is
-stored (an unusable answer too, like the built-in agent's); a transport failure, a 4xx, 5xx
-or 429, a body that is no chat completion is handed back as the server sent it and never
-stored. A request the cache cannot key (not JSON, over the size cap, too many tools, NaN) is
+Streaming requests and other endpoints pass through uncached. A 200 chat completion is
+stored (an unusable answer too, like the built-in agent's), and so is the server's refusal of
+the conversation itself (a context overflow, a content filter's 400: the arm's answer, as the
+built-in agent records it), replayed with its status and body; a transport failure, any other
+4xx, a 5xx or 429, a body that is no chat completion is handed back as the server sent it and
+never stored. A request the cache cannot key (not JSON, over the size cap, too many tools, NaN) is
 answered here with a 400/413 naming the problem and never sent: the openai SDK raises it as
 a ``BadRequestError`` (INFRA in the gate); a body that cannot even be serialised raises a
 ``TypeError`` in the caller's client (a programming error: the gate stops).
@@ -31,6 +33,7 @@ from ..errors import is_whole, shown
 from ..gate import current_run_id
 from ._agent import DEFAULT_MAX_RESPONSE_BYTES, bounded_length, declared_length, parse_body
 from ._endpoints import CHAT_PATH
+from ._replies import error_detail, refusal, refused_reply
 
 MAX_REQUEST_BYTES = 16 << 20
 """A chat request with frames as data URIs is megabytes; one past 16 MiB is refused here."""
@@ -41,6 +44,9 @@ CACHE_HEADER = "x-vtrm-cache"
 DEFAULT_RUN_ID = "unscoped"
 """The run id of calls made outside a gate task, a rollout, an evolver and `run_scope`."""
 _HOP_HEADERS = ("content-length", "content-encoding", "transfer-encoding", "connection")
+REFUSED_STATUS, REFUSED_BODY, REFUSED_TYPE = "vtrm_status", "vtrm_body", "vtrm_content_type"
+"""A stored refusal's HTTP status, error body and content type, replayed to the caller as the
+server sent them (the entry is otherwise the built-in agent's `refused_reply`)."""
 
 
 class _Uncached(Exception):
@@ -165,7 +171,14 @@ class CachedTransport(httpx.AsyncBaseTransport):
             finally:
                 await r.aclose()
             if r.status_code != 200:
-                raise _Uncached(r.status_code, r.headers, content)
+                refused = refusal(r.status_code, error_detail(content))
+                if refused is None:
+                    raise _Uncached(r.status_code, r.headers, content)
+                # the arm's own answer (the conversation overflows or trips the filter):
+                # stored, and replayed as the server said it
+                return {**refused_reply(parts.model, refused), REFUSED_STATUS: r.status_code,
+                        REFUSED_BODY: content.decode("utf-8", "replace"),
+                        REFUSED_TYPE: r.headers.get("content-type", "application/json")}
             try:
                 doc = parse_body(content)
             except ValueError:
@@ -181,6 +194,12 @@ class CachedTransport(httpx.AsyncBaseTransport):
             return httpx.Response(exc.status, headers={**_kept_headers(exc.headers),
                                                        CACHE_HEADER: "uncached"},
                                   content=exc.content, request=request)
+        status, said = res.response.get(REFUSED_STATUS), res.response.get(REFUSED_BODY)
+        if is_whole(status) and isinstance(said, str):  # a stored refusal, as the server said it
+            kind = res.response.get(REFUSED_TYPE)
+            return httpx.Response(status, headers={
+                "content-type": kind if isinstance(kind, str) else "application/json",
+                CACHE_HEADER: res.source}, content=said.encode(), request=request)
         return httpx.Response(200, headers={"content-type": "application/json",
                                             CACHE_HEADER: res.source},
                               content=json.dumps(res.response).encode(), request=request)
