@@ -47,6 +47,15 @@ def gate(server: ToolChatServer, cache: ResponseCache, max_turns: int = 6) -> An
     return asyncio.run(go())
 
 
+def infer_one(server: ToolChatServer, target: RedisTarget, task: UnitTask) -> Any:
+    """One unit through a `ToolAgent` on ``server``, cached on the suite's Redis."""
+    async def go() -> Any:
+        async with cached_http_client(ResponseCache(target.url, prefix=target.prefix),
+                                      base_url=server.url + "/") as client:
+            return await ToolAgent(mcqs(2), client, model="tiny").infer(task)
+    return asyncio.run(go())
+
+
 def test_trajectories_are_longer_when_wrong_and_a_rerun_sends_nothing(
         redis_target: RedisTarget) -> None:
     with ToolChatServer() as server:
@@ -189,14 +198,8 @@ class WordyServer(ToolChatServer):
 def test_the_first_turn_looks_and_a_reply_in_words_is_asked_for_its_letter(
         redis_target: RedisTarget) -> None:
     with WordyServer() as server:
-        async def go() -> Any:
-            async with cached_http_client(ResponseCache(redis_target.url,
-                                                        prefix=redis_target.prefix),
-                                          base_url=server.url + "/") as client:
-                agent = ToolAgent(mcqs(1), client, model="tiny")
-                return await agent.infer(UnitTask("Counting", "c00", "base", 0, "r", BASE, "h"))
-
-        res = asyncio.run(go())
+        res = infer_one(server, redis_target, UnitTask("Counting", "c00", "base", 0, "r", BASE,
+                                                       "h"))
         assert (res.correct, res.prediction, len(res.trace["turns"])) == (True, "C", 3)
         first, second, third = server.requests
         assert first["tool_choice"]["function"]["name"] == "look"
@@ -242,18 +245,12 @@ def test_a_turn_the_server_refuses_for_its_length_is_a_wrong_answer_the_rerun_ne
     from vtrm_gate.testing.chat import Fault
 
     overflow = "This model's maximum context length is 2048 tokens. However, you requested 2536"
+    task = UnitTask("Counting", "c00", "cand", 0, "r", CAND, "h")
     with ToolChatServer() as server:
-        async def go() -> Any:
-            async with cached_http_client(ResponseCache(redis_target.url,
-                                                        prefix=redis_target.prefix),
-                                          base_url=server.url + "/") as client:
-                agent = ToolAgent(mcqs(2), client, model="tiny")
-                return await agent.infer(UnitTask("Counting", "c00", "cand", 0, "r", CAND, "h"))
-
         server.inject(Fault(status=400, message=overflow))
-        first = asyncio.run(go())
+        first = infer_one(server, redis_target, task)
         sent = len(server.requests)
-        again = asyncio.run(go())
+        again = infer_one(server, redis_target, task)
         assert not first.infra and first.correct is False
         assert first.error == again.error and "context overflow" in first.error
         assert [t["source"] for t in first.trace["turns"]] == ["refused"]
