@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from vtrm_gate import build_ladder
@@ -60,3 +61,16 @@ def test_the_seed_record_only_orders_it_never_measures():
     """Independence rule: the ladder carries no correctness, only ids, ranks and tiers."""
     entry = build_ladder(POOL, SEED)[0]
     assert set(entry.__dataclass_fields__) == {"unit_id", "ladder_rank", "tier"}
+
+
+def test_a_seed_record_read_as_text_is_refused_not_ordered_by_its_truth_value():
+    """``{"u0": "False"}`` (a CSV read as text) put every unit in the "seed answered right"
+    tier, since the text is true: the ladder's order was not the wrong-first one asked for."""
+    pool = [f"u{i}" for i in range(10)]
+    truth = {u: i % 2 == 0 for i, u in enumerate(pool)}
+    want = build_ladder(pool, truth, seed="s")
+    for same in ({u: int(v) for u, v in truth.items()}, {u: np.bool_(v) for u, v in truth.items()}):
+        assert build_ladder(pool, same, seed="s") == want
+    with pytest.raises(ValueError, match=r"^seed_correct\['u0'\] must be True or False \(or 1 "
+                                         r"or 0\), got 'True' \(a str\)"):
+        build_ladder(pool, {u: str(v) for u, v in truth.items()}, seed="s")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from .._ids import is_unicode
 from ..errors import is_whole
+from ..stats import as_correct
 
 
 @dataclass(frozen=True)
@@ -63,11 +64,12 @@ def build_ladder(pool: Iterable[str], seed_correct: Mapping[str, bool] | None = 
     if not is_whole(n_max) or n_max < 0:
         raise ValueError(f"n_max must be an integer >= 0, got {n_max!r}")
     units = check_unit_ids(pool, "pool: ")
-    seed_correct = seed_correct or {}
+    tiers = {u: int(as_correct(v, f"seed_correct[{u!r}]"))  # text is refused, not truthy
+             for u, v in (seed_correct or {}).items()}
     excluded = set(exclude)
 
     def tier(u: str) -> int | None:
-        return int(bool(seed_correct[u])) if u in seed_correct else None
+        return tiers.get(u)
 
     def order(u: str) -> float:
         t = tier(u)

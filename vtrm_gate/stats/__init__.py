@@ -69,6 +69,7 @@ from ._params import Action as Action
 from ._params import Decision as Decision
 from ._params import GateParams as GateParams
 from ._params import Pair as Pair
+from ._params import as_correct as as_correct
 from ._params import as_params as as_params
 from ._params import bet_factors as bet_factors
 from ._probation import GUARANTEES as GUARANTEES
@@ -147,6 +148,7 @@ __all__ = [
     "TypeOutcome",
     "UnitsCurve",
     "WNetRule",
+    "as_correct",
     "as_params",
     "best_case_floor",
     "bet_factors",
