@@ -91,3 +91,17 @@ def test_types_differing_only_in_case_are_refused_at_init_before_anything_is_wri
                                                 "spatial reasoning": ["b"]},
                          skills={"Spatial: Reasoning": "x", "spatial reasoning": "y"})
     assert not (tmp_path / "py").exists()
+
+
+def test_a_seed_record_given_as_text_is_refused_not_stored_as_true(tmp_path: Path) -> None:
+    """``Workspace.create(seed_record={"A": {"u1": "False"}})`` stored ``true`` (the text is
+    truthy), which orders every later ladder; it is refused, and nothing is created."""
+    pool, skills = {"A": ["u1", "u2"]}, {"A": "x"}
+    with pytest.raises(WorkspaceError, match=r"^create: seed_record\['A'\]\['u1'\] must be True "
+                                             r"or False \(or 1 or 0\), got 'False' \(a str\)"):
+        Workspace.create(tmp_path / "ws", pool=pool, skills=skills,
+                         seed_record={"A": {"u1": "False", "u2": "True"}})
+    assert not (tmp_path / "ws").exists()
+    with Workspace.create(tmp_path / "ok", pool=pool, skills=skills,
+                          seed_record={"A": {"u1": 0, "u2": True}}) as ws:
+        assert ws.seed_record == {"A": {"u1": False, "u2": True}}

@@ -34,7 +34,7 @@ from .._env import credential_keys, credential_name, user_path
 from .._ids import check_ids, content_hash, json_hash, slugify, step_run_id, type_slugs
 from ..errors import ConfigError, InputError, WorkspaceError, shown
 from ..gate import check_unit_ids
-from ..stats import PROBATION_RULES
+from ..stats import PROBATION_RULES, as_correct
 from ._atomic_dir import create_atomically, only_lock_file
 from ._files import _rel, _whole, atomic_write, read_json, read_text, write_json
 from ._log import HarnessLog
@@ -397,7 +397,7 @@ class Workspace:
         pool_j = {t: list(us) for t, us in pool.items()}
         try:
             valid_pool = _validate_pool(pool_j)
-            seed_j = {t: {u: bool(v) for u, v in rec.items()}
+            seed_j = {t: {u: as_correct(v, f"seed_record[{t!r}][{u!r}]") for u, v in rec.items()}
                       for t, rec in (seed_record or {}).items()}
             _validate_seed(seed_j, valid_pool)
         except ValueError as exc:
