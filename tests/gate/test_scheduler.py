@@ -694,13 +694,17 @@ def test_cancel_before_the_task_first_runs_ends_events():
 
 
 def test_one_plan_where_a_list_belongs_and_a_dict_of_params_are_refused_naming_them():
-    """``run_gate(plan, ...)`` said only "'TypePlan' object is not iterable"."""
+    """``run_gate(plan, ...)`` said only "'TypePlan' object is not iterable", and
+    ``cancel_after_freeze="False"`` ran as True."""
     table = OutcomeTable({"A": [TIE]})
     with pytest.raises(TypeError, match=r"^plans must be a list of TypePlan, got one TypePlan "
                                         r"\('A'\): pass \[plan\]$"):
         run_gate_sync(table.plans()[0], table)
     with pytest.raises(TypeError, match=r"^params must be a GateParams .*, got dict"):
         run_gate_sync(table.plans(), table, {"e_confirm": 5.0})
+    with pytest.raises(ValueError, match=r"^cancel_after_freeze must be True or False, got "
+                                         r"'False'$"):  # it was taken as True (truthy)
+        run_gate_sync(table.plans(), table, cancel_after_freeze="False")
     assert table.calls == []
 
 

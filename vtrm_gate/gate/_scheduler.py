@@ -697,6 +697,9 @@ def _new_gate(plans: Iterable[TypePlan], infer: Infer, params: GateParams | None
     if kw.get("past_stop", "cancel") not in PAST_STOP_POLICIES:
         raise ValueError(f"past_stop must be one of {', '.join(PAST_STOP_POLICIES)}, "
                          f"got {kw['past_stop']!r}")
+    if not isinstance(kw.get("cancel_after_freeze", True), bool):  # "False" is truthy
+        raise ValueError(f"cancel_after_freeze must be True or False, got "
+                         f"{kw['cancel_after_freeze']!r}")
     return _Gate(plans, infer, params, concurrency, guard=guard or GuardParams(),
                  dispatch=resolve_dispatch(dispatch), **kw)
 
