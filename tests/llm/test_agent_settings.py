@@ -13,7 +13,7 @@ import pytest
 from tests.llm.test_backends import SECRET, cli, make_ws, step_once, write_units
 from vtrm_gate._ids import canonical_json
 from vtrm_gate.harness import BaselineCache
-from vtrm_gate.llm import AGENT_VERSION, llm_backend
+from vtrm_gate.llm import AGENT_VERSION, AgentSettings, llm_backend
 from vtrm_gate.options import RunOptions
 from vtrm_gate.testing import ChatServer, RedisTarget
 
@@ -103,3 +103,20 @@ def test_the_budgets_key_the_baseline_cache(tmp_path: Path, chat_server: ChatSer
     assert len(BaselineCache.for_workspace(ws)) == 0
     llm_backend(ws, RunOptions(), env={})
     assert len(BaselineCache.for_workspace(ws)) == n
+
+
+@pytest.mark.parametrize("field, value, bad", [
+    ("think", "false", "LLMAgent.think must be True or False, got 'false'"),  # ran as True
+    ("adaptive", "no", "LLMAgent.adaptive must be True or False, got 'no'"),  # ran as True
+    ("timeout", "60", "LLMAgent.timeout must be a finite number of seconds > 0, got '60'"),
+    ("timeout", float("nan"), "LLMAgent.timeout must be a finite number of seconds > 0, got "
+                              "nan"),
+    ("temperature", "0.2", "LLMAgent.temperature must be a finite number >= 0, got '0.2'"),
+    ("max_concurrency", 0, "LLMAgent.max_concurrency must be an integer >= 1 or None, got 0")])
+def test_agent_settings_given_as_text_are_refused_naming_the_field(field: str, value: object,
+                                                                   bad: str) -> None:
+    """``AgentSettings(think="false")`` (a config value read as text) made two calls a unit,
+    ``adaptive="no"`` turned adaptive concurrency on, ``timeout="60"`` was a TypeError."""
+    with pytest.raises(ValueError) as err:
+        AgentSettings(base_url="http://127.0.0.1:9/v1", model="m", **{field: value})
+    assert str(err.value) == bad

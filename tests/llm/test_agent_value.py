@@ -48,7 +48,8 @@ def test_settings_are_one_frozen_value_given_whole_or_as_keywords() -> None:
         s.timeout = 1.0  # type: ignore[misc]
     with pytest.raises(TypeError, match="not both"):
         LLMAgent(UNITS, s, model="other")
-    with pytest.raises(ValueError, match=r"LLMAgent\.timeout must be > 0"):
+    with pytest.raises(ValueError, match=r"LLMAgent\.timeout must be a finite number of "
+                                         r"seconds > 0"):
         AgentSettings(base_url="http://h/v1", model="m", timeout=0)
     assert LLMAgent(UNITS, base_url="http://h/v1", model="m", retry=None).retry == RetryPolicy()
     # the constructor's own parameters: units, settings, and the collaborators (was 19)

@@ -49,7 +49,9 @@ from ..errors import (
     LLMInfraError,
     MediaError,
     PromptFilteredError,
+    is_real,
     is_whole,
+    shown,
 )
 from ..gate import UnitResult, UnitTask, report_progress
 from ..harness import Media
@@ -333,8 +335,20 @@ class AgentSettings:
     task_description: str | None = None
 
     def __post_init__(self) -> None:
-        if not self.timeout > 0:
-            raise ValueError(f"LLMAgent.timeout must be > 0 seconds, got {self.timeout}")
+        for name in ("think", "adaptive"):  # "false" is truthy: refused, never taken as True
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"LLMAgent.{name} must be True or False, got "
+                                 f"{shown(getattr(self, name))}")
+        if not (is_real(self.timeout) and self.timeout > 0):
+            raise ValueError(f"LLMAgent.timeout must be a finite number of seconds > 0, got "
+                             f"{shown(self.timeout)}")
+        if not (is_real(self.temperature) and self.temperature >= 0):
+            raise ValueError(f"LLMAgent.temperature must be a finite number >= 0, got "
+                             f"{shown(self.temperature)}")
+        cap = self.max_concurrency
+        if cap is not None and not (is_whole(cap) and cap >= 1):
+            raise ValueError(f"LLMAgent.max_concurrency must be an integer >= 1 or None, got "
+                             f"{shown(cap)}")
         n = self.max_response_bytes
         if not is_whole(n) or n < 1:
             raise ValueError(f"LLMAgent.max_response_bytes must be an integer >= 1, got {n!r}")
