@@ -152,10 +152,12 @@ class WorkspaceLockedError(WorkspaceError):
     def __init__(self, root: Any, holder: Any = None):
         self.root = root
         self.holder = holder
-        who, then = (holder.describe() if holder else "another process"), "wait for it to finish"
         if holder is not None and holder.pid == os.getpid():  # a notebook's background task
             who = f"another task of this process ({holder.command} since {holder.since})"
             then = "await it or cancel it first"
+        else:
+            who = holder.describe() if holder else "another process"
+            then = "wait for it to finish"
         super().__init__(f"{root}: workspace is locked by {who}; {then} (readers such as "
                          f"replay and cache stats need no lock)")
 

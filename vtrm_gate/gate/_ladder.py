@@ -67,17 +67,10 @@ def build_ladder(pool: Iterable[str], seed_correct: Mapping[str, bool] | None = 
     tiers = {u: int(as_correct(v, f"seed_correct[{u!r}]"))  # text is refused, not truthy
              for u, v in (seed_correct or {}).items()}
     excluded = set(exclude)
-
-    def tier(u: str) -> int | None:
-        return tiers.get(u)
-
-    def order(u: str) -> float:
-        t = tier(u)
-        return 0.5 if t is None else float(t)
-
     kept = [u for u in units if u not in excluded]
-    kept.sort(key=lambda u: (order(u), shuffle_key(seed, u)))
-    return [LadderEntry(u, rank, tier(u)) for rank, u in enumerate(kept[:n_max])]
+    # wrong (0), then unknown (0.5), then right (1); a seeded shuffle inside each tier
+    kept.sort(key=lambda u: (tiers.get(u, 0.5), shuffle_key(seed, u)))
+    return [LadderEntry(u, rank, tiers.get(u)) for rank, u in enumerate(kept[:n_max])]
 
 
 def ladder_units(entries: Iterable[LadderEntry]) -> list[str]:

@@ -56,9 +56,10 @@ def _product(first: np.ndarray | np.float64, *factors: np.ndarray) -> np.ndarray
     return out
 
 
-def operating_characteristics(params: GateParams, p_win: float, discordance: float,
+def operating_characteristics(params: GateParams | None, p_win: float, discordance: float,
                               n_units: int, infra_rate: float = 0.0) -> OperatingCharacteristics:
-    """Exact P(each exit) and E[units consumed] for the prefix rule on i.i.d. units.
+    """Exact P(each exit) and E[units consumed] for the prefix rule on i.i.d. units
+    (``params`` None: the defaults).
 
     Each unit is INFRA with probability ``infra_rate``; otherwise discordant with
     probability ``discordance``, and a discordant unit is a win with probability ``p_win``.
