@@ -36,7 +36,8 @@ __all__ = [  # noqa: RUF022 - grouped by audience, alphabetical within a group
     # reading a workspace in a notebook (vtrm_gate.views)
     "open_workspace",
     # outcomes from outside (vtrm_gate.harness) and the world they come from (vtrm_gate.sim)
-    "read_outcomes", "replay_outcomes", "write_outcomes", "World", "fit_world",
+    "read_outcomes", "check_outcomes", "replay_outcomes", "write_outcomes", "World",
+    "fit_world",
     # bring your own agent, and the response cache
     "AgentBackend", "BackendContext", "BackendError", "ResponseCache", "cached_infer",
     "__version__",
@@ -55,7 +56,8 @@ _HOME = {
                      "train_workspace", "train_workspace_sync", "settle_workspace",
                      "settle_workspace_sync"), "backends"),
     **dict.fromkeys(("AgentBackend", "BackendContext"), "llm"),
-    **dict.fromkeys(("read_outcomes", "replay_outcomes", "write_outcomes"), "harness"),
+    **dict.fromkeys(("read_outcomes", "check_outcomes", "replay_outcomes",
+                     "write_outcomes"), "harness"),
     **dict.fromkeys(("World", "fit_world"), "sim"),
     **dict.fromkeys(("ResponseCache", "cached_infer"), "cache"),
     "open_workspace": "views",

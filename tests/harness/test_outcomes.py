@@ -124,3 +124,106 @@ def test_outcomes_accept_true_false_and_empty_infra_outcomes(tmp_path: Path) -> 
     assert df["infra"].to_list() == [False, True] and df["latency_s"][0] == 3.5
     r = replay_outcomes(df).row(0, named=True)
     assert (r["prefix_W"], r["prefix_L"], r["prefix_action"]) == (1, 0, "INERTIA")
+
+
+@pytest.mark.parametrize("block", [1, 8])
+def test_a_frame_replays_as_its_file_does_whatever_its_row_order(tmp_path: Path,
+                                                                  block: int) -> None:
+    """A notebook's frame (rows shuffled, as `_random_table` leaves them) was replayed in row
+    order, not ladder order: a reversed 40-unit gate accepted at unit 28, not 8."""
+    table, _ = _random_table(block + 10)
+    path = tmp_path / "o.csv"
+    table.write_csv(path)
+    want = replay_outcomes(read_outcomes(path), block=block)
+    assert replay_outcomes(table, block=block).equals(want)
+    assert replay_outcomes(table.reverse(), block=block).equals(want)
+    text = table.with_columns(pl.col(c).cast(pl.String).replace({"1": "True", "0": "False"})
+                              for c in ("base_correct", "cand_correct", "infra"))
+    assert replay_outcomes(text, block=block).equals(want)  # read as a file reads them
+
+
+def _gate(n: int = 4, **cols: list) -> pl.DataFrame:
+    return pl.DataFrame({"epoch": [1] * n, "step": [1] * n, "task_type": ["OCR"] * n,
+                         "unit_id": [f"u{i}" for i in range(n)], "ladder_rank": list(range(n)),
+                         "base_correct": [False] * n, "cand_correct": [True] * n,
+                         "infra": [False] * n} | cols, strict=False)
+
+
+@pytest.mark.parametrize(("frame", "message"), [
+    (_gate(ladder_rank=[1, 2, 3, 4]), "row 1, column 'ladder_rank': its gate has no rank 0"),
+    (_gate(ladder_rank=[0, 1, 1, 2]), "row 3, column 'ladder_rank': duplicate rank"),
+    (_gate(cand_correct=[1.0, 0.7, 1.0, 1.0]), "row 2, column 'cand_correct': must be 0/1"),
+    (_gate(base_correct=[False, None, False, False]), "row 2, column 'base_correct'"),
+    (_gate().drop("infra"), "missing column 'infra'"),
+    (_gate(unit_id=["a", "b", "a", "c"]), "row 3, column 'unit_id': unit twice"),
+])
+def test_a_bad_frame_is_refused_naming_its_row_and_column(
+        tmp_path: Path, frame: pl.DataFrame, message: str) -> None:
+    from vtrm_gate.harness import OutcomesError
+    from vtrm_gate.sim import fit_world
+
+    out = tmp_path / "o.csv"
+    out.write_text("kept\n")
+    for call in (lambda: replay_outcomes(frame), lambda: fit_world(frame, n_boot=10),
+                 lambda: write_outcomes(frame, out)):
+        with pytest.raises(OutcomesError, match=message) as info:
+            call()
+        assert str(info.value).startswith("outcomes frame (rows from 1): ")
+    assert out.read_text() == "kept\n"  # nothing written over a good file
+
+
+def test_fit_of_a_shuffled_frame_is_the_fit_of_its_file(tmp_path: Path) -> None:
+    from vtrm_gate.sim import fit_world
+
+    table, _ = _random_table(7, gates=48)
+    path = tmp_path / "o.parquet"
+    table.write_parquet(path)
+    a, b = fit_world(table, n_boot=20), fit_world(path, n_boot=20)
+    assert (a.p_harmful, a.p_neutral, a.p_helpful, a.n_gates) == (
+        b.p_harmful, b.p_neutral, b.p_helpful, b.n_gates)
+
+
+def test_many_gates_replay_field_for_field_as_the_scalar_replays() -> None:
+    """The batched replay (one batch per ladder length) equals `replay_prefix` /
+    `replay_blocks` gate by gate in every column: action, stop, W, L, units used, E+, units
+    and tokens spent, INFRA units included; gates with unrun units still say UNKNOWN."""
+    rng = random.Random(5)
+    rows, truth = [], {}
+    for g in range(900):
+        key = (1 + g // 90, 1 + g // 9 % 10, f"T{g % 9}")
+        n = rng.choice((1, 2, 7, 8, 9, 16, 40))
+        p_win = rng.choice((0.1, 0.5, 0.9))
+        pairs, tokens = [], []
+        for rank in range(n):
+            r = rng.random()
+            p = (None if r < 0.04 else ((False, True) if rng.random() < p_win else (True, False))
+                 if r < 0.4 else (r < 0.7, r < 0.7))
+            pairs.append(p)
+            tokens.append(rng.randint(0, 900))
+            rows.append({"epoch": key[0], "step": key[1], "task_type": key[2],
+                         "unit_id": f"u{rank}", "ladder_rank": rank,
+                         "base_correct": None if p is None else p[0],
+                         "cand_correct": None if p is None else p[1],
+                         "infra": p is None, "tokens": tokens[-1]})
+        truth[key] = pairs, tokens
+    table = pl.DataFrame(rows)
+    got = replay_outcomes(table, block=8)
+    assert got.height == 900 and got["block_unrun_needed"].sum() == 0
+    for r in got.iter_rows(named=True):
+        pairs, tokens = truth[(r["epoch"], r["step"], r["task_type"])]
+        for name, o in (("prefix", replay_prefix(pairs)), ("block", replay_blocks(pairs))):
+            units = 0 if o.stop_rank is None else o.stop_rank + 1
+            assert (r[f"{name}_action"], r[f"{name}_stop_rank"], r[f"{name}_W"],
+                    r[f"{name}_L"], r[f"{name}_n_used"], r[f"{name}_e_plus"],
+                    r[f"{name}_units"], r[f"{name}_tokens"]) == (
+                str(o.action), o.stop_rank, o.W, o.L, o.n_used, o.e_plus, units,
+                sum(tokens[:units]))
+        assert r["units_saved"] == r["block_units"] - r["prefix_units"]
+    # the same gates, each cut to its first half of a ladder twice as long: unrun units
+    cut = (table.with_columns(pl.len().over("epoch", "step", "task_type").alias("n"))
+           .filter(pl.col("ladder_rank") < (pl.col("n") + 1) // 2)
+           .with_columns(pl.col("n").alias("n_ladder")).drop("n"))
+    part = replay_outcomes(cut, block=8)
+    assert part.height == 900 and (part["n_rows"] < part["n_ladder"]).sum() > 700
+    unknown = part.filter(pl.col("prefix_action").str.starts_with("UNKNOWN"))
+    assert unknown.height > 0 and unknown["prefix_units"].null_count() == unknown.height

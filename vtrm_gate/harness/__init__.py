@@ -64,6 +64,7 @@ from ._outcomes import MAX_OUTCOME_ROWS as MAX_OUTCOME_ROWS
 from ._outcomes import OPTIONAL_COLUMNS as OPTIONAL_COLUMNS
 from ._outcomes import OUTCOME_COLUMNS as OUTCOME_COLUMNS
 from ._outcomes import OutcomesError as OutcomesError
+from ._outcomes import check_outcomes as check_outcomes
 from ._outcomes import read_outcomes as read_outcomes
 from ._outcomes import replay_outcomes as replay_outcomes
 from ._outcomes import workspace_outcomes as workspace_outcomes
@@ -183,6 +184,7 @@ __all__ = [
     "check_agent_unchanged",
     "check_frame",
     "check_image",
+    "check_outcomes",
     "check_size",
     "evaluate_epoch",
     "evaluation_frame",

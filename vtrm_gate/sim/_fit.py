@@ -22,7 +22,13 @@ import numpy as np
 
 from .._env import DEFAULT_BOOT, user_path
 from ..errors import InputError
-from ..harness import Workspace, read_outcomes, replay_outcomes, workspace_outcomes
+from ..harness import (
+    Workspace,
+    check_outcomes,
+    read_outcomes,
+    replay_outcomes,
+    workspace_outcomes,
+)
 from ..stats import BOOT_GROUP, GateParams, as_params, bootstrap_effects, check_n_boot, fit_effects
 from ._effects import SHARES, World
 from ._sweep import sweep_map
@@ -146,7 +152,7 @@ def _frame(source: pl.DataFrame | Workspace | str | Path) -> tuple[pl.DataFrame,
     import polars as pl
 
     if isinstance(source, pl.DataFrame):
-        return source, "frame"
+        return check_outcomes(source), "frame"
     if isinstance(source, Workspace) or user_path(source).is_dir():
         root = source.root if isinstance(source, Workspace) else source
         return workspace_outcomes(source), str(root)
