@@ -90,3 +90,25 @@ def test_an_operating_characteristic_too_long_to_hold_is_refused_before_allocati
         operating_characteristics(GateParams(), p_win=0.8, discordance=0.5, n_units=10**6)
     oc = operating_characteristics(GateParams(), p_win=0.8, discordance=0.5, n_units=40)
     assert round(oc.p_accept, 2) == 0.73  # the README's number, unchanged
+
+
+@pytest.mark.parametrize("times, message", [
+    ([float("nan")] + [1.0] * 9, "completion_times: entry 0 must be a finite number of "
+                                 "seconds, got nan"),
+    ([float("inf")] * 10, "entry 0 must be a finite number of seconds, got inf"),
+    (["1"] * 10, "entry 0 must be a finite number of seconds, got '1'"),
+    ([True] * 10, "entry 0 must be a finite number of seconds, got True")])
+def test_completion_times_that_do_not_order_are_refused_naming_the_entry(times, message):
+    """A NaN time sorted nowhere in particular and text sorted as text ("10" before "9"):
+    the arrival order, the very thing this replay shows, came out silently wrong."""
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        replay_arrival(WINS, times)
+    arr = np.ones((2, 10))
+    arr[1, 3] = np.nan
+    with pytest.raises(ValueError, match=r"completion_times: entry \(1, 3\) must be a finite "
+                                         r"number of seconds, got nan"):
+        replay_arrival_batch(np.zeros((2, 10), bool), np.ones((2, 10), bool), arr)
+    with pytest.raises(ValueError, match="completion_times must hold numbers, got dtype <U2"):
+        replay_arrival_batch(np.zeros((1, 2), bool), np.ones((1, 2), bool), [["10", "9"]])
+
+

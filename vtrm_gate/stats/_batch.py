@@ -13,6 +13,7 @@ from ._params import (
     GateParams,
     as_correct_array,
     as_params,
+    as_times_array,
     bet_factors,
 )
 from ._process import (
@@ -150,9 +151,7 @@ def replay_arrival_batch(base: np.ndarray, cand: np.ndarray, completion_times: n
     """Vectorised `replay_arrival` (completion order, ties by ladder rank)."""
     params = as_params(params)
     d, ok = _as_batch(base, cand, infra)
-    t = np.asarray(completion_times, dtype=float)
-    if t.shape != d.shape:
-        raise ValueError(f"completion_times must have shape {d.shape}, got {t.shape}")
+    t = as_times_array(completion_times, d.shape)
     order = np.argsort(t, axis=1, kind="stable")
     return _replay_batch(d, ok, params, order, np.ones(d.shape[1], dtype=bool))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -129,6 +130,35 @@ def as_correct(value: object, what: str) -> bool:
     plain = value.item() if isinstance(value, np.generic) else value
     raise ValueError(f"{what} must be True or False (or 1 or 0), got {shown(plain)} "
                      f"({'an' if kind[0] in 'aeiou' else 'a'} {kind}); {READ_AS_BOOLEAN}")
+
+
+def as_times(values: Sequence[object], n: int) -> list[float]:
+    """Completion times as floats, one per outcome: each a finite number (NaN sorts nowhere
+    in particular, text sorts as text: "10" before "9")."""
+    if len(values) != n:
+        raise ValueError(f"completion_times has {len(values)} entries, outcomes has {n}")
+    out = []
+    for i, t in enumerate(values):
+        if not (is_real(t) or (isinstance(t, np.integer | np.floating) and np.isfinite(t))):
+            raise ValueError(f"completion_times: entry {i} must be a finite number of "
+                             f"seconds, got {shown(t.item() if isinstance(t, np.generic) else t)}")
+        out.append(float(t))  # type: ignore[arg-type]  # a finite number, checked above
+    return out
+
+
+def as_times_array(values: object, shape: tuple[int, ...]) -> np.ndarray:
+    """`as_times` over an array of ``shape``."""
+    a = np.asarray(values)
+    if a.dtype.kind not in "iuf":
+        raise ValueError(f"completion_times must hold numbers, got dtype {a.dtype}")
+    if a.shape != shape:
+        raise ValueError(f"completion_times must have shape {shape}, got {a.shape}")
+    bad = ~np.isfinite(a)
+    if bad.any():
+        at = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(f"completion_times: entry {at} must be a finite number of seconds, "
+                         f"got {a[at].item()!r}")
+    return a.astype(float)
 
 
 def as_correct_array(values: object, name: str) -> np.ndarray:

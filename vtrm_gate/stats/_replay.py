@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ._params import GateParams, Pair, as_correct, as_params
+from ._params import GateParams, Pair, as_correct, as_params, as_times
 from ._process import (
     DecisionRule,
     SequentialTest,
@@ -67,10 +67,8 @@ def replay_arrival(outcomes: Sequence[Pair], completion_times: Sequence[float],
     """
     params = as_params(params)
     pairs = _as_pairs(outcomes)
-    if len(completion_times) != len(pairs):
-        raise ValueError(f"completion_times has {len(completion_times)} entries, "
-                         f"outcomes has {len(pairs)}")
-    order = sorted(range(len(pairs)), key=lambda i: (completion_times[i], i))
+    times = as_times(completion_times, len(pairs))
+    order = sorted(range(len(pairs)), key=lambda i: (times[i], i))
     test = SequentialTest(len(pairs), params, rule)
     for rank in order:
         if test.decided:
