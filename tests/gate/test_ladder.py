@@ -74,3 +74,13 @@ def test_a_seed_record_read_as_text_is_refused_not_ordered_by_its_truth_value():
     with pytest.raises(ValueError, match=r"^seed_correct\['u0'\] must be True or False \(or 1 "
                                          r"or 0\), got 'True' \(a str\)"):
         build_ladder(pool, {u: str(v) for u, v in truth.items()}, seed="s")
+
+
+def test_one_excluded_id_given_as_text_is_refused_not_split_into_characters():
+    """``exclude="u3"`` went through ``set()``: the characters were excluded and the
+    evolution case u3 stayed in the ladder, where it must never be gated."""
+    with pytest.raises(TypeError, match=r"exclude must be a sequence of unit ids, got a str "
+                                        r"\('u3'\): pass \['u3'\]"):
+        build_ladder(["u1", "u2", "u3"], exclude="u3")
+    assert [e.unit_id for e in build_ladder(["u1", "u3"], exclude=None)] != []
+    assert "u3" not in [e.unit_id for e in build_ladder(["u1", "u2", "u3"], exclude=["u3"])]

@@ -433,6 +433,34 @@ def test_ground_truth_is_recorded_for_every_gated_candidate_and_reported(tmp_pat
     assert q["mean_accuracy"]["oracle"] >= q["mean_accuracy"]["initial"]
 
 
+def test_a_world_other_than_the_workspaces_is_refused_and_its_truth_kept(tmp_path):
+    """`quality_report(ws, world)` with a world of another seed (notebook 06 builds it by
+    hand) reported that world's accuracies and rewrote every ground-truth row."""
+    import dataclasses
+
+    from vtrm_gate.harness import WorkspaceError
+    from vtrm_gate.sim import serial_phase_times, training_curve
+
+    ws = _init(tmp_path / "ws")
+    _train(ws)
+    record_ground_truth(ws, SimWorld(CONFIG))
+    truth = ws.log.query("SELECT * FROM ground_truth ORDER BY 1, 2, 3")
+    curve = training_curve(ws, SimWorld(CONFIG))
+    for change, shown in (({"seed": 6}, "seed 6, the workspace's 5"),
+                          ({"infra_rate": 0.01}, "infra_rate 0.01, the workspace's 0.0"),
+                          ({"pool_sizes": None}, "pool_sizes None")):
+        other = SimWorld(dataclasses.replace(CONFIG, **change))
+        for call, args in ((record_ground_truth, ()), (quality_report, (EPOCHS, STEPS)),
+                           (training_curve, ()), (serial_phase_times, ([(1, 1)],))):
+            with pytest.raises(WorkspaceError, match=f"not the world this workspace was "
+                                                     f"created from: {shown}"):
+                call(ws, other, *args)
+    assert ws.log.query("SELECT * FROM ground_truth ORDER BY 1, 2, 3") == truth
+    faster = SimWorld(dataclasses.replace(CONFIG, time_scale=1e-4))  # latency only: the same
+    assert training_curve(ws, faster).equals(curve)
+    assert training_curve(ws, simulated_backend(ws).world).equals(curve)
+
+
 def test_ground_truth_only_for_simulated_workspaces(tmp_path):
     from test_harness_toy import make_workspace
 

@@ -105,3 +105,29 @@ def test_a_seed_record_given_as_text_is_refused_not_stored_as_true(tmp_path: Pat
     with Workspace.create(tmp_path / "ok", pool=pool, skills=skills,
                           seed_record={"A": {"u1": 0, "u2": True}}) as ws:
         assert ws.seed_record == {"A": {"u1": False, "u2": True}}
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"pool": {"A": "unit-7"}}, r"create: pool\['A'\] must be a list of unit ids, got a str "
+                                r"\('unit-7'\)"),
+    ({"pool": {"A": {"u2", "u1"}}}, r"create: pool\['A'\] must be a list of unit ids, got a "
+                                    r"set \(it has no order: pass sorted\(\.\.\.\)\)"),
+    ({"pool": ["A"]}, r"create: pool must be a mapping \{task type: \[unit ids\]\}, got list"),
+    ({"skills": {"A": "x", "B": "y"}}, r"create: skills for types not in the pool: \['B'\]"),
+    ({"skills": {"A": b"x"}}, r"create: skill text of 'A' must be text, got bytes"),
+    ({"seed_record": {"A": ["u1"]}}, r"create: seed_record\['A'\] must be a mapping "
+                                     r"\{unit id: True/False\}, got list"),
+    ({"default_strategy": None}, r"create: default_strategy must be text, got NoneType"),
+    ({"config": {"seed": 1}}, r"create: config must be a WorkspaceConfig, got dict"),
+    ({"files": {"notes.md": b"x"}}, r"create: extra file 'notes.md' must be text, got bytes"),
+    ({"files": {"": "x"}}, r"create: extra file '' must be a new relative path"),
+])
+def test_create_refuses_what_it_would_have_split_dropped_or_crashed_on(
+        tmp_path: Path, kwargs: dict, message: str) -> None:
+    """``pool={"A": "unit-7"}`` became the units u, n, i, t, -, 7; a skill of a type not in
+    the pool was dropped without a word; the rest failed deep inside (AttributeError,
+    IsADirectoryError naming a temporary directory). Each is refused, nothing created."""
+    args = {"pool": {"A": ["u1", "u2"]}, "skills": {"A": "x"}} | kwargs
+    with pytest.raises((WorkspaceError, TypeError), match=f"^{message}"):
+        Workspace.create(tmp_path / "ws", **args)
+    assert not (tmp_path / "ws").exists()

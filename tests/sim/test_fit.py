@@ -9,6 +9,7 @@ import json
 import math
 import os
 import random
+import re
 from pathlib import Path
 
 import numpy as np
@@ -281,3 +282,41 @@ def test_fit_on_a_dask_cluster_prints_the_serial_fit(
     assert len(workers) == 2 and os.getpid() not in workers
     lo, hi = serial["intervals"]["p_helpful"]
     assert lo < hi  # the resamples differ: a real comparison
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"free_sizes": "false"}, "free_sizes must be True or False, got 'false'"),
+    ({"level": -0.5}, "level must be a number between 0 and 1 (exclusive), got -0.5"),
+    ({"level": 95}, "level must be a number between 0 and 1 (exclusive), got 95"),
+    ({"level": 1}, "level must be a number between 0 and 1"),
+    ({"level": True}, "level must be a number between 0 and 1"),
+    ({"seed": -1}, "seed must be an integer >= 0, got -1"),
+    ({"seed": 1.5}, "seed must be an integer >= 0, got 1.5"),
+    ({"executor": "local"}, "executor must be a concurrent.futures Executor "
+                            "(sim.sweep_executor) or None, got str"),
+])
+def test_fit_arguments_are_checked_before_the_source_is_read(kwargs: dict, message: str) -> None:
+    """``free_sizes="false"`` turned size fitting on (truthy text) and changed the fit;
+    ``level=-0.5`` gave reversed intervals; the rest failed deep in numpy or the pool."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        fit_world(Path("/nonexistent/outcomes.csv"), **kwargs)
+
+
+def test_fit_of_a_frame_reads_it_under_the_params_given(tmp_path: Path) -> None:
+    """A 60-unit ladder under ``GateParams(n_max=60)`` replays, and the fit read the frame
+    under the default n_max = 40 and refused it."""
+    import polars as pl
+
+    from vtrm_gate.stats import GateParams
+
+    rng = np.random.default_rng(3)
+    rows = [{"epoch": 1, "step": g + 1, "task_type": "OCR", "unit_id": f"u{r}",
+             "ladder_rank": r, "base_correct": bool(rng.random() < 0.5),
+             "cand_correct": bool(rng.random() < 0.6), "infra": False}
+            for g in range(8) for r in range(60)]
+    frame = pl.DataFrame(rows)
+    path = tmp_path / "o.csv"
+    frame.write_csv(path)
+    a = fit_world(frame, n_boot=5, params=GateParams(n_max=60))
+    b = fit_world(path, n_boot=5, params=GateParams(n_max=60))
+    assert a.n_gates == b.n_gates == 8 and a.p_helpful == b.p_helpful

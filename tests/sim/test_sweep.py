@@ -191,3 +191,19 @@ def test_local_workers_end_with_their_parent(tmp_path, sig):
         for p in pids:  # never leave a worker behind, even when the test fails
             if _alive(p):
                 os.kill(p, signal.SIGKILL)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"workers": "2"}, "workers must be an integer >= 1, got '2'"),
+    ({"workers": 2.5}, "workers must be an integer >= 1, got 2.5"),
+    ({"workers": 0}, "workers must be an integer >= 1, got 0"),
+    ({"scheduler": ""}, "scheduler must be a Dask scheduler address (tcp://HOST:PORT) or None, "
+                        "got ''"),
+    ({"scheduler": 8786}, "scheduler must be a Dask scheduler address"),
+])
+def test_sweep_executor_settings_are_refused_naming_them(kwargs, message):
+    """``workers="2"`` was a TypeError from a comparison; ``scheduler=""`` quietly gave local
+    processes instead of the cluster the caller meant."""
+    match = message.replace("(", r"\(").replace(")", r"\)")
+    with pytest.raises(ConfigError, match=match), sweep_executor(**kwargs):
+        pass

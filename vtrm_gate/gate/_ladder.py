@@ -54,19 +54,23 @@ def shuffle_key(seed: int | str, unit_id: str) -> str:
 
 
 def build_ladder(pool: Iterable[str], seed_correct: Mapping[str, bool] | None = None, *,
-                 exclude: Iterable[str] = (), n_max: int = 40,
+                 exclude: Iterable[str] | None = (), n_max: int = 40,
                  seed: int | str = 0) -> list[LadderEntry]:
     """Order ``pool`` by expected information and truncate to ``n_max``.
 
     ``seed_correct`` maps unit_id -> whether the *seed baseline* answered it right; it is
-    used for ordering only. ``exclude`` holds this step's evolution case units.
+    used for ordering only. ``exclude`` holds this step's evolution case units (a list;
+    None: none).
     """
     if not is_whole(n_max) or n_max < 0:
         raise ValueError(f"n_max must be an integer >= 0, got {n_max!r}")
     units = check_unit_ids(pool, "pool: ")
     tiers = {u: int(as_correct(v, f"seed_correct[{u!r}]"))  # text is refused, not truthy
              for u, v in (seed_correct or {}).items()}
-    excluded = set(exclude)
+    if isinstance(exclude, str | bytes):  # set("u3") would exclude "u" and "3", not u3
+        raise TypeError(f"exclude must be a sequence of unit ids, got a "
+                        f"{type(exclude).__name__} ({exclude[:40]!r}): pass [{exclude[:40]!r}]")
+    excluded = set(exclude or ())
     kept = [u for u in units if u not in excluded]
     # wrong (0), then unknown (0.5), then right (1); a seeded shuffle inside each tier
     kept.sort(key=lambda u: (tiers.get(u, 0.5), shuffle_key(seed, u)))

@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -186,6 +186,57 @@ def _validate_seed(data: Any, pool: Mapping[str, Sequence[str]]) -> dict[str, di
                 raise InputError(f"type {t!r}, unit {u!r}: expected true or false, got {shown(v)}")
         out[t] = dict(rec)
     return out
+
+
+def _check_create_args(pool: object, skills: object, seed_record: object,
+                       default_strategy: object, config: object, files: object) -> None:
+    """`Workspace.create`'s arguments of the right kinds, before anything is read from them:
+    a lone string is no list of units (``list("unit-7")`` is six), a set has no order, and
+    a skill of a type the pool lacks would be dropped."""
+    def kind(v: object) -> str:
+        return type(v).__name__
+
+    def bad(what: str) -> WorkspaceError:
+        return WorkspaceError(f"create: {what}")
+
+    if not isinstance(pool, Mapping):
+        raise bad(f"pool must be a mapping {{task type: [unit ids]}}, got {kind(pool)}")
+    for t, us in pool.items():
+        if isinstance(us, str | bytes | Set | Mapping) or not isinstance(us, Iterable):
+            why = " (it has no order: pass sorted(...))" if isinstance(us, Set) else ""
+            shown_us = f" ({shown(us, 40)})" if isinstance(us, str | bytes) else why
+            raise bad(f"pool[{t!r}] must be a list of unit ids, got a {kind(us)}{shown_us}")
+    if not isinstance(skills, Mapping):
+        raise bad(f"skills must be a mapping {{task type: skill text}}, got {kind(skills)}")
+    extra = sorted(str(t) for t in skills if t not in pool)
+    if extra:
+        raise bad(f"skills for types not in the pool: {extra}")
+    for t, text in skills.items():
+        if not isinstance(text, str):
+            raise bad(f"skill text of {t!r} must be text, got {kind(text)}")
+        if not text.strip():
+            raise bad(f"skill text of {t!r} is empty")
+    if seed_record is not None and not isinstance(seed_record, Mapping):
+        raise bad(f"seed_record must be a mapping {{task type: {{unit id: True/False}}}}, got "
+                  f"{kind(seed_record)}")
+    for t, rec in (seed_record or {}).items():
+        if not isinstance(rec, Mapping):
+            raise bad(f"seed_record[{t!r}] must be a mapping {{unit id: True/False}}, got "
+                      f"{kind(rec)}")
+    if not isinstance(default_strategy, str):
+        raise bad(f"default_strategy must be text, got {kind(default_strategy)}")
+    if not default_strategy.strip():
+        raise bad("default strategy text is empty")
+    if not isinstance(config, WorkspaceConfig):
+        raise bad(f"config must be a WorkspaceConfig, got {kind(config)}")
+    if files is not None and not isinstance(files, Mapping):
+        raise bad(f"files must be a mapping {{relative path: text}}, got {kind(files)}")
+    for rel, text in (files or {}).items():
+        if (not isinstance(rel, str) or not rel.strip() or Path(rel).is_absolute()
+                or ".." in Path(rel).parts or rel in FILES or rel.endswith("/")):
+            raise bad(f"extra file {rel!r} must be a new relative path inside the workspace")
+        if not isinstance(text, str):
+            raise bad(f"extra file {rel!r} must be text, got {kind(text)}")
 
 
 class Workspace:
@@ -392,6 +443,7 @@ class Workspace:
             raise WorkspaceError(f"{root}: exists and is not an empty directory; refusing to "
                                  f"overwrite")
         config = config or WorkspaceConfig()
+        _check_create_args(pool, skills, seed_record, default_strategy, config, files)
         if not config.workspace_id:  # a new workspace is a new identity
             config = dataclasses.replace(config, workspace_id=uuid.uuid4().hex)
         pool_j = {t: list(us) for t, us in pool.items()}
@@ -405,15 +457,7 @@ class Workspace:
         missing = sorted(set(valid_pool) - set(skills))
         if missing:
             raise WorkspaceError(f"create: no skill text for types {missing}")
-        for t, text in skills.items():
-            if not isinstance(text, str) or not text.strip():
-                raise WorkspaceError(f"create: skill text of {t!r} is empty")
-        if not default_strategy.strip():
-            raise WorkspaceError("create: default strategy text is empty")
-        for rel in files or {}:
-            if Path(rel).is_absolute() or ".." in Path(rel).parts or rel in FILES:
-                raise WorkspaceError(f"create: extra file {rel!r} must be a new relative path "
-                                     f"inside the workspace")
+
         def build(tmp: Path) -> None:
             for rel, text in (files or {}).items():
                 atomic_write(tmp / rel, text)

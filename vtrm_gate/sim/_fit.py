@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._env import DEFAULT_BOOT, user_path
-from ..errors import InputError
+from ..errors import InputError, is_real, is_whole, shown
 from ..harness import (
     Workspace,
     check_outcomes,
@@ -148,15 +148,31 @@ def _type_rows(gates: pl.DataFrame, post: np.ndarray, rng: np.random.Generator, 
     return tuple(rows)
 
 
-def _frame(source: pl.DataFrame | Workspace | str | Path) -> tuple[pl.DataFrame, str]:
+def _frame(source: pl.DataFrame | Workspace | str | Path,
+           params: GateParams) -> tuple[pl.DataFrame, str]:
     import polars as pl
 
     if isinstance(source, pl.DataFrame):
-        return check_outcomes(source), "frame"
+        return check_outcomes(source, params=params), "frame"
     if isinstance(source, Workspace) or user_path(source).is_dir():
         root = source.root if isinstance(source, Workspace) else source
         return workspace_outcomes(source), str(root)
-    return read_outcomes(source), str(source)
+    return read_outcomes(source, params=params), str(source)
+
+
+def _check_fit_args(seed: int, level: float, free_sizes: bool,
+                    executor: Executor | None) -> None:
+    """`fit_world`'s settings, each refused naming it (``free_sizes="false"`` is truthy)."""
+    if not is_whole(seed) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {shown(seed)}")
+    if not (is_real(level) and 0 < level < 1):
+        raise ValueError(f"level must be a number between 0 and 1 (exclusive), got "
+                         f"{shown(level)}")
+    if not isinstance(free_sizes, bool):
+        raise ValueError(f"free_sizes must be True or False, got {shown(free_sizes)}")
+    if executor is not None and not isinstance(executor, Executor):
+        raise ValueError(f"executor must be a concurrent.futures Executor (sim.sweep_executor) "
+                         f"or None, got {type(executor).__name__}")
 
 
 def fit_world(source: pl.DataFrame | Workspace | str | Path, *, n_boot: int = DEFAULT_BOOT,
@@ -171,8 +187,9 @@ def fit_world(source: pl.DataFrame | Workspace | str | Path, *, n_boot: int = DE
     (unstable below a few hundred gates: docs/worlds.md). ``n_boot``: 1 to `MAX_BOOT`
     resamples; ``progress(done)`` hears how many are refitted, a group at a time."""
     check_n_boot(n_boot)  # before reading the source: a typo costs nothing
-    frame, name = _frame(source)
+    _check_fit_args(seed, level, free_sizes, executor)
     params = as_params(params)
+    frame, name = _frame(source, params)
     gates = _gates(frame, params) if frame.height else frame
     if gates.height == 0:  # the user's source: bad input (exit 2), not a bug
         raise InputError(f"{name}: no gate with a measured pair to fit (every pair of its "

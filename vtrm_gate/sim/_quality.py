@@ -8,7 +8,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .._ids import content_hash, eval_run_id, probation_run_id
-from ..errors import WorkspaceError
 from ..gate import TypePlan
 from ..harness import (
     FATES,
@@ -20,6 +19,7 @@ from ..harness import (
 )
 from ..stats import GateParams
 from ._schedules import block_serial_schedule, simulate_policy
+from ._workspace import check_world
 from ._world import TRUE_MARGIN, SimWorld
 
 # ---- the simulator's ground truth and the decision-quality report --------------------------
@@ -28,9 +28,7 @@ from ._world import TRUE_MARGIN, SimWorld
 def record_ground_truth(workspace: Workspace, world: SimWorld) -> int:
     """Write the true effect of every gated candidate of every recorded step into the
     ``ground_truth`` table (simulated workspaces only; idempotent). Returns rows written."""
-    if workspace.config.kind != "simulated":
-        raise WorkspaceError(f"{workspace.root}: ground truth exists only for simulated "
-                             f"workspaces (kind {workspace.config.kind!r})")
+    check_world(workspace, world)
     rows = []
     for m in recorded_manifests(workspace):
         e, s = m["epoch"], m["step"]
@@ -147,6 +145,7 @@ def serial_phase_times(workspace: Workspace, world: SimWorld,
     split. No BaselineCache: every call runs. (Serial evolution is the sum of the evolver's
     call times: `TrainResult.serial_evolution_s`.)
     """
+    check_world(workspace, world)
     phases = dict.fromkeys(("rollout", "gate", "settlement", "evaluation"), 0.0)
     decisions: list[tuple[int, int, str, str]] = []
     for e, s in sorted(steps):
@@ -225,6 +224,8 @@ def training_curve(ws: Workspace, world: SimWorld | None) -> Any:
     once) and the epoch's decisions (accepted, provisional, rolled back) - a polars frame."""
     import polars as pl
 
+    if world is not None:
+        check_world(ws, world)
     ev = ws.log.select("evaluation", ["epoch", "task_type", "version", "acc_initial",
                                       "acc_current", "gain", "gain_lo", "gain_hi"],
                        order_by=["epoch", "task_type"])

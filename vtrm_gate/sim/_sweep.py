@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import BrokenExecutor, Executor, Future, ProcessPoolExecutor
 from typing import Any, TypeVar
 
-from ..errors import ConfigError, WorkerLostError
+from ..errors import ConfigError, WorkerLostError, is_whole, shown
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -113,13 +113,16 @@ def sweep_executor(scheduler: str | None = None, workers: int | None = None, *,
     """An executor for `sweep_map`: the Dask cluster at ``scheduler`` (``tcp://HOST:PORT``;
     its workers must import the run's module) or ``workers`` local processes (default:
     every core) that end with this process."""
+    if scheduler is not None and not (isinstance(scheduler, str) and scheduler.strip()):
+        raise ConfigError(f"scheduler must be a Dask scheduler address (tcp://HOST:PORT) or "
+                          f"None, got {shown(scheduler)}")
+    if workers is not None and not (is_whole(workers) and workers >= 1):
+        raise ConfigError(f"workers must be an integer >= 1, got {shown(workers)}")
     if scheduler:
         with _dask_executor(scheduler, connect_timeout_s) as ex:
             yield ex
         return
     n = local_workers() if workers is None else workers
-    if n < 1:
-        raise ConfigError(f"workers must be >= 1, got {n}")
     pool = _local_pool(n)
     try:
         yield pool

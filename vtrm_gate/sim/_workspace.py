@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .._env import DEFAULT_CONCURRENCY
-from ..errors import WorkspaceError
+from ..errors import WorkspaceError, shown
 from ..gate import Infer, UnitTask
 from ..harness import (
     HELDOUT_FILE,
@@ -42,6 +42,34 @@ def sim_json(sim_config: SimConfig) -> dict[str, Any]:
         elif f.name != "world" or v is not None:
             out[f.name] = dict(v) if isinstance(v, Mapping) else v
     return out
+
+
+def check_world(workspace: Workspace, world: SimWorld) -> None:
+    """Refuse a world other than the one a simulated workspace was created from (its
+    ``time_scale`` aside: latency only): its truths would be another world's, reported as
+    this run's. `simulated_backend(workspace).world` is the workspace's."""
+    if workspace.config.kind != "simulated" or workspace.config.sim is None:
+        raise WorkspaceError(f"{workspace.root}: ground truth exists only for simulated "
+                             f"workspaces (kind {workspace.config.kind!r})")
+    if not isinstance(world, SimWorld):
+        raise TypeError(f"world must be a SimWorld (simulated_backend(workspace).world), got "
+                        f"{type(world).__name__}")
+    try:
+        mine = _plain(sim_json(SimConfig(**workspace.config.sim)))
+    except (TypeError, ValueError) as exc:
+        raise WorkspaceError(f"workspace.json: sim: {exc}") from None
+    given = _plain(sim_json(world.config))
+    for k in sorted((set(mine) | set(given)) - {"time_scale"}):
+        if mine.get(k) != given.get(k):
+            raise WorkspaceError(
+                f"{workspace.root}: the world given is not the world this workspace was "
+                f"created from: {k} {shown(given.get(k))}, the workspace's {shown(mine.get(k))}; "
+                f"pass simulated_backend(workspace).world")
+
+
+def _plain(sim: Mapping[str, Any]) -> dict[str, Any]:
+    """``sim`` as JSON reads it back (tuples as lists, mapping keys as text)."""
+    return dict(json.loads(json.dumps(sim)))
 
 
 def init_simulated(path: str | Path, sim_config: SimConfig | None = None, *,
