@@ -227,3 +227,31 @@ def test_many_gates_replay_field_for_field_as_the_scalar_replays() -> None:
     assert part.height == 900 and (part["n_rows"] < part["n_ladder"]).sum() > 700
     unknown = part.filter(pl.col("prefix_action").str.starts_with("UNKNOWN"))
     assert unknown.height > 0 and unknown["prefix_units"].null_count() == unknown.height
+
+
+def test_a_workspace_with_nothing_gated_writes_no_empty_table_over_a_file(
+        tmp_path: Path) -> None:
+    """`write_outcomes(workspace, path)` before any step replaced the file at ``path`` with
+    a header, which no reader takes ("no rows")."""
+    from vtrm_gate.harness import OutcomesError
+
+    root = tmp_path / "fresh"
+    init_simulated(root, SimConfig(seed=1, pool_sizes=POOLS)).close()
+    out = tmp_path / "keep.csv"
+    out.write_text("kept\n")
+    with pytest.raises(OutcomesError, match=r"fresh: no gated step to write \(nothing was gated "
+                                            r"yet\); keep\.csv is left as it was"):
+        write_outcomes(root, out)
+    assert out.read_text() == "kept\n"
+    assert not list(tmp_path.glob(".keep.csv*"))
+
+
+@pytest.mark.parametrize("block", [0, -1, True, 2.0, "8"])
+def test_a_block_size_that_is_not_one_is_refused_before_anything_is_read(
+        trained: Path, block: object) -> None:
+    """``replay_step(ws, 1, 1, block=0)`` was "ZeroDivisionError: integer modulo by zero"
+    where a block needed an unrun unit; ``True`` replayed blocks of one."""
+    for call in (lambda: replay_step(trained, 1, 1, block=block),
+                 lambda: replay_outcomes(Path("/nonexistent.csv"), block=block)):
+        with pytest.raises(ValueError, match=f"block must be an integer >= 1, got {block!r}"):
+            call()

@@ -113,6 +113,8 @@ def test_an_answer_typed_as_a_full_width_letter_is_read_as_its_letter(tmp_path: 
                                         ensure_ascii=False) + "\n"
                              for i, a in enumerate(("Ｂ", "ｃ", " Ａ "))), encoding="utf-8")
     assert [u.answer for u in read_units(units).values()] == ["B", "C", "A"]
+    assert read_units(str(units)) == read_units(units)  # a notebook's text path ('str'
+    # object has no attribute 'is_file')
     units.write_text(json.dumps(unit_line("时间推理", 0, 0) | {"answer": "Ｚ"},
                                 ensure_ascii=False) + "\n", encoding="utf-8")
     with pytest.raises(ValueError, match="answer must be one letter of 'ABCD', got 'Ｚ'"):

@@ -53,3 +53,20 @@ def test_wall_seconds_must_be_a_finite_positive_number(bad):
     with pytest.raises(ConfigError) as err:
         sim_step(1, wall_seconds=bad)
     assert str(err.value) == f"wall_seconds must be a finite number of seconds > 0, got {bad!r}"
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"epoch": True}, "epoch must be an integer >= 1, got True"),
+    ({"epoch": 1.0}, "epoch must be an integer >= 1, got 1.0"),
+    ({"step": 0}, "step must be an integer >= 1, got 0"),
+    ({"epoch": -3}, "epoch must be an integer >= 1, got -3"),
+    ({"time_scale": 5}, "time_scale applies only with wall_seconds=None (wall_seconds picks "
+                        "it), got time_scale=5 and wall_seconds=30.0"),
+])
+def test_a_step_that_run_step_would_not_gate_is_refused(kwargs, message):
+    """``sim_step(1, epoch=True)`` gated step "eTrue_s1" and ``epoch=1.0`` "e1.0_s1" (other
+    ladders, other candidates), not what ``run_step`` gates at (1, 1); a ``time_scale``
+    beside the default ``wall_seconds`` was dropped without a word."""
+    with pytest.raises(ConfigError) as err:
+        sim_step(1, **kwargs)
+    assert str(err.value) == message

@@ -27,6 +27,7 @@ from ..stats import (
     BatchOutcome,
     GateParams,
     as_params,
+    check_block,
     replay_blocks_batch,
     replay_prefix_batch,
 )
@@ -430,6 +431,10 @@ def write_outcomes(outcomes: pl.DataFrame | Workspace | str | Path, path: str | 
     fmt = _format(out)
     df = (check_outcomes(outcomes) if isinstance(outcomes, pl.DataFrame)
           else workspace_outcomes(outcomes))
+    if df.height == 0:  # a header alone is a table no reader takes
+        name = outcomes.root if isinstance(outcomes, Workspace) else outcomes
+        raise OutcomesError(f"{name}: no gated step to write (nothing was gated yet); "
+                            f"{out.name} is left as it was")
     tmp = out.with_name(f".{out.name}.tmp")
     write: dict[str, Callable[[Path], object]] = {
         "csv": df.write_csv, "parquet": df.write_parquet, "jsonl": df.write_ndjson}
@@ -451,6 +456,7 @@ def replay_outcomes(outcomes: pl.DataFrame | str | Path, *, block: int = 8,
     """
     import polars as pl
 
+    check_block(block)  # before reading a file of 2,000,000 rows
     params = as_params(params)
     df = as_outcomes(outcomes, params=params)
     gates = df.group_by(list(GATE_KEY), maintain_order=True).agg(

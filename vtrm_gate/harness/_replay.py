@@ -17,6 +17,7 @@ from ..stats import (
     GateParams,
     SequentialTest,
     TypeOutcome,
+    check_block,
     replay_blocks,
     replay_prefix,
 )
@@ -42,6 +43,7 @@ def replay_step(workspace: Workspace | str | Path, epoch: int, step: int, *,
     ``block_needs_unrun_units=True`` (k counts the unrun units up to the end of the block it
     would have had to finish), never an invented outcome.
     """
+    check_block(block)  # before opening anything: 0 divided by zero deep in the replay
     ws = for_reading(workspace)
     try:
         return _replay(ws, epoch, step, block)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from .._env import user_path
 from .._ids import lone_surrogate, slugify, strict_json
 from ..errors import (
     USER_TEXT,
@@ -394,7 +395,7 @@ def _not_json_lines(line: str, read: Mapping[str, UnitRecord]) -> str:
             "or an indented object")
 
 
-def read_units(path: Path, root: Path | None = None) -> dict[str, UnitRecord]:
+def read_units(path: str | Path, root: Path | None = None) -> dict[str, UnitRecord]:
     """Parse and validate a units file (JSON lines; blank lines and a leading byte order mark
     skipped), in file order.
 
@@ -402,6 +403,7 @@ def read_units(path: Path, root: Path | None = None) -> dict[str, UnitRecord]:
     invalid text such as a lone surrogate, missing key, bad options or answer, duplicate unit id,
     a ``task_description`` unlike an earlier line's: a file names one task).
     """
+    path = user_path(path)
     name = _rel(root, path) if root else str(path)
     if not path.is_file():
         raise WorkspaceError(f"{name}: missing (expected a units file at {path})")

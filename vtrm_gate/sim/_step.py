@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .._env import DEFAULT_CONCURRENCY
-from .._ids import step_run_id
+from .._ids import check_ids, step_run_id
 from ..errors import ConfigError, is_real, shown
 from ..gate import TypePlan, build_ladder, ladder_units
 from ..harness import StepStatus
@@ -74,9 +74,14 @@ def sim_step(seed: int, epoch: int = 1, step: int = 1, *, params: GateParams | N
     given (1.0: simulated seconds, for `run_virtual`).
     """
     params = as_params(params)
+    check_ids(epoch, step)  # run_step's ids: "e1.0_s1" would be another step
     if wall_seconds is not None and not (is_real(wall_seconds) and wall_seconds > 0):
         raise ConfigError(f"wall_seconds must be a finite number of seconds > 0, got "
                           f"{shown(wall_seconds)}")
+    if wall_seconds is not None and time_scale != 1.0:
+        raise ConfigError(f"time_scale applies only with wall_seconds=None (wall_seconds picks "
+                          f"it), got time_scale={shown(time_scale)} and wall_seconds="
+                          f"{float(wall_seconds)!r}")
     world = SimWorld(SimConfig(seed=seed, time_scale=1.0, **sim))
     evolver = SimEvolver(world)
     srid = step_run_id(epoch, step)

@@ -72,6 +72,7 @@ from ._params import Pair as Pair
 from ._params import as_correct as as_correct
 from ._params import as_params as as_params
 from ._params import bet_factors as bet_factors
+from ._params import check_block as check_block
 from ._probation import GUARANTEES as GUARANTEES
 from ._probation import PROBATION_RULES as PROBATION_RULES
 from ._probation import EContinueRule as EContinueRule
@@ -154,6 +155,7 @@ __all__ = [
     "bet_factors",
     "bootstrap_effects",
     "cand_wrong_probability",
+    "check_block",
     "check_ladder_length",
     "check_n_boot",
     "correlated_latency",

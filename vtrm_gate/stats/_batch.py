@@ -15,6 +15,7 @@ from ._params import (
     as_params,
     as_times_array,
     bet_factors,
+    check_block,
 )
 from ._process import (
     _hopeful,
@@ -136,8 +137,7 @@ def replay_prefix_batch(base: np.ndarray, cand: np.ndarray, params: GateParams |
 def replay_blocks_batch(base: np.ndarray, cand: np.ndarray, params: GateParams | None = None,
                         block: int = 8, infra: np.ndarray | None = None) -> BatchOutcome:
     """Vectorised `replay_blocks`."""
-    if not isinstance(block, int) or block < 1:
-        raise ValueError(f"block must be an integer >= 1, got {block!r}")
+    check_block(block)
     params = as_params(params)
     d, ok = _as_batch(base, cand, infra)
     n = d.shape[1]

@@ -132,6 +132,14 @@ def as_correct(value: object, what: str) -> bool:
                      f"({'an' if kind[0] in 'aeiou' else 'a'} {kind}); {READ_AS_BOOLEAN}")
 
 
+def check_block(block: object) -> int:
+    """``block`` (the old gate's units per block) if it is an integer >= 1, else ValueError
+    naming it (``True`` is no block size; 0 would divide by zero)."""
+    if not is_whole(block) or block < 1:
+        raise ValueError(f"block must be an integer >= 1, got {shown(block)}")
+    return block
+
+
 def as_times(values: Sequence[object], n: int) -> list[float]:
     """Completion times as floats, one per outcome: each a finite number (NaN sorts nowhere
     in particular, text sorts as text: "10" before "9")."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ._params import GateParams, Pair, as_correct, as_params, as_times
+from ._params import GateParams, Pair, as_correct, as_params, as_times, check_block
 from ._process import (
     DecisionRule,
     SequentialTest,
@@ -44,8 +44,7 @@ def replay_prefix(outcomes: Sequence[Pair], params: GateParams | None = None,
 def replay_blocks(outcomes: Sequence[Pair], params: GateParams | None = None, block: int = 8,
                   rule: DecisionRule | None = None) -> TypeOutcome:
     """Old semantics: a block's units are all counted, then one decision at the block end."""
-    if not isinstance(block, int) or block < 1:
-        raise ValueError(f"block must be an integer >= 1, got {block!r}")
+    check_block(block)
     params = as_params(params)
     pairs = _as_pairs(outcomes)
     test = SequentialTest(len(pairs), params, rule)
