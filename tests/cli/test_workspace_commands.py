@@ -329,3 +329,19 @@ def test_export_to_a_file_name_is_refused_naming_the_directory_it_writes(
     (tmp_path / name).mkdir()
     assert cli("export", "--workspace", str(ws), "--out", str(tmp_path / name)).returncode == 0
     assert (tmp_path / name / "predictions.parquet").is_file()
+
+
+def test_compare_differences_accuracy_over_the_types_both_runs_measured(tmp_path, cli):
+    """Two untrained runs with the same skills, one with a type more: every per-type
+    difference was 0.0, but the overall B - A was -0.0345, a mean over other types."""
+    pools = {"Action Reasoning": 40, "Counting Problem": 40, "OCR Problems": 40}
+    init_simulated(tmp_path / "a", SimConfig(seed=1, pool_sizes=pools)).close()
+    init_simulated(tmp_path / "b", SimConfig(seed=1, pool_sizes={
+        t: n for t, n in pools.items() if t != "OCR Problems"})).close()
+    d = json.loads(cli("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json").stdout)
+    assert [r["accuracy_diff"] for r in d["types"].values() if r["b"]] == [0.0, 0.0]
+    assert d["a"]["overall"]["accuracy"] != d["b"]["overall"]["accuracy"]  # each run's own
+    assert d["diff"]["accuracy"] == 0.0 and d["diff"]["accuracy_types"] == 2
+    text = " ".join(cli("compare", str(tmp_path / "a"), str(tmp_path / "b")).stdout.split())
+    assert ("overall B-A: over the 2 types both runs measured (only in A: OCR Problems)"
+            in text), text

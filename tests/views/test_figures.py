@@ -7,6 +7,7 @@ import os
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 import itertools
+import re
 import subprocess
 import sys
 import warnings
@@ -17,7 +18,7 @@ import polars as pl
 import pytest
 from matplotlib.text import Text
 
-from vtrm_gate import GateParams, replay_prefix
+from vtrm_gate import GateParams, operating_characteristics, replay_prefix
 from vtrm_gate.stats import units_curve
 from vtrm_gate.views import (
     compare_replays,
@@ -517,3 +518,129 @@ def test_literal_text_is_drawn_as_written_whatever_its_backslashes():
 
     for name in ("$", "$$", "a\\$b$", "\\$", "$x$ and $y$", "50% $\\frac{1}{2}$", "plain"):
         assert Text(text=literal(name))._preprocess_math(literal(name)) == (name, False)
+
+
+def test_the_training_curves_title_claims_only_what_its_frame_holds():
+    """Filtered to epoch 2 the title said "67.8% → 67.8% over 2 epochs"; a NaN at the end
+    counted as an improvement ("→ nan%; 3 of 3 types improved"), duplicate rows as more
+    types than there are ("4 of 3"), and a type missing at the end moved the mean."""
+    from vtrm_gate.views import figure_problems, plot_training_curve
+
+    curve = _curve(3)  # true 50% at epoch 0 -> 65% at epoch 3, every type
+    title = plot_training_curve(curve)._suptitle.get_text()
+    assert "mean true accuracy 50.0% → 65.0% over epochs 0–3; 3 of 3 types improved" in title
+    only = plot_training_curve(curve.filter(pl.col("epoch") == 2))._suptitle.get_text()
+    assert "mean true accuracy 60.0% at epoch 2 (3 types)" in only and "→" not in only
+    late = plot_training_curve(curve.filter(pl.col("epoch") >= 1))._suptitle.get_text()
+    assert "55.0% → 65.0% over epochs 1–3; 3 of 3 types improved" in late
+    nan_end = curve.with_columns(
+        pl.when((pl.col("epoch") == 3) & (pl.col("task_type") == "type 0")).then(float("nan"))
+        .otherwise(pl.col("true")).alias("true"))
+    fig = plot_training_curve(nan_end)
+    title = fig._suptitle.get_text()
+    assert figure_problems(fig) == []
+    assert "50.0% → 65.0% over epochs 0–3; 2 of 2 types improved\n(1 type without both " \
+           "ends left out)" in title
+    missing = curve.filter(~((pl.col("epoch") == 3) & (pl.col("task_type") == "type 2")))
+    assert "2 of 2 types improved\n(1 type" in plot_training_curve(missing)._suptitle.get_text()
+    with pytest.raises(ValueError, match="curve: epoch 3 of 'type 0' twice"):
+        plot_training_curve(pl.concat([curve, curve.filter(pl.col("epoch") == 3).head(1)]))
+    with pytest.raises(ValueError, match="curve: no rows"):
+        plot_training_curve(curve.clear())
+    with pytest.raises(ValueError, match="curve: missing column 'measured'"):
+        plot_training_curve(curve.drop("measured"))
+    for cols in (0, True, 2.5):
+        with pytest.raises(ValueError, match=f"cols must be an integer >= 1, got {cols!r}"):
+            plot_training_curve(curve, cols)
+
+
+def test_the_train_progress_title_reads_the_points_in_their_order_not_the_frames():
+    """Rows reversed, a finished run was titled "waiting for the first step"; sorted by
+    kind, "after e2 s2: 67.8% → 73.5%" for a run that went 63.7% → 67.8% and ended with an
+    evaluation."""
+    from vtrm_gate.views import plot_train_progress
+
+    rows = [(0, "start", 0, 0, 0.50, None), (1, "step", 1, 1, 0.55, None),
+            (2, "step", 1, 2, 0.60, None), (3, "settle", 1, 0, 0.58, None),
+            (4, "evaluate", 1, 0, 0.58, 0.57)]
+    points = pl.DataFrame(
+        [dict(zip(("i", "kind", "epoch", "step", "true", "measured"), r, strict=True))
+         | {"accepted": 1, "provisional": 0, "kept": 0, "rolled_back": 0} for r in rows])
+    want = "Training run after epoch 1 evaluated: mean true accuracy 50.0% → 58.0% (5 points)"
+    for frame in (points, points.reverse(), points.sort("kind")):
+        assert plot_train_progress(frame).axes[0].get_title(loc="left") == want
+
+
+@pytest.mark.parametrize(("old", "new", "message"), [
+    ({"gate": 7200.0, "evaluation": 30000.0}, {"gate": 3600.0},
+     "old and new must name the same phases: 'evaluation' only in old"),
+    ({"gate": 7200.0}, {"gate": 3600.0, "rollout": 60.0},
+     "old and new must name the same phases: 'rollout' only in new"),
+    ({"gate": -7200.0}, {"gate": 3600.0}, "old['gate'] must be a finite number of seconds >= 0, "
+                                          "got -7200.0"),
+    ({"gate": float("nan")}, {"gate": 3600.0}, "old['gate'] must be a finite number"),
+    ({"gate": 7200.0}, {"gate": True}, "new['gate'] must be a finite number of seconds >= 0, "
+                                       "got True"),
+])
+def test_phase_times_claim_a_speed_up_only_over_the_phases_drawn(old, new, message):
+    """A phase only in ``old`` raised the claimed speed-up from ×3.7 to ×10.3 without a bar;
+    negative seconds, NaN and True were drawn and divided; a phase only in ``new`` was a
+    KeyError."""
+    from vtrm_gate.views import plot_phase_times
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        plot_phase_times(old, new)
+    title = plot_phase_times({"gate": 7200.0}, {"gate": 3600.0}).axes[0].get_title(loc="left")
+    assert "×2.0 = old total / v3 total" in title
+
+
+def test_the_makespan_title_says_slower_when_v3_is_slower_and_refuses_what_it_cannot_divide():
+    """v3 five times slower was titled "(×0.2 faster)"; a negative makespan "×-7.2 faster";
+    new=0 a ZeroDivisionError; a string was read character by character and a numpy
+    integer was "not iterable"; lower_bound=0 gave "nan× its lower bound"."""
+    from vtrm_gate.views import plot_makespan
+
+    title = plot_makespan(1.0, 5.0, 0.5).axes[0].get_title(loc="left")
+    assert "1.00 h → 5.00 h (×5.0 slower), 10.00× its lower bound" in title
+    title = plot_makespan(np.int64(6), np.float64(2.0), 1.0).axes[0].get_title(loc="left")
+    assert "6.00 h → 2.00 h (×3.0 faster), 2.00× its lower bound" in title
+    for args, message in (((1.0, -0.1, 0.05), "new must hold makespans > 0, got -0.1"),
+                          ((1.0, 0, 0.05), "new must hold makespans > 0, got 0"),
+                          ((1.0, 0.5, 0), "lower_bound must hold makespans > 0, got 0"),
+                          (("12", 0.5, 0.1), "old must be a number or a sequence of numbers, "
+                                             "got '12'"),
+                          ((1.0, [0.5, float("nan")], [0.1, 0.1]),
+                           "new must hold makespans > 0, got nan"),
+                          ((True, 0.5, 0.1), "old must be a number or a sequence of numbers, "
+                                             "got True")):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            plot_makespan(*args)
+
+
+def test_the_oc_figure_refuses_a_grid_of_other_params_than_its_title_would_use():
+    """A grid built with e_confirm=5, drawn without ``params``, was titled with the default
+    params' numbers ("accepted 73% ... under H0 2.2%") over curves at 92% / 14.5%, and the
+    1/e_confirm line sat at the default; ``n_units=0`` silently became 40, and
+    ``p_wins=[]`` was an IndexError."""
+    from vtrm_gate.views import oc_grid, plot_operating_characteristics
+
+    loose = GateParams(e_confirm=5.0)
+    grid = oc_grid(loose, [0.5, 0.8], [0.5], 40)
+    with pytest.raises(ValueError, match=r"oc was not computed with these params \(row 1: "
+                                         r"p_accept [0-9.]+ in the frame, [0-9.]+ under them\); "
+                                         r"pass the params it was built with"):
+        plot_operating_characteristics(grid)
+    fig = plot_operating_characteristics(grid, loose)
+    good = operating_characteristics(loose, 0.8, 0.5, 40)
+    assert f"accepted {good.p_accept:.0%}" in fig._suptitle.get_text()
+    for kwargs, message in (({"n_units": 0}, "n_units must be an integer >= 1, got 0"),
+                            ({"n_units": True}, "n_units must be an integer >= 1, got True"),
+                            ({"p_wins": []}, "p_wins must hold at least one p_win")):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            plot_operating_characteristics(**kwargs)
+    with pytest.raises(ValueError, match="oc: no rows"):
+        plot_operating_characteristics(grid.clear(), loose)
+    assert oc_grid(loose, [0.8], [0.5], np.int64(40)).equals(oc_grid(loose, [0.8], [0.5], 40))
+    with pytest.raises(ValueError, match="n_units must be an integer >= 1 or a sequence of "
+                                         "them, got True"):
+        oc_grid(loose, [0.8], [0.5], True)

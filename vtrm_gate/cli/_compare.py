@@ -72,6 +72,12 @@ def compare_text(d: Mapping[str, Any], width: int) -> str:
              f"{times}; tokens: A {oa['tokens']:,}, B {ob['tokens']:,}; calls: fresh "
              f"inference calls",
              _settings_line(d["settings"])]
+    only = {side: [t for t, r in d["types"].items() if r[side] and not r[other]]
+            for side, other in (("a", "b"), ("b", "a"))}
+    if d["diff"]["accuracy_types"] < len(d["types"]):
+        why = "; ".join(f"only in {s.upper()}: {', '.join(ts)}" for s, ts in only.items() if ts)
+        lines.insert(3, f"overall B-A: over the {d['diff']['accuracy_types']} types both runs "
+                        f"measured ({why or 'the others lack an accuracy in one run'})")
     return render(cols, width) + "\n" + "\n".join(wrap(ln, width, "    ") for ln in lines)
 
 

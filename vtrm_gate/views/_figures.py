@@ -15,7 +15,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import polars as pl
@@ -25,6 +25,7 @@ from matplotlib.figure import Figure
 from matplotlib.font_manager import FontProperties
 from matplotlib.lines import Line2D
 
+from ..errors import is_whole
 from ..stats import (
     Action,
     FalseAcceptCurve,
@@ -596,8 +597,22 @@ def plot_token_savings(curve: pl.DataFrame | UnitsCurve, *, tokens_per_unit: flo
     return fig
 
 
-def _seq(x: float | Sequence[float]) -> list[float]:
-    return [float(x)] if isinstance(x, int | float) else [float(v) for v in x]
+def _makespans(x: float | Sequence[float], name: str) -> list[float]:
+    """One makespan per scenario (a number alone: one scenario), each finite and > 0: the
+    title divides by them."""
+    def number(v: object) -> bool:
+        return isinstance(v, int | float | np.integer | np.floating) and not isinstance(
+            v, bool | np.bool_)
+
+    if isinstance(x, str | bytes) or not (number(x) or isinstance(x, Sequence | np.ndarray)):
+        raise ValueError(f"{name} must be a number or a sequence of numbers, got {x!r}")
+    values: list[Any] = [x] if number(x) else list(cast(Sequence[Any], x))
+    for v in values:
+        if not number(v):
+            raise ValueError(f"{name} must be a number or a sequence of numbers, got {v!r}")
+        if not (math.isfinite(v) and v > 0):
+            raise ValueError(f"{name} must hold makespans > 0, got {v!r}")
+    return [float(v) for v in values]
 
 
 @styled
@@ -609,7 +624,8 @@ def plot_makespan(old: float | Sequence[float], new: float | Sequence[float],
 
     Numbers in (one value per scenario, or scalars), so any benchmark can feed it.
     """
-    o, n, lb = _seq(old), _seq(new), _seq(lower_bound)
+    o, n, lb = (_makespans(old, "old"), _makespans(new, "new"),
+                _makespans(lower_bound, "lower_bound"))
     if not len(o) == len(n) == len(lb):
         raise ValueError(f"old, new and lower_bound need the same length, got "
                          f"{len(o)}, {len(n)}, {len(lb)}")
@@ -629,8 +645,8 @@ def plot_makespan(old: float | Sequence[float], new: float | Sequence[float],
     for j, (label, vals, style) in enumerate(rows):
         ys = np.array([len(rows) - 1 - j]) if single else centres + (1 - j) * h
         bars = ax.barh(ys, vals, h * 0.9, label=label, gid=f"makespan:{label}", **style)
-        texts = [f"{v:.2f} {unit}" + (f"  (×{a / v:.1f} faster than old)" if j == 1 and v > 0
-                                      else "") for v, a in zip(vals, o, strict=True)]
+        texts = [f"{v:.2f} {unit}" + (f"  ({_times(a, v)} than old)" if j == 1 else "")
+                 for v, a in zip(vals, o, strict=True)]
         ax.bar_label(bars, labels=texts, padding=6)
     if single:
         ax.set_yticks(range(len(rows))[::-1], [r[0].replace(": ", ":\n") for r in rows])
@@ -642,10 +658,14 @@ def plot_makespan(old: float | Sequence[float], new: float | Sequence[float],
         ax.set_ylim(-0.6, len(o) - 0.4 + 0.6)
     ax.set_xlabel(f"makespan of the gate step ({unit})")
     ax.set_xlim(0, max(o + n + lb) * 1.3)
-    ratio = n[0] / lb[0] if lb[0] else float("nan")
     ax.set_title(f"The continuous gate: {o[0]:.2f} {unit} → {n[0]:.2f} {unit} "
-                 f"(×{o[0] / n[0]:.1f} faster), {ratio:.2f}× its lower bound", loc="left")
+                 f"({_times(o[0], n[0])}), {n[0] / lb[0]:.2f}× its lower bound", loc="left")
     return fig
+
+
+def _times(old: float, new: float) -> str:
+    """"×3.0 faster" or, when ``new`` took longer, "×5.0 slower"."""
+    return f"×{old / new:.1f} faster" if new <= old else f"×{new / old:.1f} slower"
 
 
 WASTE_PARTS: tuple[tuple[str, str, str], ...] = (
@@ -742,8 +762,13 @@ def plot_operating_characteristics(oc: pl.DataFrame | None = None,
     """
     params = as_params(params)
     if oc is None:
+        if n_units is not None and not (is_whole(n_units) and n_units >= 1):
+            raise ValueError(f"n_units must be an integer >= 1, got {n_units!r}")
         grid = p_wins if p_wins is not None else np.linspace(0.3, 1.0, 15).tolist()
-        oc = oc_grid(params, grid, discordances, n_units or params.n_max)
+        if not len(grid):
+            raise ValueError("p_wins must hold at least one p_win")
+        oc = oc_grid(params, grid, discordances, params.n_max if n_units is None else n_units)
+    _check_oc_params(oc, params)
     fig = new_figure(SLIDE)
     axes = fig.subplots(2, 3, sharex=True).ravel()
     for ax in axes[1:5]:
@@ -779,6 +804,21 @@ def plot_operating_characteristics(oc: pl.DataFrame | None = None,
                   f"{params.lambda_dir:g}, δ {params.delta_min:g}, w_net_min "
                   f"{params.w_net_min}; the dotted line marks H0 (p_win 0.5).")
     return fig
+
+
+def _check_oc_params(oc: pl.DataFrame, params: GateParams) -> None:
+    """Refuse a grid computed under other params than the title, the bound line and the
+    caption will use (an `oc_grid` frame does not carry its params): its first row is
+    recomputed under ``params``."""
+    if oc.height == 0:
+        raise ValueError("oc: no rows")
+    r = oc.row(0, named=True)
+    again = operating_characteristics(params, r["p_win"], r["discordance"], int(r["n_units"]),
+                                      r.get("infra_rate") or 0.0)
+    if not math.isclose(again.p_accept, r["p_accept"], rel_tol=1e-9, abs_tol=1e-12):
+        raise ValueError(f"oc was not computed with these params (row 1: p_accept "
+                         f"{r['p_accept']:.6g} in the frame, {again.p_accept:.6g} under them); "
+                         f"pass the params it was built with")
 
 
 # ---- saving ----------------------------------------------------------------------------

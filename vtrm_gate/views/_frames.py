@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from ..gate import (
@@ -180,7 +181,12 @@ def oc_grid(params: GateParams, p_wins: Iterable[float], discordances: Iterable[
     One row per (n_units, discordance, p_win), with every exit probability and the
     expected units and pairs consumed.
     """
-    ns = [n_units] if isinstance(n_units, int) else list(n_units)
+    ns: list[Any] = ([n_units] if isinstance(n_units, int | np.integer)
+                     else list(n_units))
+    for n in ns:
+        if isinstance(n, bool | np.bool_) or not isinstance(n, int | np.integer) or n < 1:
+            raise ValueError(f"n_units must be an integer >= 1 or a sequence of them, got "
+                             f"{n_units!r}")
     rows = [operating_characteristics(params, float(p), float(d), int(n), infra_rate).as_dict()
             for n, d, p in itertools.product(ns, list(discordances), list(p_wins))]
     schema: dict[str, pl.DataType] = {

@@ -15,6 +15,7 @@ import polars as pl
 from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
+from ..errors import is_real, is_whole
 from ._figures import GateFigure, new_figure
 from ._style import (
     BAD,
@@ -112,6 +113,7 @@ def plot_training_curve(curve: pl.DataFrame, cols: int = 4, *,
     ``n_heldout`` (units per type, e.g. from `vtrm_gate.harness.read_heldout`) goes in each
     panel's title: the count its measured rate comes from (under 5: drawn faint). ``run``
     (e.g. "seed 2, 3 epochs × 5 steps") ends the title."""
+    _check_curve(curve, cols)
     types = curve["task_type"].unique(maintain_order=True).to_list()
     fig = new_figure(SLIDE)
     panels = _panels(fig, len(types), cols)
@@ -132,18 +134,57 @@ def plot_training_curve(curve: pl.DataFrame, cols: int = 4, *,
             strip.tick_params(labelbottom=False)
     fig.supylabel("accuracy", fontsize="small")
     _legend(fig, any(held.get(t, FEW_HELD_OUT) < FEW_HELD_OUT for t in types))
-    first, last = curve["epoch"].min(), cast(int, curve["epoch"].max())
-    y = "true" if curve["true"].null_count() < curve.height else "measured"
-    t0 = cast(float, curve.filter(pl.col("epoch") == first)[y].mean())  # a numeric column
-    t1 = cast(float, curve.filter(pl.col("epoch") == last)[y].mean())
-    up = curve.filter(pl.col("epoch") == last).join(
-        curve.filter(pl.col("epoch") == first), on="task_type", suffix="_0").filter(
-        pl.col(y) > pl.col(f"{y}_0") + 0.01).height
-    what = "true" if y == "true" else "held-out"
-    fig.suptitle(f"Training run{f' ({run})' if run else ''}: mean {what} accuracy {t0:.1%} → "
-                 f"{t1:.1%} over {last} epochs; {up} of {len(types)} types improved",
+    fig.suptitle(f"Training run{f' ({run})' if run else ''}: {_curve_claim(curve)}",
                  x=0.01, ha="left")
     return fig
+
+
+CURVE_COLUMNS = ("epoch", "task_type", "true", "measured", "accepted", "provisional",
+                 "rolled_back")
+"""What `plot_training_curve` reads of its frame (`vtrm_gate.sim.training_curve`'s)."""
+
+
+def _check_curve(curve: pl.DataFrame, cols: int) -> None:
+    """A curve the figure can draw and title truthfully: its columns, a row at most per
+    (epoch, type), some rows; ``cols`` panels a row."""
+    if not is_whole(cols) or cols < 1:
+        raise ValueError(f"cols must be an integer >= 1, got {cols!r}")
+    missing = [c for c in CURVE_COLUMNS if c not in curve.columns]
+    if missing:
+        raise ValueError(f"curve: missing column {missing[0]!r} (a frame of "
+                         f"vtrm_gate.sim.training_curve has {list(CURVE_COLUMNS)})")
+    if curve.height == 0:
+        raise ValueError("curve: no rows")
+    twice = curve.filter(pl.struct("epoch", "task_type").is_duplicated())
+    if twice.height:
+        e, t = twice.row(0, named=True)["epoch"], twice.row(0, named=True)["task_type"]
+        raise ValueError(f"curve: epoch {e} of {t!r} twice (one row per epoch and type)")
+
+
+def _curve_claim(curve: pl.DataFrame) -> str:
+    """The title's claim: the mean accuracy from the first epoch to the last over the types
+    measured at both (NaN counts as unmeasured), and how many of them improved by > 1 pt."""
+    y = "true" if curve["true"].fill_nan(None).null_count() < curve.height else "measured"
+    what = "true" if y == "true" else "held-out"
+    d = curve.select("epoch", "task_type", pl.col(y).fill_nan(None).alias("v")).drop_nulls()
+    if d.height == 0:
+        return f"no {what} accuracy measured yet"
+    first, last = cast(int, d["epoch"].min()), cast(int, d["epoch"].max())
+    end = d.filter(pl.col("epoch") == last)
+    both = end.join(d.filter(pl.col("epoch") == first), on="task_type", suffix="_0")
+    if first == last or both.height == 0:
+        return (f"mean {what} accuracy {cast(float, end['v'].mean()):.1%} at epoch {last} "
+                f"({_types(end.height)})")
+    left_out = curve["task_type"].n_unique() - both.height
+    up = both.filter(pl.col("v") > pl.col("v_0") + 0.01).height
+    note = f"\n({_types(left_out)} without both ends left out)" if left_out else ""
+    return (f"mean {what} accuracy {cast(float, both['v_0'].mean()):.1%} → "
+            f"{cast(float, both['v'].mean()):.1%} over epochs {first}–{last}; {up} of "
+            f"{both.height} types improved{note}")
+
+
+def _types(n: int) -> str:
+    return f"{n} type{'' if n == 1 else 's'}"
 
 
 @styled
@@ -153,6 +194,7 @@ def plot_phase_times(old: Mapping[str, float] | None, new: Mapping[str, float], 
     """Side-by-side bars: hours per phase, old serial (grey) vs v3 (blue); ``old`` None (a
     real run, no simulator to replay the old gate on): v3's bars alone. The title's speed-up
     is the run's total time ratio, named with ``run`` (e.g. "seed 2, 3 epochs × 5 steps")."""
+    _check_phases(old, new)
     fig = new_figure(SLIDE)
     ax = fig.subplots()
     phases = list(new)
@@ -177,6 +219,21 @@ def plot_phase_times(old: Mapping[str, float] | None, new: Mapping[str, float], 
     ax.legend(loc="upper right")
     ax.set_ylim(0, max([*(old or {}).values(), *new.values(), 1.0]) / 3600 * 1.12)
     return fig
+
+
+def _check_phases(old: Mapping[str, float] | None, new: Mapping[str, float]) -> None:
+    """Seconds per phase the figure can draw and divide: the same phases on both sides (a
+    phase only in one would move the claimed speed-up without a bar), each a finite
+    number >= 0."""
+    if old is not None and set(old) != set(new):
+        side, name = ("old", sorted(set(old) - set(new))) if set(old) - set(new) else (
+            "new", sorted(set(new) - set(old)))
+        raise ValueError(f"old and new must name the same phases: {name[0]!r} only in {side}")
+    for side, times in (("old", old or {}), ("new", new)):
+        for p, v in times.items():
+            if not (is_real(v) and v >= 0):
+                raise ValueError(f"{side}[{p!r}] must be a finite number of seconds >= 0, got "
+                                 f"{v!r}")
 
 
 @styled
@@ -448,6 +505,7 @@ def plot_train_progress(points: pl.DataFrame) -> GateFigure:
     (`TrainCurveView.frame`): above, the mean true accuracy of the standing skills
     (simulated) and the held-out accuracy each evaluation measured; below, each point's
     decisions."""
+    points = points.sort("i")  # the run's order, whatever order the frame's rows are in
     fig = new_figure(SLIDE)
     top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(3, 1))
     x = points["i"].to_numpy()

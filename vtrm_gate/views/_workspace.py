@@ -489,8 +489,12 @@ def compare_runs(a: str | Path, b: str | Path) -> dict[str, Any]:
                 for t in types}
     oa, ob = ra["overall"], rb["overall"]
     one_clock = oa["clock"] == ob["clock"] != "mixed"  # else their times are not comparable
+    both = [r["accuracy_diff"] for r in per_type.values() if r["accuracy_diff"] is not None]
     return {"a": {k: v for k, v in ra.items() if k != "types"},
             "b": {k: v for k, v in rb.items() if k != "types"},
-            "diff": {k: diff(oa[k], ob[k]) if k != "seconds" or one_clock else None
-                     for k in ("accuracy", "seconds", "calls", "tokens")},
+            "diff": {**{k: diff(oa[k], ob[k]) if k != "seconds" or one_clock else None
+                        for k in ("seconds", "calls", "tokens")},
+                     # a mean over other types is no difference: the types both measured
+                     "accuracy": sum(both) / len(both) if both else None,
+                     "accuracy_types": len(both)},
             "types": per_type, "settings": _settings_diff(*configs)}
