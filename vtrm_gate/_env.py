@@ -343,12 +343,22 @@ def read_dotenv(path: str | os.PathLike[str]) -> dict[str, str]:
                 raise ConfigError(f"{path}: line {number}: {raw.strip()!r} is no KEY=VALUE "
                                   f"line, so the setting it names would not be made")
             continue
-        if value[:1] in "'\"" and len(value) >= 2 and value[-1] == value[0]:
-            value = value[1:-1]
-        elif " #" in value:
-            value = value.split(" #", 1)[0].rstrip()
-        out[key] = value
+        out[key] = _dotenv_value(value)
     return out
+
+
+def _dotenv_value(value: str) -> str:
+    """A ``.env`` value as bash and python-dotenv read it: inside its quotes when quoted
+    (``"v" # note`` is v, not '"v"'), else up to a `` #`` comment."""
+    quote = value[:1]
+    if quote in ("'", '"'):
+        end = value.find(quote, 1)
+        rest = value[end + 1:].strip() if end > 0 else "unclosed"
+        if not rest or rest.startswith("#"):
+            return value[1:end]
+    if " #" in value or "\t#" in value:
+        return value.replace("\t#", " #").split(" #", 1)[0].rstrip()
+    return value
 
 
 def environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -371,6 +381,9 @@ def check_api_key(key: str, where: str) -> str:
     """``key`` if it can be sent as a bearer token: printable ASCII, no space (an HTTP
     header carries nothing else). ConfigError naming ``where`` and the first character that
     cannot go, by position and code point: never the key itself."""
+    if len(key) >= 2 and key[0] == key[-1] and key[0] in "'\"":  # Bearer "sk-...": a 401
+        raise ConfigError(f"{where}: characters 1 and {len(key)} of {len(key)} are quotes "
+                          f"around the key: set it without them")
     for i, c in enumerate(key, 1):
         if not "!" <= c <= "~":
             what = f"U+{ord(c):04X}" + (f" ({_PASTED[c]})" if c in _PASTED else "")

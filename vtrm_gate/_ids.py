@@ -63,12 +63,22 @@ def type_slugs(names: Iterable[str]) -> dict[str, str]:
     """slug -> name of each type. InputError for a name no file can carry (`slugify`) or for
     two names with one slug: they would share run ids, cache salts and a skill file."""
     slugs: dict[str, str] = {}
+    seen: dict[str, str] = {}  # names by how they look: two that look alike are one
     for name in names:
         slug = slugify(name)
         if slug in slugs:
             raise InputError(slug_clash(slugs[slug], name))
+        if (first := seen.setdefault(_look(name), name)) != name:
+            raise InputError(slug_clash(first, name))
         slugs[slug] = name
     return slugs
+
+
+def _look(name: str) -> str:
+    """How a name reads on screen: NFKC (full-width letters, composed accents), without
+    invisible format characters (a zero-width space)."""
+    return "".join(c for c in unicodedata.normalize("NFKC", name)
+                   if unicodedata.category(c) != "Cf")
 
 
 def slug_clash(a: str, b: str) -> str:
@@ -78,6 +88,9 @@ def slug_clash(a: str, b: str) -> str:
     if unicodedata.normalize("NFC", a) == unicodedata.normalize("NFC", b):
         return (f"types {a!a} and {b!a} are one name in two Unicode spellings "
                 f"(composed and decomposed letters, {slug!r}); write it one way")
+    if _look(a) == _look(b):
+        return (f"types {a!a} and {b!a} look alike (invisible or full-width characters); "
+                f"write the name one way")
     if re.search(r"[^\x00-\x7f]", a + b) and re.search(r"[a-z0-9]", slug):
         return (f"types {a!r} and {b!r} are both named {slug!r} on disk: a name with any "
                 f"ASCII letter or digit is named by those alone; rename one")

@@ -130,3 +130,30 @@ def test_help_starts_fast_without_heavy_imports():
             "heavy = {'numpy', 'polars', 'matplotlib'} & set(sys.modules); "
             "assert not heavy, heavy")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_paths_that_would_land_elsewhere_are_refused_before_any_work(tmp_path):
+    """``export --out ""`` wrote 11 files into the working directory and ``demo --figures
+    ""`` its figure; ``fit --out ws/state.json`` overwrote the workspace's own state (status
+    then failed); ``demo --figures FILE`` ran the whole step, then failed."""
+    ws = tmp_path / "ws"
+    assert cli("init", str(ws), "--seed", "3", cwd=tmp_path).returncode == 0
+    assert cli("step", "--workspace", str(ws), "--epoch", "1", "--step", "1",
+               cwd=tmp_path).returncode == 0
+    before = {p: p.read_bytes() for p in ws.rglob("*") if p.is_file()}
+    (tmp_path / "afile").write_text("x")
+    for args, said in (
+            (["export", "--workspace", str(ws), "--out", ""], "--out: expected a path, got ''"),
+            (["demo", "--workspace", str(tmp_path / "d"), "--figures", " "],
+             "--figures: expected a path, got ' '"),
+            (["init", ""], "expected a path, got ''"),
+            (["fit", "--workspace", str(ws), "--boot", "3", "--out", str(ws / "state.json")],
+             "is inside the workspace being fitted"),
+            (["fit", "--workspace", str(ws), "--boot", "3", "--out",
+              str(tmp_path / "no" / "w.json")], "does not exist"),
+            (["demo", "--workspace", str(tmp_path / "d"), "--figures", str(tmp_path / "afile")],
+             "exists and is not a directory")):
+        r = cli(*args, cwd=tmp_path)
+        assert r.returncode == 2 and said in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert {p: p.read_bytes() for p in ws.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "ws"]  # no demo ran

@@ -111,3 +111,41 @@ def test_an_interrupt_promises_a_resume_only_where_finished_work_is_kept(
     err = capsys.readouterr().err.strip()
     assert err.startswith("vtrm-gate: interrupted") and "Traceback" not in err
     assert ("run the same command again to resume (finished work is kept)" in err) is resumes
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
+def test_output_the_locale_cannot_encode_is_escaped_not_a_bug(tmp_path, encoding):
+    """``PYTHONIOENCODING=ascii vtrm-gate step ...`` applied the step, then printing "→"
+    raised UnicodeEncodeError: "this is a bug", exit 1, and an empty stdout; ``status``
+    failed the same way on any workspace."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONIOENCODING=encoding)
+    run = lambda *a: subprocess.run([sys.executable, "-m", "vtrm_gate", *a],  # noqa: E731
+                                    capture_output=True, cwd=tmp_path, env=env, timeout=300)
+    assert run("init", "ws", "--seed", "3").returncode == 0
+    for args in (("step", "--workspace", "ws", "--epoch", "1", "--step", "1"),
+                 ("status", "--workspace", "ws")):
+        r = run(*args)
+        assert r.returncode == 0 and b"Traceback" not in r.stderr, r.stderr.decode()
+        assert b"\\u2192" in r.stdout + r.stderr  # "→", escaped
+        r.stdout.decode(encoding)  # all of it in the locale's encoding
+
+
+@pytest.mark.parametrize("value, tracebacks", [("0", False), ("false", False), ("", False),
+                                               ("1", True), ("yes", True)])
+def test_vtrm_debug_0_keeps_errors_to_one_line(monkeypatch, capsys, value, tracebacks):
+    """``VTRM_DEBUG=0`` turned tracebacks on: any value did."""
+    monkeypatch.setenv("VTRM_DEBUG", value)
+
+    def cmd_options(args: object) -> int:
+        raise ConfigError("a bad setting")
+
+    monkeypatch.setattr(_options, "cmd_options", cmd_options)
+    if tracebacks:
+        with pytest.raises(ConfigError):
+            _main.main(["options", "--workspace", "ws"])
+    else:
+        assert _main.main(["options", "--workspace", "ws"]) == 2
+        assert capsys.readouterr().err.strip() == "vtrm-gate: error: a bad setting"

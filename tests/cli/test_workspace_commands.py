@@ -345,3 +345,32 @@ def test_compare_differences_accuracy_over_the_types_both_runs_measured(tmp_path
     text = " ".join(cli("compare", str(tmp_path / "a"), str(tmp_path / "b")).stdout.split())
     assert ("overall B-A: over the 2 types both runs measured (only in A: OCR Problems)"
             in text), text
+
+
+def test_status_after_a_settlement_points_to_the_next_epoch(tmp_path, cli):
+    """After ``settle --epoch 1`` (the way status itself suggests to end an epoch), status
+    said "next: vtrm-gate step ... --epoch 1 --step 2", which step then refused: "epoch 1
+    was settled; its steps can no longer run"."""
+    ws = str(tmp_path / "ws")
+    init_simulated(tmp_path / "ws", SimConfig(seed=3)).close()
+    assert cli("step", "--workspace", ws, "--epoch", "1", "--step", "1").returncode == 0
+    assert cli("settle", "--workspace", ws, "--epoch", "1").returncode == 0
+    nxt = json.loads(cli("status", "--workspace", ws, "--json").stdout)["next"]
+    assert nxt == f"vtrm-gate step --workspace {ws} --epoch 2 --step 1"
+    assert cli(*nxt.split()[1:]).returncode == 0  # and it runs
+
+
+def test_exports_into_one_directory_at_once_do_not_collide(trained_workspace, tmp_path):
+    """Two exports into one directory shared each file's temporary name: one failed with
+    ``cx/.predictions.csv.tmp: No such file or directory`` when the other renamed it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from vtrm_gate.views import open_workspace
+
+    out = tmp_path / "cx"
+    with open_workspace(trained_workspace[0]) as view, ThreadPoolExecutor(3) as pool:
+        for _ in range(4):
+            done = [f.result() for f in [pool.submit(view.export, out, "csv") for _ in range(3)]]
+            assert {t: n for t, (_, n) in done[0].items()} == {
+                t: n for t, (_, n) in done[-1].items()}
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]

@@ -45,7 +45,9 @@ def test_a_plain_query_is_still_accepted(tmp_path: Path):
     ("\u201csk-hunter2\u201d", "character 1 of 12 is U+201C (a curly quote)"),
     ("sk-hunter2\u00a0", "character 11 of 11 is U+00A0 (a non-breaking space)"),
     ("sk-hunter2 x", "character 11 of 12 is U+0020 (a space)"),
-    ("sk-hunter2\u6d4b", "character 11 of 11 is U+6D4B,")])
+    ("sk-hunter2\u6d4b", "character 11 of 11 is U+6D4B,"),
+    ('"sk-hunter2"', "characters 1 and 12 of 12 are quotes around the key"),
+    ("'sk-hunter2'", "characters 1 and 12 of 12 are quotes around the key")])
 def test_an_api_key_no_header_can_carry_exits_2_naming_the_variable_not_the_key(
         tmp_path: Path, chat_server: ChatServer, key: str, said: str) -> None:
     """Hostile pass (h13): a key pasted with curly quotes or a non-breaking space ended the

@@ -50,6 +50,19 @@ def test_slugs_of_names_in_other_scripts_and_the_ones_that_stay() -> None:
     assert slugify("时" * 40) == "时" * 40
 
 
+@pytest.mark.parametrize(("a", "b", "said"), [
+    ("\u00e9cole", "e\u0301cole", "one name in two Unicode spellings"),
+    ("abc", "ab\u200bc", "look alike"),
+    ("OCR", "\uff2f\uff23\uff32", "look alike")])
+def test_two_type_names_that_look_the_same_are_refused(a: str, b: str, said: str) -> None:
+    """"école" composed and decomposed were two types (slugs "cole" and "e-cole") shown as
+    two identical rows; a zero-width space or full-width letters did the same."""
+    from vtrm_gate._ids import type_slugs
+
+    with pytest.raises(InputError, match=said):
+        type_slugs([a, b])
+
+
 def test_a_workspace_of_types_named_in_other_scripts_runs_a_step_and_its_rerun(
         tmp_path: Path, chat_server: ChatServer, redis_target: RedisTarget) -> None:
     chat_server.evolve_reply = _helpful

@@ -221,3 +221,21 @@ def test_cache_off_in_a_file_is_pointed_to_cache_enabled(tmp_path):
         resolve_options(config=f, env={}, dotenv=None)
     f.write_text("cache_enabled = false\n")
     assert resolve_options(config=f, env={}, dotenv=None).cache_enabled is False
+
+
+@pytest.mark.parametrize(("line", "value"), [
+    ('VTRM_CACHE_PREFIX="team_cache" # shared', "team_cache"),
+    ("VTRM_CACHE_PREFIX='team_cache'   # shared", "team_cache"),
+    ('VTRM_CACHE_PREFIX="team # one"', "team # one"),
+    ('OPENAI_API_KEY="sk-abc123456789" # team key', "sk-abc123456789"),
+    ("VTRM_CACHE_PREFIX=team_cache # shared", "team_cache"),
+    ('VTRM_CACHE_PREFIX="team_cache"', "team_cache"),
+])
+def test_a_quoted_dotenv_value_loses_its_quotes_before_a_comment(tmp_path, line, value):
+    """``KEY="value" # comment`` kept its quotes: the cache prefix was '"team_cache"' (never
+    shared) and an API key went out as ``Bearer "sk-..."``, a 401 on every call."""
+    from vtrm_gate._env import read_dotenv
+
+    dotenv = tmp_path / ".env"
+    dotenv.write_text(line + "\n")
+    assert read_dotenv(dotenv) == {line.split("=", 1)[0]: value}

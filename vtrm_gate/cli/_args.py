@@ -27,6 +27,14 @@ TABLE_FLAGS = {"guard_rule": "guard.rule"}
 """Flags that set a key of a table (``--guard-rule`` sets ``guard.rule``)."""
 
 
+def a_path(text: str) -> str:
+    """An argparse ``type`` for a path: refuses an empty one, which would mean the working
+    directory ("" wrote an export's files there)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a path, got {shown(text)}")
+    return text
+
+
 def int_at_least(low: int) -> Callable[[str], int]:
     """An argparse ``type`` accepting integers from ``low`` to 2**63 - 1."""
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from .._env import MAX_TTL
 from ..errors import CliError, InputError, bounded, shown
+from ._args import a_path
 from ._progress import status_line
 
 RENEW_METHODS = ("auto", "lua", "pipeline", "gt", "naive")  # mirrors cache.RENEW_METHODS
@@ -33,7 +34,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     sub.required = True
 
     def workspace_json(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--workspace", default=None,
+        sp.add_argument("--workspace", type=a_path, default=None,
                         help="workspace holding the embedded Redis (default: VTRM_WORKSPACE "
                              "or ./workspace)")
         sp.add_argument("--json", action="store_true", help="print the result as JSON")

@@ -9,15 +9,16 @@ from pathlib import Path
 from typing import Any
 
 from .._env import EXPORT_FORMATS
-from ._args import emit
+from ._args import a_path, emit
 from ._table import Column, render, terminal_width, wrap
 
 
 def register(sub: Any) -> None:
     """Add ``export`` to the ``vtrm-gate`` subcommands."""
     x = sub.add_parser("export", help="write every table of a workspace to Parquet or CSV")
-    x.add_argument("--workspace", required=True)
-    x.add_argument("--out", required=True, help="directory for the files (created if needed)")
+    x.add_argument("--workspace", type=a_path, required=True)
+    x.add_argument("--out", type=a_path, required=True,
+                   help="directory for the files (created if needed)")
     x.add_argument("--format", choices=EXPORT_FORMATS, default="parquet",
                    help="file format (default parquet); csv-excel: CSV files that Excel on "
                         "Windows opens as UTF-8 (a byte order mark first)")

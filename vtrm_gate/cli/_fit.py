@@ -12,9 +12,9 @@ from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
 
-from .._env import DEFAULT_BOOT, MAX_BOOT
+from .._env import DEFAULT_BOOT, MAX_BOOT, user_path
 from ..errors import CliError
-from ._args import emit, int_in, nonneg_int, positive_int
+from ._args import a_path, emit, int_in, nonneg_int, positive_int
 from ._progress import status_line
 from ._table import Column, render, terminal_width, wrap
 
@@ -24,9 +24,9 @@ def register(sub: Any) -> None:
     f = sub.add_parser("fit", help="fit the world (shares of harmful / neutral / helpful "
                                    "candidates) to a workspace or an outcomes file")
     src = f.add_mutually_exclusive_group(required=True)
-    src.add_argument("--workspace", help="a workspace: its recorded gates")
-    src.add_argument("--outcomes", help="an outcomes table (.csv, .parquet, .jsonl)")
-    f.add_argument("--out", help="write the fitted world here (a World JSON file for "
+    src.add_argument("--workspace", type=a_path, help="a workspace: its recorded gates")
+    src.add_argument("--outcomes", type=a_path, help="an outcomes table (.csv, .parquet, .jsonl)")
+    f.add_argument("--out", type=a_path, help="write the fitted world here (a World JSON file for "
                                  "init --world)")
     f.add_argument("--boot", type=int_in(1, MAX_BOOT), default=DEFAULT_BOOT,
                    help=f"bootstrap resamples of the gates, 1 to {MAX_BOOT:,} (default "
@@ -56,6 +56,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         if source.is_dir():
             raise CliError(f"{source}: is a directory; --outcomes takes a file (a workspace: "
                            f"--workspace)")
+    _check_out(args.out, args.workspace)  # before the bootstrap, not after it
     line, done = status_line()
     t0 = time.monotonic()
 
@@ -74,6 +75,21 @@ def cmd_fit(args: argparse.Namespace) -> int:
     data = fit.to_dict()
     emit(args, data, _text(data, args.out))
     return 0
+
+
+def _check_out(out: str | None, workspace: str | None) -> None:
+    """``--out`` names a file the fit may write: not a directory, in one that exists, and
+    not inside the workspace it reads (``--out ws/state.json`` broke the workspace)."""
+    if out is None:
+        return
+    path = user_path(out).resolve()
+    if path.is_dir():
+        raise CliError(f"--out {out}: is a directory; name a file such as world.json")
+    if not path.parent.is_dir():
+        raise CliError(f"--out {out}: directory {path.parent} does not exist")
+    if workspace is not None and path.is_relative_to(user_path(workspace).resolve()):
+        raise CliError(f"--out {out}: is inside the workspace being fitted; write the world "
+                       f"elsewhere (its files are the workspace's own)")
 
 
 @contextlib.contextmanager

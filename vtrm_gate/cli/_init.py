@@ -9,7 +9,7 @@ from typing import Any
 
 from .._env import DEFAULT_CONCURRENCY
 from ..errors import CliError
-from ._args import emit, nonneg_int, positive_int, rate
+from ._args import a_path, emit, nonneg_int, positive_int, rate
 from ._table import terminal_width, wrap
 
 LLM_ONLY = ("units", "base_url", "model", "skills", "seed_record", "backend", "endpoints",
@@ -20,7 +20,7 @@ SIMULATED_ONLY = ("infra_rate", "world")
 def register(sub: Any) -> None:
     """Add ``init`` to the ``vtrm-gate`` subcommands."""
     i = sub.add_parser("init", help="create a simulated (or, with --llm, an LLM) workspace")
-    i.add_argument("workspace", help="new directory for the workspace")
+    i.add_argument("workspace", type=a_path, help="new directory for the workspace")
     i.add_argument("--seed", type=nonneg_int, default=0)
     i.add_argument("--infra-rate", type=rate, default=None,
                    help="simulated workspaces only: the simulator's INFRA failure rate per "

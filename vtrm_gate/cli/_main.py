@@ -13,8 +13,10 @@ them.
 from __future__ import annotations
 
 import argparse
+import codecs
 import contextlib
 import errno
+import io
 import json
 import os
 import sys
@@ -82,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     under ``--json`` that line is one JSON object ``{"error": ..., "exit": code}`` on
     stdout (usage errors included)."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    _escape_what_cannot_be_encoded()
     as_json = "--json" in argv
     try:
         args = build_parser(raise_on_error=as_json).parse_args(argv)
@@ -89,6 +92,22 @@ def main(argv: list[str] | None = None) -> int:
         return report_error(str(exc), exc.exit_code, as_json)
     with _sigterm_as_sigint():
         return _run(args, as_json)
+
+
+def _escape_what_cannot_be_encoded() -> None:
+    """Output in a locale that cannot encode a character ("→", a CJK type name) writes it as
+    an escape (\\u2192), so a step whose work is saved does not end in UnicodeEncodeError
+    and "this is a bug" (``PYTHONIOENCODING=ascii``, a latin-1 terminal)."""
+    for stream in (sys.stdout, sys.stderr):
+        if (isinstance(stream, io.TextIOWrapper) and stream.errors == "strict"
+                and codecs.lookup(stream.encoding).name != "utf-8"):
+            stream.reconfigure(errors="backslashreplace")
+
+
+def debugging() -> bool:
+    """``VTRM_DEBUG`` set to anything but "", 0, false, no or off: tracebacks, not one line."""
+    return os.environ.get("VTRM_DEBUG", "").strip().lower() not in ("", "0", "false", "no",
+                                                                     "off")
 
 
 _RESUMABLE = frozenset({"step", "demo", "train", "settle"})
@@ -108,7 +127,7 @@ def _run(args: argparse.Namespace, as_json: bool) -> int:
         return report_error(f"interrupted{resume}", 130, as_json)
     except Exception as exc:  # our error families and I/O errors: one line; else a bug
         code = exit_code(exc)
-        if os.environ.get("VTRM_DEBUG"):
+        if debugging():
             raise
         if code is None:
             return report_bug(exc, as_json)

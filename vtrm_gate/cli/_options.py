@@ -7,14 +7,14 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ._args import add_run_flags, emit, run_options
+from ._args import a_path, add_run_flags, emit, run_options
 from ._table import Column, render, terminal_width
 
 
 def register(sub: Any) -> None:
     """Add ``options`` to the ``vtrm-gate`` subcommands."""
     o = sub.add_parser("options", help="print every resolved run option and its source")
-    o.add_argument("--workspace", required=True)
+    o.add_argument("--workspace", type=a_path, required=True)
     add_run_flags(o)
     o.set_defaults(func=cmd_options)
 

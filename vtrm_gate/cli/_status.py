@@ -9,14 +9,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ._args import emit
+from ._args import a_path, emit
 from ._table import Column, render, terminal_width, wrap
 
 
 def register(sub: Any) -> None:
     """Add ``status`` to the ``vtrm-gate`` subcommands."""
     s = sub.add_parser("status", help="where a workspace's run stands, and the next command")
-    s.add_argument("--workspace", required=True)
+    s.add_argument("--workspace", type=a_path, required=True)
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.set_defaults(func=cmd_status)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CliError
-from ._args import add_run_flags, emit, nonneg_int, positive_int, run_options
+from ._args import a_path, add_run_flags, emit, nonneg_int, positive_int, run_options
 from ._progress import TerminalProgress, agent_printer
 from ._table import Column, pad, render, terminal_width, wrap
 
@@ -18,7 +18,7 @@ from ._table import Column, pad, render, terminal_width, wrap
 def register(sub: Any) -> None:
     """Add ``step``, ``demo`` and ``replay`` to the ``vtrm-gate`` subcommands."""
     s = sub.add_parser("step", help="run or re-run one gate step (phases A-D)")
-    s.add_argument("--workspace", required=True)
+    s.add_argument("--workspace", type=a_path, required=True)
     s.add_argument("--epoch", type=positive_int, required=True)
     s.add_argument("--step", type=positive_int, required=True)
     s.add_argument("--force", action="store_true",
@@ -27,9 +27,9 @@ def register(sub: Any) -> None:
     s.set_defaults(func=cmd_step)
 
     d = sub.add_parser("demo", help="init + one step of a 12-type simulated world")
-    d.add_argument("--workspace", default="workspace-demo")
+    d.add_argument("--workspace", type=a_path, default="workspace-demo")
     d.add_argument("--seed", type=nonneg_int, default=2)  # notebooks 01-05: sim_step(2)
-    d.add_argument("--figures", default=None,
+    d.add_argument("--figures", type=a_path, default=None,
                    help="where the demo's figure and summary go (default: WORKSPACE/figures, "
                         "git-ignored like the workspace)")
     d.add_argument("--force", action="store_true",
@@ -39,11 +39,12 @@ def register(sub: Any) -> None:
 
     r = sub.add_parser("replay", help="prefix vs block replay of a recorded step, or of "
                                       "every gate of an outcomes file")
-    r.add_argument("--workspace", help="the workspace (with --epoch and --step)")
+    r.add_argument("--workspace", type=a_path, help="the workspace (with --epoch and --step)")
     r.add_argument("--epoch", type=positive_int)
     r.add_argument("--step", type=positive_int)
-    r.add_argument("--outcomes", help="an outcomes table (.csv, .parquet, .jsonl; schema in "
-                                      "docs/worlds.md) instead of a workspace: every gate")
+    r.add_argument("--outcomes", type=a_path,
+                   help="an outcomes table (.csv, .parquet, .jsonl; schema in docs/worlds.md) "
+                        "instead of a workspace: every gate")
     r.add_argument("--block", type=positive_int, default=8)
     r.add_argument("--json", action="store_true", help="machine-readable output")
     r.set_defaults(func=cmd_replay)
@@ -192,6 +193,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     the workspace (git-ignored), so the clone stays clean. A workspace that ran step e1 s1
     before is re-run, and the output says so (its base arm comes from the BaselineCache)."""
     root = Path(args.workspace)
+    if args.figures and Path(args.figures).exists() and not Path(args.figures).is_dir():
+        raise CliError(f"--figures {args.figures}: exists and is not a directory (the demo "
+                       f"writes its figure and summary into a directory)")
     rerun = _demo_workspace(root, args.seed)
     if rerun:
         note = (f"re-run: {root} already ran step e1 s1 (seed {rerun}): base arm from "

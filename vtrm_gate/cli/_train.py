@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ._args import add_run_flags, emit, positive, run_options
+from ._args import a_path, add_run_flags, emit, positive, run_options
 from ._progress import agent_printer
 from ._table import terminal_width, wrap
 
@@ -24,7 +24,7 @@ def register(sub: Any) -> None:
     """Add ``train`` and ``settle`` to the ``vtrm-gate`` subcommands."""
     t = sub.add_parser("train", help="run or resume a training run (epochs of steps, "
                                      "epoch-end settlement and evaluation)")
-    t.add_argument("--workspace", required=True)
+    t.add_argument("--workspace", type=a_path, required=True)
     t.add_argument("--epochs", required=True, help="number of epochs (positive integer)")
     t.add_argument("--steps-per-epoch", required=True, help="steps per epoch")
     t.add_argument("--no-eval", action="store_true", help="skip the epoch-end evaluation")
@@ -32,7 +32,7 @@ def register(sub: Any) -> None:
     t.set_defaults(func=cmd_train)
 
     s = sub.add_parser("settle", help="settle an epoch's probation (through the slot pool)")
-    s.add_argument("--workspace", required=True)
+    s.add_argument("--workspace", type=a_path, required=True)
     s.add_argument("--epoch", required=True, help="the epoch to settle")
     add_run_flags(s)
     s.set_defaults(func=cmd_settle)

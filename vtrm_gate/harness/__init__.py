@@ -48,6 +48,7 @@ from ._evaluate import split_heldout as split_heldout
 from ._files import atomic_write as atomic_write
 from ._files import read_json as read_json
 from ._files import read_text as read_text
+from ._files import temp_sibling as temp_sibling
 from ._files import write_json as write_json
 from ._lock import LockHolder as LockHolder
 from ._lock import WorkspaceLock as WorkspaceLock
@@ -216,6 +217,7 @@ __all__ = [
     "split_heldout",
     "step_input_state",
     "step_run_id",
+    "temp_sibling",
     "train",
     "train_started",
     "train_sync",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +15,16 @@ from .._ids import readable_json, strict_json
 from ..errors import USER_TEXT, InputError, WorkspaceError, is_whole, not_utf8
 
 
+def temp_sibling(path: Path) -> Path:
+    """A hidden temporary name beside ``path``, unique to this writer (process and call):
+    two writers of one file (two exports into one directory) never share it."""
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+
+
 def atomic_write(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` all-or-nothing: temp file in the same dir, fsync, replace."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = temp_sibling(path)
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
         f.flush()

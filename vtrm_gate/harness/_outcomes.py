@@ -32,6 +32,7 @@ from ..stats import (
     replay_prefix_batch,
 )
 from ._access import for_reading
+from ._files import temp_sibling
 from ._manifest import recorded_manifests
 from ._replay import _replay_columns, _replay_known, ladder_units
 from ._status import StepStatus
@@ -435,7 +436,7 @@ def write_outcomes(outcomes: pl.DataFrame | Workspace | str | Path, path: str | 
         name = outcomes.root if isinstance(outcomes, Workspace) else outcomes
         raise OutcomesError(f"{name}: no gated step to write (nothing was gated yet); "
                             f"{out.name} is left as it was")
-    tmp = out.with_name(f".{out.name}.tmp")
+    tmp = temp_sibling(out)
     write: dict[str, Callable[[Path], object]] = {
         "csv": df.write_csv, "parquet": df.write_parquet, "jsonl": df.write_ndjson}
     write[fmt](tmp)

@@ -26,6 +26,7 @@ from ..harness import (
     read_heldout,
     read_holder,
     read_manifest,
+    temp_sibling,
     train_started,
 )
 from ..options import DEFAULT_DECISION_RULE, EXECUTION_FIELDS
@@ -273,7 +274,7 @@ def export_tables(workspace: Workspace, out: str | Path, fmt: str = "parquet"
     for t in TABLES:
         df = workspace.log.frame(t)
         path = out / f"{t}.{fmt.split('-')[0]}"
-        tmp = path.with_name(f".{path.name}.tmp")
+        tmp = temp_sibling(path)
         if fmt == "parquet":
             df.write_parquet(tmp)
         else:
@@ -347,6 +348,8 @@ def next_command(ws: Workspace, position: Mapping[str, Any], locked: bool) -> st
     if last is None:
         return f"vtrm-gate step {w} --epoch 1 --step 1"
     e, s = last
+    if e in ws.state.settled_epochs:  # its steps can no longer run
+        return f"vtrm-gate step {w} --epoch {e + 1} --step 1"
     if any(p.epoch <= e for p in ws.state.probation.values()):
         return (f"vtrm-gate step {w} --epoch {e} --step {s + 1} (or, to end epoch {e}: "
                 f"vtrm-gate settle {w} --epoch {e})")
