@@ -10,6 +10,7 @@ import itertools
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import sqlite3
@@ -497,9 +498,19 @@ def test_cli_train_prints_steps_and_a_summary_then_resumes_nothing(tmp_path):
     assert "e1 s1 " in out and "e1 s2 " in out and "e1 settle" in out and "e1 evaluate" in out
     assert "old serial" in out and "changes applied after settlement" in out
     assert "oracle gate" in out
+    # progress while each gate runs (a step of an LLM workspace can take hours): stderr
+    # had nothing; each gate's counts start over
+    blocks = r.stderr.split("] gate started: ")[1:]
+    assert len(blocks) >= 3 and r.stderr.count("] gate finished") == len(blocks)
+    for block in blocks:
+        n = int(block.split(" types")[0])
+        decided = [(int(k), int(m)) for k, m in re.findall(r"(\d+)/(\d+) decided", block)]
+        ks = [k for k, _ in decided]  # a line too long for the width may leave its count out
+        assert {m for _, m in decided} <= {n} and ks == sorted(set(ks)) and ks[-1:] <= [n]
     r = cli("train", "--workspace", str(ws.root), "--epochs", "1", "--steps-per-epoch", "2",
             "--json")
     assert r.returncode == 0, r.stderr
+    assert r.stderr == ""  # --json: machine output only
     events = [json.loads(line) for line in r.stdout.splitlines()]
     assert [e["done_before"] for e in events if e["event"] in ("step", "settle")] == [
         True, True, True]

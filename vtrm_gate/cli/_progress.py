@@ -58,11 +58,14 @@ class TerminalProgress:
 
         if self.quiet:
             return
-        self.forecast.update(ev)
-        if isinstance(ev, GateStarted):
-            self.t0 = ev.t
+        if isinstance(ev, GateStarted):  # a new gate (train runs one per step): start over
+            self.forecast = type(self.forecast)()
+            self.t0, self.consumed, self.decided = ev.t, {}, {}
+            self.in_flight = self.retries = 0
             self.ladder = dict(zip(ev.task_types, ev.ladder_sizes, strict=True))
             self.short = short_names(ev.task_types, 20)
+        self.forecast.update(ev)
+        if isinstance(ev, GateStarted):
             self._print(f"[{self._clock(ev.t)}] gate started: {len(ev.task_types)} types, "
                         f"{sum(ev.ladder_sizes)} ladder units, {ev.concurrency} slots")
         elif isinstance(ev, TaskStarted):

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ._args import a_path, add_run_flags, emit, positive, run_options
-from ._progress import agent_printer
+from ._progress import TerminalProgress, agent_printer
 from ._table import terminal_width, wrap
 
 
@@ -36,6 +36,10 @@ def register(sub: Any) -> None:
     s.add_argument("--epoch", required=True, help="the epoch to settle")
     add_run_flags(s)
     s.set_defaults(func=cmd_settle)
+
+
+TRAIN_STATUS_EVERY_S = 10.0
+"""`train`'s gate status line on stderr at most this often (a step: `TerminalProgress`'s 2 s)."""
 
 
 def _printer(args: argparse.Namespace) -> Any:
@@ -66,6 +70,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     try:
         run = run_on_clock(ws, options, lambda: train_workspace(
             ws, epochs, steps, options, evaluate=False if args.no_eval else None,
+            subscribers=[TerminalProgress(quiet=args.json, every_s=TRAIN_STATUS_EVERY_S)],
             on_event=_printer(args), on_agent_event=agent_printer(args.json),
             command="vtrm-gate train"))
     finally:
