@@ -374,3 +374,11 @@ def test_exports_into_one_directory_at_once_do_not_collide(trained_workspace, tm
             assert {t: n for t, (_, n) in done[0].items()} == {
                 t: n for t, (_, n) in done[-1].items()}
     assert not [p for p in out.iterdir() if p.name.startswith(".")]
+
+
+def test_status_names_runs_of_epochs_as_ranges():
+    """A long run's status listed every settled epoch (135 numbers on one line)."""
+    from vtrm_gate.cli._status import _runs
+
+    assert _runs([]) == "none" and _runs([2]) == "2"
+    assert _runs([*range(1, 136), 137, 139, 140]) == "1-135, 137, 139-140"

@@ -287,3 +287,20 @@ def test_the_evolvers_sampling_seed_follows_the_workspace_seed_and_the_step(
     assert len(seeds) == 5 and seeds[0] == seeds[1]  # two workspaces of seed 7: alike
     assert len({seeds[0], seeds[2], seeds[3]}) == 3 and seeds[4] is None
     assert all(isinstance(s, int) and 0 <= s < 2**32 for s in seeds[:4])
+
+
+@pytest.mark.parametrize(("name", "value", "said"), [
+    ("VTRM_MAX_TURNS", "abc", "VTRM_MAX_TURNS must be an integer >= 1, got 'abc'"),
+    ("VTRM_MAX_TURNS", "0", "VTRM_MAX_TURNS must be an integer >= 1, got '0'"),
+    ("VTRM_TIMEOUT", "1 min", "VTRM_TIMEOUT: timeout must be a number of seconds")])
+def test_the_tool_backends_settings_are_named_when_they_are_wrong(
+        tmp_path: Path, name: str, value: str, said: str) -> None:
+    """``VTRM_MAX_TURNS=abc`` ended in "invalid literal for int() with base 10: 'abc'",
+    naming no variable."""
+    env = {**os.environ, "VTRM_BASE_URL": "http://127.0.0.1:9", "VTRM_MODEL": "tiny",
+           name: value}
+    env.pop("REDIS_URL", None)
+    step = init_step(tmp_path, "ws", env)
+    p = cli(step, env)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 2 and said in out + err and "Traceback" not in err, (out, err)

@@ -35,14 +35,26 @@ def _listed(items: Mapping[str, Any] | list[Any], empty: str = "none") -> str:
     return ", ".join(map(str, items)) if items else empty
 
 
+def _runs(epochs: list[int]) -> str:
+    """Epoch numbers with each run of consecutive ones as a range: "1-135, 137" (a long run
+    listed 135 numbers)."""
+    parts: list[str] = []
+    for e in sorted(epochs):
+        if parts and parts[-1].split("-")[-1] == str(e - 1):
+            parts[-1] = f"{parts[-1].split('-')[0]}-{e}"
+        else:
+            parts.append(str(e))
+    return ", ".join(parts) if parts else "none"
+
+
 def _position(s: Mapping[str, Any]) -> str:
     p = s["position"]
     last = p["last_step"]
     plan = p["plan"]
     where = f"e{last[0]} s{last[1]}" if last else "none"
     return (f"last step {where} ({p['steps_applied']} "
-            f"applied); settled epochs {_listed(p['settled_epochs'])}; evaluated epochs "
-            f"{_listed(p['evaluated_epochs'])}; training plan "
+            f"applied); settled epochs {_runs(p['settled_epochs'])}; evaluated epochs "
+            f"{_runs(p['evaluated_epochs'])}; training plan "
             + (f"{plan['epochs']} epochs x {plan['steps_per_epoch']} steps" if plan
                else "none (no train run yet)"))
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import random
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -340,6 +341,23 @@ class ToolEvolver:
         return strip_fences(content_text(doc)) + "\n"
 
 
+def _setting(env: Mapping[str, str], name: str, default: float) -> float:
+    """A number the tool backend reads from the environment: a whole number >= 1 for an int
+    ``default`` (turns), else seconds > 0; BackendError naming the variable."""
+    text = (env.get(name) or "").strip()
+    if not text:
+        return default
+    whole = isinstance(default, int)
+    try:
+        value = int(text) if whole else float(text)
+    except ValueError:
+        value = 0
+    if not (value >= 1 if whole else math.isfinite(value) and value > 0):
+        what = "an integer >= 1" if whole else "a finite number of seconds > 0"
+        raise BackendError(f"{name} must be {what}, got {text!r}")
+    return value
+
+
 def tool_backend(ctx: BackendContext) -> AgentBackend:
     """A bring-your-own backend running `ToolAgent` on the cached client: endpoint, model
     and key from the environment (``VTRM_BASE_URL`` / ``OPENAI_BASE_URL``, ``VTRM_MODEL`` /
@@ -353,10 +371,10 @@ def tool_backend(ctx: BackendContext) -> AgentBackend:
     key = _api_key(e)
     client = ctx.http_client(base_url=base_url.rstrip("/") + "/",
                              headers={"Authorization": f"Bearer {key}"} if key else None,
-                             timeout=float(e.get("VTRM_TIMEOUT") or 60.0))
+                             timeout=_setting(e, "VTRM_TIMEOUT", 60.0))
     ws = ctx.workspace
     agent = ToolAgent(workspace_units(ws), client, model=model,
-                      max_turns=int(e.get("VTRM_MAX_TURNS") or 6))
+                      max_turns=int(_setting(e, "VTRM_MAX_TURNS", 6)))
     roll = Rollout(cast(Any, agent), ws.pool, agent.units, ws.config.seed, ROLLOUT_UNITS,
                    ctx.concurrency)
 
