@@ -166,3 +166,13 @@ def test_init_refuses_a_bad_world_file_and_writes_nothing(
     assert not (tmp_path / "ws").exists()
     assert main(["init", str(tmp_path / "ws"), "--world", str(tmp_path / "none.json")]) == 2
     assert "none.json" in capsys.readouterr().err
+
+
+def test_a_preset_named_by_a_list_is_refused_naming_the_presets():
+    """``World.preset(["x"])`` was "TypeError: unhashable type: 'list'"."""
+    from vtrm_gate.errors import ConfigError
+    from vtrm_gate.sim import World
+
+    with pytest.raises(ConfigError, match=r"a world preset is named by text, got list; "
+                                          r"presets are \['default'"):
+        World.preset(["x"])  # type: ignore[arg-type]

@@ -644,3 +644,12 @@ def test_the_oc_figure_refuses_a_grid_of_other_params_than_its_title_would_use()
     with pytest.raises(ValueError, match="n_units must be an integer >= 1 or a sequence of "
                                          "them, got True"):
         oc_grid(loose, [0.8], [0.5], True)
+
+
+@pytest.mark.parametrize("n", [float("nan"), -3, True, "12"])
+def test_a_call_breakdown_count_that_is_no_count_is_refused_naming_its_bar(n):
+    """A NaN count crashed deep in the bar labels ("cannot convert float NaN to integer")."""
+    from vtrm_gate.views import plot_call_breakdown
+
+    with pytest.raises(ValueError, match=r"bars\['v3'\]\['needed'\] must be a count >= 0"):
+        plot_call_breakdown({"v3": {"needed": n}}, title="t")

@@ -164,6 +164,9 @@ class World:
     def preset(cls, name: str) -> World:
         """A named world: ``default`` (the original, drawn per type), ``mostly_harmful``,
         ``mostly_neutral``, ``mostly_helpful`` (drawn per candidate)."""
+        if not isinstance(name, str):
+            raise ConfigError(f"a world preset is named by text, got {type(name).__name__}; "
+                              f"presets are {list(PRESETS)}")
         try:
             return PRESETS[name]
         except KeyError:

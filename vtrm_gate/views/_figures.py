@@ -718,6 +718,11 @@ def plot_call_breakdown(bars: Mapping[str, Mapping[str, float]], *, title: str,
                         ax: Axes | None = None) -> Figure:
     """Horizontal stacked bars, each part labelled with its count: ``{bar: {part: n}}``
     (part colours from ``colours``, else the deck's series colours in order)."""
+    for b, counts in bars.items():
+        for part, n in counts.items():
+            if isinstance(n, bool) or not (isinstance(n, int | float | np.integer | np.floating)
+                                           and math.isfinite(n) and n >= 0):
+                raise ValueError(f"bars[{b!r}][{part!r}] must be a count >= 0, got {n!r}")
     fig, ax = _axes(ax, SLIDE)
     parts = list(dict.fromkeys(p for b in bars.values() for p in b))
     colour = {p: c for p, c in zip(parts, SERIES * (len(parts) // len(SERIES) + 1),
