@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from vtrm_gate import open_workspace, read_outcomes, write_outcomes
-from vtrm_gate.harness import Workspace
+from vtrm_gate.harness import OutcomesError, Workspace
 from vtrm_gate.sim import init_simulated
 from vtrm_gate.views import WorkspaceView
 
@@ -30,9 +30,11 @@ def test_a_tilde_path_is_the_home_directory_everywhere(
     with WorkspaceView("~/ws") as view:  # a path, not only an opened Workspace
         assert "WorkspaceView" in repr(view) and view.decisions.height == 0
     Workspace.open("~/ws").close()
-    out = write_outcomes("~/ws", "~/gates.csv")  # no gate yet: the header alone
-    assert out == home / "gates.csv" and out.is_file()
+    with pytest.raises(OutcomesError, match="no gated step to write"):  # no gate yet
+        write_outcomes("~/ws", "~/gates.csv")
     (home / "log.csv").write_text("epoch,step,task_type,unit_id,ladder_rank,base_correct,"
                                   "cand_correct,infra\n1,1,OCR,u1,0,0,1,0\n")
     assert read_outcomes("~/log.csv").height == 1
+    out = write_outcomes(read_outcomes("~/log.csv"), "~/gates.csv")
+    assert out == home / "gates.csv" and read_outcomes("~/gates.csv").height == 1
     assert not any(cwd.iterdir())
