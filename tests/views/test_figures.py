@@ -566,7 +566,8 @@ def test_the_train_progress_title_reads_the_points_in_their_order_not_the_frames
     points = pl.DataFrame(
         [dict(zip(("i", "kind", "epoch", "step", "true", "measured"), r, strict=True))
          | {"accepted": 1, "provisional": 0, "kept": 0, "rolled_back": 0} for r in rows])
-    want = "Training run after epoch 1 evaluated: mean true accuracy 50.0% → 58.0% (5 points)"
+    want = ("Training run after epoch 1 evaluated: mean true accuracy 50.0% → 58.0% over 4 "
+            "steps, settlements and evaluations")
     for frame in (points, points.reverse(), points.sort("kind")):
         assert plot_train_progress(frame).axes[0].get_title(loc="left") == want
 
@@ -653,3 +654,35 @@ def test_a_call_breakdown_count_that_is_no_count_is_refused_naming_its_bar(n):
 
     with pytest.raises(ValueError, match=r"bars\['v3'\]\['needed'\] must be a count >= 0"):
         plot_call_breakdown({"v3": {"needed": n}}, title="t")
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"n_rep": 1}, "ReviewParams.n_rep must be an integer >= 2, got 1"),
+    ({"n_rep": "4000"}, "ReviewParams.n_rep must be an integer >= 2, got '4000'"),
+    ({"epochs": 0}, "ReviewParams.epochs must be an integer >= 1, got 0"),
+    ({"p_wins": ()}, "ReviewParams.p_wins must be a non-empty sequence of numbers"),
+])
+def test_review_params_are_checked_when_made_naming_the_field(kwargs, message):
+    """Notebook 03's ``N_REP = 1`` ran, then a later figure cell failed with "n_rep must be
+    an integer >= 1, got 0" (the token figure halves it); ``'4000'`` was a TypeError there."""
+    from vtrm_gate.errors import ConfigError
+    from vtrm_gate.views.review import ReviewParams
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        ReviewParams(**kwargs)
+
+
+def test_a_figures_directory_that_is_a_file_is_named_before_any_work(tmp_path, monkeypatch):
+    """``VTRM_FIGURES`` naming a file was taken; the first ``save`` failed after the work
+    with "FileExistsError: [Errno 17] File exists" naming no variable."""
+    from vtrm_gate.errors import ConfigError
+    from vtrm_gate.views import notebook_figures_dir
+
+    (tmp_path / "afile").write_text("x")
+    for target in (tmp_path / "afile", tmp_path / "afile" / "sub"):
+        monkeypatch.setenv("VTRM_FIGURES", str(target))
+        with pytest.raises(ConfigError, match=f"VTRM_FIGURES={re.escape(str(target))}: "
+                                              f".*afile exists and is not a directory"):
+            notebook_figures_dir(True, tmp_path)
+    monkeypatch.setenv("VTRM_FIGURES", str(tmp_path / "new" / "dir"))
+    assert notebook_figures_dir(True, tmp_path) == tmp_path / "new" / "dir"

@@ -77,7 +77,7 @@ def test_a_point_is_added_per_step_settlement_and_evaluation(tmp_path):
     assert frame["rolled_back"].sum() > 0 and frame["provisional"].sum() > 0
     fig = view.figure()
     assert figure_problems(fig) == []
-    assert "(9 points)" in fig.axes[0].get_title(loc="left")
+    assert " over 8 steps, settlements and evaluations" in fig.axes[0].get_title(loc="left")
 
 
 @pytest.mark.slow

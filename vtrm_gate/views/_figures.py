@@ -25,7 +25,7 @@ from matplotlib.figure import Figure
 from matplotlib.font_manager import FontProperties
 from matplotlib.lines import Line2D
 
-from ..errors import is_whole
+from ..errors import ConfigError, is_whole
 from ..stats import (
     Action,
     FalseAcceptCurve,
@@ -856,7 +856,12 @@ def notebook_figures_dir(ci: bool, root: str | Path) -> Path:
     import tempfile
 
     if os.environ.get("VTRM_FIGURES"):
-        return Path(os.environ["VTRM_FIGURES"])
+        out = Path(os.environ["VTRM_FIGURES"]).expanduser()
+        blocked = next((p for p in (out, *out.parents) if p.exists() and not p.is_dir()), None)
+        if blocked is not None:  # named now, not by the first save(), after the work
+            raise ConfigError(f"VTRM_FIGURES={os.environ['VTRM_FIGURES']}: {blocked} exists and "
+                              f"is not a directory")
+        return out
     if ci:
         return Path(tempfile.mkdtemp(prefix="vtrm-figures-"))
     return Path(root) / "figures" / "notebooks"

@@ -18,6 +18,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from .._env import DEFAULT_CONCURRENCY, user_path
+from ..errors import ConfigError, is_real, is_whole, shown
 from ..gate import GateEvent, run_gate
 from ..sim import block_serial_schedule, continuous_schedule, no_early_stop, run_virtual, sim_step
 from ..stats import GateParams, as_params, false_accept_curve, units_curve
@@ -50,6 +51,23 @@ class ReviewParams:
     params: GateParams = field(default_factory=GateParams)
     power_results: str = "benchmarks/results/bench_power.json"
     """`python -m benchmarks.bench_power`'s output: the frontier figure's data."""
+
+    def __post_init__(self) -> None:
+        """Each field checked here, naming it, not in a figure cell later with a value the
+        user never wrote (``n_rep=1`` failed as "n_rep ... got 0": the token figure halves
+        it)."""
+        for name, low in (("n_rep", 2), ("seed", 0), ("sim_seed", 0), ("concurrency", 1),
+                          ("epochs", 1), ("steps_per_epoch", 1)):
+            v = getattr(self, name)
+            if not is_whole(v) or v < low:
+                raise ConfigError(f"ReviewParams.{name} must be an integer >= {low}, got "
+                                  f"{shown(v)}")
+        for name in ("correlations", "p_wins", "discordances"):
+            v = getattr(self, name)
+            if isinstance(v, str) or not v or not all(is_real(x) for x in v):
+                raise ConfigError(f"ReviewParams.{name} must be a non-empty sequence of "
+                                  f"numbers, got {shown(v)}")
+        as_params(self.params)
 
 
 @functools.lru_cache(maxsize=4)
