@@ -381,3 +381,13 @@ def test_an_ability_far_past_the_logit_scale_is_right_or_wrong_every_time_not_an
     assert {r.correct for r in results} == {ability > 0}
     p = world.unit_p_correct("OCR Problems", units[0], skill)
     assert (p > 1 - 1e-9) if ability > 0 else (p < 1e-9)
+
+
+def test_a_type_of_no_units_is_refused():
+    """``pool_sizes={..., "Temporal Perception": 0}`` was taken: notebook 06 then printed
+    "initial nan | this gate nan | ..." for every mean of the run."""
+    from vtrm_gate.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"pool_sizes.*integers >= 1 \(type 'Temporal "
+                                          r"Perception'\)"):
+        SimConfig(pool_sizes={"OCR Problems": 40, "Temporal Perception": 0})

@@ -157,7 +157,7 @@ class SimConfig:
             _fail("seed", "an integer", self.seed)
         pools = DEFAULT_POOL_SIZES if self.pool_sizes is None else self.pool_sizes
         if not isinstance(pools, Mapping) or not pools:
-            _fail("pool_sizes", "a non-empty mapping of task type -> units (integer >= 0)",
+            _fail("pool_sizes", "a non-empty mapping of task type -> units (integer >= 1)",
                   pools)
         for name in pools:
             if not isinstance(name, str):
@@ -167,8 +167,8 @@ class SimConfig:
         except InputError as exc:
             raise ConfigError(f"SimConfig.pool_sizes: {exc}") from None
         for name, size in pools.items():
-            if not is_whole(size) or size < 0:
-                _fail("pool_sizes", f"integers >= 0 (type {name!r})", size)
+            if not is_whole(size) or size < 1:  # a type of no units is never measured: NaN means
+                _fail("pool_sizes", f"integers >= 1 (type {name!r})", size)
         if self.pool_sizes is not None:  # a private copy: the caller's dict may change
             object.__setattr__(self, "pool_sizes", dict(pools))
         if not (is_real(self.infra_rate) and 0 <= self.infra_rate < 1):
