@@ -686,3 +686,20 @@ def test_a_figures_directory_that_is_a_file_is_named_before_any_work(tmp_path, m
             notebook_figures_dir(True, tmp_path)
     monkeypatch.setenv("VTRM_FIGURES", str(tmp_path / "new" / "dir"))
     assert notebook_figures_dir(True, tmp_path) == tmp_path / "new" / "dir"
+
+
+def test_label_leaders_do_not_read_as_trajectories():
+    """Mid-run, each type's label leader ran from its current point to the right edge in
+    the type's colour, solid: it read as the trajectory extrapolated (notebook 01's overview
+    drawn before the gate ended: 24 lines fanning out from (0, 1))."""
+    from matplotlib.colors import to_hex
+
+    from vtrm_gate.views._style import MUTED
+
+    outcomes = {f"T{i}": replay_prefix(SETS["accept"][:3], GateParams()) for i in range(3)}
+    fig = plot_trajectories(outcomes)
+    leaders = [t.arrow_patch for ax in fig.axes for t in ax.texts
+               if getattr(t, "arrow_patch", None) is not None]
+    assert len(leaders) == 6  # a label per type on each panel
+    for a in leaders:
+        assert a.get_linestyle() == ":" and to_hex(a.get_edgecolor()) == to_hex(MUTED)

@@ -266,8 +266,10 @@ def draw_trajectories(ax: Axes, series: Sequence[TrajectorySeries], params: Gate
         ax.annotate(literal(series[i].task_type), (x, y), xytext=(x_max + 1.2, fy),
                     textcoords=ax.get_xaxis_transform(), fontsize=size,
                     color=type_colour(i), va="center", annotation_clip=False,
-                    arrowprops={"arrowstyle": "-", "color": type_colour(i), "lw": 0.6,
-                                "alpha": 0.6})
+                    # a faint dotted leader: in the type's colour and solid it read as the
+                    # trajectory extrapolated to the right edge (mid-run: 24 fans from (0, 1))
+                    arrowprops={"arrowstyle": "-", "color": MUTED, "lw": 0.5,
+                                "linestyle": ":", "alpha": 0.7})
     ax.set_xlim(0, x_max + 0.5)
     ax.set_xlabel("units consumed (ladder order)")
     if title:
