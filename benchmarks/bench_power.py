@@ -275,8 +275,8 @@ LEVERS = (Config("v3 lambda 0.7", lambda_dir=0.7), Config("v3 n_max 80", n_max=8
           Config("v3 n_max 120", n_max=120),
           Config("v3 probe seed-wrong-first", probation_order="seed_wrong_first"))
 """Ways to spend the speed on information that keep the validity guarantee (opt-in): a
-larger bet (worst-case false accept 4.16% <= 5%, exact, at discordance 1), longer ladders (n_max 80 and 120, each
-capped by the type's pool), the probe's order."""
+larger bet (worst-case false accept 4.16% <= 5%, exact, at discordance 1), longer ladders
+(n_max 80 and 120, each capped by the type's pool), the probe's order."""
 
 
 def harmful_world(share: float) -> dict[str, Any]:
