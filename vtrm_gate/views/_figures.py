@@ -254,8 +254,23 @@ def draw_trajectories(ax: Axes, series: Sequence[TrajectorySeries], params: Gate
         ax.text(0.3, params.e_reject * 1.12, f"REJECT: E− ≥ e_reject = {params.e_reject:g}",
                 fontsize="small", bbox=_LABEL_BOX)
         ax.set_ylabel("E− (harm side, log)")
-    # labels at the line ends, spread apart (in axes fraction) so they never overlap, and
-    # kept inside the panel; a crowd too tall for it gets a smaller font instead
+    _end_labels(ax, series, ends, (lo, hi), x_max, label_size, label_room)
+    ax.set_xlim(0, x_max + 0.5)
+    ax.set_xlabel("units consumed (ladder order)")
+    if title:
+        ax.set_title(title, loc="left")
+    ax.grid(True, which="major", alpha=0.3)
+
+
+def _end_labels(ax: Axes, series: Sequence[TrajectorySeries],
+                ends: Sequence[tuple[float, float, int]], ylim: tuple[float, float],
+                x_max: float, label_size: float | None, label_room: float | None) -> None:
+    """Each type's name at the right of the panel, level with its line's end: spread apart
+    (in axes fraction) so they never overlap and kept inside the panel (a crowd too tall for
+    it gets a smaller font instead), each joined to its end by a faint dotted grey leader (in
+    the type's colour and solid it read as the trajectory extrapolated: mid-run, 24 lines
+    fanned out from (0, 1))."""
+    lo, hi = ylim
     size = label_size or _label_size(ax, len(ends))
     room = label_room or _height_pt(ax)  # the panel's height in points, once laid out
     gap = min(1.3 * size / room, 1 / max(len(ends), 1))  # n gaps fit the panel
@@ -266,15 +281,8 @@ def draw_trajectories(ax: Axes, series: Sequence[TrajectorySeries], params: Gate
         ax.annotate(literal(series[i].task_type), (x, y), xytext=(x_max + 1.2, fy),
                     textcoords=ax.get_xaxis_transform(), fontsize=size,
                     color=type_colour(i), va="center", annotation_clip=False,
-                    # a faint dotted leader: in the type's colour and solid it read as the
-                    # trajectory extrapolated to the right edge (mid-run: 24 fans from (0, 1))
                     arrowprops={"arrowstyle": "-", "color": MUTED, "lw": 0.5,
                                 "linestyle": ":", "alpha": 0.7})
-    ax.set_xlim(0, x_max + 0.5)
-    ax.set_xlabel("units consumed (ladder order)")
-    if title:
-        ax.set_title(title, loc="left")
-    ax.grid(True, which="major", alpha=0.3)
 
 
 def draw_overview(fig: Figure, series: Sequence[TrajectorySeries], params: GateParams, *,
