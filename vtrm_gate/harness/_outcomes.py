@@ -34,7 +34,7 @@ from ..stats import (
 from ._access import for_reading
 from ._files import temp_sibling
 from ._manifest import recorded_manifests
-from ._replay import _replay_columns, _replay_known, ladder_units
+from ._replay import _columns, _replay_columns, _replay_known, ladder_units
 from ._status import StepStatus
 from ._workspace import Workspace
 
@@ -213,18 +213,24 @@ def _bad(path: str | Path, df: pl.DataFrame, checks: Sequence[Check]) -> None:
     evaluated in one pass; a row is located only for a check that failed."""
     import polars as pl
 
-    if not checks:
-        return
-    passed = df.select(ok.fill_null(False).all().alias(f"_{i}")
-                       for i, (ok, _, _) in enumerate(checks)).row(0)
-    for (ok, column, what), good in zip(checks, passed, strict=True):
-        if good:
-            continue
+    failed = _first_failed(df, checks)
+    if failed is not None:
+        ok, column, what = failed
         hit = df.select(pl.int_range(pl.len()).alias("_i"), pl.col(column).alias("_v"),
                         ok.fill_null(False).alias("_ok")).filter(~pl.col("_ok")).head(1)
         row, value = hit.row(0)[:2]
         raise OutcomesError(f"{path}: row {row + 1}, column {column!r}: {what}, got "
                             f"{'empty' if value in (None, '') else repr(value)}")
+
+
+def _first_failed(df: pl.DataFrame, checks: Sequence[Check]) -> Check | None:
+    """The first of ``checks`` (in order) that some row of ``df`` fails; all evaluated in one
+    pass, so a good table costs one scan however many checks it has."""
+    if not checks:
+        return None
+    passed = df.select(ok.fill_null(False).all().alias(f"_{i}")
+                       for i, (ok, _, _) in enumerate(checks)).row(0)
+    return next((c for c, good in zip(checks, passed, strict=True) if not good), None)
 
 
 _OTHER_SEPARATORS = (";", "\t", "|")
@@ -335,11 +341,9 @@ def _check_gates(path: str | Path, df: pl.DataFrame, params: GateParams,
                    (pl.col("n_ladder").is_null() | (pl.col("n_ladder") >= pl.len().over(gate))
                     & (pl.col("n_ladder") <= params.n_max), "n_ladder",
                     f"must cover the gate's rows and be <= n_max = {params.n_max}")]
-    passed = df.select(ok.fill_null(False).all().alias(f"_{i}")
-                       for i, (ok, _, _) in enumerate(checks)).row(0)  # one pass
-    for (ok, column, what), good in zip(checks, passed, strict=True):
-        if good:
-            continue
+    failed = _first_failed(df, checks)
+    if failed is not None:
+        ok, column, what = failed
         bad = df.with_columns(ok.alias("_ok")).filter(~pl.col("_ok").fill_null(False))
         row = bad.sort("_row").row(0, named=True)
         raise OutcomesError(f"{path}: row {row['_row'] + 1}, column {column!r}: {what} "
@@ -469,25 +473,28 @@ def replay_outcomes(outcomes: pl.DataFrame | str | Path, *, block: int = 8,
         (pl.col("tokens").fill_null(0) if "tokens" in df.columns
          else pl.lit(0).repeat_by(pl.len()).explode()).alias("tokens"))
     rows: list[dict[str, Any]] = [{}] * gates.height
-    for n, idx in _by_length(gates).items():
-        sub = gates[idx]
-        for i, row in zip(idx, _replay_complete(sub, n, params, block), strict=True):
+    complete, partial = _by_length(gates)
+    for n, idx in complete.items():
+        for i, row in zip(idx, _replay_complete(gates[idx], n, params, block), strict=True):
             rows[i] = row
-    for i, g in enumerate(gates.iter_rows(named=True)):
-        if g["n_rows"] < g["n"]:
-            rows[i] = _replay_partial(g, params, block)
+    for i in partial:  # only these are read row by row
+        rows[i] = _replay_partial(gates.row(i, named=True), params, block)
     return pl.DataFrame([{"epoch": g[0], "step": g[1], "task_type": g[2], **r} for g, r in
                          zip(gates.select(GATE_KEY).iter_rows(), rows, strict=True)],
                         infer_schema_length=None)
 
 
-def _by_length(gates: pl.DataFrame) -> dict[int, list[int]]:
-    """Row indexes of the complete gates (a row for every ladder unit), by ladder length."""
-    out: dict[int, list[int]] = {}
+def _by_length(gates: pl.DataFrame) -> tuple[dict[int, list[int]], list[int]]:
+    """Row indexes of the complete gates (a row for every ladder unit) by ladder length, and
+    of the others (fewer rows than ``n_ladder``)."""
+    complete: dict[int, list[int]] = {}
+    partial: list[int] = []
     for i, (n_rows, n) in enumerate(gates.select("n_rows", "n").iter_rows()):
         if n_rows == n:
-            out.setdefault(n, []).append(i)
-    return out
+            complete.setdefault(n, []).append(i)
+        else:
+            partial.append(i)
+    return complete, partial
 
 
 def _replay_complete(gates: pl.DataFrame, n: int, params: GateParams,
@@ -510,13 +517,11 @@ def _replay_complete(gates: pl.DataFrame, n: int, params: GateParams,
 
 
 def _batch_columns(name: str, o: BatchOutcome, spent: np.ndarray) -> list[dict[str, Any]]:
-    """One batch replay's columns per gate, as `_replay_columns` gives a scalar one's."""
+    """One batch replay's columns per gate (`_columns`, as a scalar replay's)."""
     units = np.where(o.stop_rank < 0, 0, o.stop_rank + 1)
     tokens = spent[np.arange(len(units)), units].tolist()
-    return [{f"{name}_action": str(ACTION_CODES[a]),
-             f"{name}_stop_rank": None if s < 0 else s, f"{name}_W": w, f"{name}_L": l,
-             f"{name}_n_used": u, f"{name}_e_plus": e, f"{name}_units": k,
-             f"{name}_tokens": t}
+    return [_columns(name, {"action": str(ACTION_CODES[a]), "stop_rank": None if s < 0 else s,
+                            "W": w, "L": l, "n_used": u, "e_plus": e, "units": k}, t)
             for a, s, w, l, u, e, k, t in zip(
                 o.action.tolist(), o.stop_rank.tolist(), o.W.tolist(), o.L.tolist(),
                 o.n_used.tolist(), o.e_plus.tolist(), units.tolist(), tokens, strict=True)]

@@ -123,9 +123,14 @@ def ladder_units(ws: Workspace, step_run_id: str, task_type: str,
 def _replay_columns(name: str, r: Mapping[str, Any], tokens: Sequence[int]) -> dict[str, Any]:
     """One replay's columns (decision, stats, units and tokens used), prefixed by ``name``."""
     units = r["units"]
+    return _columns(name, r, None if units is None else sum(tokens[:units]))
+
+
+def _columns(name: str, r: Mapping[str, Any], spent: int | None) -> dict[str, Any]:
+    """`_replay_columns` with the tokens its units spent already summed (a batch sums them
+    for every gate at once)."""
     return {f"{name}_{k}": r[k] for k in ("action", "stop_rank", "W", "L", "n_used",
-                                           "e_plus", "units")} | {
-        f"{name}_tokens": None if units is None else sum(tokens[:units])}
+                                           "e_plus", "units")} | {f"{name}_tokens": spent}
 
 
 def _replay_known(pairs: Sequence[tuple[bool, bool] | None], known: Sequence[bool],
