@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import errno
 import math
+import numbers
 import os
 from collections.abc import Sequence
 from typing import Any, TypeGuard
@@ -311,6 +312,12 @@ def is_real(value: object) -> bool:
     a timeout or a ratio), not NaN (it fails every bound it is checked against) or inf."""
     return (isinstance(value, int | float) and not isinstance(value, bool)
             and math.isfinite(value))
+
+
+def is_number(value: object) -> TypeGuard[float]:
+    """Whether ``value`` is a number of any kind (int, float, numpy's), not a bool: NaN and
+    inf included, which the caller's bound decides on."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def is_whole(value: object) -> TypeGuard[int]:

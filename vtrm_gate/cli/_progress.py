@@ -64,11 +64,10 @@ class TerminalProgress:
             self.in_flight = self.retries = 0
             self.ladder = dict(zip(ev.task_types, ev.ladder_sizes, strict=True))
             self.short = short_names(ev.task_types, 20)
-        self.forecast.update(ev)
-        if isinstance(ev, GateStarted):
             self._print(f"[{self._clock(ev.t)}] gate started: {len(ev.task_types)} types, "
                         f"{sum(ev.ladder_sizes)} ladder units, {ev.concurrency} slots")
-        elif isinstance(ev, TaskStarted):
+        self.forecast.update(ev)
+        if isinstance(ev, TaskStarted):
             self.in_flight = ev.in_flight
         elif isinstance(ev, TaskFinished) and ev.status != "cache_hit":
             self.in_flight = max(0, self.in_flight - 1)

@@ -5,6 +5,7 @@ the next command to run. Read-only (no lock: it works while ``train`` writes).""
 from __future__ import annotations
 
 import argparse
+import itertools
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -38,12 +39,10 @@ def _listed(items: Mapping[str, Any] | list[Any], empty: str = "none") -> str:
 def _runs(epochs: list[int]) -> str:
     """Epoch numbers with each run of consecutive ones as a range: "1-135, 137" (a long run
     listed 135 numbers)."""
-    parts: list[str] = []
-    for e in sorted(epochs):
-        if parts and parts[-1].split("-")[-1] == str(e - 1):
-            parts[-1] = f"{parts[-1].split('-')[0]}-{e}"
-        else:
-            parts.append(str(e))
+    parts = []
+    for _, run in itertools.groupby(enumerate(sorted(epochs)), lambda ie: ie[1] - ie[0]):
+        first, *rest = [e for _, e in run]  # consecutive epochs share e - position
+        parts.append(f"{first}-{rest[-1]}" if rest else str(first))
     return ", ".join(parts) if parts else "none"
 
 

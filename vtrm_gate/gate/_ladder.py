@@ -33,9 +33,7 @@ def check_unit_ids(units: Iterable[object], where: str = "") -> tuple[str, ...]:
     """The unit ids as a tuple; ValueError (prefixed by ``where``) on an empty, non-string
     or duplicate id, TypeError on a lone string (it is no list of ids). One check shared by
     ladders, gate plans and workspace pools."""
-    if isinstance(units, str | bytes):
-        raise TypeError(f"{where}units must be a sequence of unit ids, got a "
-                        f"{type(units).__name__} ({units[:40]!r})")
+    refuse_lone_id(units, f"{where}units")
     out = tuple(units)
     seen: set[object] = set()
     for u in out:
@@ -46,6 +44,14 @@ def check_unit_ids(units: Iterable[object], where: str = "") -> tuple[str, ...]:
             raise ValueError(f"{where}duplicate unit id {u!r}")
         seen.add(u)
     return out  # type: ignore[return-value]  # each checked a str above
+
+
+def refuse_lone_id(value: object, name: str) -> None:
+    """TypeError for one id where a sequence of them belongs: ``set("u3")`` or
+    ``tuple("u3")`` would read its characters as ids."""
+    if isinstance(value, str | bytes):
+        raise TypeError(f"{name} must be a sequence of unit ids, got a {type(value).__name__} "
+                        f"({value[:40]!r}): pass [{value[:40]!r}]")
 
 
 def shuffle_key(seed: int | str, unit_id: str) -> str:
@@ -67,9 +73,7 @@ def build_ladder(pool: Iterable[str], seed_correct: Mapping[str, bool] | None = 
     units = check_unit_ids(pool, "pool: ")
     tiers = {u: int(as_correct(v, f"seed_correct[{u!r}]"))  # text is refused, not truthy
              for u, v in (seed_correct or {}).items()}
-    if isinstance(exclude, str | bytes):  # set("u3") would exclude "u" and "3", not u3
-        raise TypeError(f"exclude must be a sequence of unit ids, got a "
-                        f"{type(exclude).__name__} ({exclude[:40]!r}): pass [{exclude[:40]!r}]")
+    refuse_lone_id(exclude, "exclude")
     excluded = set(exclude or ())
     kept = [u for u in units if u not in excluded]
     # wrong (0), then unknown (0.5), then right (1); a seeded shuffle inside each tier

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import is_real, is_whole, shown
+from ..errors import is_number, is_real, is_whole, shown
 
 Pair = tuple[bool, bool] | None
 """One unit's outcome in ladder order: ``(base_correct, cand_correct)``, or None for INFRA."""
@@ -147,10 +147,10 @@ def as_times(values: Sequence[object], n: int) -> list[float]:
         raise ValueError(f"completion_times has {len(values)} entries, outcomes has {n}")
     out = []
     for i, t in enumerate(values):
-        if not (is_real(t) or (isinstance(t, np.integer | np.floating) and np.isfinite(t))):
+        if not (is_number(t) and math.isfinite(t)):
             raise ValueError(f"completion_times: entry {i} must be a finite number of "
                              f"seconds, got {shown(t.item() if isinstance(t, np.generic) else t)}")
-        out.append(float(t))  # type: ignore[arg-type]  # a finite number, checked above
+        out.append(float(t))
     return out
 
 

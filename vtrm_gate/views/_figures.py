@@ -25,7 +25,7 @@ from matplotlib.figure import Figure
 from matplotlib.font_manager import FontProperties
 from matplotlib.lines import Line2D
 
-from ..errors import ConfigError, is_whole
+from ..errors import ConfigError, is_number, is_whole
 from ..stats import (
     Action,
     FalseAcceptCurve,
@@ -610,15 +610,11 @@ def plot_token_savings(curve: pl.DataFrame | UnitsCurve, *, tokens_per_unit: flo
 def _makespans(x: float | Sequence[float], name: str) -> list[float]:
     """One makespan per scenario (a number alone: one scenario), each finite and > 0: the
     title divides by them."""
-    def number(v: object) -> bool:
-        return isinstance(v, int | float | np.integer | np.floating) and not isinstance(
-            v, bool | np.bool_)
-
-    if isinstance(x, str | bytes) or not (number(x) or isinstance(x, Sequence | np.ndarray)):
+    if isinstance(x, str | bytes) or not (is_number(x) or isinstance(x, Sequence | np.ndarray)):
         raise ValueError(f"{name} must be a number or a sequence of numbers, got {x!r}")
-    values: list[Any] = [x] if number(x) else list(cast(Sequence[Any], x))
+    values: list[Any] = [x] if is_number(x) else list(cast(Sequence[Any], x))
     for v in values:
-        if not number(v):
+        if not is_number(v):
             raise ValueError(f"{name} must be a number or a sequence of numbers, got {v!r}")
         if not (math.isfinite(v) and v > 0):
             raise ValueError(f"{name} must hold makespans > 0, got {v!r}")
@@ -730,8 +726,7 @@ def plot_call_breakdown(bars: Mapping[str, Mapping[str, float]], *, title: str,
     (part colours from ``colours``, else the deck's series colours in order)."""
     for b, counts in bars.items():
         for part, n in counts.items():
-            if isinstance(n, bool) or not (isinstance(n, int | float | np.integer | np.floating)
-                                           and math.isfinite(n) and n >= 0):
+            if not (is_number(n) and math.isfinite(n) and n >= 0):
                 raise ValueError(f"bars[{b!r}][{part!r}] must be a count >= 0, got {n!r}")
     fig, ax = _axes(ax, SLIDE)
     parts = list(dict.fromkeys(p for b in bars.values() for p in b))

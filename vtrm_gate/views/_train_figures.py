@@ -157,7 +157,7 @@ def _check_curve(curve: pl.DataFrame, cols: int) -> None:
         raise ValueError("curve: no rows")
     twice = curve.filter(pl.struct("epoch", "task_type").is_duplicated())
     if twice.height:
-        e, t = twice.row(0, named=True)["epoch"], twice.row(0, named=True)["task_type"]
+        e, t = twice.select("epoch", "task_type").row(0)
         raise ValueError(f"curve: epoch {e} of {t!r} twice (one row per epoch and type)")
 
 
@@ -225,10 +225,12 @@ def _check_phases(old: Mapping[str, float] | None, new: Mapping[str, float]) -> 
     """Seconds per phase the figure can draw and divide: the same phases on both sides (a
     phase only in one would move the claimed speed-up without a bar), each a finite
     number >= 0."""
-    if old is not None and set(old) != set(new):
-        side, name = ("old", sorted(set(old) - set(new))) if set(old) - set(new) else (
-            "new", sorted(set(new) - set(old)))
-        raise ValueError(f"old and new must name the same phases: {name[0]!r} only in {side}")
+    if old is not None:
+        only = {"old": sorted(set(old) - set(new)), "new": sorted(set(new) - set(old))}
+        side = "old" if only["old"] else "new" if only["new"] else None
+        if side is not None:
+            raise ValueError(f"old and new must name the same phases: {only[side][0]!r} only "
+                             f"in {side}")
     for side, times in (("old", old or {}), ("new", new)):
         for p, v in times.items():
             if not (is_real(v) and v >= 0):
