@@ -10,6 +10,7 @@ import itertools
 import re
 import subprocess
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -703,3 +704,14 @@ def test_label_leaders_do_not_read_as_trajectories():
     assert len(leaders) == 6  # a label per type on each panel
     for a in leaders:
         assert a.get_linestyle() == ":" and to_hex(a.get_edgecolor()) == to_hex(MUTED)
+
+
+def test_a_ci_notebooks_temporary_figures_go_when_its_kernel_exits(tmp_path):
+    """Without VTRM_FIGURES a CI notebook saved into a fresh temp dir that nothing removed:
+    a /tmp/vtrm-figures-* per run, for ever."""
+    code = ("import sys\nfrom vtrm_gate.views import notebook_figures_dir\n"
+            "d = notebook_figures_dir(True, '.')\n(d / 'f.png').write_bytes(b'x')\nprint(d)")
+    env = {k: v for k, v in os.environ.items() if k != "VTRM_FIGURES"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, check=True,
+                         capture_output=True, text=True).stdout.strip()
+    assert out.startswith(tempfile.gettempdir()) and not Path(out).exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -75,3 +76,30 @@ def test_committed_notebooks_keep_outputs_only_in_checked_cells(path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebooks_use_no_matplotlib_magic(path):
     assert "%matplotlib" not in path.read_text()
+
+
+@pytest.mark.slow
+def test_running_notebook_01s_launch_cell_again_restarts_the_step():
+    """Re-running the launch cell started a second gate beside the first, which went on
+    invisibly (its output area cleared) and doubled the step's calls."""
+    nb = json.loads((NOTEBOOKS[0]).read_text())
+    setup, launch = ("".join(nb["cells"][i]["source"]) for i in (1, 2))
+    outs = _run(setup.replace("float(os.environ.get(\"VTRM_STEP_SECONDS\", 2 if CI else 30))",
+                              "3.0"),
+                launch, "first = handle", launch,
+                "r = await handle\n"
+                "print(first.done(), first.partial().aborted is not None, len(r.outcomes))")
+    assert outs[4][-1]["text"].split() == ["True", "True", "12"]
+
+
+@pytest.mark.slow
+def test_a_slow_tradeoffs_grid_says_how_far_it_has_got():
+    """Notebook 05 with N_UNITS = 1000 computed for over two minutes with nothing in the
+    cell; a long ladder's grid now shows its progress and then how long it took."""
+    outs = _run("from vtrm_gate.views import tradeoffs",
+                "g = tradeoffs(n_units=201, e_confirms=(20, 10), lambdas=(0.5,))",
+                "g = tradeoffs(n_units=40, e_confirms=(20, 10), lambdas=(0.5,))")
+    shown = [o["data"]["text/html"] for o in outs[1] if "text/html" in o.get("data", {})]
+    assert re.fullmatch(r"<span style='color:[^']+'>2 settings at 201 units in \d+ s</span>",
+                        shown[-1])
+    assert outs[2] == []

@@ -854,10 +854,12 @@ def save(fig: Figure, name: str, directory: str | Path = "figures", dpi: int = S
 
 
 def notebook_figures_dir(ci: bool, root: str | Path) -> Path:
-    """Where a notebook saves figures: ``$VTRM_FIGURES``, else a fresh temp dir in CI, else
-    ``<root>/figures/notebooks`` (git-ignored). Only ``make figures`` writes the committed
-    design-review figures."""
+    """Where a notebook saves figures: ``$VTRM_FIGURES``, else in CI a fresh temp dir removed
+    when the kernel exits, else ``<root>/figures/notebooks`` (git-ignored). Only ``make
+    figures`` writes the committed design-review figures."""
+    import atexit
     import os
+    import shutil
     import tempfile
 
     if os.environ.get("VTRM_FIGURES"):
@@ -868,5 +870,7 @@ def notebook_figures_dir(ci: bool, root: str | Path) -> Path:
                               f"is not a directory")
         return out
     if ci:
-        return Path(tempfile.mkdtemp(prefix="vtrm-figures-"))
+        tmp = Path(tempfile.mkdtemp(prefix="vtrm-figures-"))
+        atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+        return tmp
     return Path(root) / "figures" / "notebooks"
