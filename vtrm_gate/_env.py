@@ -304,7 +304,32 @@ def check_redis_url(url: str) -> str:
         raise ConfigError(f"invalid Redis URL {mask_url(url)!r}: unix:// needs a socket path")
     if p.scheme != "unix" and not p.hostname:
         raise ConfigError(f"invalid Redis URL {mask_url(url)!r}: no host")
+    for name, value in parse_qsl(p.query, keep_blank_values=True):
+        if name in REDIS_OWNED_OPTIONS:
+            raise ConfigError(
+                f"invalid Redis URL {mask_url(url)!r}: option {name}={value} is vtrm_gate's "
+                f"to set (the cache waits {REDIS_SOCKET_TIMEOUT_S:g} s a command, so a stalled "
+                f"Redis never hangs a step): remove it from the URL")
+        if name == "protocol" and value not in ("2", "3"):
+            raise ConfigError(f"invalid Redis URL {mask_url(url)!r}: option protocol={value} "
+                              f"must be 2 or 3")
     return url
+
+
+def prefix_problem(prefix: object) -> str | None:
+    """Why ``prefix`` cannot name the cache's keys, or None: SCAN MATCH reads ``* ? [ ] \\``
+    as a pattern (``team\\cache`` matched none of its own keys; ``*`` matched every key)."""
+    if not isinstance(prefix, str) or not prefix or any(c in prefix for c in "*?[]\\ "):
+        return (f"must be a non-empty string without glob characters (* ? [ ] \\) or "
+                f"spaces, got {shown(prefix)}")
+    return None
+
+
+REDIS_OWNED_OPTIONS = frozenset({
+    "socket_timeout", "socket_connect_timeout", "timeout", "max_connections",
+    "health_check_interval", "retry_on_timeout", "retry_on_error"})
+"""URL query options the cache sets itself: redis-py lets the URL's value win, and
+``socket_timeout=inf`` made a stalled Redis hang the step for good."""
 
 
 # ---- environment ----------------------------------------------------------------------

@@ -41,6 +41,7 @@ from ._env import (
     MAX_TTL,
     check_redis_url,
     mask_url,
+    prefix_problem,
     read_dotenv,
 )
 from ._ids import strict_json
@@ -261,10 +262,8 @@ class RunOptions:
         if not is_whole(self.redis_cache_ttl) or not 1 <= self.redis_cache_ttl <= MAX_TTL:
             raise ConfigError(f"redis_cache_ttl must be an integer from 1 to {MAX_TTL} "
                               f"(seconds), got {shown(self.redis_cache_ttl)}")
-        if not isinstance(self.cache_prefix, str) or not self.cache_prefix \
-                or any(c in self.cache_prefix for c in "*?[] "):
-            raise ConfigError(f"cache_prefix must be a non-empty string without glob "
-                              f"characters or spaces, got {shown(self.cache_prefix)}")
+        if (bad := prefix_problem(self.cache_prefix)) is not None:
+            raise ConfigError(f"cache_prefix {bad}")
         share = self.cache_share
         if share is not None and (not isinstance(share, str) or not share.strip()
                                   or any(c.isspace() for c in share)):

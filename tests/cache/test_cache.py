@@ -6,9 +6,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import re
+import signal
 import socket
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -482,6 +485,27 @@ def test_explain_against_a_stored_entry(redis_target: RedisTarget) -> None:
     assert "salt" in asyncio.run(go())
 
 
+@pytest.mark.parametrize("entry", [
+    '{"components": ["a"], "messages": []}', '{"components": {}, "messages": 5}',
+    '{"components": ' * 2000 + "1" + "}" * 2000], ids=["list", "int", "nested"])
+def test_explain_against_a_malformed_entry_says_so(redis_target: RedisTarget,
+                                                   entry: str) -> None:
+    """Hostile pass (h22): `explain` of an entry whose components were a list, whose
+    messages were a number or whose JSON nested 2,000 deep raised instead of naming it."""
+    key = f"{redis_target.prefix}:foreign"
+    with contextlib.closing(raw(redis_target)) as r:
+        r.set(key, entry)
+
+    async def go() -> str:
+        cache = cache_for(redis_target)
+        try:
+            return str(await cache.explain(parts(), key))
+        finally:
+            await cache.aclose()
+
+    assert "malformed entry" in asyncio.run(go())
+
+
 def test_many_calls_in_flight_share_a_few_redis_connections(fresh_redis_server, monkeypatch):
     """512 concurrent misses (issue 17): every call served and written once over at most
     OPS_IN_FLIGHT connections that do not read redis-py's package metadata each (it opened
@@ -898,7 +922,43 @@ def test_a_request_holding_a_lone_surrogate_has_a_key_of_its_own() -> None:
         content="Which? \ud83d").key("p")
 
 
-@pytest.mark.parametrize("refusal", ["full", "read-only"])
+def _refuse_writes(admin: redis.Redis, refusal: str, root: Path) -> None:
+    """Make the server refuse SET and serve GET: full, a replica, or a failed snapshot."""
+    if refusal == "full":
+        admin.config_set("maxmemory-policy", "noeviction")
+        admin.config_set("maxmemory", 1)
+    elif refusal == "read-only":
+        admin.replicaof("127.0.0.1", 9)  # a replica of nothing: read-only
+    else:
+        fail_snapshot(admin, root)
+
+
+def fail_snapshot(admin: redis.Redis, root: Path) -> None:
+    """Make the server's background save fail (its dir gone, as on a full disk): it then
+    refuses writes with MISCONF and serves reads."""
+    gone = root / "gone"
+    gone.mkdir()
+    admin.config_set("dir", str(gone))
+    admin.config_set("save", "3600 1")
+    admin.config_set("stop-writes-on-bgsave-error", "yes")
+    gone.rmdir()
+    admin.bgsave()
+    for _ in range(100):
+        if admin.info("persistence")["rdb_last_bgsave_status"] == "err":
+            return
+        time.sleep(0.05)
+
+
+def _take_writes(admin: redis.Redis, refusal: str) -> None:
+    if refusal == "full":
+        admin.config_set("maxmemory", 0)
+    elif refusal == "read-only":
+        admin.replicaof("NO", "ONE")
+    else:
+        admin.config_set("stop-writes-on-bgsave-error", "no")
+
+
+@pytest.mark.parametrize("refusal", ["full", "read-only", "misconf"])
 def test_a_redis_that_refuses_writes_still_serves_its_hits(
         tmp_path: Path, caplog: pytest.LogCaptureFixture, refusal: str) -> None:
     """A Redis at ``maxmemory`` under ``noeviction`` (or a read-only replica) refuses SET
@@ -919,17 +979,10 @@ def test_a_redis_that_refuses_writes_still_serves_its_hits(
         async def go() -> tuple[list[str], list[str], list[str], list[str]]:
             try:
                 stored = await calls(range(10))
-                if refusal == "full":
-                    admin.config_set("maxmemory-policy", "noeviction")
-                    admin.config_set("maxmemory", 1)
-                else:
-                    admin.replicaof("127.0.0.1", 9)  # a replica of nothing: read-only
+                _refuse_writes(admin, refusal, tmp_path)
                 refused = await calls(range(10, 20))
                 hits = await calls(range(10))
-                if refusal == "full":
-                    admin.config_set("maxmemory", 0)
-                else:
-                    admin.replicaof("NO", "ONE")
+                _take_writes(admin, refusal)
                 return stored, refused, hits, await calls(range(20, 20 + RECOVERY_OPS))
             finally:
                 await cache.aclose()
@@ -943,6 +996,76 @@ def test_a_redis_that_refuses_writes_still_serves_its_hits(
     assert (st_.writes, st_.refused, st_.bypassed, st_.errors) == (10 + RECOVERY_OPS, 10, 0, 0)
     assert call.calls == 20 + RECOVERY_OPS
     [warned] = warnings_of(caplog, "refuses writes")
-    assert ("maxmemory" in warned) if refusal == "full" else ("read-only" in warned.lower())
+    assert {"full": "maxmemory", "read-only": "read-only",
+            "misconf": "cannot save its snapshot"}[refusal] in warned
     assert "unavailable" not in " ".join(warnings_of(caplog, ""))
     assert len(warnings_of(caplog, "accepts writes again")) == 1
+
+
+@pytest.mark.parametrize("reply", [b"*1\r\n$2\r\nhi\r\n", b":1\r\n"], ids=["array", "integer"])
+def test_a_peer_that_answers_the_handshake_unlike_redis_fails_open(reply: bytes) -> None:
+    """Hostile pass (h22): redis-py opens each connection with HELLO; a peer answering it
+    with an array or an integer made redis-py fail inside its own code (AttributeError),
+    which escaped the cache: the step ended "a bug in vtrm_gate" instead of running uncached."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = listener.accept()
+                with conn:
+                    while conn.recv(4096):
+                        conn.sendall(reply)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    call = Counting()
+
+    async def go() -> str:
+        cache = ResponseCache(f"redis://127.0.0.1:{port}/0", retry_interval=3600.0)
+        try:
+            return (await cache.get_or_call(parts(), call)).source
+        finally:
+            await cache.aclose()
+
+    try:
+        assert asyncio.run(go()) == "bypass" and call.calls == 1
+    finally:
+        listener.shutdown(socket.SHUT_RDWR)
+        listener.close()
+        thread.join(5)
+
+
+def test_answers_that_arrive_after_a_redis_stall_are_stored(tmp_path: Path) -> None:
+    """Hostile pass (h22): Redis stalled (SIGSTOP, a failover's CLIENT PAUSE) while 16 calls
+    looked up their keys; it was back long before their answers arrived, yet none was
+    stored, so a crashed step's re-run paid for every one again (the evolver's samples at
+    temperature 0.7 included: the re-run gated another candidate)."""
+    with RedisServer(tmp_path, persist=False) as server:
+        cache = ResponseCache(server.url, socket_timeout=0.2, retry_interval=0.3)
+        call = Counting(delay=1.5)
+        pid = server.pid
+        assert pid is not None
+
+        async def go() -> tuple[list[str], list[str]]:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+                try:
+                    first = asyncio.gather(*(cache.get_or_call(parts(content=f"q{i}"), call)
+                                             for i in range(16)))
+                    await asyncio.sleep(0.6)  # every lookup has timed out by now
+                finally:
+                    os.kill(pid, signal.SIGCONT)
+                before = [r.source for r in await first]
+                again = [(await cache.get_or_call(parts(content=f"q{i}"), call)).source
+                         for i in range(16)]
+                return before, again
+            finally:
+                await cache.aclose()
+
+        before, again = asyncio.run(go())
+    assert before == ["bypass"] * 16
+    assert again == ["hit"] * 16 and call.calls == 16

@@ -342,3 +342,31 @@ def test_dry_run_and_auto_renewal_need_no_scripting_rights(
     out = cli("renew", "--method", "lua", "--pattern", target.pattern, "--url", url)
     assert out.returncode != 0 and "no permissions" in out.stderr
     assert "pw-noscript" not in out.stderr
+
+
+def test_a_maintenance_user_needs_no_ping(fresh_redis_server: RedisServer) -> None:
+    """Hostile pass (h22): a least-privilege user with every command `stats` and `renew`
+    use was refused "no permissions to run the 'ping' command", exit 1: both sent a PING
+    they do not need."""
+    import redis
+
+    r = redis.Redis(unix_socket_path=fresh_redis_server.socket_path)
+    try:
+        r.execute_command("ACL", "SETUSER", "maint", "reset", "on", ">pw-maint-1", "~tm:*",
+                          "+scan", "+ttl", "+expire", "+memory|usage", "+info", "+get")
+    finally:
+        r.close()
+    url = f"unix://maint:pw-maint-1@{fresh_redis_server.socket_path}"
+    seed(RedisTarget("admin", fresh_redis_server.url, "tm", fresh_redis_server), n=2)
+    out = cli("stats", "--prefix", "tm", "--url", url, "--json")
+    assert out.returncode == 0 and json.loads(out.stdout)["keys"] == 6, out.stderr
+    out = cli("renew", "--dry-run", "--json", "--pattern", "tm:*", "--url", url)
+    assert out.returncode == 0 and json.loads(out.stdout)["scanned"] == 6, out.stderr
+
+
+@pytest.mark.parametrize("prefix", ["team\\cache", "*", "llm_[a]"])
+def test_stats_of_a_prefix_scan_would_read_as_a_pattern_is_refused(prefix: str) -> None:
+    """Hostile pass (h22): ``--prefix 'team\\cache'`` counted 0 keys (SCAN reads ``\\`` as
+    an escape) and ``--prefix '*'`` counted every key of the server as the cache's."""
+    out = cli("stats", "--prefix", prefix, "--url", "redis://127.0.0.1:1/0")
+    assert out.returncode == 2 and "--prefix" in out.stderr and "Traceback" not in out.stderr

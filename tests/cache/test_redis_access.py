@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests.cache.test_cache import fail_snapshot
 from tests.llm.test_backends import cli, files_of, make_ws
 from vtrm_gate.cache import RedisServer, check_redis_access
 from vtrm_gate.errors import RedisAccessError
@@ -98,3 +99,39 @@ def test_a_redis_over_its_maxmemory_is_reported_as_full(locked_redis: RedisServe
     text = str(err.value)
     assert "is full" in text and "maxmemory" in text and "volatile-lru" in text, text
     assert "check the URL" not in text and PASSWORD not in text
+
+
+def test_a_redis_whose_snapshot_failed_is_named_not_check_the_url(
+        locked_redis: RedisServer, tmp_path: Path) -> None:
+    """A failed background save (a full disk) makes Redis refuse writes with MISCONF: the
+    pre-step check said "refused ...; check the URL"."""
+    r = redis.Redis(unix_socket_path=locked_redis.socket_path, password=PASSWORD)
+    fail_snapshot(r, tmp_path)
+    r.close()
+    with pytest.raises(RedisAccessError) as err:
+        asyncio.run(check_redis_access(f"unix://:{PASSWORD}@{locked_redis.socket_path}", "tp"))
+    text = str(err.value)
+    assert "cannot save its snapshot" in text and "stop-writes-on-bgsave-error no" in text
+    assert "check the URL" not in text and PASSWORD not in text
+
+
+@pytest.mark.parametrize("query, named", [
+    ("socket_timeout=inf", "socket_timeout"),
+    ("socket_connect_timeout=60", "socket_connect_timeout"),
+    ("ssl=true", "'ssl'"), ("ssl_cert_reqs=none", "'ssl_cert_reqs'"), ("protocol=9", "protocol"),
+])
+def test_a_redis_url_option_that_would_hang_or_crash_the_step_is_refused_first(
+        tmp_path: Path, chat_server: ChatServer, locked_redis: RedisServer, query: str,
+        named: str) -> None:
+    """Hostile pass (h22): ``?socket_timeout=inf`` in REDIS_URL overrode the cache's own
+    timeout (redis-py lets the URL win), so a stalled Redis hung the step for good;
+    ``?ssl=true`` (copied from a hosted Redis's URL) crashed it as "a bug in vtrm_gate";
+    ``?protocol=9`` ran the whole step uncached. Each exits 2 naming the option."""
+    make_ws(tmp_path, chat_server).close()
+    before = files_of(tmp_path / "ws")
+    url = f"unix://:{PASSWORD}@{locked_redis.socket_path}?{query}"
+    r = cli("step", "--workspace", "ws", "--epoch", "1", "--step", "1", cwd=tmp_path,
+            env={"REDIS_URL": url, "OPENAI_API_KEY": "x"})
+    assert r.returncode == 2, (r.returncode, r.stderr[-800:])
+    assert "Traceback" not in r.stderr and named in r.stderr and PASSWORD not in r.stderr
+    assert chat_server.requests == [] and files_of(tmp_path / "ws") == before

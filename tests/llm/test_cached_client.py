@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 from typing import Any
 
@@ -186,7 +187,7 @@ def test_streaming_and_other_endpoints_pass_through_and_failures_are_never_store
                     out.append((r.status_code, r.headers["x-vtrm-cache"]))
                 server.inject(Fault(status=500), Fault(status=429, retry_after="0"),
                               Fault(body="not json"))
-                for _ in range(4):  # 500, 429, a 200 that is no JSON: never stored; then 200
+                for _ in range(4):  # 500, 429, a 200 that is no JSON (a 502): never stored
                     r = await c.post("chat/completions", json=body)
                     out.append((r.status_code, r.headers["x-vtrm-cache"]))
                 r = await c.post("chat/completions", json=body)
@@ -195,7 +196,7 @@ def test_streaming_and_other_endpoints_pass_through_and_failures_are_never_store
 
         got = asyncio.run(go())
         assert got == [(200, "pass"), (200, "pass"), (404, "pass"), (404, "pass"),
-                       (500, "uncached"), (429, "uncached"), (200, "uncached"), (200, "miss"),
+                       (500, "uncached"), (429, "uncached"), (502, "uncached"), (200, "miss"),
                        (200, "hit")]
         assert cache.stats().writes == 1
         assert len(server.requests) == 6  # chat requests (the server records no others)
@@ -371,3 +372,104 @@ def test_a_request_holding_a_lone_surrogate_is_keyed_as_sent(redis_target: Redis
         with run_scope("lone-surrogate-" + redis_target.prefix):
             assert asyncio.run(go()) == ["miss", "miss", "hit"]
         assert [m["messages"][0]["content"] for m in server.requests] == ["x\ud83d", "x\ufffd"]
+
+
+TOKEN = "tok-planted-client-2718"
+
+
+def _stored(target: RedisTarget) -> bytes:
+    """Every key and string value the test wrote to Redis, in one blob."""
+    r = target.sync_client()
+    try:
+        keys = list(r.scan_iter(match=target.pattern, count=1000))
+        return b"".join(k + (r.get(k) or b"") for k in keys if r.type(k) == b"string")
+    finally:
+        r.close()
+
+
+def test_a_reply_quoting_the_key_is_stored_and_served_scrubbed(
+        redis_target: RedisTarget) -> None:
+    """A gateway that quotes the request's credentials in a 200 or in a refusal of the
+    conversation had them stored in Redis raw through the cached client (the SDK and
+    ToolAgent path), and served back on every re-run; the built-in agent scrubbed them."""
+    quote = f"your request had Authorization: Bearer {KEY}; {KEY} {TOKEN}"
+    reply = {"id": "c1", "object": "chat.completion", "model": "tiny", "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": f"B ({quote})"},
+         "finish_reason": "stop"}], "usage": {"prompt_tokens": 1, "completion_tokens": 1,
+                                             "total_tokens": 2}}
+    with ToolChatServer() as server:
+        cache = new_cache(redis_target)
+        server.inject(Fault(body=json.dumps(reply)),
+                      Fault(status=400, message=f"{OVERFLOW} ({quote})"))
+
+        async def go() -> list[str]:
+            async with cached_http_client(cache, base_url=server.url + "/",
+                                          headers={"authorization": f"Bearer {KEY}"},
+                                          secrets=[TOKEN]) as c:
+                said = []
+                for text in ("A. x\nB. yy", "A. x\nB. yy", "A. long\nB. y", "A. long\nB. y"):
+                    r = await c.post("chat/completions", json={
+                        "model": "tiny", "messages": [{"role": "user", "content": text}]})
+                    said.append(r.text)
+                return said
+
+        said = asyncio.run(go())
+    assert len(server.requests) == 2  # each asked once, then served from Redis
+    stored = _stored(redis_target)
+    assert b"***" in stored
+    assert not [s for s in (KEY, TOKEN) if s.encode() in stored or any(s in t for t in said)]
+    assert OVERFLOW in said[3] and "B (" in said[1]
+
+
+def test_a_body_over_the_cap_once_decoded_or_not_what_it_says_is_a_502_never_stored(
+        redis_target: RedisTarget) -> None:
+    """Through the cached client a 1 KB two-layer gzip became 64 MiB before its cap saw it,
+    and a body labelled gzip that was not raised httpx.DecodingError into the SDK agent."""
+    bomb = gzip.compress(gzip.compress(bytes(64 << 20), mtime=0), mtime=0)
+    with ToolChatServer() as server:
+        cache = new_cache(redis_target)
+        server.inject(Fault(raw=bomb, encoding="gzip, gzip"),
+                      Fault(raw=b'{"choices": []}', encoding="gzip"))
+
+        async def go() -> list[tuple[int, str, str]]:
+            async with cached_http_client(cache, base_url=server.url + "/",
+                                          max_response_bytes=1 << 20) as c:
+                out = []
+                for _ in range(3):
+                    r = await c.post("chat/completions", json={
+                        "model": "tiny", "messages": [{"role": "user", "content": "A. x"}]})
+                    out.append((r.status_code, r.headers["x-vtrm-cache"],
+                                r.json().get("error", {}).get("message", "")))
+                return out
+
+        (s1, h1, m1), (s2, h2, m2), (s3, h3, _) = asyncio.run(go())
+    assert (s1, h1, s2, h2, s3, h3) == (502, "uncached", 502, "uncached", 200, "miss")
+    assert "cap of 1048576 bytes (max_response_bytes; decoding gzip passed 1048577" in m1
+    assert "HTTP 200: the body is not valid gzip" in m2
+    assert cache.stats().writes == 1
+
+
+@pytest.mark.parametrize("said", [
+    '{"error": {"code": 429, "message": "Rate limit exceeded: free-models-per-day"}}',
+    '{"id": "x", "object": "chat.completion", "choices": []}', "not json"])
+def test_a_200_that_is_no_chat_completion_reaches_the_sdk_as_a_502(
+        redis_target: RedisTarget, said: str) -> None:
+    """The cached client handed a 200 with an ``{"error": …}`` body (or no choices) to the
+    SDK as a 200: its reply had ``choices=None`` and the docs' own agent's ``r.choices[0]``
+    raised TypeError, "a bug in vtrm_gate". A 502 makes the SDK raise its status error,
+    which the gate records as INFRA."""
+    with ToolChatServer() as server:
+        cache = new_cache(redis_target)
+        server.inject(Fault(body=said))
+
+        async def go() -> str:
+            async with cached_http_client(cache) as client:
+                with pytest.raises(openai.InternalServerError) as err:
+                    await sdk(server, client).chat.completions.create(
+                        model="tiny", messages=[{"role": "user", "content": "A. x"}])
+                return err.value.message
+
+        message = asyncio.run(go())
+    assert "HTTP 200 that is no chat completion" in message
+    assert ("Rate limit exceeded" in message) == ("Rate limit" in said)
+    assert cache.stats().writes == 0

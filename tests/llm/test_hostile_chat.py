@@ -18,7 +18,7 @@ from test_llm import FAST, UNITS, infer, task
 
 from vtrm_gate import GateParams, GateResult, TypePlan, run_gate
 from vtrm_gate.cache import validate_response
-from vtrm_gate.gate import GuardParams, UnitResult, UnitTask
+from vtrm_gate.gate import GuardParams, UnitResult, UnitTask, checked_result
 from vtrm_gate.llm import MCQ, LLMAgent, LLMInfraError, RetryPolicy, ToolAgent
 from vtrm_gate.testing import ChatServer, Fault
 from vtrm_gate.testing.chat import ToolChatServer
@@ -421,3 +421,53 @@ def test_a_content_length_of_5000_digits_is_too_large_not_a_crash() -> None:
     with pytest.raises(LLMInfraError, match=r"larger than max_response_bytes=\d+ "
                                             r"\(Content-Length 9{8}\.\.\."):
         asyncio.run(_hi(a))
+
+
+def _told(content: str, total: int) -> Fault:
+    return Fault(body=json.dumps({"id": "x", "object": "chat.completion",
+                                  "usage": {"total_tokens": total}, "choices": [
+        {"index": 0, "finish_reason": "stop",
+         "message": {"role": "assistant", "content": content}}]}))
+
+
+@pytest.mark.parametrize("total", [2**63 - 1, 2**62 + 1, 10**12])
+def test_counts_each_in_range_that_sum_past_the_gates_cap_cost_their_tokens_only(
+        chat_server: ChatServer, total: int) -> None:
+    """Each reply's usage was taken up to 2**63-1 (an int64 "unknown" sentinel some servers
+    send), so think + answer summed past it: the gate refused the UnitResult and the whole
+    step failed, one call's lie costing every type's decision."""
+    chat_server.inject(_told("Let me think.", total), _told("B", total))
+    a = LLMAgent(UNITS, base_url=chat_server.url, model="m", retry=FAST,
+                 rng=random.Random(0), think=True)
+    [res] = infer(a, task())
+    assert (res.correct, res.infra, res.tokens) == (True, False, 0)
+    assert checked_result(task(), res) is res
+
+
+def test_a_tool_agents_turns_cannot_sum_past_the_gates_cap() -> None:
+    call = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "answer",
+                                                      "arguments": '{"letter": "B"}'}}]}
+    look = {**call, "tool_calls": [{"id": "l", "type": "function", "function": {
+        "name": "look", "arguments": '{"part": 1}'}}]}
+    faults = [Fault(body=json.dumps({"id": "x", "object": "chat.completion",
+                                     "usage": {"total_tokens": 2**62 + 1}, "choices": [
+        {"index": 0, "finish_reason": "stop", "message": m}]})) for m in (look, look, call)]
+    res, _ = _tool_answer(*faults)
+    assert (res.correct, res.infra, res.tokens) == (True, False, 0)
+
+
+RATE_LIMITED = json.dumps({"error": {"code": 429, "message": "Rate limit exceeded: "
+                                     "free-models-per-day. Add credits to continue."}})
+
+
+def test_a_200_carrying_an_error_is_retried_and_quotes_the_server() -> None:
+    """A gateway (OpenRouter does) answering 200 with an ``{"error": …}`` body ended the
+    call at once as "response carries an error", the server's own words dropped."""
+    with ChatServer() as server:
+        res = _answer(server, *[Fault(body=RATE_LIMITED)] * FAST.max_attempts)
+        assert len(server.requests) == FAST.max_attempts
+    assert res.infra and "Rate limit exceeded: free-models-per-day" in (res.error or "")
+    with ChatServer() as server:
+        res = _answer(server, Fault(body=RATE_LIMITED))
+    assert (res.correct, res.infra) == (True, False)  # the next attempt answered

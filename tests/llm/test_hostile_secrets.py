@@ -12,6 +12,7 @@ from test_backends import cli, evolve_reply, write_units
 from vtrm_gate.errors import ConfigError
 from vtrm_gate.llm import LLMAgent, init_llm
 from vtrm_gate.testing import ChatServer
+from vtrm_gate.testing.chat import ToolChatServer
 
 
 @pytest.mark.parametrize("url", [
@@ -39,6 +40,25 @@ def test_a_plain_query_is_still_accepted(tmp_path: Path):
                             base_url="https://x.openai.azure.com/openai?api-version=2024-06-01")
     assert ws.config.agent["base_url"].endswith("api-version=2024-06-01")
     ws.close()
+
+
+@pytest.mark.parametrize("backend", ["llm", "vtrm_gate.llm:tool_backend"])
+def test_a_base_url_with_a_query_keeps_it_after_each_path(tmp_path: Path, backend: str):
+    """Hostile pass (h23): ``--base-url http://h/v1?api-version=…`` was taken, then every
+    call went to ``/v1?api-version=…/chat/completions``: a 404 each, the step INFRA."""
+    query = "api-version=2024-06-01"
+    with (ChatServer if backend == "llm" else ToolChatServer)() as server:
+        server.evolve_reply = evolve_reply
+        url = f"{server.url}?{query}"
+        ws = tmp_path / "ws"
+        made = ["--llm"] if backend == "llm" else ["--llm", "--backend", backend]
+        r = cli("init", str(ws), *made, "--units", str(write_units(tmp_path / "u.jsonl")),
+                "--base-url", url, "--model", "m", cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        r = cli("step", "--workspace", str(ws), "--epoch", "1", "--step", "1", cwd=tmp_path,
+                env={"VTRM_BASE_URL": url, "VTRM_MODEL": "m"})
+        assert r.returncode == 0, r.stderr
+        assert server.requests and set(server.queries) == {query}
 
 
 @pytest.mark.parametrize("key, said", [

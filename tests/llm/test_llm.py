@@ -5,11 +5,13 @@ The server and its ``chat_server`` fixture live in `vtrm_gate.testing.chat`."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import logging
 import random
 import re
 import time
+import zlib
 from typing import Any
 
 import pytest
@@ -722,6 +724,50 @@ def test_a_gzip_encoded_completion_is_decoded_under_the_cap(chat_server: ChatSer
     chat_server.inject(Fault(gzip=True))
     [res] = infer(agent(chat_server, think=False), task())
     assert res.correct and not res.infra and len(chat_server.requests) == 1
+
+
+def _zeros_gzip(n: int) -> bytes:
+    """gzip of ``n`` zero bytes, made a MiB at a time."""
+    c = zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+    return b"".join([*(c.compress(bytes(1 << 20)) for _ in range(n >> 20)), c.flush()])
+
+
+BOMB = gzip.compress(_zeros_gzip(64 << 20))
+"""A 64 MiB body in ~1 KB: two gzip layers (``Content-Encoding: gzip, gzip``)."""
+
+
+def test_stacked_gzip_is_decoded_under_the_cap_not_after_it(chat_server: ChatServer) -> None:
+    """httpx undoes each network chunk whole and stacked codings multiply: a 1,827-byte
+    reply became 1 GiB in one chunk before the 1 MiB cap saw it (2 GiB of RSS)."""
+    cap = 1 << 20
+    chat_server.inject(Fault(raw=BOMB, encoding="gzip, gzip"))
+    [res] = infer(agent(chat_server, think=False, max_response_bytes=cap), task())
+    assert res.infra and f"max_response_bytes={cap} (decoding gzip passed {cap + 1} bytes)" \
+        in (res.error or "")
+    assert len(chat_server.requests) == 1  # too large is not retried
+
+
+@pytest.mark.parametrize("raw, encoding, why", [
+    (b'{"id": "x", "choices": []}', "gzip", "not valid gzip"),
+    (gzip.compress(b'{"id": "x", "choices": []}', mtime=0)[:-12], "gzip",
+     "gzip body is cut short"),
+    (b"{}", "br", "Content-Encoding br is not supported"),
+], ids=["plain", "cut", "br"])
+def test_a_body_that_is_not_what_its_encoding_says_is_infra_not_a_crash(
+        chat_server: ChatServer, raw: bytes, encoding: str, why: str) -> None:
+    """A proxy labelling plain JSON gzip raised httpx.DecodingError out of `infer`: the
+    step ended "this is a bug in vtrm_gate"."""
+    chat_server.inject(*[Fault(raw=raw, encoding=encoding)] * 2)
+    policy = RetryPolicy(max_attempts=2, base_delay_s=0.01)
+    [res] = infer(agent(chat_server, think=False, retry=policy), task())
+    assert res.infra and why in (res.error or "")
+    assert len(chat_server.requests) == 2  # a mislabelled body is retried like a torn one
+
+
+def test_the_agent_accepts_only_the_encodings_it_decodes(chat_server: ChatServer) -> None:
+    [res] = infer(agent(chat_server, think=False), task())
+    assert res.correct
+    assert chat_server.accept_encoding == ["gzip, deflate"]
 
 
 def test_the_deadline_and_the_size_cap_are_validated() -> None:

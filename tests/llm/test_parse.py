@@ -257,3 +257,13 @@ def test_other_refusals_are_no_context_overflow(status: int, detail: str) -> Non
 def test_a_content_filters_refusal_is_read_as_one(status: int, detail: str,
                                                   filtered: bool) -> None:
     assert is_prompt_filtered(status, detail) is filtered
+
+
+@pytest.mark.parametrize("depth", [1_500, 100_000])
+def test_an_answer_nested_past_pythons_recursion_limit_is_no_choice_not_a_crash(
+        depth: int) -> None:
+    """An 18 KB reply of ``{"answer": `` nested 1,500 deep raised RecursionError out of
+    parse_choice: the step ended "this is a bug", and the reply, cached before it was
+    parsed, raised again on every re-run."""
+    text = '{"answer": ' * depth + '"B"' + "}" * depth
+    assert parse_choice(text, 4) in (None, "")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import redis.asyncio as aredis
@@ -26,7 +27,28 @@ from . import _cluster as cluster
 # ---- connection -----------------------------------------------------------------------
 
 
+FULL_POLICY = ("finds nothing to evict (noeviction, or a volatile-* policy while keys "
+               "without a TTL hold the memory)")
+"""Why a full server refuses a write, whichever policy it has (not read: an ACL may not
+allow CONFIG GET)."""
+
+MISCONF_ADVICE = ("it cannot save its snapshot (MISCONF: a full disk, or its dir gone) and "
+                  "stops writes until a save succeeds: free disk space (or fix its dir), or "
+                  "set stop-writes-on-bgsave-error no")
+
+
+def is_misconf(exc: BaseException) -> bool:
+    """A server whose last background save failed: it serves reads and refuses writes."""
+    return isinstance(exc, ResponseError) and str(exc).startswith("MISCONF")
+
+
 MAX_CONNECTIONS = 256
+
+REDIS_FAILURES: tuple[type[BaseException], ...] = (
+    RedisError, OSError, TimeoutError, RuntimeError, AttributeError, TypeError)
+"""What a Redis operation may raise when the server fails us. Beyond redis-py's own errors:
+a peer that answers its ``HELLO`` unlike Redis makes redis-py fail inside its own code
+(``'list' object has no attribute 'get'``); the cache fails open on it all the same."""
 
 
 def connect(url: str, *, socket_timeout: float = REDIS_SOCKET_TIMEOUT_S,
@@ -52,7 +74,21 @@ def connect(url: str, *, socket_timeout: float = REDIS_SOCKET_TIMEOUT_S,
     except ValueError as exc:  # redis-py refuses a query value of the URL (socket_timeout=x)
         raise ConfigError(f"invalid Redis URL {mask_url(url)!r}: {scrub(str(exc), url)}") \
             from None
+    _check_options(url, pool)
     return aredis.Redis(connection_pool=pool)
+
+
+def _check_options(url: str, pool: aredis.BlockingConnectionPool) -> None:
+    """Build one connection (no I/O) now: an option no connection takes (``?ssl=true``,
+    ``?ssl_cert_reqs=none`` on redis://) failed only at the first command, as a TypeError
+    out of the cache."""
+    try:
+        pool.connection_class(**pool.connection_kwargs)
+    except (TypeError, ValueError) as exc:
+        said = re.search(r"keyword argument '(\w+)'", str(exc))
+        what = (f"option {said[1]!r} is no connection option here (TLS: use rediss://)"
+                if said else scrub(str(exc), url))
+        raise ConfigError(f"invalid Redis URL {mask_url(url)!r}: {what}") from None
 
 
 
@@ -93,7 +129,7 @@ async def check_redis_access(url: str, prefix: str, *, socket_timeout: float = 2
     try:
         await client.set(key, b"1", ex=60)
         await client.get(key)
-    except (RedisError, OSError, TimeoutError) as exc:
+    except REDIS_FAILURES as exc:
         refused = _refusal(exc)
         text = scrub(f"{type(exc).__name__}: {exc}", url)
         if refused is None:
@@ -102,8 +138,11 @@ async def check_redis_access(url: str, prefix: str, *, socket_timeout: float = 2
         if isinstance(refused, OutOfMemoryError) or "maxmemory" in reason:
             raise RedisAccessError(
                 f"Redis at {mask_url(url)} ({where}) is full: {reason} (its maxmemory-policy "
-                f"evicts nothing); raise maxmemory, or set maxmemory-policy volatile-lru (or "
+                f"{FULL_POLICY}); raise maxmemory, or set maxmemory-policy volatile-lru (or "
                 f"allkeys-lru): every cached reply has a TTL, so old ones go first") from None
+        if reason.startswith("MISCONF"):
+            raise RedisAccessError(f"Redis at {mask_url(url)} ({where}) refuses writes: "
+                                   f"{MISCONF_ADVICE}") from None
         hint = next((h for k, h in _HINTS if k in reason.lower()), "check the URL")
         raise RedisAccessError(f"Redis at {mask_url(url)} ({where}) refused the response "
                                f"cache: {reason}; {hint}") from None

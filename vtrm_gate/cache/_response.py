@@ -37,7 +37,7 @@ from .._env import (
 from .._ids import CANONICAL, readable_json
 from ..errors import ConfigError, is_real, is_whole, shown
 from . import _cluster as cluster
-from ._connect import connect
+from ._connect import FULL_POLICY, MISCONF_ADVICE, REDIS_FAILURES, connect, is_misconf
 from ._keys import cache_namespace
 
 if TYPE_CHECKING:
@@ -346,7 +346,7 @@ class ResponseCache:
                 out = await fn(client)
         except asyncio.CancelledError:
             raise
-        except (TimeoutError, RedisError, OSError, RuntimeError) as exc:
+        except REDIS_FAILURES as exc:
             self._c(run).errors += 1
             self._next_probe = time.monotonic() + self.retry_interval
             self._ok_streak = 0
@@ -515,18 +515,18 @@ class ResponseCache:
 
     async def _lead(self, parts: KeyParts, key: str, call: Callable[[], Awaitable[Response]],
                     validate: Validator, run: str, c: _Counters) -> CacheResult:
-        if self._skip():
-            c.bypassed += 1
-            return CacheResult(await call(), "bypass", key)
-        ok, raw = await self._op(run, lambda r: _get(r, key))
+        ok, raw = (False, None) if self._skip() else await self._op(run, lambda r: _get(r, key))
         if not ok:
             c.bypassed += 1
-            return CacheResult(await call(), "bypass", key)
-        if raw is not None:
-            resp = self._decode(raw, validate, parts, c)
-            if resp is not None:
-                c.hits += 1
-                return CacheResult(resp, "hit", key)
+            resp = await call()
+            # Redis may be back by the time the answer is: a stall shorter than the call
+            # (a failover's pause) must not leave it for a re-run to pay again
+            await self.store(parts, resp, validate, run)
+            return CacheResult(resp, "bypass", key)
+        stored = None if raw is None else self._decode(raw, validate, parts, c)
+        if stored is not None:
+            c.hits += 1
+            return CacheResult(stored, "hit", key)
         c.misses += 1
         resp = await call()
         await self.store(parts, resp, validate, run)
@@ -551,15 +551,18 @@ class ResponseCache:
         try:
             value = json.loads(raw)  # a key of another Redis type fails here too
             theirs, their_msgs = value["components"], value["messages"]
-        except (ValueError, KeyError, TypeError):
+            if not (isinstance(theirs, dict) and isinstance(their_msgs, list)):
+                raise TypeError("components must be an object, messages a list")
+        except (ValueError, KeyError, TypeError, RecursionError):
             return MissExplanation(key, reference, (), note=f"{reference}: malformed entry")
         return _explain(key, reference, parts.component_digests(), theirs,
-                        parts.message_digests(), their_msgs)
+                        parts.message_digests(), [str(m) for m in their_msgs])
 
 
 @dataclass(frozen=True)
 class _WriteRefused:
-    """A SET the server refused while it serves reads: full, or a read-only replica."""
+    """A SET the server refused while it serves reads: full, a read-only replica, or one
+    whose last snapshot failed (MISCONF)."""
 
     error: RedisError
 
@@ -567,9 +570,13 @@ class _WriteRefused:
 def _refusal_advice(exc: RedisError) -> str:
     """What to change on a server that refuses writes."""
     if isinstance(exc, OutOfMemoryError):
-        return ("it is at maxmemory under a noeviction policy: raise maxmemory, or set "
-                "maxmemory-policy volatile-lru so the oldest entries make room")
+        return (f"it is at maxmemory and its maxmemory-policy {FULL_POLICY}: raise maxmemory, "
+                f"or set maxmemory-policy volatile-lru (every cached reply has a TTL)")
+    if is_misconf(exc):
+        return MISCONF_ADVICE
     return "it is a read-only replica: point REDIS_URL at the primary"
+
+
 
 
 async def _set(r: cluster.Client, key: str, value: bytes, ttl: int) -> bool | _WriteRefused:
@@ -579,6 +586,10 @@ async def _set(r: cluster.Client, key: str, value: bytes, ttl: int) -> bool | _W
         return bool(await r.set(key, value, ex=ttl))
     except (OutOfMemoryError, ReadOnlyError) as exc:
         return _WriteRefused(exc)
+    except ResponseError as exc:
+        if is_misconf(exc):
+            return _WriteRefused(exc)
+        raise
 
 
 def _same_key_material(value: Mapping[str, Any], parts: KeyParts) -> bool:

@@ -13,7 +13,7 @@ import json
 import sys
 from typing import Any
 
-from .._env import MAX_TTL
+from .._env import MAX_TTL, prefix_problem
 from ..errors import CliError, InputError, bounded, shown
 from ._args import a_path
 from ._progress import status_line
@@ -201,7 +201,6 @@ async def _renew(url: str, args: argparse.Namespace, ttl: int, batch: int) -> An
         line(f"... scanned {p.scanned:,} keys, extended {p.extended:,} ({rate:,.0f} keys/s)")
 
     try:
-        await client.ping()
         return await renew_ttl(client, ttl, args.pattern, dry_run=args.dry_run, batch=batch,
                                progress=show, method=args.method)
     finally:
@@ -214,7 +213,6 @@ async def _stats(url: str, args: argparse.Namespace, batch: int) -> Any:
 
     client = connect(url, socket_timeout=30.0)
     try:
-        await client.ping()
         return await cache_stats(client, args.prefix, batch=batch)
     finally:
         await client.aclose()
@@ -244,6 +242,8 @@ def run(args: argparse.Namespace) -> int:
         if cmd == "renew":
             ttl = _positive_int("--ttl", args.ttl, MAX_TTL)
         batch = _positive_int("--batch", args.batch)
+        if cmd == "stats" and (bad := prefix_problem(args.prefix)):
+            raise CliError(f"--prefix {bad}")
         if args.url is None and _simulated_without_redis(args):
             return _simulated_note(args, cmd)
         url, _server = _resolve_url(args)
@@ -266,9 +266,9 @@ def run(args: argparse.Namespace) -> int:
                            f"{scrub(str(exc), url)}") from None
         except InputError as exc:  # a bad value: its message may quote the URL
             raise CliError(scrub(str(exc), url)) from None
-        except ResponseError as exc:
-            raise CliError(f"Redis at {mask_url(url)} refused: {scrub(str(exc), url)}",
-                           code=1) from None
+        except ResponseError as exc:  # NOPERM, a cluster's refusal: the server's setting
+            raise CliError(f"Redis at {mask_url(url)} refused: {scrub(str(exc), url)}") \
+                from None
     except InputError as exc:  # CliError, and a bad --url or REDIS_URL (ConfigError)
         return _error(args, prog, str(exc), exc.exit_code)
     except KeyboardInterrupt:

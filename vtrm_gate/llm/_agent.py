@@ -55,6 +55,7 @@ from ..errors import (
 )
 from ..gate import UnitResult, UnitTask, report_progress
 from ..harness import Media
+from ._body import ACCEPT_ENCODING, BodyError, BodyTooLarge, read_body
 from ._endpoints import Endpoint, EndpointPool, Exchange, ShardedClient
 from ._media import MediaResolver
 from ._replies import (
@@ -521,7 +522,8 @@ class LLMAgent:
     def _client(self) -> ShardedClient:
         loop = asyncio.get_running_loop()
         if self._http is None or self._loop is not loop:
-            headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+            headers = {"Accept-Encoding": ACCEPT_ENCODING,
+                       **({"Authorization": f"Bearer {self._api_key}"} if self._api_key else {})}
 
             def shard(size: int) -> httpx.AsyncClient:
                 return httpx.AsyncClient(
@@ -560,21 +562,18 @@ class LLMAgent:
             raise LLMInfraError(f"HTTP {r.status_code} response larger than "
                                 f"max_response_bytes={cap} (Content-Length "
                                 f"{bounded_length(r.headers)})")
-        chunks, n = [], 0
-        async for chunk in r.aiter_bytes():  # decoded: the cap also stops a gzip bomb
-            n += len(chunk)
-            if n > cap:
-                raise LLMInfraError(f"HTTP {r.status_code} response larger than "
-                                    f"max_response_bytes={cap} (aborted after {n} bytes)")
-            chunks.append(chunk)
-        return b"".join(chunks)
+        try:
+            return await read_body(r, cap)  # raw and decoded bytes both capped
+        except BodyTooLarge as exc:
+            raise LLMInfraError(f"HTTP {r.status_code} response larger than "
+                                f"max_response_bytes={cap} ({exc.where()})") from None
 
     async def _error_text(self, r: httpx.Response, body: Mapping[str, Any]) -> str:
         """``HTTP <status>: <what the server said>`` (bounded), plus a hint when the server
         refused a request carrying content parts."""
         try:
             detail = error_detail(await self._read_capped(r, ERROR_BODY_BYTES))
-        except (LLMInfraError, httpx.HTTPError):
+        except (LLMInfraError, httpx.HTTPError, BodyError):
             detail = ""
         text = f"HTTP {r.status_code}" + (f": {detail}" if detail else "")
         if has_content_parts(body) and r.status_code not in (401, 403, 404, 429):
@@ -629,7 +628,11 @@ class LLMAgent:
                 raise refused
             raise LLMInfraError(text.replace(f"HTTP {r.status_code}",
                                              f"HTTP {r.status_code} (not retryable)", 1))
-        data = await self._read_capped(r)
+        try:
+            data = await self._read_capped(r)
+        except BodyError as exc:  # a proxy's mislabelled body: the next attempt may be whole
+            ex.outcome = "malformed"
+            raise _Retryable(f"HTTP {r.status_code}: {exc}") from None
         not_json = non_json_reply(r.status_code, r.headers.get("content-type", ""), data)
         if not_json is not None:  # a portal's or proxy's page, a forced stream: not transient
             raise LLMInfraError(not_json)
@@ -641,6 +644,10 @@ class LLMAgent:
                 from None
         # the reply may repeat a credential (a gateway quoting the request): never kept
         doc = scrub_json(doc if isinstance(doc, dict) else {"unexpected": doc}, self.scrub)
+        if doc.get("error"):  # a gateway's 200 that is an error (a rate limit): transient
+            ex.outcome = "malformed"
+            raise _Retryable(f"HTTP {r.status_code} carrying an error: "
+                             f"{error_detail(json.dumps(doc).encode())}")
         if protocol_failure(doc) is not None:
             ex.outcome = "malformed"  # a 200 that is no chat completion: the endpoint's fault
         else:

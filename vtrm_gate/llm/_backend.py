@@ -32,7 +32,7 @@ from ..gate import GuardParams, Infer, UnitTask, shuffle_key
 from ..harness import MediaOptions, Workspace, step_input_state
 from ..options import RunOptions, resolve_options
 from ._agent import AGENT_VERSION, MCQ, AgentEvent, AgentSettings, LLMAgent, RetryPolicy
-from ._endpoints import EndpointPool, EndpointStats, agent_endpoints
+from ._endpoints import EndpointPool, EndpointStats, agent_endpoints, endpoint_url
 from ._evolver import ErrorCase, LLMEvolver
 from ._media import MediaResolver
 
@@ -52,7 +52,7 @@ async def probe_endpoint(base_url: str, timeout: float = PROBE_TIMEOUT_S,
     probe ends within ``timeout`` seconds (a busy single-slot server, llama.cpp's, answers
     ``/models`` only between generations): `EndpointUnreachableError` (URL masked)
     otherwise. Sends no key and costs no tokens."""
-    url = base_url.rstrip("/") + "/models"
+    url = endpoint_url(base_url, "models")
     connect = min(timeout, connect_timeout or timeout)
     limits = httpx.Timeout(timeout, connect=connect)
     try:

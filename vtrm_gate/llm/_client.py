@@ -21,17 +21,18 @@ a ``BadRequestError`` (INFRA in the gate); a body that cannot even be serialised
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, cast
 
 import httpx
 
-from .._env import DEFAULT_TIMEOUT_S, scrub_credentials
+from .._env import DEFAULT_TIMEOUT_S, scrub_credentials, scrub_json
 from .._ids import check_run_id
 from ..cache import KeyParts, ResponseCache, protocol_failure, run_header
 from ..errors import is_whole, shown
 from ..gate import current_run_id
 from ._agent import DEFAULT_MAX_RESPONSE_BYTES, bounded_length, declared_length, parse_body
+from ._body import ACCEPT_ENCODING, BodyError, BodyTooLarge, read_body
 from ._endpoints import CHAT_PATH
 from ._replies import error_detail, refusal, refused_reply
 
@@ -66,6 +67,12 @@ def _base_url(request: httpx.Request) -> str:
     base URL, as the built-in agent's ``base_url``."""
     path = request.url.path.rstrip("/")[:-len(CHAT_PATH)]
     return str(request.url.copy_with(path=path or "/", query=None)).rstrip("/")
+
+
+def _bad_gateway(message: str) -> _Uncached:
+    """A 502 the caller sees (an SDK raises its status error): the server's reply is unusable."""
+    return _Uncached(502, httpx.Headers({"content-type": "application/json"}),
+                     json.dumps({"error": {"message": message}}).encode())
 
 
 def _kept_headers(headers: httpx.Headers) -> dict[str, str]:
@@ -163,8 +170,11 @@ class CachedTransport(httpx.AsyncBaseTransport):
         return body, None
 
     async def _cached(self, request: httpx.Request, parts: KeyParts) -> httpx.Response:
+        scrub = self._scrubber(request)
+
         async def call() -> dict[str, Any]:
             request.headers.update(run_header(self.current_run()))  # names the key's salt
+            request.headers["accept-encoding"] = ACCEPT_ENCODING  # what read_body undoes
             r = await self._send(request)
             try:
                 content = await self._read_capped(r)
@@ -176,16 +186,22 @@ class CachedTransport(httpx.AsyncBaseTransport):
                     raise _Uncached(r.status_code, r.headers, content)
                 # the arm's own answer (the conversation overflows or trips the filter):
                 # stored, and replayed as the server said it
-                return {**refused_reply(parts.model, refused), REFUSED_STATUS: r.status_code,
-                        REFUSED_BODY: content.decode("utf-8", "replace"),
-                        REFUSED_TYPE: r.headers.get("content-type", "application/json")}
+                return cast(dict[str, Any], scrub_json({
+                    **refused_reply(parts.model, refused), REFUSED_STATUS: r.status_code,
+                    REFUSED_BODY: content.decode("utf-8", "replace"),
+                    REFUSED_TYPE: r.headers.get("content-type", "application/json")}, scrub))
             try:
                 doc = parse_body(content)
-            except ValueError:
-                raise _Uncached(r.status_code, r.headers, content) from None
-            if not isinstance(doc, dict) or protocol_failure(doc) is not None:
-                raise _Uncached(r.status_code, r.headers, content)
-            return doc
+            except ValueError as exc:
+                raise _bad_gateway(f"HTTP 200 that is no chat completion: the body is not "
+                                   f"JSON ({exc}); not stored") from None
+            why = protocol_failure(doc) if isinstance(doc, dict) else "not a JSON object"
+            if why is not None:  # an SDK would read no choices: an error it can raise
+                said = error_detail(content) if why == "response carries an error" else ""
+                raise _bad_gateway(scrub(f"HTTP 200 that is no chat completion: {why}"
+                                         f"{f' ({said})' if said else ''}; not stored"))
+            # a gateway may quote the request's credentials: never stored, never served
+            return cast(dict[str, Any], scrub_json(doc, scrub))
 
         try:
             res = await self.cache.get_or_call(parts, call, validate=protocol_failure,
@@ -205,24 +221,27 @@ class CachedTransport(httpx.AsyncBaseTransport):
                               content=json.dumps(res.response).encode(), request=request)
 
     async def _read_capped(self, r: httpx.Response) -> bytes:
-        chunks, n = [], 0
-        async for chunk in r.aiter_bytes():  # decoded: the cap also stops a gzip bomb
-            n += len(chunk)
-            if n > self.max_response_bytes:
-                msg = (f"response larger than the cached client's cap of "
-                       f"{self.max_response_bytes} bytes (max_response_bytes); not stored")
-                raise _Uncached(502, httpx.Headers({"content-type": "application/json"}),
-                                json.dumps({"error": {"message": msg}}).encode())
-            chunks.append(chunk)
-        return b"".join(chunks)
+        """The body, raw and decoded bytes both capped; a 502 naming why otherwise."""
+        try:
+            return await read_body(r, self.max_response_bytes)
+        except BodyTooLarge as exc:
+            raise _bad_gateway(f"response larger than the cached client's cap of "
+                               f"{self.max_response_bytes} bytes (max_response_bytes; "
+                               f"{exc.where()}); not stored") from None
+        except BodyError as exc:
+            raise _bad_gateway(f"HTTP {r.status_code}: {exc}; not stored") from None
+
+    def _scrubber(self, request: httpx.Request) -> Callable[[str], str]:
+        """A text without ``secrets`` or the request's own credentials (`scrub_credentials`)."""
+        auth = [request.headers.get(h) for h in ("authorization", "api-key", "x-api-key")]
+        secrets = [*self.secrets, *(a.split()[-1] for a in auth if a and a.split())]
+        return lambda text: scrub_credentials(text, secrets)
 
     def _refuse(self, request: httpx.Request, status: int, why: str) -> httpx.Response:
         """A 400/413 naming ``why`` (scrubbed), answered here: nothing sent, nothing stored."""
         self.refused += 1
-        auth = [request.headers.get(h) for h in ("authorization", "api-key", "x-api-key")]
-        tokens = [a.split()[-1] for a in auth if a]
-        message = scrub_credentials(f"vtrm_gate cached client refused the request: {why}",
-                                    [*self.secrets, *tokens])
+        message = self._scrubber(request)(
+            f"vtrm_gate cached client refused the request: {why}")
         return httpx.Response(status, json={"error": {
             "message": message, "type": "invalid_request_error", "code": "vtrm_cached_client"}},
             headers={CACHE_HEADER: "refused"}, request=request)
@@ -235,6 +254,7 @@ class CachedTransport(httpx.AsyncBaseTransport):
 
 def cached_http_client(cache: ResponseCache, *, run_id: str = DEFAULT_RUN_ID,
                        base_url: str = "", headers: Mapping[str, str] | None = None,
+                       params: Mapping[str, str] | None = None,
                        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT_S,
                        transport: httpx.AsyncBaseTransport | None = None,
                        secrets: Iterable[str] = (), **limits: Any) -> httpx.AsyncClient:
@@ -245,5 +265,5 @@ def cached_http_client(cache: ResponseCache, *, run_id: str = DEFAULT_RUN_ID,
     transport."""
     cached = CachedTransport(cache, run_id=run_id, transport=transport, secrets=secrets,
                              **limits)
-    return httpx.AsyncClient(base_url=base_url, headers=headers, timeout=timeout,
+    return httpx.AsyncClient(base_url=base_url, headers=headers, params=params, timeout=timeout,
                              transport=cached)

@@ -29,7 +29,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from .._env import DEFAULT_CONCURRENCY, mask_url, user_path
 from .._ids import strict_json
@@ -79,6 +79,22 @@ def _unusable_url(url: str) -> str | None:
                 f"agent appends it: calls would go to …{CHAT_PATH}{CHAT_PATH})")
     return None
 
+
+
+def endpoint_url(base: str, path: str) -> str:
+    """``base``/``path`` with any query of ``base`` after the path: an Azure-style
+    ``…/openai?api-version=2024-06-01`` asks ``…/openai/chat/completions?api-version=…``
+    (appended as text, the path went into the query and every call was a 404)."""
+    parts = urlsplit(base)
+    return urlunsplit(parts._replace(path=f"{parts.path.rstrip('/')}/{path.lstrip('/')}"))
+
+
+def base_and_query(base: str) -> tuple[str, list[tuple[str, str]]]:
+    """``base`` without its query, and the query's pairs: for an `httpx.AsyncClient`, whose
+    ``base_url`` joins a relative path after any query it holds (pass the pairs as
+    ``params``)."""
+    parts = urlsplit(base)
+    return urlunsplit(parts._replace(query="")), parse_qsl(parts.query, keep_blank_values=True)
 
 @dataclass(frozen=True)
 class Endpoint:
@@ -422,7 +438,7 @@ class EndpointPool:
             info["url"] = s.endpoint.url
         ex: Exchange | None = None
         try:
-            async with client.stream(method, f"{s.endpoint.url}/{path.lstrip('/')}",
+            async with client.stream(method, endpoint_url(s.endpoint.url, path),
                                      **kwargs) as r:
                 ex = Exchange(r, s.endpoint.url, self._clock() - t0)
                 try:

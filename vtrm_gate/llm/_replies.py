@@ -18,7 +18,6 @@ from typing import Any
 from .._ids import as_unicode
 from ..cache import message_text, tool_calls
 from ..errors import ContextOverflowError, PromptFilteredError, is_whole
-from ..gate import MAX_RESULT_TOKENS
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
@@ -122,7 +121,7 @@ def _from_json(text: str, valid: str) -> str | None:
         return None
     try:
         doc = json.loads(t)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past the interpreter's limit: no answer
         return None
     if not isinstance(doc, Mapping):
         return None
@@ -357,9 +356,15 @@ CONTENT_PARTS_HINT = (
     "or units without media")
 
 
+MAX_REPLY_TOKENS = 10**9
+"""The most tokens one reply may say it used: no context window holds a billion, so more
+is a lie or an int64 "unknown" sentinel (2**63-1). Bounded this far below
+`MAX_RESULT_TOKENS`, a unit's calls summed stay a count the gate takes."""
+
+
 def usage_tokens(doc: Mapping[str, Any], key: str = "total_tokens") -> int:
     """A reply's ``usage[key]`` (``total_tokens``: else prompt + completion), or 0 when the
-    server did not say or said nonsense (negative, fractional, over `MAX_RESULT_TOKENS`, not
+    server did not say or said nonsense (negative, fractional, over `MAX_REPLY_TOKENS`, not
     a number): a lying count costs the bookkeeping, never the answer or the gate."""
     usage = doc.get("usage")
     if not isinstance(usage, Mapping):
@@ -368,7 +373,7 @@ def usage_tokens(doc: Mapping[str, Any], key: str = "total_tokens") -> int:
     if n is None and key == "total_tokens":
         p, c = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
         n = p + c if is_whole(p) and is_whole(c) and p >= 0 and c >= 0 else None
-    return n if is_whole(n) and 0 <= n <= MAX_RESULT_TOKENS else 0
+    return n if is_whole(n) and 0 <= n <= MAX_REPLY_TOKENS else 0
 
 
 def refused_reply(model: str, refusal: ContextOverflowError | PromptFilteredError

@@ -41,6 +41,7 @@ from ..harness import step_input_state
 from ._agent import MCQ, RetryPolicy, parse_body, parse_retry_after
 from ._backend import ROLLOUT_UNITS, Rollout, workspace_units
 from ._client import CACHE_HEADER
+from ._endpoints import base_and_query
 from ._evolver import EVOLVE_SYSTEM, EVOLVE_TASK, strip_fences
 from ._plugin import AgentBackend, BackendContext
 from ._replies import (
@@ -369,7 +370,8 @@ def tool_backend(ctx: BackendContext) -> AgentBackend:
     if not base_url or not model:
         raise BackendError("vtrm_gate.llm:tool_backend needs VTRM_BASE_URL and VTRM_MODEL")
     key = _api_key(e)
-    client = ctx.http_client(base_url=base_url.rstrip("/") + "/",
+    bare, query = base_and_query(base_url)
+    client = ctx.http_client(base_url=bare.rstrip("/") + "/", params=dict(query),
                              headers={"Authorization": f"Bearer {key}"} if key else None,
                              timeout=_setting(e, "VTRM_TIMEOUT", 60.0))
     ws = ctx.workspace

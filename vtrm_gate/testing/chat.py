@@ -46,6 +46,8 @@ class Fault:
     trickle_head: bool = False  # with trickle_s: the status line and headers trickle too
     chunked_bytes: int = 0  # send a 200 with a chunked body of this many bytes
     gzip: bool = False  # answer normally, gzip-encoded (Content-Encoding: gzip)
+    raw: bytes | None = None  # a 200 with exactly these body bytes, sent with ``encoding``
+    encoding: str = ""  # the Content-Encoding of a ``raw`` reply (e.g. "gzip, gzip")
     content_type: str = "application/json"  # of a 200 with ``body`` (text/html: a portal)
     message: str = "injected"  # the error message of a ``status`` reply
 
@@ -72,6 +74,9 @@ class ChatServer:
         self.evolve_reply = evolve_reply
         self.requests: list[dict[str, Any]] = []
         self.auth: list[str | None] = []
+        self.accept_encoding: list[str | None] = []
+        self.queries: list[str] = []
+        """The query string of every request, /models probes included ("" for none)."""
         self.run_ids: list[str] = []
         self.faults: deque[Fault] = deque()
         self.probe_fault: Fault | None = None
@@ -176,11 +181,15 @@ class ChatServer:
     def _handle(self, h: BaseHTTPRequestHandler) -> None:
         n = int(h.headers.get("content-length", 0))
         body = json.loads(h.rfile.read(n))
-        if h.path != "/v1/chat/completions":
+        path, _, query = h.path.partition("?")
+        with self.lock:
+            self.queries.append(query)
+        if path != "/v1/chat/completions":
             return self.reply(h, 404, {"error": {"message": f"no route {h.path}"}})
         with self.lock:
             self.requests.append(body)
             self.auth.append(h.headers.get("authorization"))
+            self.accept_encoding.append(h.headers.get("accept-encoding"))
             self.run_ids.append(header_run_id(h.headers.get(RUN_HEADER)))
         step = self.step_of(body)
         fault = self._fault_for(step)
@@ -196,7 +205,10 @@ class ChatServer:
         """``GET .../models``: one model listed, or ``probe_fault`` suffered."""
         with self.lock:
             self.probes += 1
-        if not h.path.endswith("/models"):
+        path, _, query = h.path.partition("?")
+        with self.lock:
+            self.queries.append(query)
+        if not path.endswith("/models"):
             return self.reply(h, 404, {"error": {"message": f"no route {h.path}"}})
         if self.probe_fault is not None:
             return self.suffer(h, self.probe_fault, None, None)
@@ -218,6 +230,9 @@ class ChatServer:
             return self.reply(h, fault.status, {"error": error}, headers)
         if fault.trickle_s or fault.chunked_bytes:
             return self.stream(h, fault)
+        if fault.raw is not None:
+            encoded = {"Content-Encoding": fault.encoding} if fault.encoding else {}
+            return self.reply_raw(h, 200, fault.raw, encoded)
         if fault.body is not None:
             return self.reply_raw(h, 200, fault.body.encode(),
                                   {"Content-Type": fault.content_type})
