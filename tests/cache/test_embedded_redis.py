@@ -183,3 +183,31 @@ def test_sigterm_of_a_step_gives_up_its_lease_and_the_last_user_stops_the_server
     assert step.returncode == 130 and "Traceback" not in err, err[-2000:]
     assert not running(pid) and not _ping(socket_of(ws))  # its only user left: stopped
     assert SECRET not in err
+
+
+def test_a_damaged_snapshot_is_set_aside_and_the_server_starts_empty(
+        tmp_path: Path, caplog: Any) -> None:
+    """Hostile pass (h22): a dump.rdb cut short (a full disk, a partial copy) stopped every
+    start of the workspace's Redis: 26 failed starts a step, a warning that was mostly
+    Redis's overcommit notice, and the workspace uncached for good."""
+    import logging
+
+    import redis
+
+    server = RedisServer(tmp_path, persist=True).start()
+    r = redis.Redis(unix_socket_path=server.socket_path)
+    r.mset({f"k{i}": "x" * 100 for i in range(20_000)})
+    r.close()
+    server.stop()
+    dump = tmp_path / "dump.rdb"
+    whole = dump.read_bytes()
+    dump.write_bytes(whole[:len(whole) // 2])
+    with caplog.at_level(logging.WARNING, "vtrm_gate.cache"):
+        again = RedisServer(tmp_path, persist=True).start()
+    try:
+        assert _ping(again.socket_path)
+        [aside] = tmp_path.glob("dump.rdb.damaged-*")
+        assert aside.read_bytes() == whole[:len(whole) // 2]  # kept, not deleted
+        assert "could not load its snapshot" in caplog.text and aside.name in caplog.text
+    finally:
+        again.stop()

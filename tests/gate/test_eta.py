@@ -60,3 +60,11 @@ def test_the_forecast_keeps_only_the_units_past_each_prefix():
     run_virtual(run_gate(table.plans(), table, patient, 16, subscribers=[forecast]))
     assert all(lane.state.n_consumed == 300 for lane in forecast.lanes.values())
     assert sum(len(lane.begun) for lane in forecast.lanes.values()) == 0
+
+
+def test_hours_are_shown_in_seconds_below_a_tenth_of_an_hour() -> None:
+    """Hostile pass (h24): an 11 s scaled step printed "makespan 0.00 h (wall clock)"."""
+    from vtrm_gate.gate import hours
+
+    assert [hours(s) for s in (11.24, 359.9, 360.0, 4464.0)] == [
+        "11.2 s", "359.9 s", "0.10 h", "1.24 h"]

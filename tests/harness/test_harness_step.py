@@ -190,6 +190,15 @@ def test_full_step_end_to_end_rows_match_the_gate_result(tmp_path):
                                                                "tried at e1 s1 after 0 rejects\n")
     assert (cdir / "counting-problem.md").read_text() == skill("Counting Problem", 5)
     assert (cdir / "default-strategy.md").is_file()
+    # each base skill is written once, in .base/, and linked into every candidate dir (K
+    # gated types wrote K² fsynced files: 3.9 GB at 2,000 types); each candidate its own
+    shared, other = ws.root / "candidates/e1_s1/.base", ws.root / "candidates/e1_s1/ocr-problems"
+    for name in ("counting-problem.md", "default-strategy.md"):
+        inodes = {(d / name).stat().st_ino for d in (shared, cdir, other)}
+        assert len(inodes) == 1, name
+    own, linked = (d / "action-reasoning.md" for d in (cdir, other))
+    assert own.stat().st_ino != linked.stat().st_ino
+    assert linked.stat().st_ino == (shared / "action-reasoning.md").stat().st_ino
     cand_tasks = [t for t in infer.calls if t.arm == "cand"]
     assert {t.skill_dir for t in cand_tasks if t.task_type == "Action Reasoning"} == {str(cdir)}
 

@@ -175,3 +175,38 @@ def test_an_existing_workspace_keeps_the_rule_its_file_says(tmp_path, rule):
     before = _snapshot(root)
     assert Workspace.open(root).config.probation_rule == (rule or "w_net")
     assert _snapshot(root) == before  # opening rewrites nothing
+
+
+def test_a_skill_file_edited_while_a_step_runs_is_kept_beside_it(tmp_path, caplog):
+    """Hostile pass (h24): an edit to skills/<type>.md made during a step was overwritten
+    when the step checkpointed, without a word (between steps it is refused at open)."""
+    import logging
+
+    ws = make_workspace(tmp_path / "ws", SIZES)
+    path = ws.root / "skills" / "ocr-problems.md"
+    edit = path.read_text() + "- my own rule, typed mid-step\n"
+    path.write_text(edit)  # the step holds the workspace, opened before the edit
+    with caplog.at_level(logging.WARNING, "vtrm_gate.harness"):
+        ws.save_state(ws.state)
+    assert path.read_text() == ws.skill_text("OCR Problems")
+    [kept] = (ws.root / "skills").glob("ocr-problems.hand-edit-*.md")
+    assert kept.read_text() == edit
+    assert "skills/ocr-problems.md was edited by hand" in caplog.text and kept.name in caplog.text
+    Workspace.open(ws.root).close()  # the kept copy does not spoil the workspace
+
+
+def test_a_workspace_moved_while_in_use_is_never_written_at_its_old_path(tmp_path):
+    """Hostile pass (h24): ``mv ws ws-moved; vtrm-gate init ws`` during a step: the step went
+    on writing state.json, history/ and skills/ at the path ``ws``, into the new workspace
+    (it said "1 applied" with another run's skills), and exited 0."""
+    ws = make_workspace(tmp_path / "ws", SIZES)
+    (tmp_path / "ws").rename(tmp_path / "ws-moved")
+    other = make_workspace(tmp_path / "ws", SIZES)  # a new workspace at the old path
+    before = _snapshot(other.root)
+    with pytest.raises(WorkspaceError, match=r"was moved or replaced"):
+        ws.save_state(ws.state)
+    assert _snapshot(other.root) == before
+    (tmp_path / "ws").rename(tmp_path / "ws-other")
+    with pytest.raises(WorkspaceError, match=r"was moved or replaced"):
+        ws.save_state(ws.state)  # nothing there: not re-created either
+    assert not (tmp_path / "ws").exists()

@@ -214,7 +214,6 @@ def test_a_probe_passes_over_a_unit_whose_frames_cannot_be_sent_and_stays_full(
     """Either probe order takes its first ``probation_units`` sendable units (as a step's
     ladder does): a broken frame is passed over, never a gap in the probe. seed_wrong_first
     built its order truncated to probation_units first, so one broken frame shortened it."""
-    from vtrm_gate.harness import Probation
     from vtrm_gate.harness._settle import _probe_units
     from vtrm_gate.sim import SimConfig, init_simulated
 
@@ -222,12 +221,11 @@ def test_a_probe_passes_over_a_unit_whose_frames_cannot_be_sent_and_stays_full(
     ws = Workspace.open(tmp_path / "ws")
     try:
         t = "Action Reasoning"
-        p = Probation(version=1, prev_version=0, epoch=1, step=1)
         n = ws.config.probation_units
-        clean = _probe_units(ws, 1, t, p)
+        clean = _probe_units(ws, 1, t, set())
         assert len(clean) == n
         monkeypatch.setattr(ws, "media_fault", lambda u: "broken" if u == clean[0] else None)
-        probe = _probe_units(ws, 1, t, p)
+        probe = _probe_units(ws, 1, t, set())
         assert len(probe) == n and clean[0] not in probe and probe[:n - 1] == clean[1:]
     finally:
         ws.close()

@@ -5,6 +5,7 @@ simulator's ground truth and the CLI's bad-input / fault behaviour."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import itertools
 import json
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from vtrm_gate.errors import InfraGuardError
+from vtrm_gate.errors import InfraGuardError, WorkspaceError
 from vtrm_gate.gate import GuardParams, UnitResult, UnitTask
 from vtrm_gate.harness import (
     HELDOUT_FILE,
@@ -181,6 +182,20 @@ def test_changed_configuration_is_refused_with_the_changes(tmp_path):
     with pytest.raises(TrainRefusedError, match=r"params\.e_confirm: 20\.0 -> 10\.0"):
         _train(ws, 1, 1, options=RunOptions(gate=GateParams(e_confirm=10.0)))
     _train(ws, 2, 1)  # more epochs: the same run, continued
+
+
+def test_train_past_an_epoch_settled_by_hand_is_refused_writing_nothing(tmp_path):
+    """Hostile pass (h24): after ``step e1 s1`` and ``settle --epoch 1`` by hand, ``train
+    --steps-per-epoch 2`` wrote train.json, then was refused at e1 s2 ("epoch 1 was
+    settled"), and every later train was refused as a changed configuration."""
+    ws = _init(tmp_path / "ws")
+    _train(ws, 1, 1)  # e1 s1 and epoch 1's settlement, as a hand-run step and settle leave
+    (ws.root / "train.json").unlink()
+    with pytest.raises(TrainRefusedError, match=r"e1 s2 .*epoch 1 was settled after e1 s1.*"
+                                                r"--steps-per-epoch 1"):
+        _train(ws, 2, 2)
+    assert not (ws.root / "train.json").exists()
+    _train(ws, 2, 1)  # the steps per epoch the settled epoch had
 
 
 @pytest.mark.parametrize("epochs, steps", [(0, 1), (1, 0), (-1, 2), (1.5, 1), (True, 1)])
@@ -366,6 +381,42 @@ def test_settlement_guard_abort_settles_nothing_and_can_be_rerun(on_probation):
     res = run_virtual(settle_probation(ws, 1, infer=be.infer))
     assert set(res.outcomes) == {"A", "B", "C"}
     assert 1 in Workspace.open(ws.root).state.settled_epochs
+
+
+def test_a_hand_edit_of_the_version_a_rollback_restores_is_refused(on_probation):
+    """Hostile pass (h24): appending a line to history/<type>/v1.md while v2 is on
+    probation was adopted: the settlement probed against it, a rollback wrote its hash into
+    state.json as "v1", and later steps gated against it. An edit of the current version
+    was already refused."""
+    ws, be = on_probation
+    v1 = ws.history_path("A", 1)
+    v1.write_text(v1.read_text() + "- HAND EDIT: always answer A.\n")
+    before = (ws.root / "state.json").read_text()
+    w = Workspace.open(ws.root)
+    with pytest.raises(WorkspaceError, match=r"history/a/v1\.md: content does not match the "
+                                             r"hash step e1 s1 gated it at"):
+        run_virtual(settle_probation(w, 1, infer=be.infer))
+    with pytest.raises(WorkspaceError, match=r"history/a/v1\.md"):
+        run_virtual(run_step(w, 1, 2, infer=be.infer, evolver=be.evolver, cases=be.cases))
+    assert (ws.root / "state.json").read_text() == before
+
+
+def test_a_probe_with_no_record_of_what_its_step_used_is_refused(on_probation):
+    """Hostile pass (h24): with manifests/e1_s1.json deleted, the probe drew the step's own
+    evolution cases; with harness.sqlite restored from an older backup, the units the gate
+    had consumed (and e_continue restarted at 1). Either probe is not fresh: refused."""
+    ws, be = on_probation
+    manifest = ws.manifest_path(1, 1)
+    kept = manifest.read_bytes()
+    manifest.unlink()
+    with pytest.raises(WorkspaceError, match=r"manifests/e1_s1\.json.* is missing"):
+        run_virtual(settle_probation(Workspace.open(ws.root), 1, infer=be.infer))
+    manifest.write_bytes(kept)
+    with contextlib.closing(sqlite3.connect(ws.root / "harness.sqlite")) as con, con:
+        con.execute("DELETE FROM gate_evidence WHERE epoch = 1 AND step = 1")
+    with pytest.raises(WorkspaceError, match=r"harness\.sqlite holds no gate rows of step "
+                                             r"e1 s1 for 'A'"):
+        run_virtual(settle_probation(Workspace.open(ws.root), 1, infer=be.infer))
 
 
 @pytest.mark.parametrize("rule", ["w_net", "e_continue", "e_harm"])

@@ -12,7 +12,9 @@ import atexit
 import contextlib
 import fcntl
 import hashlib
+import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -68,6 +70,13 @@ def _ping(path: str, timeout: float = 0.2) -> bool:
     # "-NOAUTH" still proves a live server; anything else is not Redis.
     return reply.startswith((b"+PONG", b"-NOAUTH"))
 
+
+log = logging.getLogger("vtrm_gate.cache")
+
+DAMAGED_SNAPSHOT = re.compile(r"Short read or OOM loading DB|Wrong signature trying to load "
+                              r"DB|Bad file format reading[^|]*|Wrong RDB checksum[^|]*|"
+                              r"Unexpected EOF reading RDB file")
+"""What redis-server logs when it cannot load its dump.rdb (6.2 and 7.x wordings)."""
 
 class RedisServer:
     """One ``redis-server`` process listening on ``{directory}/redis.sock`` (no TCP port).
@@ -165,7 +174,23 @@ class RedisServer:
             delay = min(delay * 2, 0.05)
         err = self._log_tail()
         self._kill()
+        if self._set_aside_damaged_snapshot(err):
+            return self.start(detach)  # once: the damaged file is no longer there
         raise RuntimeError(f"redis-server did not start on {self.socket_path}: {err}")
+
+    def _set_aside_damaged_snapshot(self, err: str) -> bool:
+        """A snapshot redis-server cannot load (cut short by a full disk or a copy) stopped
+        every start, so the workspace ran uncached for good: it is renamed aside (kept, not
+        deleted), with a warning, and the server starts empty."""
+        dump, said = self.directory / "dump.rdb", DAMAGED_SNAPSHOT.search(err)
+        if said is None or not dump.is_file():
+            return False
+        aside = dump.with_name(f"dump.rdb.damaged-{time.strftime('%Y%m%dT%H%M%S')}")
+        dump.rename(aside)
+        log.warning("Redis could not load its snapshot %s (%s); it is kept as %s and the "
+                    "cache starts empty: re-runs pay their calls once more", dump, said[0],
+                    aside.name)
+        return True
 
     def _log_tail(self) -> str:
         parts = []

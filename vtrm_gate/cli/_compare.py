@@ -96,6 +96,7 @@ def _value(v: Any) -> str:
 
 def _hours(overall: Mapping[str, Any]) -> str:
     """A run's time and the clock it was measured on (two clocks are never compared)."""
+    from ..gate import hours
+
     s = overall["seconds"]
-    return "no timings recorded" if s is None else (
-        f"{s / 3600:.2f} h ({_CLOCKS[overall['clock']]})")
+    return "no timings recorded" if s is None else f"{hours(s)} ({_CLOCKS[overall['clock']]})"

@@ -145,8 +145,10 @@ def decision_table(res: Any, clock: str = "simulated", width: int | None = None)
                         "the paired units that counted (INFRA units skipped)", width)
     g = res.gate
     if g is not None:
+        from ..gate import hours
+
         text += "\n" + wrap(
-            f"makespan {g.wall_time_s / 3600:.2f} h ({clock}), peak in flight "
+            f"makespan {hours(g.wall_time_s)} ({clock}), peak in flight "
             f"{g.peak_in_flight}/{g.concurrency}, tokens {g.tokens:,}, started "
             f"{g.total('started')}, base arm from BaselineCache {g.total('cache_hits')}, "
             f"discarded after freeze {g.total('discarded_after_freeze')}, never started "

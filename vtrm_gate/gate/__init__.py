@@ -46,6 +46,7 @@ from ._forecast import ForecastInput as ForecastInput
 from ._forecast import GateForecast as GateForecast
 from ._forecast import TypeForecast as TypeForecast
 from ._forecast import duration as duration
+from ._forecast import hours as hours
 from ._handle import GateHandle as GateHandle
 from ._handle import launch as launch
 from ._handle import run_gate_sync as run_gate_sync
@@ -118,6 +119,7 @@ __all__ = [
     "current_run_id",
     "dispatch_order",
     "duration",
+    "hours",
     "ladder_units",
     "launch",
     "report_progress",

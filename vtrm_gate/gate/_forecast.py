@@ -73,6 +73,12 @@ class Forecast:
         return "ETA unknown" if self.eta_s is None else f"ETA ~{duration(self.eta_s)} (forecast)"
 
 
+def hours(seconds: float) -> str:
+    """Seconds in hours to 0.01 h (1.24 h), or in seconds below 0.1 h: a scaled or tiny run
+    printed "makespan 0.00 h"."""
+    return f"{seconds / 3600:.2f} h" if seconds >= 360 else f"{seconds:.1f} s"
+
+
 def duration(seconds: float) -> str:
     """Seconds as a short duration: 45 s, 14 min, 2.3 h."""
     if seconds < 90:

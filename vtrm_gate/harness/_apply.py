@@ -19,6 +19,7 @@ def apply_decisions(ws: Workspace, base: TrainingState, epoch: int, step: int,
     """Phase D: write the new versions (write-once history first), then checkpoint the new
     state (one atomic write); returns it and what was applied per type."""
     new_state, applied, new_versions = plan_decisions(ws, base, epoch, step, outcomes, cand)
+    ws.check_root()
     for t, v, text in new_versions:
         atomic_write(ws.history_path(t, v), text)
     ws.save_state(new_state)

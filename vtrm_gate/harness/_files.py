@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import uuid
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,17 @@ def atomic_write(path: Path, text: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def link_file(src: Path, dst: Path) -> None:
+    """``dst`` a hard link to ``src`` (replacing any file there), atomically; a copy where
+    the file system has no hard links. No fsync: the caller syncs ``dst``'s directory."""
+    tmp = temp_sibling(dst)
+    try:
+        os.link(src, tmp)
+    except OSError:  # no hard links here (some network or FAT file systems)
+        shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
 
 
 _TEMP_NAME = re.compile(r"^\..+\.tmp-(\d+)$")

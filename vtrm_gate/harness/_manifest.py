@@ -19,7 +19,8 @@ from ..errors import (
     WorkspaceError,
     shown,
 )
-from ._files import _whole, read_json, read_text
+from ._files import _rel, _whole, read_json, read_text
+from ._state import Probation, TrainingState
 from ._status import StepStatus
 from ._workspace import Workspace
 
@@ -65,6 +66,42 @@ def read_manifest(ws: Workspace, epoch: int, step: int) -> dict[str, Any] | None
     except ValueError as exc:
         raise WorkspaceError(f"{p.relative_to(ws.root)}: {exc}; delete it or re-run the step "
                              f"with force=True") from None
+
+
+def probation_manifest(ws: Workspace, task_type: str, p: Probation) -> dict[str, Any]:
+    """The manifest of the step that put ``task_type`` on probation: it records the version a
+    rollback restores (its gate's base) and the cases its probe must leave out."""
+    manifest = read_manifest(ws, p.epoch, p.step)
+    if manifest is None:
+        raise WorkspaceError(
+            f"{_rel(ws.root, ws.manifest_path(p.epoch, p.step))}, the record of the step that "
+            f"put {task_type!r} on probation, is missing: the version a rollback restores "
+            f"cannot be checked nor the step's cases left out of the probe; restore it "
+            f"from a backup")
+    return manifest
+
+
+def settled_text(ws: Workspace, state: TrainingState, task_type: str) -> str:
+    """The type's last settled version (what its gates run against and a rollback restores),
+    checked against its recorded hash: state.json's for the current version; for a type on
+    probation, the base hash the step that began it recorded. A hand edit of that history
+    file was adopted; it is refused, as one of the current version is at open."""
+    p = state.probation.get(task_type)
+    ref = state.skills[task_type]
+    version, by = ref.version, "state.json's hash"
+    want: str | None = ref.hash
+    if p is not None:
+        base = probation_manifest(ws, task_type, p)["inputs"]["base_skills"][task_type]
+        version, want = p.prev_version, base["hash"]
+        by = f"the hash step e{p.epoch} s{p.step} gated it at"
+        if base["version"] != version:  # the manifest recorded another base: no hash for it
+            want = None
+    text = ws.version_text(task_type, version)
+    if want is not None and content_hash(text) != want:
+        raise WorkspaceError(f"{_rel(ws.root, ws.history_path(task_type, version))}: content "
+                             f"does not match {by} for {task_type!r} v{version} (edited by "
+                             f"hand?); restore the text that was gated")
+    return text
 
 
 def _need(cond: bool, key: str, what: str, value: object) -> None:

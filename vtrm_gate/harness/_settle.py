@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._ids import PROBATION_STEP, check_ids, content_hash, probation_run_id
 from .._sync import run_sync
+from ..errors import WorkspaceError
 from ..gate import (
     GateResult,
     Infer,
@@ -27,7 +28,7 @@ from ._access import writer
 from ._apply import push_rejected
 from ._gating import abort_reason, partial_of, report_aborted, run_workspace_gate
 from ._log import GateSink
-from ._manifest import plain, read_manifest
+from ._manifest import plain, probation_manifest, settled_text
 from ._order import check_settle_order
 from ._state import Probation, Rejected, SkillRef, TrainingState
 from ._status import StepStatus
@@ -121,13 +122,23 @@ def _settled_before(ws: Workspace, epoch: int) -> ProbationResult:
     return ProbationResult(epoch, out, already_settled=True)
 
 
-def _probe_units(ws: Workspace, epoch: int, task_type: str, p: Probation) -> list[str]:
-    """Fresh units for the probe of ``p``: not consumed by its step's gate, not its cases, in
-    the workspace's ``probation_order`` (a seeded shuffle, or seed-wrong units first)."""
+def _used_by_step(ws: Workspace, task_type: str, p: Probation) -> set[str]:
+    """The units the step that began ``p`` used: its gate's consumed units and its cases.
+    Without that record a probe could reuse them, so a missing one is refused."""
     used = ws.log.consumed_units(p.epoch, p.step, task_type)
-    manifest = read_manifest(ws, p.epoch, p.step)
-    if manifest is not None:
-        used.update(manifest["inputs"].get("cases", {}).get(task_type, ()))
+    if not used:  # the step's gate consumed units (a PROVISIONAL needs some): a log older
+        raise WorkspaceError(  # than state.json, restored from a backup, has none
+            f"harness.sqlite holds no gate rows of step e{p.epoch} s{p.step} for "
+            f"{task_type!r}, which state.json put on probation there (a database older than "
+            f"state.json?): a probe could reuse the gate's units; restore the database "
+            f"that goes with state.json")
+    manifest = probation_manifest(ws, task_type, p)
+    return used | set(manifest["inputs"].get("cases", {}).get(task_type, ()))
+
+
+def _probe_units(ws: Workspace, epoch: int, task_type: str, used: set[str]) -> list[str]:
+    """Fresh units for a probe: not in ``used`` (`_used_by_step`), in the workspace's
+    ``probation_order`` (a seeded shuffle, or seed-wrong units first)."""
     key = f"{ws.config.seed}:probation:{epoch}"
     pool = ws.pool[task_type]
     if ws.config.probation_order == "seed_wrong_first":  # the whole order, like a step's ladder
@@ -176,11 +187,11 @@ def _probes(ws: Workspace, epoch: int, state: TrainingState) -> dict[str, _Probe
     for t, p in sorted(state.probation.items()):
         if p.epoch > epoch or state.skills[t].version != p.version:
             continue
-        prev_text, cur_text = ws.version_text(t, p.prev_version), ws.version_text(t, p.version)
+        prev_text, cur_text = settled_text(ws, state, t), ws.version_text(t, p.version)
         rule = _probation_rule(ws, t, p)
-        plan = TypePlan(t, _probe_units(ws, epoch, t, p), prev_text, cur_text,
-                        probation_run_id(epoch), target_file=ws.target(t), rule=rule,
-                        attempt=attempt)
+        units = _probe_units(ws, epoch, t, _used_by_step(ws, t, p))
+        plan = TypePlan(t, units, prev_text, cur_text, probation_run_id(epoch),
+                        target_file=ws.target(t), rule=rule, attempt=attempt)
         out[t] = _Probe(p, rule, prev_text, cur_text, plan)
     return out
 

@@ -27,6 +27,7 @@ from ..errors import ConfigError, TrainRefusedError, WorkspaceError, is_whole, s
 from ..gate import (
     Infer,
     Subscriber,
+    hours,
 )
 from ..options import RunOptions
 from ..stats import Action
@@ -186,6 +187,11 @@ def _check_done_parts(ws: Workspace, steps_per_epoch: int, evaluate: bool) -> No
     while last is not None and (e, s) <= last:
         _step_done(ws, e, s)
         e, s = (e, s + 1) if s < steps_per_epoch else (e + 1, 1)
+    if e in ws.state.settled_epochs and last is not None:  # settled by hand, fewer steps
+        raise TrainRefusedError(
+            f"train would run e{e} s{s} next, but epoch {e} was settled after "
+            f"e{last[0]} s{last[1]}: train with --steps-per-epoch {last[1]} (the steps the "
+            f"settled epoch had), or go on by hand from e{e + 1} s1", [])
     if evaluate:
         ws.log.frame("evaluation")
 
@@ -219,7 +225,7 @@ def _step_line(res: StepResult, seconds: float, evolve_s: float) -> str:
     changed = [f"{t} v{s.base_version}->v{s.version}" for t, s in sorted(res.types.items())
                if s.version != s.base_version]
     gate_s = res.gate.wall_time_s if res.gate else 0.0
-    return (f"e{res.epoch} s{res.step}  {what or 'nothing gated'}  | gate {gate_s / 3600:.2f} h,"
+    return (f"e{res.epoch} s{res.step}  {what or 'nothing gated'}  | gate {hours(gate_s)},"
             f" evolve {evolve_s / 60:.1f} min" + (f" | {', '.join(changed)}" if changed else ""))
 
 
@@ -227,7 +233,7 @@ def _settle_line(res: ProbationResult, seconds: float) -> str:
     if not res.outcomes:
         return f"e{res.epoch} settle  nothing on probation"
     parts = [f"{t}: {o.line}" for t, o in sorted(res.outcomes.items())]
-    return f"e{res.epoch} settle  {'; '.join(parts)}  | {seconds / 3600:.2f} h"
+    return f"e{res.epoch} settle  {'; '.join(parts)}  | {hours(seconds)}"
 
 
 def _eval_line(res: EvalResult, seconds: float) -> str:
@@ -236,7 +242,7 @@ def _eval_line(res: EvalResult, seconds: float) -> str:
         return f"e{res.epoch} evaluate  no held-out units"
     return (f"e{res.epoch} evaluate  held-out accuracy {s['acc_current']:.1%} (initial skills "
             f"{s['acc_initial']:.1%}, {s['units']} units): {gain_text(s)}  | "
-            f"{seconds / 3600:.2f} h")
+            f"{hours(seconds)}")
 
 
 async def train(workspace: Workspace | str | Path, epochs: int, steps_per_epoch: int, *,

@@ -24,6 +24,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
+import os
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
@@ -40,6 +43,8 @@ from ._files import _rel, _whole, atomic_write, read_json, read_text, write_json
 from ._log import HarnessLog
 from ._state import FORMAT, SkillRef, TrainingState
 from ._units import MediaOptions, MediaRefs, UnitRecord, read_units
+
+log = logging.getLogger("vtrm_gate.harness")
 
 DEFAULT_STRATEGY = "default-strategy.md"
 LOG_FILE = "harness.sqlite"
@@ -264,6 +269,15 @@ class Workspace:
         self.readonly = False
         """Set by ``open(readonly=True)``: the log is opened read-only (a reader's view)."""
         self._media: MediaRefs | None = None
+        self._root_id = _identity(root)
+
+    def check_root(self) -> None:
+        """Refuse to write once the directory at ``root`` is not the one opened (moved or
+        replaced): a step went on writing at the old path, into a new workspace made there."""
+        if _identity(self.root) != self._root_id:
+            raise WorkspaceError(f"{self.root}: the workspace directory was moved or replaced "
+                                 f"while this process used it; nothing more is written at "
+                                 f"that path (run the step again where the workspace is now)")
 
     @property
     def workspace_id(self) -> str:
@@ -379,20 +393,37 @@ class Workspace:
         return read_text(self.root / "skills" / DEFAULT_STRATEGY, self.root)
 
     def sync_skills(self, state: TrainingState | None = None) -> list[str]:
-        """Rewrite each type's skills/ file from ``state`` where it differs; returns types."""
+        """Rewrite each type's skills/ file from ``state`` where it differs; returns types.
+        A file that holds no recorded version (edited by hand while a step ran: the check
+        at open cannot see it) is kept beside it first, with a warning, never lost."""
         state = state or self.state
         changed = []
         for t in self.task_types:
             text = self.skill_text(t, state)
             p = self.skill_path(t)
-            if not p.is_file() or p.read_text(encoding="utf-8") != text:
-                atomic_write(p, text)
-                changed.append(t)
+            old = p.read_text(encoding="utf-8") if p.is_file() else None
+            if old == text:
+                continue
+            if old is not None and not self._recorded(t, old, state):
+                kept = p.with_name(f"{p.stem}.hand-edit-{time.strftime('%Y%m%dT%H%M%S')}.md")
+                atomic_write(kept, old)
+                log.warning("%s was edited by hand while a step ran; the edit is kept in %s "
+                            "(skills/ follows state.json)", _rel(self.root, p),
+                            _rel(self.root, kept))
+            atomic_write(p, text)
+            changed.append(t)
         self.stale_skills = ()
         return changed
 
+    def _recorded(self, task_type: str, text: str, state: TrainingState) -> bool:
+        """Whether ``text`` is one of the type's recorded versions (history/)."""
+        return any(self.history_path(task_type, v).is_file()
+                   and self.version_text(task_type, v) == text
+                   for v in range(1, state.skills[task_type].latest + 1))
+
     def save_state(self, state: TrainingState) -> None:
         """Checkpoint training state (atomic), then bring skills/ in line with it."""
+        self.check_root()
         write_json(self.state_path, state.to_json())
         self.state = state
         self.sync_skills(state)
@@ -553,6 +584,15 @@ def _check_consistency(config: WorkspaceConfig, pool: Mapping[str, Sequence[str]
         if t not in pool:
             raise WorkspaceError(f"workspace.json: targets names type {t!r}, which is not "
                                  f"in pool.json")
+
+
+def _identity(root: Path) -> tuple[int, int] | None:
+    """The directory's (device, inode), None when nothing is there."""
+    try:
+        st = os.stat(root)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _skill_is_stale(ws: Workspace, task_type: str) -> bool:
