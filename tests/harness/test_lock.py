@@ -43,6 +43,21 @@ def test_second_writer_is_refused_naming_the_holder(tmp_path: Path) -> None:
         p.wait()
 
 
+def test_a_deleted_lock_file_lets_no_second_writer_in(tmp_path: Path) -> None:
+    """Hostile pass (h24): ``rm ws/.lock`` while a step ran let a second ``step --force`` in
+    beside it (its flock was on a new file): both wrote, 8 duplicate prediction rows."""
+    p = _hold(tmp_path)
+    try:
+        (tmp_path / ".lock").unlink()
+        with pytest.raises(WorkspaceLockedError), workspace_lock(tmp_path, "me"):
+            pass
+    finally:
+        p.kill()
+        p.wait()
+    with workspace_lock(tmp_path, "after") as lock:  # released with its holder, as before
+        assert lock.held
+
+
 def test_kill_9_releases_the_lock(tmp_path: Path) -> None:
     p = _hold(tmp_path)
     os.kill(p.pid, signal.SIGKILL)

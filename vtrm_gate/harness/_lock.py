@@ -1,8 +1,9 @@
 """The workspace lock: one writer at a time (SPEC amendment), readers need none.
 
-An OS file lock (``flock`` on ``<workspace>/.lock``), so the kernel releases it when the
-holder dies: a kill -9 never leaves a stale lock. The file also records who holds it
-(pid, command, since) so a refused writer can name the holder in one line; a clean release
+An OS file lock (``flock`` on ``<workspace>/.lock``, and on the directory itself, so a
+deleted ``.lock`` lets no second writer in), so the kernel releases it when the holder
+dies: a kill -9 never leaves a stale lock. The file also records who holds it (pid,
+command, since) so a refused writer can name the holder in one line; a clean release
 empties it, so a record found by the next writer means its holder died (`unclean`).
 
 Taking the lock (outermost) also removes the ``.<name>.tmp-PID`` files a killed writer's
@@ -48,8 +49,8 @@ class LockHolder:
         return f"pid {self.pid} ({self.command}) since {self.since}"
 
 
-# Per-process table of held locks: resolved root -> [fd, depth, unclean]. Guarded by
-# _TABLE_LOCK. ``unclean`` (0/1) stays set until a writer has checked the log.
+# Per-process table of held locks: resolved root -> [fd, depth, unclean, directory fd].
+# Guarded by _TABLE_LOCK. ``unclean`` (0/1) stays set until a writer has checked the log.
 _HELD: dict[Path, list[int]] = {}
 _TABLE_LOCK = threading.Lock()
 # The workspaces whose lock this context holds: a nested acquire in the holder's context is
@@ -81,6 +82,25 @@ def read_holder(root: str | Path) -> LockHolder | None:
         return LockHolder(int(data["pid"]), str(data["command"]), str(data["since"]))
     except (ValueError, KeyError, TypeError, UnicodeDecodeError):
         return None
+
+
+def _lock_directory(key: Path, root: Path) -> int:
+    """The directory itself locked too (its descriptor, held): ``.lock`` can be deleted
+    under a writer, and a second writer would then lock a new file beside it. Where a file
+    system cannot lock a directory (NFS emulates flock with write locks, refused on a
+    read-only descriptor) ``.lock`` alone serves, as before."""
+    dfd = os.open(key, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(dfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(dfd)
+        raise WorkspaceLockedError(root, read_holder(key)) from None
+    except OSError:
+        return dfd  # held open, unlocked: closing it at release is harmless
+    except BaseException:
+        os.close(dfd)
+        raise
+    return dfd
 
 
 def _command() -> str:
@@ -131,14 +151,21 @@ class WorkspaceLock:
                 held[1] += 1
                 self._key = key
                 return self
-            fd = os.open(key / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+            dfd = _lock_directory(key, self.root)
+            try:
+                fd = os.open(key / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+            except BaseException:
+                os.close(dfd)
+                raise
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 os.close(fd)
+                os.close(dfd)
                 raise WorkspaceLockedError(self.root, read_holder(key)) from None
             except BaseException:
                 os.close(fd)
+                os.close(dfd)
                 raise
             # A holder record left in the file: its writer died without releasing (kill -9,
             # a power cut), so what it wrote may be half-done (`unclean`).
@@ -147,7 +174,7 @@ class WorkspaceLock:
             info = json.dumps({"pid": os.getpid(), "command": self.command, "since": since})
             os.ftruncate(fd, 0)
             os.pwrite(fd, info.encode(), 0)
-            _HELD[key] = [fd, 1, unclean]
+            _HELD[key] = [fd, 1, unclean, dfd]
             self._key = key
             self._token = _MINE.set(_MINE.get() | {key})
         try:  # the first writer after a kill finds its half-written temp files
@@ -177,6 +204,7 @@ class WorkspaceLock:
                     os.ftruncate(held[0], 0)
                 fcntl.flock(held[0], fcntl.LOCK_UN)
                 os.close(held[0])
+                os.close(held[3])  # the directory's lock goes with its descriptor
 
     def __enter__(self) -> WorkspaceLock:
         return self.acquire()
