@@ -178,6 +178,10 @@ def test_a_missing_skill_in_skills_dir_is_named_and_nothing_written(tmp_path: Pa
     (json.dumps({"unit_id": "x", "task_type": "T", "question": "q", "options": "ab",
                  "answer": "A"}), "options must be a list"),
     (json.dumps(unit_line("OCR Problems", 0, 0)), "duplicate unit_id 'ocr-00'"),
+    # the answer's text twice: no reply can tell the right option from its twin
+    (json.dumps({"unit_id": "x", "task_type": "T", "question": "q",
+                 "options": ["two", "three", " Two ", "four"], "answer": "C"}),
+     "option C, the answer, has the text of option A"),
     (json.dumps(unit_line("OCR Problems", 0, 1))[:-1] + ', "answer": "B"}',
      "duplicate key 'answer'"),  # which answer is the truth? Refused, not the last
 ])

@@ -369,11 +369,22 @@ def _unit_record(obj: Any) -> UnitRecord:
     valid = _LETTERS[:len(opts)]
     if not isinstance(ans, str) or ans.strip().upper() not in valid or len(ans.strip()) != 1:
         raise InputError(f"answer must be one letter of {valid!r}, got {shown(obj['answer'])}")
+    ans = ans.strip().upper()
+    same = [_LETTERS[i] for i, o in enumerate(opts) if _LETTERS[i] != ans
+            and _option_key(o) == _option_key(opts[valid.index(ans)])]
+    if same:  # a reply by letter is a coin toss, one by text matches both
+        raise InputError(f"option {ans}, the answer, has the text of option {same[0]} "
+                         f"({shown(opts[valid.index(ans)])}): no reply can tell them apart")
     task = obj.get("task_description")
     if task is not None and (why := task_description_problem(task)):
         raise InputError(f"task_description {why}, got {shown(task)}")
     return UnitRecord(obj["unit_id"], obj["task_type"], obj["question"], tuple(opts),
-                      ans.strip().upper(), parse_media(obj.get("media")), task)
+                      ans, parse_media(obj.get("media")), task)
+
+
+def _option_key(text: str) -> str:
+    """An option's text as a reader compares it: NFKC, case and spacing ignored."""
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
 
 
 def _check_text(obj: Any) -> None:
