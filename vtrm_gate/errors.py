@@ -295,10 +295,28 @@ QUOTE_MAX = 80
 """How many characters of an offending value an error message quotes."""
 
 
+def safe_str(exc: BaseException) -> str:
+    """``str(exc)``, or a note when its own ``__str__`` raises (an SDK error that reads a
+    field never set): the text of an error must never be a second error."""
+    try:
+        return str(exc)
+    except Exception as err:
+        return f"<its str() raised {type(err).__name__}>"
+
+
+def described(exc: BaseException) -> str:
+    """``Type: message`` of an exception (`safe_str`)."""
+    return f"{type(exc).__name__}: {safe_str(exc)}"
+
+
 def shown(value: object, limit: int = QUOTE_MAX) -> str:
     """``repr(value)`` for an error message, at most ~``limit`` characters: a longer one is
-    cut and says how long it was (a 3 MB value never makes a 3 MB error line)."""
-    text = repr(value)
+    cut and says how long it was (a 3 MB value never makes a 3 MB error line); a value whose
+    repr raises is named by its type."""
+    try:
+        text = repr(value)
+    except Exception as err:
+        return f"<{type(value).__name__} whose repr raised {type(err).__name__}>"
     if len(text) <= limit:
         return text
     size = (f"{len(value):,} characters" if isinstance(value, str)

@@ -34,7 +34,8 @@ from vtrm_gate import (
     run_gate,
     run_gate_sync,
 )
-from vtrm_gate.gate import SubscriberWarning
+from vtrm_gate.errors import InvalidResultError
+from vtrm_gate.gate import STOP_GRACE_S, SubscriberWarning
 from vtrm_gate.sim import run_virtual as run
 from vtrm_gate.stats import MeasureAll
 from vtrm_gate.testing import OutcomeTable
@@ -234,6 +235,137 @@ def test_exception_in_infer_counts_as_infra_with_text_kept():
         run(run_gate([TypePlan("A", [f"u{i}" for i in range(20)])], broken, sink=sink))
     assert sink.results[0][1].infra
     assert sink.results[0][1].error == "ConnectionError: backend down"
+
+
+class _UnsetBody(Exception):
+    """An SDK error whose ``__str__`` reads a field that was never set."""
+
+    def __str__(self) -> str:
+        return self.body["message"]  # type: ignore[attr-defined]
+
+
+class _NoRepr:
+    def __repr__(self) -> str:
+        raise RuntimeError("repr of a half-built object")
+
+
+def test_an_exception_whose_text_fails_is_infra_not_a_hang():
+    """Hostile pass (h25): formatting the INFRA error of such an exception raised inside the
+    worker's handler; the worker died without a word and the gate waited for it for good."""
+    async def infer(task):
+        if task.ladder_rank == 3 and task.arm == "cand":
+            raise _UnsetBody()
+        return UnitResult(correct=task.arm == "cand")
+
+    sink = ListSink()
+    res = run(asyncio.wait_for(run_gate([TypePlan("A", [f"u{i}" for i in range(12)])], infer,
+                                        sink=sink), 60))
+    assert res.outcomes["A"].action == Action.ACCEPT and res.counters["A"].infra_units == 1
+    [error] = [row[1].error for row in sink.results if row[1].infra]
+    assert error == "_UnsetBody: <its str() raised AttributeError>"
+
+
+def test_a_result_value_whose_repr_fails_still_fails_the_gate():
+    """A ``correct`` whose repr raised made the InvalidResultError's own message raise inside
+    the worker's try: the bad result counted as INFRA instead of failing the gate."""
+    async def infer(task):
+        return UnitResult(correct=_NoRepr() if task.ladder_rank == 2 else task.arm == "cand")
+
+    with pytest.raises(InvalidResultError, match=r"UnitResult\.correct=<_NoRepr whose repr "
+                                                 r"raised RuntimeError>"):
+        run(run_gate([TypePlan("A", [f"u{i}" for i in range(12)])], infer))
+
+
+@pytest.mark.parametrize("hit", [UnitResult(correct="False"), UnitResult(correct=0.7),
+                                 UnitResult(correct=None), UnitResult(correct=False, tokens=-5)],
+                         ids=["text", "float", "none", "tokens"])
+def test_a_baseline_store_hit_is_checked_like_an_infer_result(hit):
+    """Hostile pass (h25): a BaselineStore's hits went unchecked: ``correct="False"`` or 0.7
+    counted by its truth value and turned every win into a tie (FUTILE where the outcomes
+    ACCEPT); the same result from infer fails the gate, and replay_prefix refuses it."""
+    class Store:
+        async def get(self, task):
+            return hit
+
+        async def put(self, task, result):
+            pass
+
+    async def infer(task):
+        return UnitResult(correct=task.arm == "cand")
+
+    with pytest.raises(InvalidResultError, match="base arm"):
+        run(run_gate([TypePlan("A", [f"u{i}" for i in range(12)])], infer, baseline=Store()))
+
+
+def test_a_dispatch_policy_that_starves_an_undecided_type_fails_the_gate():
+    """Hostile pass (h25): a policy returning None ("never start this lane's remaining
+    units") for a type that had not decided made run_gate return a normal result holding a
+    CONTINUE outcome after 3 of 12 units, not aborted, with no call counted unstarted."""
+    class SkipB:
+        def max_wait(self, n):
+            return None
+
+        def priority(self, lane, rank):
+            return None if lane.task_type == "B" and rank >= 3 else (1.0,)
+
+    async def infer(task):
+        return UnitResult(correct=task.arm == "cand")
+
+    plans = [TypePlan(t, [f"{t}{i}" for i in range(12)]) for t in "AB"]
+    with pytest.raises(RuntimeError, match=r"SkipB left type 'B' undecided after 3 of its 12 "
+                                           r"ladder units"):
+        run(run_gate(plans, infer, dispatch=SkipB()))
+
+
+def _deaf_past(rank: int, swallowed: list[int]):
+    """An infer that answers units before ``rank`` and, past it, ignores its cancellation
+    (a retry-on-anything loop) once, giving up at the second."""
+    async def infer(task):
+        if task.ladder_rank < rank:
+            await asyncio.sleep(1)
+            return UnitResult(correct=task.arm == "cand")
+        while True:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                swallowed.append((task.ladder_rank, task.arm))
+                if swallowed.count((task.ladder_rank, task.arm)) > 1:
+                    raise
+    return infer
+
+
+def test_calls_that_ignore_their_cancellation_do_not_hold_the_gate_past_its_grace():
+    """Hostile pass (h25): with every type decided, the gate waited for each stopped call
+    to confirm it had stopped; an infer that swallowed CancelledError held `await handle`
+    for good, though partial() already said ACCEPT."""
+    swallowed: list[int] = []
+    plans = [TypePlan("A", [f"u{i}" for i in range(40)])]
+
+    async def go():
+        t0 = asyncio.get_running_loop().time()
+        res = await run_gate(plans, _deaf_past(8, swallowed), concurrency=24,
+                             dispatch="round_robin")  # 12 units in flight; ACCEPT at 8
+        return res, asyncio.get_running_loop().time() - t0
+
+    res, took = run(go())
+    assert res.outcomes["A"].action == Action.ACCEPT and res.aborted is None
+    assert 1 + STOP_GRACE_S <= took < 2 + STOP_GRACE_S
+    c = res.counters["A"]
+    assert c.cancelled_in_flight == len(set(swallowed)) > 0  # stopped, then left behind
+
+
+def test_cancel_returns_within_the_grace_when_calls_ignore_it():
+    swallowed: list[int] = []
+
+    async def go():
+        handle = launch([TypePlan("A", [f"u{i}" for i in range(40)])], _deaf_past(0, swallowed),
+                        concurrency=4)
+        await asyncio.sleep(5)
+        handle.cancel()
+        return await asyncio.wait_for(handle, STOP_GRACE_S + 1)
+
+    res = run(go())
+    assert res.aborted and res.counters["A"].cancelled_in_flight == 4
 
 
 # ---- several types -------------------------------------------------------------------

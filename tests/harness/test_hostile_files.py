@@ -215,10 +215,11 @@ def test_a_writer_after_an_unclean_stop_checks_the_log(trained: Path, tmp_path: 
     lock._key = None  # the holder dies without releasing: its record stays in .lock
     from vtrm_gate.harness import _lock
 
-    fd, *_ = _lock._HELD.pop(ws.resolve())
+    fd, _, _, directory = _lock._HELD.pop(ws.resolve())
     import os
 
-    os.close(fd)
+    os.close(fd)  # the kernel drops both its locks when it dies
+    os.close(directory)
     damage(ws / "harness.sqlite")
     code, _, err = run_cli(["step", "--workspace", str(ws), "--epoch", "2", "--step", "1"])
     assert code == 2 and "quick_check" in err[0], err

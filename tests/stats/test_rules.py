@@ -161,3 +161,7 @@ def test_fastest_accept_of_the_defaults_and_of_parameters_that_cannot_accept():
     k = fastest_accept(GateParams(e_confirm=1e300, lambda_dir=1e-9, n_max=10**12))
     # (the factor as the kernel holds it, 1 + 1e-9 rounded to a double)
     assert k is not None and abs(k - math.log(1e300) / math.log(1.0 + 1e-9)) <= 1
+    # one unit past n_max, beyond the walk (hostile pass h25): 1,000,001, so RunOptions took
+    # parameters under which no candidate can be accepted
+    assert fastest_accept(GateParams(lambda_dir=1e-6, e_confirm=math.e, w_net_min=0,
+                                     n_max=1_000_000)) is None

@@ -68,6 +68,7 @@ from ._plan import checked_result as checked_result
 from ._result import GateResult as GateResult
 from ._result import TypeCounters as TypeCounters
 from ._scheduler import PAST_STOP_POLICIES as PAST_STOP_POLICIES
+from ._scheduler import STOP_GRACE_S as STOP_GRACE_S
 from ._scheduler import PastStop as PastStop
 from ._scheduler import run_gate as run_gate
 
@@ -76,6 +77,7 @@ __all__ = [
     "DISPATCH_NAMES",
     "MAX_RESULT_TOKENS",
     "PAST_STOP_POLICIES",
+    "STOP_GRACE_S",
     "Admission",
     "BaselineStore",
     "DispatchName",

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from .._ids import Arm, arm_run_id, content_hash, is_unicode, slugify
-from ..errors import InvalidResultError, is_real, is_whole
+from ..errors import InvalidResultError, is_real, is_whole, shown
 from ..stats import (
     DecisionRule,
     TypeOutcome,
@@ -110,23 +110,24 @@ _EXPECTED = {"correct": "a bool (None only with infra=True)", "infra": "a bool",
              "error": "a string or None"}
 
 
-def checked_result(task: UnitTask, res: object) -> UnitResult:
-    """What ``infer`` returned for ``task``, checked: a `UnitResult` with bool flags, a
-    non-negative integer ``tokens``, finite ``latency_s`` and text or None (numpy scalars
-    become Python values; ``correct=None`` of an INFRA result becomes False).
-    `InvalidResultError` naming unit, arm, field and value otherwise: an arm-dependent bug
-    (``correct=None`` without ``infra``, ``"no"``, NaN) must fail the gate, never count."""
+def checked_result(task: UnitTask, res: object, source: str = "infer") -> UnitResult:
+    """What ``source`` (``infer``, or a baseline store) returned for ``task``, checked: a
+    `UnitResult` with bool flags, a non-negative integer ``tokens``, finite ``latency_s`` and
+    text or None (numpy scalars become Python values; ``correct=None`` of an INFRA result
+    becomes False). `InvalidResultError` naming unit, arm, field and value otherwise: an
+    arm-dependent bug (``correct=None`` without ``infra``, ``"no"``, NaN) must fail the gate,
+    never count."""
     if type(res) is UnitResult and _plain(res):  # the common case: no union, no text built
         return res
     where = f"type {task.task_type!r}, unit {task.unit_id!r} ({task.arm} arm)"
     if not isinstance(res, UnitResult):
-        raise InvalidResultError(f"infer returned {type(res).__name__}, expected UnitResult, "
-                                 f"for {where}")
+        raise InvalidResultError(f"{source} returned {type(res).__name__}, expected "
+                                 f"UnitResult, for {where}")
     fault = _result_fault(res)
     if fault is not None:
         name, value = fault
-        raise InvalidResultError(f"infer returned UnitResult.{name}={value!r} for {where}; "
-                                 f"it must be {_EXPECTED[name]}")
+        raise InvalidResultError(f"{source} returned UnitResult.{name}={shown(value)} for "
+                                 f"{where}; it must be {_EXPECTED[name]}")
     if type(res.correct) is bool and type(res.infra) is bool and type(res.cached) is bool \
             and type(res.tokens) is int:
         return res

@@ -17,7 +17,7 @@ from typing import Any, Literal, NamedTuple
 
 from .._env import DEFAULT_CONCURRENCY
 from .._ids import Arm
-from ..errors import InfraGuardError, TargetClashError, is_real, is_whole
+from ..errors import InfraGuardError, TargetClashError, described, is_real, is_whole, safe_str
 from ..stats import (
     Action,
     DecisionRule,
@@ -202,6 +202,7 @@ class _Gate:
         self.idle: list[tuple[asyncio.Task[None], asyncio.Future[UnitTask | None]]] = []
         self.running: set[asyncio.Task[None]] = set()
         self.stopping: set[asyncio.Task[None]] = set()
+        self.detached: set[asyncio.Task[None]] = set()  # stopped, ignored it: left behind
         self.aborting = False
         self.peak = 0
         self.t0 = self.loop.time()
@@ -245,6 +246,9 @@ class _Gate:
                     stopping.discard(me)
                     if me.cancelling():
                         me.uncancel()
+                elif me in self.detached:  # the gate stopped waiting for this call
+                    self.detached.discard(me)
+                    return
             del in_flight[me]
             self._signal(signal)
             if self.aborting:
@@ -279,7 +283,7 @@ class _Gate:
                          f"({task.arm} arm): a programming error fails the gate (other "
                          f"exceptions count as INFRA)")
         elif isinstance(exc, Exception):  # a broken backend is INFRA for that arm, text kept
-            return _Completed(task, UnitResult(infra=True, error=f"{type(exc).__name__}: {exc}",
+            return _Completed(task, UnitResult(infra=True, error=described(exc),
                                                latency_s=self.now() - t))
         self.fatal = exc
         return _Crashed(task, exc)
@@ -297,6 +301,29 @@ class _Gate:
         while not self.signals:
             self.waiter = self.loop.create_future()
             await self.waiter
+
+    async def _wait_for_stops(self) -> None:
+        """Every call in flight is one the gate stopped: wait for them at most `STOP_GRACE_S`.
+        An ``infer`` that ignores its cancellation (a retry-on-anything loop) is then left
+        to run detached, its call counted as cancelled and its slot freed: a gate whose
+        types have decided must return."""
+        try:
+            await asyncio.wait_for(self._wait(), STOP_GRACE_S)
+        except TimeoutError:
+            self.waiter = None
+            for worker in list(self.stopping):
+                self._detach(worker)
+
+    def _detach(self, worker: asyncio.Task[None]) -> None:
+        """Leave ``worker`` (stopped, not yet stopping) behind: it tells the gate nothing."""
+        task = self.in_flight.pop(worker, None)
+        self.stopping.discard(worker)
+        self.detached.add(worker)
+        if worker in self.workers:
+            self.workers.remove(worker)
+        if task is not None:
+            self.n_in_flight -= 1
+            self.by_type[task.task_type].counters.cancelled_in_flight += 1
 
     def _stop(self, worker: asyncio.Task[None]) -> None:
         """Stop ``worker``'s call (it serves nothing now): cancelled inside ``infer``, or
@@ -352,12 +379,16 @@ class _Gate:
                         await self._drain()
                 if self.n_in_flight == 0:
                     if exhausted:
+                        self._check_all_decided()
                         break
                     continue
-                await self._wait()
+                if len(self.stopping) >= self.n_in_flight:  # only stopped calls are left
+                    await self._wait_for_stops()
+                else:
+                    await self._wait()
             await self._release_workers()
         except BaseException as exc:
-            reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            reason = described(exc) if safe_str(exc) else type(exc).__name__
             self.aborted = reason
             # a second cancel() while aborting must not skip the cleanup
             await _to_the_end(self._abort(reason), reraise_cancel=False)
@@ -408,6 +439,17 @@ class _Gate:
             else:
                 raise signal.exc  # type: ignore[union-attr]  # _Crashed, the one kind left
 
+    def _check_all_decided(self) -> None:
+        """Dispatch ran out with nothing in flight: every type must have decided. A policy
+        that scores an undecided type's units None starved it: a bug, never a result."""
+        for run in self.runs:
+            if not run.frozen:
+                raise RuntimeError(
+                    f"dispatch policy {type(self.dispatch).__name__} left type "
+                    f"{run.task_type!r} undecided after {run.prefix} of its {run.n} ladder "
+                    f"units (priority None means never start a lane's units: only for a "
+                    f"decided type)")
+
     async def _dispatch_base(self, run: _TypeRun, rank: int) -> None:
         """A base-arm unit with a baseline store: its stored answer if any, else a call."""
         if run.frozen:  # checked at dispatch time: a frozen type starts nothing new
@@ -416,7 +458,8 @@ class _Gate:
         hit = await self.baseline.get(task)  # type: ignore[union-attr]  # set by the caller
         if run.frozen:
             return
-        if hit is not None:
+        if hit is not None:  # checked as infer's results are: "False" must not count
+            hit = checked_result(task, hit, "the baseline store")
             run.counters.cache_hits += 1
             await self._finish(task, _as_cached(hit), cache_hit=True)
             return
@@ -612,8 +655,9 @@ class _Gate:
         workers = [w for w in self.workers if not w.done()]
         for w in workers:
             w.cancel()
-        if workers:
-            await asyncio.gather(*workers, return_exceptions=True)
+        if workers:  # a call that ignores its cancellation is left behind after the grace
+            _, stuck = await asyncio.wait(workers, timeout=STOP_GRACE_S)
+            self.detached.update(stuck)
         for task in self.in_flight.values():  # stopped by the abort (or by a freeze before)
             self.by_type[task.task_type].counters.cancelled_in_flight += 1
         self.in_flight.clear()
@@ -647,6 +691,10 @@ class _Gate:
 
 
 _PROGRAMMING_ERRORS = (TypeError, AttributeError, NameError)
+
+STOP_GRACE_S = 10.0
+"""How long (loop clock) a gate waits for calls it cancelled to stop: one whose ``infer``
+ignores its cancellation is then left running detached, counted as cancelled."""
 """Raised by ``infer``, these are bugs, not infrastructure: the gate fails at once."""
 
 

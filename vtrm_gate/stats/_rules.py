@@ -59,8 +59,8 @@ def fastest_accept(params: GateParams, rule: DecisionRule | None = None) -> int 
                                                 / params.log_win_factor))
         if k_est > params.n_max + 1:
             return None
-        if k_est > _WALK:
-            return k_est
+        if k_est > _WALK:  # the closed form, trusted this far out: within n_max or none
+            return k_est if k_est <= params.n_max else None
         f_win, e_plus = bet_factors(params, 1)[0], 1.0
         for k in range(1, min(params.n_max, k_est + 1) + 1):
             e_plus *= f_win
