@@ -59,6 +59,9 @@ def test_a_rerun_step_says_so_and_a_first_run_does_not(outputs):
     assert ("re-run: step e1 s1 was recorded and applied before; it ran again from the state "
             "before it (log rows replaced, recorded candidates reused, base arm from "
             "BaselineCache for") in again
+    # (h26) the first run's cost went without a word: the re-run's is what is recorded now
+    assert "its tokens and time are now this run's (export first to keep the earlier " \
+        "run's)" in again
 
 
 def test_replay_counts_unrun_units_in_the_right_number(outputs):

@@ -252,3 +252,24 @@ def test_a_log_that_numbers_steps_past_a_billion_is_read_and_the_message_names_t
     err = capsys.readouterr().err
     assert ("row 2, column 'step': must be a whole number from 0 to 999999999999999999, got "
             "'1000000000000000000'") in err, err
+
+
+def test_an_exported_gate_evidence_table_is_refused_and_export_writes_the_outcomes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Hostile pass (h26): ``export`` wrote gate_evidence, which has every outcomes column
+    but no n_ladder, so ``fit --outcomes`` and ``replay --outcomes`` read each gate's
+    consumed prefix as its whole ladder: stops moved, invented block decisions, and a fit of
+    30% harmful where the workspace said 2%. No command wrote the outcomes table."""
+    from vtrm_gate.harness import replay_outcomes, workspace_outcomes
+    from vtrm_gate.sim import SimConfig, init_simulated
+
+    ws = tmp_path / "ws"
+    init_simulated(ws, SimConfig(seed=3)).close()
+    assert main(["step", "--workspace", str(ws), "--epoch", "1", "--step", "1"]) == 0
+    assert main(["export", "--workspace", str(ws), "--out", str(tmp_path / "x")]) == 0
+    capsys.readouterr()
+    assert main(["replay", "--outcomes", str(tmp_path / "x" / "gate_evidence.parquet")]) == 2
+    err = capsys.readouterr().err
+    assert "gate_evidence" in err and "n_ladder" in err and "outcomes.parquet" in err
+    exported = replay_outcomes(tmp_path / "x" / "outcomes.parquet")
+    assert exported.equals(replay_outcomes(workspace_outcomes(ws)))

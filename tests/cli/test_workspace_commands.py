@@ -17,7 +17,13 @@ import polars as pl
 import pytest
 
 from vtrm_gate.cli import main
-from vtrm_gate.harness import TABLES, Workspace, workspace_lock
+from vtrm_gate.harness import (
+    TABLES,
+    Workspace,
+    read_outcomes,
+    workspace_lock,
+    workspace_outcomes,
+)
 from vtrm_gate.sim import SimConfig, SimWorld, init_simulated
 from vtrm_gate.testing import train_small_workspace
 
@@ -70,7 +76,8 @@ def test_export_writes_every_table_with_the_sqlite_row_counts(trained_workspace,
         timeout=240)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    assert set(out["tables"]) == set(TABLES)
+    assert set(out["tables"]) == {*TABLES, "outcomes"}  # and what fit and replay read
+    assert read_outcomes(out["tables"]["outcomes"]["file"]).equals(workspace_outcomes(ws))
     read = pl.read_parquet if fmt == "parquet" else pl.read_csv
     for t in TABLES:
         path = tmp_path / "out" / f"{t}.{fmt}"

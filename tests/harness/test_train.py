@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from vtrm_gate.errors import InfraGuardError, WorkspaceError
+from vtrm_gate.errors import InfraGuardError, StepRefusedError, WorkspaceError
 from vtrm_gate.gate import GuardParams, UnitResult, UnitTask
 from vtrm_gate.harness import (
     HELDOUT_FILE,
@@ -247,6 +247,74 @@ def test_infra_abort_keeps_finished_steps_and_the_next_run_resumes_there(tmp_pat
     res = _train(b, infer=flaky)
     assert res.done_before == 1 and min(res.steps) == (1, 2)
     assert end_state(a.root) == end_state(b.root)
+
+
+def test_a_recorded_step_whose_agent_changed_is_refused_before_its_rollout(tmp_path):
+    """Hostile pass (h26): ``train`` ran a step's rollout (its LLM calls) before run_step
+    refused the step for a changed agent config, as ``step`` does before any call; its
+    message said "pass --force", which train does not take."""
+    ws = _init(tmp_path / "ws")
+    be = simulated_backend(ws)
+
+    async def down(task: UnitTask) -> UnitResult:  # e1 s1 recorded, never applied
+        return UnitResult(infra=True, error="503")
+
+    with pytest.raises(InfraGuardError):
+        _train(ws, 1, 1, infer=down)
+    (ws.root / "train.json").unlink()  # as a hand-run step leaves it: no train.json yet
+    cfg = json.loads((ws.root / "workspace.json").read_text())
+    cfg["agent"] = {**cfg["agent"], "model": "another-model"}
+    (ws.root / "workspace.json").write_text(json.dumps(cfg))
+    w = Workspace.open(ws.root)
+    rollouts: list[tuple[int, int]] = []
+    inner = be.rollout(w)
+
+    async def counted(e, s):
+        rollouts.append((e, s))
+        return await inner(e, s)
+
+    with pytest.raises(StepRefusedError, match=r"(?s)agent\.model.*vtrm-gate step --epoch 1 "
+                                               r"--step 1 --force") as err:
+        run_virtual(train(w, 1, 1, infer=be.infer, evolver=be.evolver, rollout=counted,
+                          options=RunOptions(concurrency=16)))
+    assert rollouts == [] and "force=True" not in str(err.value)
+
+
+def test_a_resume_with_another_agent_config_is_refused_naming_it(tmp_path):
+    """Hostile pass (h26): token limits given on the command line were not in train.json,
+    so ``train`` resumed without them went on with the defaults (think 48 -> 512), silently:
+    the run's later steps measured another agent. The agent config now joins train.json."""
+    ws = _init(tmp_path / "ws")
+    _train(ws, 1, 1)
+    cfg = json.loads((ws.root / "workspace.json").read_text())
+    cfg["agent"] = {**cfg["agent"], "max_tokens": {"think": 48}}
+    (ws.root / "workspace.json").write_text(json.dumps(cfg))
+    w = Workspace.open(ws.root)
+    with pytest.raises(TrainRefusedError, match=r"agent\.max_tokens"):
+        _train(w, 2, 1)
+    assert w.state.last_step == (1, 1)
+
+
+def test_a_train_json_from_before_the_agent_was_recorded_still_resumes(tmp_path):
+    ws = _init(tmp_path / "ws")
+    _train(ws, 1, 1)
+    record = json.loads((ws.root / "train.json").read_text())
+    del record["config"]["agent"]
+    (ws.root / "train.json").write_text(json.dumps(record))
+    _train(ws, 2, 1)
+
+
+def test_a_run_without_a_held_out_split_says_it_will_not_evaluate(tmp_path):
+    """Hostile pass (h26): an --llm workspace has no held-out split by default; train then
+    never evaluated and nothing said so (the docs said evaluation was on by default)."""
+    ws = init_simulated(tmp_path / "ws", CONFIG, heldout_fraction=0.0)
+    events = []
+    _train(ws, 1, 1, on_event=events.append)
+    notes = [e.line for e in events if e.kind == "notice"]
+    assert any("declares no held-out split" in n and "--heldout-fraction" in n for n in notes)
+    with_split = []
+    _train(_init(tmp_path / "other"), 1, 1, on_event=with_split.append)
+    assert not any("held-out split" in e.line for e in with_split if e.kind == "notice")
 
 
 # ---- kill -9 at random points, real processes -------------------------------------------------

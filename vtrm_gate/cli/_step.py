@@ -90,7 +90,8 @@ def rerun_note(res: Any) -> str | None:
     hits = 0 if res.gate is None else res.gate.total("cache_hits")
     reused = "recorded candidates reused, " if res.reused_candidates else ""
     return (f"re-run: step e{res.epoch} s{res.step} was {what} (log rows replaced, {reused}"
-            f"base arm from BaselineCache for {hits} calls)")
+            f"base arm from BaselineCache for {hits} calls); its tokens and time are now "
+            f"this run's (export first to keep the earlier run's)")
 
 
 def step_summary(res: Any) -> dict[str, Any]:

@@ -176,7 +176,11 @@ def refusal(ws: Workspace, epoch: int, step: int, changes: list[str]) -> StepRef
         f"step e{epoch} s{step} was run before with a different manifest "
         f"({ws.manifest_path(epoch, step).relative_to(ws.root)}); refusing to re-run it "
         f"because:\n  - " + "\n  - ".join(changes)
-        + "\npass force=True to re-run it anyway (its log rows are replaced)", changes)
+        + f"\n{FORCE_ADVICE}", changes)
+
+
+FORCE_ADVICE = "pass force=True to re-run it anyway (its log rows are replaced)"
+"""How a refused re-run is overridden (the CLI spells it --force; `train` has no override)."""
 
 
 def check_agent_unchanged(ws: Workspace, epoch: int, step: int, force: bool = False) -> None:

@@ -237,10 +237,8 @@ _OTHER_SEPARATORS = (";", "\t", "|")
 """What a spreadsheet may have separated a CSV's fields with instead of commas."""
 
 
-def _typed(path: str | Path, raw: pl.DataFrame) -> pl.DataFrame:
-    """Check every cell and convert the columns to their types."""
-    import polars as pl
-
+def _check_header(path: str | Path, raw: pl.DataFrame) -> None:
+    """The columns a table names (and its size): an outcomes table, not another one."""
     missing = [c for c in OUTCOME_COLUMNS if c not in raw.columns]
     seps = [c for c in _OTHER_SEPARATORS if raw.width == 1 and c in raw.columns[0]]
     if missing and seps:
@@ -250,11 +248,25 @@ def _typed(path: str | Path, raw: pl.DataFrame) -> pl.DataFrame:
     if missing:
         raise OutcomesError(f"{path}: missing column {missing[0]!r}; an outcomes table has "
                             f"{list(OUTCOME_COLUMNS)}")
+    if "n_remaining" in raw.columns and "n_ladder" not in raw.columns:
+        suffix = Path(str(path)).suffix or ".parquet"
+        raise OutcomesError(
+            f"{path}: a gate_evidence table (it has n_remaining, no n_ladder): it holds each "
+            f"gate's consumed prefix only, so every gate would read as a complete ladder; "
+            f"read outcomes{suffix}, which export writes beside it (or "
+            f"vtrm_gate.write_outcomes(workspace, path))")
     if raw.height > MAX_OUTCOME_ROWS:
         raise OutcomesError(f"{path}: row {MAX_OUTCOME_ROWS + 1}: more than "
                             f"{MAX_OUTCOME_ROWS:,} rows (split the file)")
     if raw.height == 0:
         raise OutcomesError(f"{path}: no rows")
+
+
+def _typed(path: str | Path, raw: pl.DataFrame) -> pl.DataFrame:
+    """Check every cell and convert the columns to their types."""
+    import polars as pl
+
+    _check_header(path, raw)
     df = raw.select([c for c in _SCHEMA if c in raw.columns])
     txt = {c: pl.col(c).str.strip_chars() for c in df.columns}
     for c in (*_INTS, "base_correct", "cand_correct", "infra"):

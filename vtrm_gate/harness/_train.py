@@ -23,7 +23,14 @@ from typing import Any
 
 from .._ids import EVAL_STEP, PROBATION_STEP
 from .._sync import run_sync
-from ..errors import ConfigError, TrainRefusedError, WorkspaceError, is_whole, shown
+from ..errors import (
+    ConfigError,
+    StepRefusedError,
+    TrainRefusedError,
+    WorkspaceError,
+    is_whole,
+    shown,
+)
 from ..gate import (
     Infer,
     Subscriber,
@@ -41,7 +48,7 @@ from ._evaluate import (
     read_heldout,
 )
 from ._files import write_json
-from ._manifest import diff_inputs, recorded_manifests
+from ._manifest import FORCE_ADVICE, check_agent_unchanged, diff_inputs, recorded_manifests
 from ._order import TRAIN_FILE, train_record
 from ._results import StepResult
 from ._settle import ProbationResult, settle_probation
@@ -66,7 +73,7 @@ class TrainEvent:
 
     kind: str
     """step | settle | evaluate | resume | finished | notice (before the first step: a type
-    no step can accept, `never_accepted`)"""
+    no step can accept, `never_accepted`; no held-out split, so no evaluation)"""
     epoch: int
     step: int | None
     line: str
@@ -139,6 +146,9 @@ def _train_config(steps_per_epoch: int, options: RunOptions, evaluate: bool,
         "evaluate": evaluate, "probation_rule": ws.config.probation_rule,
         "probation_units": ws.config.probation_units,
         "probation_min_w_net": ws.config.probation_min_w_net,
+        # the agent as this run's backend made it (token limits, model, version): a resume
+        # without a flag the run began with measured another agent, silently
+        "agent": dict(ws.config.agent),
         # present only when not the default, so older train.json files compare equal
         **({"probation_order": ws.config.probation_order}
            if ws.config.probation_order != "shuffle" else {})}))
@@ -148,7 +158,10 @@ def _check_train_config(ws: Workspace, epochs: int, config: Mapping[str, Any]) -
     """Refuse a changed configuration; True when ``train.json`` is to be (re)written."""
     prior = train_record(ws)
     if prior is not None:
-        changes = diff_inputs(prior["config"], dict(config))
+        mine = dict(config)
+        if "agent" not in prior["config"]:  # a train.json from before the agent was recorded
+            del mine["agent"]
+        changes = diff_inputs(prior["config"], mine)
         if changes:
             raise TrainRefusedError(
                 f"{ws.root}: the training configuration changed since the last run ("
@@ -284,6 +297,10 @@ async def train(workspace: Workspace | str | Path, epochs: int, steps_per_epoch:
         if ws.stale_skills:
             ws.sync_skills()
         run = _Run(ws, infer, evolver, cases, rollout, options, tuple(subscribers), on_event)
+        if not heldout:  # an --llm workspace's default: say it once, not by omission
+            run.emit(TrainEvent("notice", 1, None, (
+                f"note: {ws.root} declares no held-out split ({HELDOUT_FILE}): train does "
+                f"not evaluate; init with --heldout-fraction 0.2 to measure each epoch")))
         for t, (most, need) in never_accepted(ws, options).items():
             run.emit(TrainEvent("notice", 1, None, (
                 f"note: {t} has {len(ws.pool[t])} gate units, so at most {most} on a ladder "
@@ -333,13 +350,20 @@ class _Run:
         clock = self.clock
         t0 = clock.now()
         step_cases: Any = self.cases
-        if self.rollout is not None:
-            step_cases = dict(await self.rollout(e, s))
-        t1 = clock.now()
-        clock.phases["rollout"] += t1 - t0
-        res = await run_step(self.ws, e, s, infer=self.infer, evolver=self.evolver,
-                             cases=step_cases, options=self.options,
-                             subscribers=self.subscribers)
+        try:
+            check_agent_unchanged(self.ws, e, s)  # before the rollout's calls, as step does
+            if self.rollout is not None:
+                step_cases = dict(await self.rollout(e, s))
+            t1 = clock.now()
+            clock.phases["rollout"] += t1 - t0
+            res = await run_step(self.ws, e, s, infer=self.infer, evolver=self.evolver,
+                                 cases=step_cases, options=self.options,
+                                 subscribers=self.subscribers)
+        except StepRefusedError as exc:  # train has no override: the step command has
+            raise StepRefusedError(str(exc).replace(FORCE_ADVICE, (
+                f"train has no override: re-run it with `vtrm-gate step --epoch {e} --step "
+                f"{s} --force` and the settings you want, then train again")),
+                exc.changes) from None
         evolve_s, serial_s = clock.take_evolution()
         gate_s = max(0.0, clock.now() - t1 - evolve_s)
         clock.phases["evolution"] += evolve_s

@@ -28,6 +28,8 @@ from ..harness import (
     read_manifest,
     temp_sibling,
     train_started,
+    workspace_outcomes,
+    write_outcomes,
 )
 from ..options import DEFAULT_DECISION_RULE, EXECUTION_FIELDS
 from ..stats import Action, GateParams, TrajectoryPoint, TypeOutcome
@@ -257,8 +259,9 @@ def export_tables(workspace: Workspace, out: str | Path, fmt: str = "parquet"
                   ) -> dict[str, tuple[Path, int]]:
     """Write every log table to ``out/<table>.<parquet|csv>`` (Parquet, CSV, or CSV for
     Excel: `EXPORT_FORMATS`; the columns of
-    `vtrm_gate.harness.TABLES`, docs/api.md). Each file appears whole (written aside, then
-    renamed). Returns ``{table: (file, rows written)}``."""
+    `vtrm_gate.harness.TABLES`, docs/api.md), and the recorded gates' ``outcomes`` (the
+    table `fit` and `replay --outcomes` read: `write_outcomes`). Each file appears whole
+    (written aside, then renamed). Returns ``{table: (file, rows written)}``."""
     if fmt not in EXPORT_FORMATS:
         raise ValueError(f"format must be one of {', '.join(EXPORT_FORMATS)}, got {fmt!r}")
     out = user_path(out)
@@ -281,6 +284,10 @@ def export_tables(workspace: Workspace, out: str | Path, fmt: str = "parquet"
             df.write_csv(tmp, include_bom=fmt == "csv-excel")
         tmp.replace(path)
         files[t] = (path, df.height)
+    outcomes = workspace_outcomes(workspace)  # what fit and replay --outcomes read
+    if outcomes.height:  # (gate_evidence holds each gate's consumed prefix only)
+        path = out / f"outcomes.{'parquet' if fmt == 'parquet' else 'csv'}"
+        files["outcomes"] = (write_outcomes(outcomes, path), outcomes.height)
     return files
 
 
