@@ -315,7 +315,7 @@ class _Gate:
                 self._detach(worker)
 
     def _detach(self, worker: asyncio.Task[None]) -> None:
-        """Leave ``worker`` (stopped, not yet stopping) behind: it tells the gate nothing."""
+        """Leave ``worker`` behind (cancelled, still running): it tells the gate nothing."""
         task = self.in_flight.pop(worker, None)
         self.stopping.discard(worker)
         self.detached.add(worker)
@@ -691,11 +691,11 @@ class _Gate:
 
 
 _PROGRAMMING_ERRORS = (TypeError, AttributeError, NameError)
+"""Raised by ``infer``, these are bugs, not infrastructure: the gate fails at once."""
 
 STOP_GRACE_S = 10.0
 """How long (loop clock) a gate waits for calls it cancelled to stop: one whose ``infer``
 ignores its cancellation is then left running detached, counted as cancelled."""
-"""Raised by ``infer``, these are bugs, not infrastructure: the gate fails at once."""
 
 
 async def _to_the_end(coro: Awaitable[None], reraise_cancel: bool = True) -> None:

@@ -68,10 +68,18 @@ def read_manifest(ws: Workspace, epoch: int, step: int) -> dict[str, Any] | None
                              f"with force=True") from None
 
 
-def probation_manifest(ws: Workspace, task_type: str, p: Probation) -> dict[str, Any]:
+Manifests = dict[tuple[int, int], dict[str, Any] | None]
+"""Manifests read so far, by (epoch, step): one read each, however many types ask."""
+
+
+def probation_manifest(ws: Workspace, task_type: str, p: Probation,
+                       seen: Manifests | None = None) -> dict[str, Any]:
     """The manifest of the step that put ``task_type`` on probation: it records the version a
     rollback restores (its gate's base) and the cases its probe must leave out."""
-    manifest = read_manifest(ws, p.epoch, p.step)
+    seen = {} if seen is None else seen
+    if (p.epoch, p.step) not in seen:
+        seen[p.epoch, p.step] = read_manifest(ws, p.epoch, p.step)
+    manifest = seen[p.epoch, p.step]
     if manifest is None:
         raise WorkspaceError(
             f"{_rel(ws.root, ws.manifest_path(p.epoch, p.step))}, the record of the step that "
@@ -81,7 +89,8 @@ def probation_manifest(ws: Workspace, task_type: str, p: Probation) -> dict[str,
     return manifest
 
 
-def settled_text(ws: Workspace, state: TrainingState, task_type: str) -> str:
+def settled_text(ws: Workspace, state: TrainingState, task_type: str,
+                 seen: Manifests | None = None) -> str:
     """The type's last settled version (what its gates run against and a rollback restores),
     checked against its recorded hash: state.json's for the current version; for a type on
     probation, the base hash the step that began it recorded. A hand edit of that history
@@ -91,7 +100,7 @@ def settled_text(ws: Workspace, state: TrainingState, task_type: str) -> str:
     version, by = ref.version, "state.json's hash"
     want: str | None = ref.hash
     if p is not None:
-        base = probation_manifest(ws, task_type, p)["inputs"]["base_skills"][task_type]
+        base = probation_manifest(ws, task_type, p, seen)["inputs"]["base_skills"][task_type]
         version, want = p.prev_version, base["hash"]
         by = f"the hash step e{p.epoch} s{p.step} gated it at"
         if base["version"] != version:  # the manifest recorded another base: no hash for it

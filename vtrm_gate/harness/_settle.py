@@ -28,7 +28,7 @@ from ._access import writer
 from ._apply import push_rejected
 from ._gating import abort_reason, partial_of, report_aborted, run_workspace_gate
 from ._log import GateSink
-from ._manifest import plain, probation_manifest, settled_text
+from ._manifest import Manifests, plain, probation_manifest, settled_text
 from ._order import check_settle_order
 from ._state import Probation, Rejected, SkillRef, TrainingState
 from ._status import StepStatus
@@ -122,7 +122,7 @@ def _settled_before(ws: Workspace, epoch: int) -> ProbationResult:
     return ProbationResult(epoch, out, already_settled=True)
 
 
-def _used_by_step(ws: Workspace, task_type: str, p: Probation) -> set[str]:
+def _used_by_step(ws: Workspace, task_type: str, p: Probation, seen: Manifests) -> set[str]:
     """The units the step that began ``p`` used: its gate's consumed units and its cases.
     Without that record a probe could reuse them, so a missing one is refused."""
     used = ws.log.consumed_units(p.epoch, p.step, task_type)
@@ -132,7 +132,7 @@ def _used_by_step(ws: Workspace, task_type: str, p: Probation) -> set[str]:
             f"{task_type!r}, which state.json put on probation there (a database older than "
             f"state.json?): a probe could reuse the gate's units; restore the database "
             f"that goes with state.json")
-    manifest = probation_manifest(ws, task_type, p)
+    manifest = probation_manifest(ws, task_type, p, seen)
     return used | set(manifest["inputs"].get("cases", {}).get(task_type, ()))
 
 
@@ -184,12 +184,13 @@ def _probes(ws: Workspace, epoch: int, state: TrainingState) -> dict[str, _Probe
     """Every probation of an epoch <= ``epoch``, with its probe plan."""
     attempt = ws.log.infra_aborts(epoch, PROBATION_STEP)
     out = {}
+    seen: Manifests = {}
     for t, p in sorted(state.probation.items()):
         if p.epoch > epoch or state.skills[t].version != p.version:
             continue
-        prev_text, cur_text = settled_text(ws, state, t), ws.version_text(t, p.version)
+        prev_text, cur_text = settled_text(ws, state, t, seen), ws.version_text(t, p.version)
         rule = _probation_rule(ws, t, p)
-        units = _probe_units(ws, epoch, t, _used_by_step(ws, t, p))
+        units = _probe_units(ws, epoch, t, _used_by_step(ws, t, p, seen))
         plan = TypePlan(t, units, prev_text, cur_text, probation_run_id(epoch),
                         target_file=ws.target(t), rule=rule, attempt=attempt)
         out[t] = _Probe(p, rule, prev_text, cur_text, plan)

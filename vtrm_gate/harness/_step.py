@@ -52,7 +52,14 @@ from ._candidate import candidate_problem
 from ._files import atomic_write, join_notes, link_file, write_json
 from ._gating import abort_reason, partial_of, report_aborted, run_workspace_gate
 from ._log import GateSink
-from ._manifest import diff_inputs, read_manifest, recorded_candidates, refusal, settled_text
+from ._manifest import (
+    Manifests,
+    diff_inputs,
+    read_manifest,
+    recorded_candidates,
+    refusal,
+    settled_text,
+)
 from ._order import check_step_order
 from ._results import StepResult, TypeStep
 from ._state import TrainingState
@@ -184,7 +191,8 @@ def _step_inputs(ws: Workspace, epoch: int, step: int, options: RunOptions,
     current = {t: ws.skill_text(t, base_state) for t in types}
     # Every gate runs against the last settled version, so an ACCEPT is always against a
     # settled version (a type on probation is never gated against its unsettled bet).
-    texts = {t: settled_text(ws, base_state, t) for t in types}
+    seen: Manifests = {}
+    texts = {t: settled_text(ws, base_state, t, seen) for t in types}
     cooldown = tuple(t for t in types if base_state.in_cooldown(t))
     cases: dict[str, list[str]] = {}
     rollout_errors: dict[str, str] = {}
