@@ -21,7 +21,7 @@ from .._env import (
     mask_url,
     scrub,
 )
-from ..errors import ConfigError, RedisAccessError
+from ..errors import ConfigError, RedisAccessError, described
 from . import _cluster as cluster
 
 # ---- connection -----------------------------------------------------------------------
@@ -131,7 +131,7 @@ async def check_redis_access(url: str, prefix: str, *, socket_timeout: float = 2
         await client.get(key)
     except REDIS_FAILURES as exc:
         refused = _refusal(exc)
-        text = scrub(f"{type(exc).__name__}: {exc}", url)
+        text = scrub(described(exc), url)
         if refused is None:
             return text
         reason = scrub(str(refused), url)
@@ -140,7 +140,7 @@ async def check_redis_access(url: str, prefix: str, *, socket_timeout: float = 2
                 f"Redis at {mask_url(url)} ({where}) is full: {reason} (its maxmemory-policy "
                 f"{FULL_POLICY}); raise maxmemory, or set maxmemory-policy volatile-lru (or "
                 f"allkeys-lru): every cached reply has a TTL, so old ones go first") from None
-        if reason.startswith("MISCONF"):
+        if is_misconf(refused):
             raise RedisAccessError(f"Redis at {mask_url(url)} ({where}) refuses writes: "
                                    f"{MISCONF_ADVICE}") from None
         hint = next((h for k, h in _HINTS if k in reason.lower()), "check the URL")

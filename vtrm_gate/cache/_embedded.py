@@ -78,6 +78,7 @@ DAMAGED_SNAPSHOT = re.compile(r"Short read or OOM loading DB|Wrong signature try
                               r"Unexpected EOF reading RDB file")
 """What redis-server logs when it cannot load its dump.rdb (6.2 and 7.x wordings)."""
 
+
 class RedisServer:
     """One ``redis-server`` process listening on ``{directory}/redis.sock`` (no TCP port).
 

@@ -35,7 +35,7 @@ from .._env import (
     scrub,
 )
 from .._ids import CANONICAL, readable_json
-from ..errors import ConfigError, is_real, is_whole, shown
+from ..errors import ConfigError, described, is_real, is_whole, shown
 from . import _cluster as cluster
 from ._connect import FULL_POLICY, MISCONF_ADVICE, REDIS_FAILURES, connect, is_misconf
 from ._keys import cache_namespace
@@ -354,7 +354,7 @@ class ResponseCache:
                 self._down, self._era = True, self._era + 1
                 log.warning("Redis cache at %s is unavailable (%s); LLM calls go uncached "
                             "until it is back", self.masked_url,
-                            scrub(f"{type(exc).__name__}: {exc}", self._url))
+                            scrub(described(exc), self._url))
             return False, None
         if self._down and era == self._era and cluster.is_cluster(client) and \
                 not await cluster.all_primaries_up(client):
@@ -575,8 +575,6 @@ def _refusal_advice(exc: RedisError) -> str:
     if is_misconf(exc):
         return MISCONF_ADVICE
     return "it is a read-only replica: point REDIS_URL at the primary"
-
-
 
 
 async def _set(r: cluster.Client, key: str, value: bytes, ttl: int) -> bool | _WriteRefused:

@@ -360,6 +360,8 @@ class _Run:
                                  cases=step_cases, options=self.options,
                                  subscribers=self.subscribers)
         except StepRefusedError as exc:  # train has no override: the step command has
+            if FORCE_ADVICE not in str(exc):
+                raise
             raise StepRefusedError(str(exc).replace(FORCE_ADVICE, (
                 f"train has no override: re-run it with `vtrm-gate step --epoch {e} --step "
                 f"{s} --force` and the settings you want, then train again")),

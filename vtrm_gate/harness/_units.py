@@ -370,11 +370,12 @@ def _unit_record(obj: Any) -> UnitRecord:
     if not isinstance(ans, str) or ans.strip().upper() not in valid or len(ans.strip()) != 1:
         raise InputError(f"answer must be one letter of {valid!r}, got {shown(obj['answer'])}")
     ans = ans.strip().upper()
-    same = [_LETTERS[i] for i, o in enumerate(opts) if _LETTERS[i] != ans
-            and _option_key(o) == _option_key(opts[valid.index(ans)])]
+    said = opts[valid.index(ans)]
+    same = [valid[i] for i, o in enumerate(opts)
+            if valid[i] != ans and _option_key(o) == _option_key(said)]
     if same:  # a reply by letter is a coin toss, one by text matches both
         raise InputError(f"option {ans}, the answer, has the text of option {same[0]} "
-                         f"({shown(opts[valid.index(ans)])}): no reply can tell them apart")
+                         f"({shown(said)}): no reply can tell them apart")
     task = obj.get("task_description")
     if task is not None and (why := task_description_problem(task)):
         raise InputError(f"task_description {why}, got {shown(task)}")

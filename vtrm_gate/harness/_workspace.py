@@ -418,7 +418,7 @@ class Workspace:
     def _recorded(self, task_type: str, text: str, state: TrainingState) -> bool:
         """Whether ``text`` is one of the type's recorded versions (history/)."""
         return any(self.history_path(task_type, v).is_file()
-                   and self.version_text(task_type, v) == text
+                   and self.history_path(task_type, v).read_text(encoding="utf-8") == text
                    for v in range(1, state.skills[task_type].latest + 1))
 
     def save_state(self, state: TrainingState) -> None:
@@ -608,9 +608,7 @@ def _skill_is_stale(ws: Workspace, task_type: str) -> bool:
                              f"v{ref.version}")
     if content_hash(text) == ref.hash:
         return False
-    if not any(ws.history_path(task_type, v).is_file()
-               and ws.history_path(task_type, v).read_text(encoding="utf-8") == text
-               for v in range(1, ref.latest + 1)):
+    if not ws._recorded(task_type, text, ws.state):
         raise WorkspaceError(
             f"{ws.target(task_type)}: content matches neither state.json's version "
             f"v{ref.version} of {task_type!r} nor any recorded version (edited by hand?); "

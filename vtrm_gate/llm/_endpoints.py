@@ -80,7 +80,6 @@ def _unusable_url(url: str) -> str | None:
     return None
 
 
-
 def endpoint_url(base: str, path: str) -> str:
     """``base``/``path`` with any query of ``base`` after the path: an Azure-style
     ``…/openai?api-version=2024-06-01`` asks ``…/openai/chat/completions?api-version=…``
@@ -95,6 +94,7 @@ def base_and_query(base: str) -> tuple[str, list[tuple[str, str]]]:
     ``params``)."""
     parts = urlsplit(base)
     return urlunsplit(parts._replace(query="")), parse_qsl(parts.query, keep_blank_values=True)
+
 
 @dataclass(frozen=True)
 class Endpoint:
