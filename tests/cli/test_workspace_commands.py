@@ -391,3 +391,19 @@ def test_status_names_runs_of_epochs_as_ranges():
 
     assert _runs([]) == "none" and _runs([2]) == "2"
     assert _runs([*range(1, 136), 137, 139, 140]) == "1-135, 137, 139-140"
+
+
+def test_status_after_a_settlement_says_how_the_last_steps_probation_ended(tmp_path, cli):
+    """The last step's PROVISIONAL row still read "rolled back to v1 if it fails at the end
+    of epoch 1" once epoch 1 had settled it, and nowhere said how it ended."""
+    ws, _ = train_small_workspace(tmp_path / "ws", epochs=1, steps_per_epoch=2, seed=5)
+    s = json.loads(cli("status", "--workspace", str(ws), "--json").stdout)
+    settled = dict(sql(ws, "SELECT task_type, applied FROM step_report WHERE epoch = 1 AND "
+                           "step = 0"))
+    rows = {r["task_type"]: r for r in s["last_decisions"]}
+    bets = [t for t, r in rows.items() if r["action"] == "PROVISIONAL"]
+    assert bets == ["OCR Problems"] and settled[bets[0]].startswith("rolled back v3 -> v1")
+    assert rows["OCR Problems"]["settled"] == settled["OCR Problems"]
+    assert all(r["settled"] is None for t, r in rows.items() if t not in bets)
+    text = " ".join(cli("status", "--workspace", str(ws)).stdout.split())
+    assert "at the end of epoch 1: rolled back v3 -> v1 (e_continue" in text, text

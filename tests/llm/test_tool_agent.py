@@ -18,9 +18,18 @@ import pytest
 from vtrm_gate import GateParams, TypePlan, UnitTask, run_gate
 from vtrm_gate.cache import ResponseCache
 from vtrm_gate.gate import TaskFinished
-from vtrm_gate.llm import ANSWER_NUDGE, MCQ, ToolAgent, cached_http_client, content_parts
+from vtrm_gate.harness import Workspace
+from vtrm_gate.llm import (
+    ANSWER_NUDGE,
+    MCQ,
+    BackendContext,
+    ToolAgent,
+    cached_http_client,
+    content_parts,
+    tool_backend,
+)
 from vtrm_gate.testing import RedisTarget
-from vtrm_gate.testing.chat import HELPFUL_MARKER, ToolChatServer
+from vtrm_gate.testing.chat import HELPFUL_MARKER, Fault, ToolChatServer
 
 BASE = "Read the question's parts before you answer."
 CAND = f"{BASE}\n- {HELPFUL_MARKER}"
@@ -304,3 +313,32 @@ def test_the_tool_backends_settings_are_named_when_they_are_wrong(
     p = cli(step, env)
     out, err = p.communicate(timeout=120)
     assert p.returncode == 2 and said in out + err and "Traceback" not in err, (out, err)
+
+
+def test_the_tool_backend_takes_its_request_timeout_from_the_resolved_options(
+        tmp_path: Path, redis_target: RedisTarget) -> None:
+    """``step --timeout`` (or a config file's ``timeout``) reached every backend but the tool
+    backend, which re-read ``VTRM_TIMEOUT`` from the environment and so waited 60 s."""
+    env = {**os.environ, "VTRM_BASE_URL": "http://127.0.0.1:9", "VTRM_MODEL": "tiny"}
+    init_step(tmp_path, "ws", env)
+    ws = Workspace.open(tmp_path / "ws", readonly=True)
+    task = UnitTask("Counting", "c00", "base", 0, "tool-timeout", skill=BASE)
+
+    async def answer(server: ToolChatServer, timeout: float) -> Any:
+        ctx = BackendContext(ws, ResponseCache(None), 1, {
+            "VTRM_BASE_URL": server.url, "VTRM_MODEL": "tiny", "VTRM_TIMEOUT": "60"},
+            timeout=timeout)
+        backend = tool_backend(ctx)
+        try:
+            return await backend.infer(task)
+        finally:
+            await backend.aclose()
+
+    with ToolChatServer() as server:
+        server.inject(*[Fault(sleep=0.6)] * 3)
+        slow = asyncio.run(answer(server, 0.2))
+    assert slow.infra and "ReadTimeout" in (slow.error or ""), slow
+    with ToolChatServer() as server:
+        server.inject(Fault(sleep=0.6))
+        ok = asyncio.run(answer(server, 5.0))
+    assert not ok.infra, ok

@@ -172,8 +172,8 @@ async def _factory(ws: Workspace, spec: str, options: RunOptions, env: Mapping[s
     cache = ResponseCache.from_options(options, workspace=ws.root,
                                        workspace_id=ws.workspace_id)
     try:
-        ab = await open_factory_backend(ws, spec, BackendContext(ws, cache, options.slots,
-                                                                 env), options.deadline)
+        ab = await open_factory_backend(ws, spec, BackendContext(
+            ws, cache, options.slots, env, timeout=options.timeout), options.deadline)
     except BaseException:
         await cache.aclose()
         raise

@@ -90,6 +90,7 @@ def status_text(s: Mapping[str, Any], width: int) -> str:
         cols = [Column("type", get("task_type")), Column("status", get("status")),
                 Column("action", get("action")), Column("W", get("W"), True),
                 Column("L", get("L"), True)]
-        text += f"\nlast step e{e} s{st}:\n" + render(
-            cols, width, {i: r["applied"] or "" for i, r in enumerate(last)})
+        text += f"\nlast step e{e} s{st}:\n" + render(cols, width, {
+            i: (r["applied"] or "") + (f"; at the end of epoch {e}: {r['settled']}"
+                                       if r["settled"] else "") for i, r in enumerate(last)})
     return text + "\n" + wrap(f"next: {s['next']}", width, "    ")

@@ -4,10 +4,10 @@
 The factory is named by the workspace setting ``agent.backend`` (``vtrm-gate init --llm
 --units U --backend mypkg.agent:make_backend``) or by ``vtrm-gate step --backend ...``. It is
 called with a `BackendContext` (the workspace, a configured `ResponseCache`, the gate's
-concurrency, the environment) and returns an `AgentBackend`. Its ``identity`` joins the
-workspace's agent config, so the BaselineCache and the manifest tell agents apart.
-A factory that cannot be imported, raises, or returns the wrong thing is a `BackendError`
-(exit 2 from the CLI, one line naming the factory).
+concurrency, the environment, the request timeout) and returns an `AgentBackend`. Its
+``identity`` joins the workspace's agent config, so the BaselineCache and the manifest tell
+agents apart. A factory that cannot be imported, raises, or returns the wrong thing is a
+`BackendError` (exit 2 from the CLI, one line naming the factory).
 
 Every text a backend hands back (exception messages, ``UnitResult.error`` and traces, rollout
 errors, ``identity`` values) is scrubbed like the LLM agent's (`scrub_credentials`: the
@@ -31,6 +31,7 @@ import httpx
 
 from .._env import (
     DEFAULT_CONCURRENCY,
+    DEFAULT_TIMEOUT_S,
     capped,
     credential_keys,
     scrub_credentials,
@@ -62,6 +63,9 @@ class BackendContext:
     concurrency: int = DEFAULT_CONCURRENCY
     env: Mapping[str, str] = field(default_factory=dict, repr=False)
     """Not in the repr: a factory's error message that shows the context shows no secret."""
+    timeout: float = DEFAULT_TIMEOUT_S
+    """Each request's timeout in seconds: the run's resolved ``timeout`` (``--timeout``, the
+    config file, ``VTRM_TIMEOUT``), so a factory need not read it again."""
 
     def scrub(self, text: str) -> str:
         """``text`` without the environment's secrets or any credential header value."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import random
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -342,28 +341,25 @@ class ToolEvolver:
         return strip_fences(content_text(doc)) + "\n"
 
 
-def _setting(env: Mapping[str, str], name: str, default: float) -> float:
-    """A number the tool backend reads from the environment: a whole number >= 1 for an int
-    ``default`` (turns), else seconds > 0; BackendError naming the variable."""
-    text = (env.get(name) or "").strip()
+def _turns(env: Mapping[str, str]) -> int:
+    """``VTRM_MAX_TURNS``: a whole number >= 1 (default 6); BackendError naming it."""
+    text = (env.get("VTRM_MAX_TURNS") or "").strip()
     if not text:
-        return default
-    whole = isinstance(default, int)
+        return 6
     try:
-        value = int(text) if whole else float(text)
+        value = int(text)
     except ValueError:
         value = 0
-    if not (value >= 1 if whole else math.isfinite(value) and value > 0):
-        what = "an integer >= 1" if whole else "a finite number of seconds > 0"
-        raise BackendError(f"{name} must be {what}, got {text!r}")
+    if value < 1:
+        raise BackendError(f"VTRM_MAX_TURNS must be an integer >= 1, got {text!r}")
     return value
 
 
 def tool_backend(ctx: BackendContext) -> AgentBackend:
     """A bring-your-own backend running `ToolAgent` on the cached client: endpoint, model
     and key from the environment (``VTRM_BASE_URL`` / ``OPENAI_BASE_URL``, ``VTRM_MODEL`` /
-    ``OPENAI_MODEL``, ``OPENAI_API_KEY`` / ``VTRM_API_KEY``), ``VTRM_MAX_TURNS`` (6) and
-    ``VTRM_TIMEOUT`` (each request's, 60 s)."""
+    ``OPENAI_MODEL``, ``OPENAI_API_KEY`` / ``VTRM_API_KEY``) and ``VTRM_MAX_TURNS`` (6); each
+    request's timeout is the run's (``ctx.timeout``)."""
     e = ctx.env
     base_url = e.get("VTRM_BASE_URL") or e.get("OPENAI_BASE_URL")
     model = e.get("VTRM_MODEL") or e.get("OPENAI_MODEL")
@@ -373,10 +369,10 @@ def tool_backend(ctx: BackendContext) -> AgentBackend:
     bare, query = base_and_query(base_url)
     client = ctx.http_client(base_url=bare.rstrip("/") + "/", params=dict(query),
                              headers={"Authorization": f"Bearer {key}"} if key else None,
-                             timeout=_setting(e, "VTRM_TIMEOUT", 60.0))
+                             timeout=ctx.timeout)
     ws = ctx.workspace
     agent = ToolAgent(workspace_units(ws), client, model=model,
-                      max_turns=int(_setting(e, "VTRM_MAX_TURNS", 6)))
+                      max_turns=_turns(e))
     roll = Rollout(cast(Any, agent), ws.pool, agent.units, ws.config.seed, ROLLOUT_UNITS,
                    ctx.concurrency)
 

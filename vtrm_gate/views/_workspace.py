@@ -307,9 +307,7 @@ def run_status(ws: Workspace) -> dict[str, Any]:
                 "plan": None if plan is None else {
                     "epochs": plan["epochs"],
                     "steps_per_epoch": plan["config"].get("steps_per_epoch")}}
-    last = [] if st.last_step is None else [
-        {k: r[k] for k in ("task_type", "status", "action", "W", "L", "applied")}
-        for r in log.step_frame("step_report", *st.last_step).iter_rows(named=True)]
+    last = [] if st.last_step is None else _last_decisions(ws, *st.last_step)
     holder = read_holder(ws.root)
     counts = {t: log.frame(t).height if t == "timings" else log.count(t) for t in TABLES}
     infra = {"calls": log.count("predictions", infra=1),
@@ -325,6 +323,17 @@ def run_status(ws: Workspace) -> dict[str, Any]:
             "last_decisions": last, "decisions": _action_counts(log), "counts": counts,
             "infra": infra, "writer": None if holder is None else holder.describe(),
             "next": next_command(ws, position, holder is not None)}
+
+
+def _last_decisions(ws: Workspace, epoch: int, step: int) -> list[dict[str, Any]]:
+    """The step's rows; a PROVISIONAL one's ``settled`` says how its epoch's settlement ended
+    the bet (None until then: its ``applied`` only says what a failure would restore)."""
+    settled = {} if epoch not in ws.state.settled_epochs else {
+        r["task_type"]: r["applied"]
+        for r in ws.log.step_frame("step_report", epoch, PROBATION_STEP).iter_rows(named=True)}
+    return [{**{k: r[k] for k in ("task_type", "status", "action", "W", "L", "applied")},
+             "settled": settled.get(r["task_type"]) if r["action"] == "PROVISIONAL" else None}
+            for r in ws.log.step_frame("step_report", epoch, step).iter_rows(named=True)]
 
 
 POLICY_FIELDS = ("cooldown_steps", "futile_cooldown", "rejected_max", "probation_rule",
