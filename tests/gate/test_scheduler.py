@@ -949,6 +949,27 @@ def test_subscriber_error_is_reported_once_and_the_gate_keeps_running(recwarn):
     assert "broken" in msg and "RuntimeError: plot failed" in msg
 
 
+def test_a_subscriber_error_whose_text_raises_is_reported_and_the_gate_keeps_running(recwarn):
+    """Formatting the warning of such an error raised inside the subscriber's handler: the
+    subscriber's delivery task died, and its later events were never delivered."""
+    table = OutcomeTable({"A": [WIN] * 10})
+    calls = []
+
+    class Unprintable(RuntimeError):
+        def __str__(self):
+            raise AttributeError("detail")
+
+    def broken(ev):
+        calls.append(ev)
+        raise Unprintable()
+
+    res = run(run_gate(table.plans(), table, subscribers=[broken]))
+    assert res.outcomes["A"].action is Action.ACCEPT
+    ours = [w for w in recwarn if issubclass(w.category, SubscriberWarning)]
+    assert len(ours) == 1 and len(calls) > 10, (ours, len(calls))
+    assert "Unprintable: <its str() raised AttributeError>" in str(ours[0].message)
+
+
 @pytest.mark.parametrize("error", [TypeError("bad argument"), AttributeError("no attribute x"),
                                    NameError("name 'x' is not defined")])
 def test_programming_errors_from_infer_fail_the_gate_at_once(error):

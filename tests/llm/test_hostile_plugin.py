@@ -26,8 +26,17 @@ from vtrm_gate import AgentBackend, UnitResult
 from vtrm_gate.errors import CasesUnavailable
 
 
+class Unprintable(RuntimeError):
+    """An SDK error whose message reads a field never set."""
+
+    def __str__(self):
+        return self.detail
+
+
 def make_backend(ctx):
     mode = ctx.env.get("HOSTILE", "")
+    if mode == "factory_unprintable":
+        raise Unprintable()
     key, tok = ctx.env.get("OPENAI_API_KEY", ""), ctx.env.get("MY_SERVICE_TOKEN", "")
     ws = ctx.workspace
     if mode == "factory_repr":
@@ -66,6 +75,8 @@ def make_backend(ctx):
             await asyncio.Event().wait()  # never returns
         if mode == "rollout_raises":
             raise ConnectionError(f"rollout failed: token={tok}")
+        if mode == "rollout_unprintable":
+            raise Unprintable()
         if mode == "rollout_bad":
             return {t: 5 for t in ws.task_types}
         if mode == "rollout_unknown":
@@ -152,6 +163,25 @@ def test_no_backend_text_carries_a_secret(workspace: Path, monkeypatch: pytest.M
                                        "SELECT note FROM step_report") if t]
     con.close()
     assert any(says in t for t in [*texts, *err]), (texts, err)
+
+
+@pytest.mark.parametrize(("mode", "code", "says"), [
+    ("factory_unprintable", 2, "failed: Unprintable: <its str() raised AttributeError>"),
+    ("rollout_unprintable", 3, "rollout failed: Unprintable: <its str() raised AttributeError>"),
+])
+def test_a_backend_error_whose_text_raises_is_named_not_a_crash(
+        workspace: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], mode: str, code: int, says: str) -> None:
+    """A factory or rollout raising an exception whose ``str()`` itself raises crashed the
+    step with a traceback ("a bug in vtrm_gate") instead of naming the backend's error."""
+    got, _out, err = step(workspace, mode, monkeypatch, capsys)
+    assert got == code and len(err) == 1, (got, err)
+    import sqlite3
+
+    con = sqlite3.connect(workspace / "harness.sqlite")
+    notes = [t for (t,) in con.execute("SELECT note FROM step_report") if t]
+    con.close()
+    assert any(says in t for t in [*notes, *err]), (notes, err)
 
 
 def test_the_factory_error_line_hides_the_environment(

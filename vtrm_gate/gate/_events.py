@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._ids import check_run_id
+from ..errors import described
 from ..stats import (
     Action,
     GateParams,
@@ -255,8 +256,8 @@ class _Bus:
                     self.errors[i] += 1
                     if self.errors[i] == 1:
                         warnings.warn(
-                            f"gate subscriber {_name(sub)} raised {type(exc).__name__}: "
-                            f"{exc} (on {type(ev).__name__}); the gate keeps running and "
+                            f"gate subscriber {_name(sub)} raised {described(exc)} (on "
+                            f"{type(ev).__name__}); the gate keeps running and "
                             f"later errors of this subscriber are not reported again",
                             SubscriberWarning, stacklevel=1)
             waiter = self._waiters[i] = loop.create_future()

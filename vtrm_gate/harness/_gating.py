@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..errors import InfraGuardError
+from ..errors import InfraGuardError, described
 from ..gate import GateResult, Infer, ResultSink, Subscriber, TypeCounters, TypePlan, run_gate
 from ..options import RunOptions
 from ..stats import GateParams, TypeOutcome, decision_rule
@@ -53,7 +53,7 @@ def abort_reason(exc: BaseException) -> str:
     """One line for a gate that ended in ``exc`` (a guard abort quotes itself)."""
     if isinstance(exc, InfraGuardError):
         return str(exc)
-    return f"{type(exc).__name__}: {exc}".rstrip(": ")
+    return described(exc).rstrip(": ")
 
 
 def partial_of(exc: BaseException, sink_outcomes: Mapping[str, TypeOutcome]

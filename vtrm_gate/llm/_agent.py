@@ -49,6 +49,7 @@ from ..errors import (
     LLMInfraError,
     MediaError,
     PromptFilteredError,
+    described,
     is_real,
     is_whole,
     shown,
@@ -600,7 +601,7 @@ class LLMAgent:
             raise _Retryable(f"timeout after {used.get('timeout_s', self.timeout):.3g}s "
                              f"({type(exc).__name__})") from None
         except httpx.TransportError as exc:
-            raise _Retryable(f"{type(exc).__name__}: {exc}") from None
+            raise _Retryable(described(exc)) from None
         except asyncio.CancelledError:
             self.http_cancelled += "url" in used and "replied" not in used
             raise

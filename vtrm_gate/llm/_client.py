@@ -29,7 +29,7 @@ import httpx
 from .._env import DEFAULT_TIMEOUT_S, scrub_credentials, scrub_json
 from .._ids import check_run_id
 from ..cache import KeyParts, ResponseCache, protocol_failure, run_header
-from ..errors import is_whole, shown
+from ..errors import described, is_whole, shown
 from ..gate import current_run_id
 from ._agent import DEFAULT_MAX_RESPONSE_BYTES, bounded_length, declared_length, parse_body
 from ._body import ACCEPT_ENCODING, BodyError, BodyTooLarge, read_body
@@ -145,7 +145,7 @@ class CachedTransport(httpx.AsyncBaseTransport):
             parts.key(self.cache.prefix)  # the digest: canonical JSON of every component
         except (TypeError, ValueError, RecursionError) as exc:
             return self._refuse(request, 400, f"request body cannot key the response cache "
-                                f"({type(exc).__name__}: {exc})")
+                                f"({described(exc)})")
         return await self._cached(request, parts)
 
     def _body(self, data: bytes) -> tuple[dict[str, Any] | None, str | None]:

@@ -40,7 +40,7 @@ from .._env import (
 )
 from .._ids import canonical_json, evolve_run_id, step_rollout_run_id
 from ..cache import CacheStats, ResponseCache, cache_namespace
-from ..errors import BackendError, CandidateRefused, CasesUnavailable, EvolveError
+from ..errors import BackendError, CandidateRefused, CasesUnavailable, EvolveError, described
 from ..gate import Infer, UnitResult, UnitTask, run_scope
 from ..harness import CaseSource, Evolver, Workspace
 from ._client import cached_http_client
@@ -136,7 +136,7 @@ def load_factory(spec: str) -> BackendFactory:
         obj: Any = importlib.import_module(mod_name)
     except Exception as exc:
         raise BackendError(f"backend {spec!r}: cannot import {mod_name!r} "
-                           f"({type(exc).__name__}: {exc})") from None
+                           f"({described(exc)})") from None
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise BackendError(f"backend {spec!r}: module {mod_name!r} has no {attr!r}")
@@ -157,7 +157,7 @@ async def make_backend(spec: str, ctx: BackendContext) -> AgentBackend:
     except BackendError as exc:
         raise BackendError(ctx.scrub(str(exc))) from None
     except Exception as exc:
-        raise BackendError(ctx.scrub(f"backend {spec!r} failed: {type(exc).__name__}: {exc}")
+        raise BackendError(ctx.scrub(f"backend {spec!r} failed: {described(exc)}")
                            ) from None
     if not isinstance(out, AgentBackend):
         raise BackendError(f"backend {spec!r} returned {type(out).__name__}, expected "
@@ -397,7 +397,7 @@ def guarded(backend: AgentBackend, workspace: Workspace, spec: str,
         except (TypeError, AttributeError, NameError) as exc:
             raise scrubbed_exception(exc, scrub) from None
         except Exception as exc:
-            why = scrub(f"{type(exc).__name__}: {exc}")
+            why = scrub(described(exc))
             return {t: CasesUnavailable(f"rollout failed: {why}") for t in workspace.task_types}
         return _check_rollout(out, workspace, spec, scrub)
 

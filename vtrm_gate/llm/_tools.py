@@ -33,6 +33,7 @@ from ..errors import (
     ContextOverflowError,
     LLMInfraError,
     PromptFilteredError,
+    described,
     is_whole,
 )
 from ..gate import GuardParams, UnitResult, UnitTask
@@ -225,7 +226,7 @@ class ToolAgent:
             try:
                 r = await self.client.post("chat/completions", json=body)
             except httpx.TransportError as exc:
-                why, wait = f"{type(exc).__name__}: {exc}", None
+                why, wait = described(exc), None
             else:
                 if r.status_code == 200:
                     return self._reply(r)

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import BrokenExecutor, Executor, Future, ProcessPoolExecutor
 from typing import Any, TypeVar
 
-from ..errors import ConfigError, WorkerLostError, is_whole, shown
+from ..errors import ConfigError, WorkerLostError, described, is_whole, shown
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -100,7 +100,7 @@ def _dask_executor(scheduler: str, timeout_s: float) -> Iterator[Executor]:
         client = distributed.Client(scheduler, timeout=f"{timeout_s}s", set_as_default=False)
     except (OSError, TimeoutError, ValueError) as e:
         raise ConfigError(f"--scheduler {scheduler}: no Dask scheduler answers there "
-                          f"({type(e).__name__}: {e})") from None
+                          f"({described(e)})") from None
     try:
         yield client.get_executor()
     finally:

@@ -10,6 +10,7 @@ import io
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import described
 from .chat import ChatServer
 
 
@@ -49,7 +50,7 @@ def decode_part(part: dict[str, Any]) -> Received:
         with Image.open(io.BytesIO(data)) as im:
             size = im.size
     except Exception as exc:
-        return Received("bad", error=f"{type(exc).__name__}: {exc}")
+        return Received("bad", error=described(exc))
     return Received("data", size=size, sha256=hashlib.sha256(data).hexdigest())
 
 
