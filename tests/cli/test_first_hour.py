@@ -60,8 +60,8 @@ def test_a_rerun_step_says_so_and_a_first_run_does_not(outputs):
             "before it (log rows replaced, recorded candidates reused, base arm from "
             "BaselineCache for") in again
     # (h26) the first run's cost went without a word: the re-run's is what is recorded now
-    assert "its tokens and time are now this run's (export first to keep the earlier " \
-        "run's)" in again
+    assert "its tokens and time are now this run's, the earlier run's are kept in " \
+        "replaced_runs (vtrm-gate compare shows them)" in again
 
 
 def test_replay_counts_unrun_units_in_the_right_number(outputs):

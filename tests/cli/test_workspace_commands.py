@@ -234,6 +234,25 @@ def test_compare_never_subtracts_times_of_two_clocks(tmp_path, cli):
     assert same["diff"]["seconds"] == 0.0 and same["a"]["overall"]["clock"] == "virtual"
 
 
+def test_compare_counts_what_replaced_runs_cost_beside_the_recorded_run(tmp_path, cli):
+    """A step re-run (to check the cache, or after a kill) replaced the first run's rows, so
+    compare showed only the re-run's calls and time: the first run's cost was nowhere."""
+    ws = tmp_path / "ws"
+    init_simulated(ws, SimConfig(seed=3)).close()
+    step = ("step", "--workspace", str(ws), "--epoch", "1", "--step", "1")
+    assert cli(*step).returncode == 0
+    first = (_calls(ws), sql(ws, "SELECT SUM(tokens) FROM predictions")[0][0],
+             sql(ws, "SELECT SUM(seconds) FROM timings")[0][0])
+    assert cli(*step).returncode == 0
+    d = json.loads(cli("compare", str(ws), str(ws), "--json").stdout)
+    assert d["a"]["overall"]["replaced"] == {"runs": 1, "calls": first[0], "tokens": first[1],
+                                             "seconds": pytest.approx(first[2])}
+    assert d["a"]["overall"]["calls"] == _calls(ws) < first[0]  # the re-run's own
+    text = " ".join(cli("compare", str(ws), str(ws)).stdout.split())
+    assert (f"runs replaced by a re-run (not counted above): A 1 ({first[0]:,} calls, "
+            f"{first[1]:,} tokens, ") in text, text
+
+
 def test_compare_names_every_setting_that_differs_once(tmp_path, cli):
     """Two runs compared with no word on what set them apart: a cooldown off, a fitted world,
     another seed. compare now lists each differing setting once, by its workspace.json name
@@ -407,3 +426,19 @@ def test_status_after_a_settlement_says_how_the_last_steps_probation_ended(tmp_p
     assert all(r["settled"] is None for t, r in rows.items() if t not in bets)
     text = " ".join(cli("status", "--workspace", str(ws)).stdout.split())
     assert "at the end of epoch 1: rolled back v3 -> v1 (e_continue" in text, text
+
+
+def test_a_workspace_from_before_a_table_existed_still_shows_and_exports(tmp_path, cli):
+    """`status` and `export` open the log read-only, so a table a newer version added is
+    missing from an older workspace's file: `status` counted its rows and failed."""
+    ws, _ = train_small_workspace(tmp_path / "ws", epochs=1, steps_per_epoch=1)
+    con = sqlite3.connect(ws / "harness.sqlite")
+    con.execute("DROP TABLE replaced_runs")
+    con.commit()
+    con.close()
+    r = cli("status", "--workspace", str(ws), "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["counts"]["replaced_runs"] == 0
+    assert cli("export", "--workspace", str(ws), "--out", str(tmp_path / "x")).returncode == 0
+    assert pl.read_parquet(tmp_path / "x" / "replaced_runs.parquet").columns[:3] == [
+        "epoch", "step", "replaced"]

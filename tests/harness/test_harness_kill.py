@@ -87,6 +87,8 @@ def test_killed_in_phase_c_then_rerun_matches_an_uninterrupted_run(tmp_path):
     killed_preds = _rows(db, "SELECT COUNT(*) FROM predictions")[0][0]
     assert killed_cache and killed_preds >= 24
     assert not _rows(db, "SELECT * FROM step_report WHERE applied IS NOT NULL")
+    spent = _rows(db, "SELECT COUNT(*), SUM(cached = 0), SUM(tokens), SUM(latency_s) FROM "
+                      "predictions")[0]
 
     fast = simulated_backend(root, time_scale=0.0)  # latency only: outcomes are unchanged
     base_calls: list[UnitTask] = []
@@ -107,6 +109,9 @@ def test_killed_in_phase_c_then_rerun_matches_an_uninterrupted_run(tmp_path):
     for t, o in reference.gate.outcomes.items():
         assert again.gate.outcomes[t].same_decision(o), t
     a, b = Workspace.open(root), Workspace.open(twin)
+    # what the killed process spent is kept (it never finished: no time recorded)
+    assert a.log.frame("replaced_runs").rows() == [(1, 1, 1, *spent, None)]
+    assert b.log.frame("replaced_runs").height == 0
     assert a.log.step_frame("gate_evidence", 1, 1).equals(b.log.step_frame("gate_evidence", 1, 1))
     cols = ("task_type", "status", "action", "W", "L", "n_used", "stop_rank", "applied")
     assert a.log.step_frame("step_report", 1, 1).select(cols).equals(

@@ -305,6 +305,28 @@ def test_rerun_gives_same_decisions_no_duplicates_and_base_from_cache(tmp_path):
     assert_log_consistent(ws, 1, 1)
 
 
+def test_a_rerun_keeps_what_each_replaced_run_cost(tmp_path):
+    """A finished step re-run to check the cache replaced its recorded calls, tokens and
+    time with the re-run's, and nothing kept the first run's."""
+    ws = _ws(tmp_path)
+    _step(ws)
+    ws.log.record_timings(1, 1, {"rollout": 2.0, "evolution": (3.0, 4.0)})
+    first = ws.log.query("SELECT COUNT(*), SUM(cached = 0), SUM(tokens), SUM(latency_s) "
+                         "FROM predictions WHERE epoch = 1 AND step = 1")[0]
+    took = ws.log.query("SELECT SUM(seconds) FROM timings WHERE epoch = 1 AND step = 1")[0][0]
+    assert first[0] > 0 and first[2] > 0 and took > 5.0
+    _step(Workspace.open(ws.root))
+    second = ws.log.query("SELECT COUNT(*), SUM(cached = 0), SUM(tokens) FROM predictions "
+                          "WHERE epoch = 1 AND step = 1")[0]
+    assert second[1] < first[1]  # the BaselineCache served the base arm
+    _step(Workspace.open(ws.root))
+    rows = ws.log.frame("replaced_runs").rows()
+    assert rows[0] == (1, 1, 1, *first, pytest.approx(took))
+    assert rows[1][:6] == (1, 1, 2, *second) and len(rows) == 2
+    # the timings kept are the last run's: the rollout and evolution rows went with the run
+    assert {p for (p,) in ws.log.query("SELECT phase FROM timings WHERE step = 1")} == {"gate"}
+
+
 def test_rerun_with_changed_manifest_is_refused_saying_what_changed(tmp_path):
     ws = _ws(tmp_path)
     _step(ws)

@@ -72,6 +72,9 @@ def compare_text(d: Mapping[str, Any], width: int) -> str:
              f"{times}; tokens: A {oa['tokens']:,}, B {ob['tokens']:,}; calls: fresh "
              f"inference calls",
              _settings_line(d["settings"])]
+    if oa["replaced"]["runs"] or ob["replaced"]["runs"]:
+        lines.insert(-1, "runs replaced by a re-run (not counted above): " + ", ".join(
+            f"{side} {_replaced(o['replaced'])}" for side, o in (("A", oa), ("B", ob))))
     only = {side: [t for t, r in d["types"].items() if r[side] and not r[other]]
             for side, other in (("a", "b"), ("b", "a"))}
     if d["diff"]["accuracy_types"] < len(d["types"]):
@@ -92,6 +95,14 @@ def _settings_line(differ: Mapping[str, Mapping[str, Any]]) -> str:
 def _value(v: Any) -> str:
     return "not set" if v is None else json.dumps(v) if isinstance(v, bool | list) else \
         shown(v) if isinstance(v, str) and len(v) > 60 else str(v)
+
+
+def _replaced(r: Mapping[str, Any]) -> str:
+    """The runs a re-run replaced, and what they cost."""
+    from ..gate import hours
+
+    return (f"{r['runs']} ({r['calls']:,} calls, {r['tokens']:,} tokens, {hours(r['seconds'])} "
+            f"recorded)" if r["runs"] else "none")
 
 
 def _hours(overall: Mapping[str, Any]) -> str:

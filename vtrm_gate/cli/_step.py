@@ -91,7 +91,8 @@ def rerun_note(res: Any) -> str | None:
     reused = "recorded candidates reused, " if res.reused_candidates else ""
     return (f"re-run: step e{res.epoch} s{res.step} was {what} (log rows replaced, {reused}"
             f"base arm from BaselineCache for {hits} calls); its tokens and time are now "
-            f"this run's (export first to keep the earlier run's)")
+            f"this run's, the earlier run's are kept in replaced_runs (vtrm-gate compare "
+            f"shows them)")
 
 
 def step_summary(res: Any) -> dict[str, Any]:

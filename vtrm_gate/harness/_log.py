@@ -103,6 +103,15 @@ SCHEMA: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
         ("epoch", "INTEGER"), ("step", "INTEGER"), ("phase", "TEXT"), ("seconds", "REAL"),
         ("serial_s", "REAL"), ("clock", "TEXT"),
     ), ("epoch", "step", "phase")),
+    # What each earlier run of a step cost before a later run replaced its rows (`clear_step`):
+    # a finished run re-run to check the cache, or a killed one resumed. ``seconds``: its
+    # recorded phases' (NULL: it never finished). Never cleared: the run's whole cost is this
+    # plus the step's current rows.
+    "replaced_runs": ((
+        ("epoch", "INTEGER"), ("step", "INTEGER"), ("replaced", "INTEGER"),
+        ("calls", "INTEGER"), ("fresh_calls", "INTEGER"), ("tokens", "INTEGER"),
+        ("latency_s", "REAL"), ("seconds", "REAL"),
+    ), ("epoch", "step", "replaced")),
 }
 
 TABLES: tuple[str, ...] = tuple(SCHEMA)
@@ -230,6 +239,21 @@ def _where(table: str, where: str, params: Sequence[Any], equal: Mapping[str, An
             (*params, *equal.values()))
 
 
+def _keep_replaced_cost(cur: sqlite3.Cursor, epoch: int, step: int, prefix: str) -> None:
+    """A ``replaced_runs`` row for the step's logged calls and timings, if it has any."""
+    calls, fresh, tokens, latency = cur.execute(
+        "SELECT COUNT(*), SUM(cached = 0), SUM(tokens), SUM(latency_s) FROM predictions "
+        "WHERE substr(run_id, 1, length(?)) = ?", (prefix, prefix)).fetchone()
+    if not calls:
+        return
+    (seconds,) = cur.execute("SELECT SUM(seconds) FROM timings WHERE epoch = ? AND step = ?",
+                             (epoch, step)).fetchone()
+    (last,) = cur.execute("SELECT MAX(replaced) FROM replaced_runs WHERE epoch = ? AND "
+                          "step = ?", (epoch, step)).fetchone()
+    cur.execute("INSERT INTO replaced_runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (epoch, step, (last or 0) + 1, calls, fresh, tokens, latency, seconds))
+
+
 class HarnessLog:
     """The step's persistent record: predictions, traces, gate evidence, reports, caches.
 
@@ -302,8 +326,11 @@ class HarnessLog:
 
     def count(self, table: str, where: str = "", params: Sequence[Any] = (),
               **equal: Any) -> int:
-        """Rows of ``table`` (optionally: an SQL condition, and/or columns equal to values)."""
+        """Rows of ``table`` (optionally: an SQL condition, and/or columns equal to values);
+        0 for a table newer than a file opened read-only."""
         w, p = _where(table, where, params, equal)
+        if not self._have(table):
+            return 0
         return int(self.query(f"SELECT COUNT(*) FROM {table}{w}", p)[0][0])
 
     def select(self, table: str, columns: Sequence[str], *, order_by: Sequence[str] = (),
@@ -403,19 +430,21 @@ class HarnessLog:
 
         predictions/traces: every run id starting with the literal ``{step_run_id}_gate_``
         (compared with ``substr``, so ``_``/``%`` in ids match only themselves);
-        gate_evidence/quadrant_pairs/step_report/candidate_correctness: the (epoch, step) rows.
-        BaselineCache entries are kept: they are content-addressed measurements, reusable.
+        gate_evidence/quadrant_pairs/step_report/candidate_correctness/timings: the (epoch,
+        step) rows. What the replaced run cost is kept in ``replaced_runs`` first. BaselineCache
+        entries are kept: they are content-addressed measurements, reusable.
         """
         if not isinstance(step_run_id, str) or not step_run_id:
             raise ValueError(f"step_run_id must be a non-empty string, got {shown(step_run_id)}")
         prefix = gate_prefix(step_run_id)
         deleted: dict[str, int] = {}
         with self.transaction() as cur:
+            _keep_replaced_cost(cur, epoch, step, prefix)
             for t in ("predictions", "traces"):
                 cur.execute(f"DELETE FROM {t} WHERE substr(run_id, 1, length(?)) = ?",
                             (prefix, prefix))
                 deleted[t] = cur.rowcount
-            for t in STEP_TABLES:
+            for t in (*STEP_TABLES, "timings"):
                 cur.execute(f"DELETE FROM {t} WHERE epoch = ? AND step = ?", (epoch, step))
                 deleted[t] = cur.rowcount
         return deleted

@@ -396,11 +396,19 @@ def run_numbers(ws: Workspace, world: Any) -> dict[str, Any]:
                "tokens": sum(r["tokens"] for r in types.values()),
                "seconds": float(timings["seconds"].sum()) if timings.height else None,
                "clock": timings_clock(timings, world is not None),
-               "phases": phase_seconds(timings)}
+               "phases": phase_seconds(timings), "replaced": _replaced(ws)}
     return {"workspace": str(ws.root), "kind": ws.config.kind, "accuracy_source": source,
             "probation_rule": ws.config.probation_rule, "seed": ws.config.seed,
             "last_step": list(ws.state.last_step) if ws.state.last_step else None,
             "overall": overall, "types": types}
+
+
+def _replaced(ws: Workspace) -> dict[str, Any]:
+    """What the runs a re-run replaced had cost (a re-run to check the cache, a killed run
+    resumed): fresh calls, tokens, and the recorded seconds of those that finished."""
+    r = ws.log.frame("replaced_runs")
+    return {"runs": r.height, "calls": int(r["fresh_calls"].sum()),
+            "tokens": int(r["tokens"].sum()), "seconds": float(r["seconds"].sum())}
 
 
 def _final_accuracy(ws: Workspace, world: Any) -> tuple[dict[str, float | None], str]:
