@@ -17,6 +17,8 @@
     │   ├── TargetClashError                two types map to one skill file (RuntimeError)
     │   ├── ServerInUseError                the embedded Redis is in use (RuntimeError)
     │   └── CliError                        a command-line value (``code`` may differ)
+    │       └── OutputError                 the command finished, its output could not be
+    │                                       written (stdout full or closed)
     ├── InfraError (RuntimeError)           infrastructure failed, nothing decided: exit 3
     │   ├── InfraGuardError                 the INFRA guard aborted the gate (``partial``)
     │   ├── StepUnmeasuredError             nothing in the step could be measured
@@ -68,6 +70,7 @@ __all__ = [
     "LLMInfraError",
     "MediaChangedError",
     "MediaError",
+    "OutputError",
     "PromptFilteredError",
     "RedisAccessError",
     "RepeatedCandidate",
@@ -201,6 +204,11 @@ class CliError(InputError):
     @property
     def code(self) -> int:
         return self.exit_code
+
+
+class OutputError(CliError):
+    """The command finished, and writing its output (stdout) failed: reported on stderr,
+    since stdout is what failed."""
 
 
 class InfraError(VtrmError, RuntimeError):

@@ -222,10 +222,10 @@ def test_a_probe_passes_over_a_unit_whose_frames_cannot_be_sent_and_stays_full(
     try:
         t = "Action Reasoning"
         n = ws.config.probation_units
-        clean = _probe_units(ws, 1, t, set())
+        clean = _probe_units(ws, 1, t, set(), 10**6)
         assert len(clean) == n
         monkeypatch.setattr(ws, "media_fault", lambda u: "broken" if u == clean[0] else None)
-        probe = _probe_units(ws, 1, t, set())
+        probe = _probe_units(ws, 1, t, set(), 10**6)
         assert len(probe) == n and clean[0] not in probe and probe[:n - 1] == clean[1:]
     finally:
         ws.close()

@@ -4,8 +4,11 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import math
+import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -16,7 +19,7 @@ from .._env import (
     DEFAULT_MAX_TOKENS,
     DEFAULT_TIMEOUT_S,
 )
-from ..errors import CliError, shown
+from ..errors import CliError, OutputError, shown
 
 INT_MAX = 2**63 - 1  # SQLite's INTEGER: epochs, steps and seeds are stored as one
 RUN_FLAGS = ("concurrency", "dispatch", "cancel_after_freeze", "past_stop", "time_scale",
@@ -175,9 +178,35 @@ def run_options(args: argparse.Namespace, **extra: Any) -> Any:
                            flag_names=names)
 
 
+APPLYING = frozenset({"init", "step", "demo", "train", "settle"})
+"""Commands whose work is saved before their output is printed: running one again for an
+output that could not be written would redo it."""
+
+
 def emit(args: argparse.Namespace, data: dict[str, Any], text: str) -> None:
-    """Print ``text``, or ``data`` as JSON under ``--json``."""
-    if getattr(args, "json", False):
-        print(json.dumps(data, indent=2, default=str))
-    else:
-        print(text)
+    """Print ``text``, or ``data`` as JSON under ``--json``; `OutputError` when stdout
+    cannot take it (a full disk, a closed file: not a pipe whose reader left)."""
+    try:
+        print(json.dumps(data, indent=2, default=str) if getattr(args, "json", False)
+              else text, flush=True)
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        drop_stdout()
+        done = (f"{args.command} finished and its work is saved (vtrm-gate status shows "
+                f"where the run stands; do not run it again for its output)"
+                if args.command in APPLYING else f"{args.command} itself finished")
+        raise OutputError(f"cannot write the output to stdout ({exc.strerror or exc}); "
+                          f"{done}") from None
+
+
+def drop_stdout() -> None:
+    """Point stdout's file descriptor at /dev/null after a write to it failed, so the
+    interpreter's last flush of the unwritten text does not fail again at exit."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, sys.stdout.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):
+        pass  # not a real file (a notebook's, a test's capture): nothing to flush at exit
+    finally:
+        os.close(null)

@@ -56,7 +56,10 @@ def cmd_fit(args: argparse.Namespace) -> int:
         if source.is_dir():
             raise CliError(f"{source}: is a directory; --outcomes takes a file (a workspace: "
                            f"--workspace)")
-    _check_out(args.out, args.workspace)  # before the bootstrap, not after it
+    _check_out(args.out, args.workspace, args.outcomes)  # before the bootstrap, not after
+    if args.scheduler and args.jobs != 1:
+        raise CliError("--jobs and --scheduler: give one (--scheduler runs the bootstrap on "
+                       "the Dask cluster's workers; --jobs N on N local processes)")
     line, done = status_line()
     t0 = time.monotonic()
 
@@ -77,9 +80,10 @@ def cmd_fit(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_out(out: str | None, workspace: str | None) -> None:
-    """``--out`` names a file the fit may write: not a directory, in one that exists, and
-    not inside the workspace it reads (``--out ws/state.json`` broke the workspace)."""
+def _check_out(out: str | None, workspace: str | None, outcomes: str | None) -> None:
+    """``--out`` names a file the fit may write: not a directory, in one that exists, not
+    inside the workspace it reads (``--out ws/state.json`` broke the workspace) and not the
+    outcomes file it reads (overwritten with the world's JSON)."""
     if out is None:
         return
     path = user_path(out).resolve()
@@ -90,6 +94,9 @@ def _check_out(out: str | None, workspace: str | None) -> None:
     if workspace is not None and path.is_relative_to(user_path(workspace).resolve()):
         raise CliError(f"--out {out}: is inside the workspace being fitted; write the world "
                        f"elsewhere (its files are the workspace's own)")
+    if outcomes is not None and path.exists() and path.samefile(user_path(outcomes)):
+        raise CliError(f"--out {out}: is the --outcomes file being fitted; write the world "
+                       f"elsewhere, such as world.json")
 
 
 @contextlib.contextmanager

@@ -128,6 +128,10 @@ def _init_llm(root: Path, args: argparse.Namespace) -> int:
     missing = [f"--{n.replace('_', '-')}" for n in needed if not getattr(args, n)]
     if missing:
         raise CliError(f"init --llm needs {', '.join(missing)}")
+    for other in ("endpoints", "backend"):  # each takes --base-url's place: it was dropped
+        if getattr(args, other) and args.base_url:
+            raise CliError(f"--{other} and --base-url: give one (--{other} replaces "
+                           f"--base-url, which would be ignored)")
     if args.backend:
         load_factory(args.backend)  # refuse a factory that does not import, before writing
     media = {k: v for k, v in (("max_frames", args.max_frames), ("max_side", args.max_side))

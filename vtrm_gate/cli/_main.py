@@ -24,8 +24,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
 
-from ..errors import CliError, InfraGuardError, StepRefusedError, bounded, exit_code
+from ..errors import (
+    CliError,
+    InfraGuardError,
+    OutputError,
+    StepRefusedError,
+    bounded,
+    exit_code,
+    shown,
+)
 from . import _cache, _compare, _export, _fit, _init, _lab, _options, _status, _step, _train
+from ._args import drop_stdout
 from ._table import terminal_width
 
 
@@ -87,11 +96,26 @@ def main(argv: list[str] | None = None) -> int:
     _escape_what_cannot_be_encoded()
     as_json = "--json" in argv
     try:
+        _check_utf8(argv)
         args = build_parser(raise_on_error=as_json).parse_args(argv)
     except CliError as exc:
         return report_error(str(exc), exc.exit_code, as_json)
     with _sigterm_as_sigint():
         return _run(args, as_json)
+
+
+def _check_utf8(argv: list[str]) -> None:
+    """Refuse an argument holding bytes that are not UTF-8 (the OS hands them over as lone
+    surrogates): a path or name written into the workspace, SQLite, Redis or a polars frame
+    cannot hold them, and each failed deep inside, some after writing."""
+    for i, arg in enumerate(argv):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            flag = argv[i - 1] if i and argv[i - 1].startswith("-") else f"argument {i + 1}"
+            raise CliError(f"{flag} {shown(arg)}: not valid UTF-8 (byte "
+                           f"{ord(arg[exc.start]) - 0xDC00:#04x}); names and paths given "
+                           f"to vtrm-gate must be UTF-8") from None
 
 
 def _escape_what_cannot_be_encoded() -> None:
@@ -132,7 +156,7 @@ def _run(args: argparse.Namespace, as_json: bool) -> int:
         if code is None:
             return report_bug(exc, as_json)
         return report_error(f"error: {_one_line(exc, getattr(args, 'workspace', None))}",
-                            code, as_json)
+                            code, as_json and not isinstance(exc, OutputError))
 
 
 def report_error(text: str, code: int, as_json: bool) -> int:
@@ -140,10 +164,15 @@ def report_error(text: str, code: int, as_json: bool) -> int:
     stderr, or under ``--json`` one object ``{"error": <text>, "exit": <code>}`` on stdout."""
     text = bounded(text)
     if as_json:
-        text = text.removeprefix("error: ").removeprefix("vtrm-gate: ")
-        print(json.dumps({"error": text, "exit": code}), flush=True)
-    else:
-        print(f"vtrm-gate: {text}", file=sys.stderr)
+        try:
+            print(json.dumps({"error": text.removeprefix("error: ").removeprefix("vtrm-gate: "),
+                              "exit": code}), flush=True)
+            return code
+        except BrokenPipeError:
+            return code
+        except OSError:  # stdout itself fails (a full disk): the error goes to stderr
+            drop_stdout()
+    print(f"vtrm-gate: {text}", file=sys.stderr)
     return code
 
 

@@ -14,6 +14,9 @@ from ._args import a_path, add_run_flags, emit, nonneg_int, positive_int, run_op
 from ._progress import TerminalProgress, agent_printer
 from ._table import Column, pad, render, terminal_width, wrap
 
+DEMO_SEED = 2
+"""The demo's world: notebooks 01-05's ``sim_step(2)``."""
+
 
 def register(sub: Any) -> None:
     """Add ``step``, ``demo`` and ``replay`` to the ``vtrm-gate`` subcommands."""
@@ -28,7 +31,9 @@ def register(sub: Any) -> None:
 
     d = sub.add_parser("demo", help="init + one step of a 12-type simulated world")
     d.add_argument("--workspace", type=a_path, default="workspace-demo")
-    d.add_argument("--seed", type=nonneg_int, default=2)  # notebooks 01-05: sim_step(2)
+    d.add_argument("--seed", type=nonneg_int, default=None,
+                   help=f"the simulated world's seed (default {DEMO_SEED}, as notebooks 01-05's "
+                        f"sim_step({DEMO_SEED}); an existing demo workspace keeps its own)")
     d.add_argument("--figures", type=a_path, default=None,
                    help="where the demo's figure and summary go (default: WORKSPACE/figures, "
                         "git-ignored like the workspace)")
@@ -200,7 +205,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.figures and Path(args.figures).exists() and not Path(args.figures).is_dir():
         raise CliError(f"--figures {args.figures}: exists and is not a directory (the demo "
                        f"writes its figure and summary into a directory)")
-    rerun = _demo_workspace(root, args.seed)
+    rerun, args.seed = _demo_workspace(root, args.seed)
     if rerun:
         note = (f"re-run: {root} already ran step e1 s1 (seed {rerun}): base arm from "
                 f"BaselineCache, so this run is shorter; remove {root} (or pass --workspace "
@@ -232,19 +237,26 @@ DEMO_POOL_NOTE = (
 """Why ``init --seed N`` + ``step`` and the demo differ (issue 28: they were said to agree)."""
 
 
-def _demo_workspace(root: Path, seed: int) -> int | None:
-    """Create the demo's workspace if needed; the seed of its earlier run if it has one."""
+def _demo_workspace(root: Path, seed: int | None) -> tuple[int | None, int]:
+    """Create the demo's workspace if needed: (the seed of its earlier run if it has one,
+    the workspace's seed). A ``--seed`` another than an existing workspace's is refused (it
+    was ignored without a word)."""
     from ..harness import Workspace
     from ..sim import SimConfig, init_simulated
 
     if not (root / "workspace.json").exists():
         if root.exists() and any(root.iterdir()):
             raise CliError(f"{root}: exists, is not empty and is not a workspace")
+        seed = DEMO_SEED if seed is None else seed
         init_simulated(root, SimConfig(seed=seed)).close()
-        return None
+        return None, seed
     with Workspace.open(root, readonly=True) as ws:
+        if seed is not None and seed != ws.config.seed:
+            raise CliError(f"--seed {seed}: {root} is a demo workspace of seed "
+                           f"{ws.config.seed}; remove it, or pass --workspace NEW for seed "
+                           f"{seed}")
         ran = ws.state.last_step is not None and tuple(ws.state.last_step) >= (1, 1)
-        return ws.config.seed if ran else None
+        return (ws.config.seed if ran else None), ws.config.seed
 
 
 def _demo_figures(res: Any, figdir: Path) -> list[Path]:
@@ -281,10 +293,21 @@ def cmd_replay(args: argparse.Namespace) -> int:
     text = render(cols, width) + "\n" + wrap(
         "live: the step's decision; prefix / block: replayed unit by unit / in blocks of "
         f"{args.block} (stopped: the ladder unit, 1-based, where it decided; unrun: units the "
-        "block rule needs that the step never ran); --json for every column", width)
+        "block rule needs that the step never ran); --json for every column"
+        + _other_rule(rows), width)
     emit(args, {"epoch": args.epoch, "step": args.step, "block": args.block,
                 "types": df.to_dicts()}, text)
     return 0
+
+
+def _other_rule(rows: list[dict[str, Any]]) -> str:
+    """A note when the step decided with another rule than the replays' (paired betting)."""
+    from ..options import DEFAULT_DECISION_RULE
+
+    other = sorted({r["live_rule"] for r in rows} - {DEFAULT_DECISION_RULE})
+    return (f"; the live gate decided with {', '.join(other)}, the replays with "
+            f"{DEFAULT_DECISION_RULE} (the SPEC's rule), so live may differ from both"
+            if other else "")
 
 
 def _replay_outcomes(args: argparse.Namespace) -> int:

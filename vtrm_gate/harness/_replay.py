@@ -13,6 +13,7 @@ from .._ids import (
 from ..errors import (
     WorkspaceError,
 )
+from ..options import DEFAULT_DECISION_RULE
 from ..stats import (
     GateParams,
     SequentialTest,
@@ -37,11 +38,13 @@ def replay_step(workspace: Workspace | str | Path, epoch: int, step: int, *,
                 block: int = 8) -> pl.DataFrame:
     """Prefix vs block replay of the outcomes a step recorded, one row per gated type.
 
-    Outcomes come from the step's predictions (discarded in-flight results included: they
-    are real measurements). Units the live gate never ran are *unknown*: if the block replay
-    would need one, its decision is ``UNKNOWN (needs k unrun units)`` with
-    ``block_needs_unrun_units=True`` (k counts the unrun units up to the end of the block it
-    would have had to finish), never an invented outcome.
+    ``prefix`` and ``block`` replay the SPEC's rule (paired betting); ``live_rule`` names
+    the rule the step decided with, so a step run with another (``--decision-rule``) shows
+    why its live decision may differ. Outcomes come from the step's predictions (discarded
+    in-flight results included: they are real measurements). Units the live gate never ran
+    are *unknown*: if the block replay would need one, its decision is ``UNKNOWN (needs k
+    unrun units)`` with ``block_needs_unrun_units=True`` (k counts the unrun units up to the
+    end of the block it would have had to finish), never an invented outcome.
     """
     check_block(block)  # before opening anything: 0 divided by zero deep in the replay
     ws = for_reading(workspace)
@@ -65,6 +68,7 @@ def _replay(ws: Workspace, epoch: int, step: int, block: int) -> pl.DataFrame:
         raise WorkspaceError(f"{ws.manifest_path(epoch, step).relative_to(ws.root)}: "
                              f"inputs.config.params: {exc}") from None
     srid = manifest["step_run_id"]
+    rule = manifest["inputs"]["config"].get("decision_rule", DEFAULT_DECISION_RULE)
     live = {r[0]: r[1:] for r in ws.log.select(
         "step_report", ["task_type", "status", "action", "stop_rank"], epoch=epoch, step=step)}
     rows = []
@@ -81,7 +85,7 @@ def _replay(ws: Workspace, epoch: int, step: int, block: int) -> pl.DataFrame:
         blocks = _replay_known(pairs, known, params, block)
         rows.append({
             "task_type": t, "n_ladder": len(ladder), "status": status,
-            "live_action": live_action, "live_stop_rank": live_stop,
+            "live_rule": rule, "live_action": live_action, "live_stop_rank": live_stop,
             **_replay_columns("prefix", prefix, tokens),
             "prefix_matches_live": prefix["action"] == live_action
             and prefix["stop_rank"] == live_stop,

@@ -136,9 +136,11 @@ def _used_by_step(ws: Workspace, task_type: str, p: Probation, seen: Manifests) 
     return used | set(manifest["inputs"].get("cases", {}).get(task_type, ()))
 
 
-def _probe_units(ws: Workspace, epoch: int, task_type: str, used: set[str]) -> list[str]:
+def _probe_units(ws: Workspace, epoch: int, task_type: str, used: set[str], n_max: int
+                 ) -> list[str]:
     """Fresh units for a probe: not in ``used`` (`_used_by_step`), in the workspace's
-    ``probation_order`` (a seeded shuffle, or seed-wrong units first)."""
+    ``probation_order`` (a seeded shuffle, or seed-wrong units first); at most
+    ``probation_units``, and at most the gate's ``n_max`` (a step's ladder is cut there too)."""
     key = f"{ws.config.seed}:probation:{epoch}"
     pool = ws.pool[task_type]
     if ws.config.probation_order == "seed_wrong_first":  # the whole order, like a step's ladder
@@ -148,7 +150,7 @@ def _probe_units(ws: Workspace, epoch: int, task_type: str, used: set[str]) -> l
         order = sorted((u for u in pool if u not in used),
                        key=lambda u: shuffle_key(key, f"{task_type}\x1f{u}"))
     # the first units whose frames can be sent: a broken frame is passed over, not a gap
-    return ws.sendable(order, ws.config.probation_units)[0]
+    return ws.sendable(order, min(ws.config.probation_units, n_max))[0]
 
 
 def _probation_rule(ws: Workspace, task_type: str, p: Probation) -> ProbationRule:
@@ -180,7 +182,8 @@ class _Probe:
                 "cand_hash": content_hash(self.cur_text)}
 
 
-def _probes(ws: Workspace, epoch: int, state: TrainingState) -> dict[str, _Probe]:
+def _probes(ws: Workspace, epoch: int, state: TrainingState, n_max: int
+            ) -> dict[str, _Probe]:
     """Every probation of an epoch <= ``epoch``, with its probe plan."""
     attempt = ws.log.infra_aborts(epoch, PROBATION_STEP)
     out = {}
@@ -190,7 +193,7 @@ def _probes(ws: Workspace, epoch: int, state: TrainingState) -> dict[str, _Probe
             continue
         prev_text, cur_text = settled_text(ws, state, t, seen), ws.version_text(t, p.version)
         rule = _probation_rule(ws, t, p)
-        units = _probe_units(ws, epoch, t, _used_by_step(ws, t, p, seen))
+        units = _probe_units(ws, epoch, t, _used_by_step(ws, t, p, seen), n_max)
         plan = TypePlan(t, units, prev_text, cur_text, probation_run_id(epoch),
                         target_file=ws.target(t), rule=rule, attempt=attempt)
         out[t] = _Probe(p, rule, prev_text, cur_text, plan)
@@ -201,7 +204,7 @@ async def _settle(ws: Workspace, epoch: int, infer: Infer, options: RunOptions,
                   subscribers: Iterable[Subscriber]) -> ProbationResult:
     state = ws.state
     ws.log.clear_step(epoch, PROBATION_STEP, probation_run_id(epoch))
-    probes = _probes(ws, epoch, state)
+    probes = _probes(ws, epoch, state, options.gate.n_max)
     extra = {t: pr.extra for t, pr in probes.items()}
     gate: GateResult | None = None
     if probes:

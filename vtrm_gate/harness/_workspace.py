@@ -61,6 +61,10 @@ T = TypeVar("T")
 
 
 PROBATION_ORDERS = ("shuffle", "seed_wrong_first")
+MAX_POLICY_COUNT = 1_000_000
+"""The most steps of cooldown, rejected texts kept or probe units: far beyond any run, and
+small enough that ``steps_applied + cooldown_steps`` stays an SQLite/JSON-safe integer
+(2**63 - 1 made a state.json no command would read again)."""
 LEGACY_PROBATION_RULE = "w_net"
 """The rule of a workspace.json without ``probation_rule`` (the default until issue 27)."""
 
@@ -112,8 +116,8 @@ class WorkspaceConfig:
             bad("seed", "an integer", self.seed)
         for name in ("cooldown_steps", "rejected_max", "probation_units"):
             v = getattr(self, name)
-            if not _whole(v) or v < 0:
-                bad(name, "an integer >= 0", v)
+            if not _whole(v) or not 0 <= v <= MAX_POLICY_COUNT:
+                bad(name, f"an integer from 0 to {MAX_POLICY_COUNT}", v)
         if not isinstance(self.futile_cooldown, bool):
             bad("futile_cooldown", "true or false", self.futile_cooldown)
         if not _whole(self.probation_min_w_net):

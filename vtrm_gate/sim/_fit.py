@@ -195,6 +195,10 @@ def fit_world(source: pl.DataFrame | Workspace | str | Path, *, n_boot: int = DE
         raise InputError(f"{name}: no gate with a measured pair to fit (every pair of its "
                          f"gates is INFRA, or nothing was gated yet)")
     w, l = gates["W"].to_numpy(), gates["L"].to_numpy()
+    if not (w + l).any():  # only ties: every world fits, and the bootstrap cannot tell
+        raise InputError(f"{name}: no discordant pair in any gate (every measured pair is a "
+                         f"tie), so nothing tells helpful, neutral and harmful candidates "
+                         f"apart")
     k = logit_per_theta()
     sizes = World()
     ref = (sizes.size_min * k, sizes.size_max * k)

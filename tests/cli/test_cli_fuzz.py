@@ -1,0 +1,166 @@
+"""A hostile pass over every command-line option (session 17): each input that crashed,
+hung, lost a file or gave a silent wrong result now exits 2 with one line naming what is
+wrong, and nothing already written changes."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from test_cli import cli
+
+from vtrm_gate.errors import ConfigError
+from vtrm_gate.harness import WorkspaceConfig
+
+
+def files(root: Path) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def refused(r, *said: str) -> None:
+    assert r.returncode == 2 and "Traceback" not in r.stderr, (r.returncode, r.stderr)
+    assert all(s in r.stderr for s in said), r.stderr
+
+
+@pytest.fixture(scope="module")
+def stepped(tmp_path_factory) -> Path:
+    ws = tmp_path_factory.mktemp("fuzz") / "ws"
+    assert cli("init", str(ws), "--seed", "1").returncode == 0
+    assert cli("step", "--workspace", str(ws), "--epoch", "1", "--step", "1").returncode == 0
+    return ws
+
+
+def test_a_policy_count_too_large_for_the_state_is_refused_at_init(tmp_path):
+    """``--cooldown-steps 9223372036854775807``: the step wrote cooldown_until = 2**63 into
+    state.json, and no command opened the workspace again."""
+    r = cli("init", str(tmp_path / "ws"), "--seed", "1", "--cooldown-steps", str(2**63 - 1))
+    refused(r, "cooldown_steps must be an integer from 0 to 1000000")
+    assert not (tmp_path / "ws").exists()
+    for name in ("cooldown_steps", "rejected_max", "probation_units"):  # workspace.json's
+        with pytest.raises(ConfigError, match=f"{name} must be an integer from 0 to 1000000"):
+            WorkspaceConfig(**{name: 1_000_001})
+
+
+def test_settle_with_n_max_below_the_probe_size_probes_n_max_units(tmp_path):
+    """``n_max = 20`` with a 40-unit probe: settle and train failed with a ValueError
+    traceback (and wrote "aborted" rows); step truncates its ladders to n_max."""
+    conf = tmp_path / "n20.toml"
+    conf.write_text("[gate]\nn_max = 20\n")
+    ws = tmp_path / "ws"
+    assert cli("init", str(ws), "--seed", "1").returncode == 0
+    r = cli("train", "--workspace", str(ws), "--epochs", "1", "--steps-per-epoch", "2",
+            "--config", str(conf), "--json")
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    import sqlite3
+
+    con = sqlite3.connect(ws / "harness.sqlite")
+    probes = con.execute("SELECT task_type, n_ladder FROM step_report WHERE step = 0").fetchall()
+    con.close()
+    assert probes and all(n <= 20 for _, n in probes), probes
+
+
+def test_fit_refuses_to_write_over_its_own_outcomes(stepped, tmp_path):
+    assert cli("export", "--workspace", str(stepped), "--out", str(tmp_path / "x"),
+               "--format", "csv").returncode == 0
+    src = tmp_path / "x" / "outcomes.csv"
+    before = src.read_bytes()
+    r = cli("fit", "--outcomes", str(src), "--out", str(src), "--boot", "10")
+    refused(r, "--out", "the --outcomes file")
+    assert src.read_bytes() == before
+
+
+def test_fit_refuses_gates_without_a_discordant_pair(stepped, tmp_path):
+    """Every pair a tie: fit printed "34% harmful (34%-34%)" with zero-width intervals."""
+    rows = [{"epoch": 1, "step": 1, "task_type": "Counting Problem", "ladder_rank": r,
+             "unit_id": f"u{g}_{r}", "base_correct": True, "cand_correct": True,
+             "infra": False, "n_ladder": 40} for r in range(40) for g in (1,)]
+    rows += [{**x, "step": 2, "unit_id": x["unit_id"] + "b"} for x in rows]
+    src = tmp_path / "ties.jsonl"
+    src.write_text("".join(json.dumps(x) + "\n" for x in rows))
+    refused(cli("fit", "--outcomes", str(src), "--boot", "10"), "no discordant pair")
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["--endpoints", "EP", "--base-url", "http://127.0.0.1:9/v1"], "--endpoints"),
+    (["--backend", "vtrm_gate.llm:tool_backend", "--base-url", "http://127.0.0.1:9/v1"],
+     "--backend"),
+])
+def test_init_refuses_options_that_would_be_dropped(tmp_path, args, said):
+    units = tmp_path / "u.jsonl"
+    units.write_text("".join(json.dumps(
+        {"unit_id": f"u{i}", "task_type": "Counting", "question": f"q{i}?",
+         "options": ["a", "b"], "answer": "A"}) + "\n" for i in range(8)))
+    ep = tmp_path / "ep.txt"
+    ep.write_text("http://127.0.0.1:9/v1\n")
+    args = [str(ep) if a == "EP" else a for a in args]
+    r = cli("init", str(tmp_path / "ws"), "--llm", "--units", str(units), "--model", "m", *args)
+    refused(r, said, "--base-url")
+    assert not (tmp_path / "ws").exists()
+
+
+def test_fit_refuses_jobs_with_a_scheduler(stepped):
+    r = cli("fit", "--workspace", str(stepped), "--jobs", "2", "--scheduler",
+            "tcp://127.0.0.1:9", "--boot", "10")
+    refused(r, "--jobs", "--scheduler")
+
+
+def test_demo_says_when_its_seed_is_not_the_workspaces(tmp_path):
+    ws = tmp_path / "dm"
+    assert cli("demo", "--workspace", str(ws), "--seed", "2").returncode == 0
+    r = cli("demo", "--workspace", str(ws), "--seed", "3")
+    refused(r, "seed 2", "--seed 3")
+
+
+def test_json_output_to_a_full_disk_is_one_error_line(stepped):
+    with open("/dev/full", "w") as full:
+        import subprocess
+        import sys
+
+        r = subprocess.run([sys.executable, "-m", "vtrm_gate", "status", "--workspace",
+                            str(stepped), "--json"], stdout=full, stderr=subprocess.PIPE,
+                           text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "No space left on device" in r.stderr
+
+
+def test_a_step_whose_output_fails_after_it_was_applied_says_it_was_applied(stepped, tmp_path):
+    """The step was applied, then "No space left on device ... run the same command again":
+    doing so re-ran a finished step and replaced its rows."""
+    import shutil
+    import subprocess
+    import sys
+
+    ws = tmp_path / "ws"
+    shutil.copytree(stepped, ws)
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "vtrm_gate", "step", "--workspace", str(ws),
+                            "--epoch", "1", "--step", "2"], stdout=full,
+                           stderr=subprocess.PIPE, text=True, timeout=240)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "run the same command again" not in r.stderr
+    assert "step finished and its work is saved (vtrm-gate status shows" in r.stderr, r.stderr
+    assert json.loads((ws / "state.json").read_text())["last_step"] == [1, 2]
+
+
+def test_replay_says_when_the_live_gate_used_another_rule(stepped, tmp_path):
+    import shutil
+
+    ws = tmp_path / "ws"
+    shutil.copytree(stepped, ws)
+    assert cli("step", "--workspace", str(ws), "--epoch", "1", "--step", "2",
+               "--decision-rule", "old_blocks").returncode == 0
+    r = cli("replay", "--workspace", str(ws), "--epoch", "1", "--step", "2")
+    assert r.returncode == 0, r.stderr
+    text = " ".join(r.stdout.split())
+    assert "the live gate decided with old_blocks" in text, text
+
+
+def test_non_utf8_bytes_in_a_path_are_refused_naming_the_option(stepped, tmp_path):
+    bad = os.fsdecode(bytes(tmp_path) + b"/ex\xff")
+    before = files(stepped)
+    refused(cli("export", "--workspace", str(stepped), "--out", bad), "--out", "UTF-8")
+    refused(cli("init", bad, "--seed", "1"), "UTF-8")
+    assert not os.path.exists(bad)
+    assert files(stepped) == before
