@@ -344,15 +344,43 @@ def user_path(path: str | os.PathLike[str]) -> Path:
     return Path(path).expanduser()
 
 
+MAX_SETTINGS_BYTES = 64 * 2**20
+"""The largest settings file read whole (config, world, endpoints, units, ``.env``): far
+beyond any real one, so an endless device read as one fails at once, not out of memory."""
+
+
+def read_settings_text(path: str | os.PathLike[str]) -> str:
+    """A settings file's text (UTF-8, a leading byte order mark dropped). `OSError` naming
+    the trouble when it is no regular file (a FIFO, whose open blocks for ever; /dev/zero,
+    endless), is larger than `MAX_SETTINGS_BYTES`, or cannot be read; `UnicodeDecodeError`
+    when it is not UTF-8."""
+    import errno
+    import stat
+
+    st = os.stat(path)  # follows a symlink: a link to /dev/zero is the device
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO (named pipe)"
+                if stat.S_ISFIFO(st.st_mode) else "a device or socket")
+        raise OSError(errno.EINVAL, f"not a regular file: {kind}", os.fspath(path))
+    with open(path, "rb") as f:
+        data = f.read(MAX_SETTINGS_BYTES + 1)
+    if len(data) > MAX_SETTINGS_BYTES:
+        raise OSError(errno.EFBIG, f"larger than {MAX_SETTINGS_BYTES // 2**20} MiB: not a "
+                                   f"settings file", os.fspath(path))
+    return data.decode(USER_TEXT)
+
+
 def read_dotenv(path: str | os.PathLike[str]) -> dict[str, str]:
     """Parse a ``.env`` file: ``KEY=VALUE`` lines, ``export`` prefixes, quotes, comments. A
     line naming one of our variables (``VTRM_*``, ``REDIS_*``) that is no such assignment
     (``VTRM_CONCURRENCY: 8``, ``set VTRM_CONCURRENCY=8``) is refused: it would be skipped."""
     out: dict[str, str] = {}
     try:
-        text = Path(path).read_text(encoding=USER_TEXT)
-    except OSError:
+        text = read_settings_text(path)
+    except FileNotFoundError:
         return out
+    except OSError as exc:  # a FIFO hung every command; unreadable: its settings lost
+        raise ConfigError(f"{path}: cannot read ({exc.strerror}); fix or remove it") from None
     except UnicodeDecodeError as exc:  # a ValueError: the CLI exits 2 with this one line
         raise ConfigError(f"{path}: {not_utf8(exc)}") from None
     for number, raw in enumerate(text.splitlines(), 1):

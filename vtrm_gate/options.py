@@ -43,9 +43,10 @@ from ._env import (
     mask_url,
     prefix_problem,
     read_dotenv,
+    read_settings_text,
 )
 from ._ids import strict_json
-from .errors import USER_TEXT, ConfigError, is_real, is_whole, not_utf8, shown
+from .errors import ConfigError, is_real, is_whole, not_utf8, shown
 from .gate import (
     DEFAULT_DISPATCH,
     DISPATCH_NAMES,
@@ -435,7 +436,7 @@ def _coerce_float(name: str, v: Any) -> float:
 
 def _read_file(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text(encoding=USER_TEXT)
+        text = read_settings_text(path)
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:

@@ -164,3 +164,87 @@ def test_non_utf8_bytes_in_a_path_are_refused_naming_the_option(stepped, tmp_pat
     refused(cli("init", bad, "--seed", "1"), "UTF-8")
     assert not os.path.exists(bad)
     assert files(stepped) == before
+
+
+@pytest.mark.parametrize("command", ["step", "train"])
+def test_a_simulated_rollout_that_fails_for_infra_is_not_read_as_no_cases(tmp_path, command):
+    """``--infra-rate 0.99``: every type was ``no_cases``, the step exit 0 and applied, and
+    status said "INFRA: 0 calls": the simulator's rollout dropped its INFRA results."""
+    ws = tmp_path / "ws"
+    assert cli("init", str(ws), "--seed", "1", "--infra-rate", "0.99").returncode == 0
+    args = (["step", "--workspace", str(ws), "--epoch", "1", "--step", "1"]
+            if command == "step" else
+            ["train", "--workspace", str(ws), "--epochs", "1", "--steps-per-epoch", "1"])
+    r = cli(*args)
+    assert r.returncode == 3 and "Traceback" not in r.stderr, (r.returncode, r.stderr)
+    assert "rollout INFRA" in r.stderr, r.stderr
+    assert json.loads((ws / "state.json").read_text())["last_step"] is None
+
+
+def _special(tmp_path: Path, kind: str) -> str:
+    """A FIFO (opening it blocks for ever), /dev/zero (endless) or a deep JSON file."""
+    if kind == "fifo":
+        p = tmp_path / "f.json"
+        os.mkfifo(p)
+        return str(p)
+    if kind == "zero":
+        p = tmp_path / "z.json"
+        p.symlink_to("/dev/zero")
+        return str(p)
+    p = tmp_path / "deep.json"
+    p.write_text("[" * 100_000 + "]" * 100_000)
+    return str(p)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero", "deep"])
+@pytest.mark.parametrize("option", ["--world", "--endpoints", "--units", "--config"])
+def test_a_settings_file_that_is_no_regular_file_or_too_deep_is_refused(tmp_path, kind, option):
+    """``--world`` on a FIFO hung, on /dev/zero took all memory, and 100,000 nested brackets
+    raised RecursionError; so did ``--endpoints``, ``--units`` and ``--config``."""
+    path = _special(tmp_path, kind)
+    ws = tmp_path / "ws"
+    if option == "--config":
+        assert cli("init", str(ws), "--seed", "1").returncode == 0
+        args = ["step", "--workspace", str(ws), "--epoch", "1", "--step", "1", option, path]
+    elif option == "--world":
+        args = ["init", str(ws), "--seed", "1", option, path]
+    else:
+        units = tmp_path / "u.jsonl"
+        units.write_text(json.dumps({"unit_id": "u1", "task_type": "Counting",
+                                     "question": "q?", "options": ["a", "b"],
+                                     "answer": "A"}) + "\n")
+        args = ["init", str(ws), "--llm", "--model", "m", "--units", str(units), option, path]
+        if option == "--units":
+            args += ["--base-url", "http://127.0.0.1:9/v1"]
+            args.remove(str(units))
+            args.remove("--units")
+    before = files(tmp_path) if ws.exists() else {}
+    r = cli(*args)
+    said = {"fifo": "not a regular file", "zero": "not a regular file",
+            "deep": "nested too deeply"}[kind]
+    refused(r, said)
+    if before:
+        assert files(ws) == {p: b for p, b in before.items() if p.is_relative_to(ws)}
+    else:
+        assert not ws.exists()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero"])
+def test_a_dotenv_that_is_no_regular_file_is_refused(tmp_path, kind):
+    """A ``.env`` in the working directory that is a FIFO hung every command reading it."""
+    p = tmp_path / ".env"
+    if kind == "fifo":
+        os.mkfifo(p)
+    else:
+        p.symlink_to("/dev/zero")
+    assert cli("init", str(tmp_path / "ws"), "--seed", "1").returncode == 0
+    r = cli("step", "--workspace", str(tmp_path / "ws"), "--epoch", "1", "--step", "1",
+            cwd=tmp_path)
+    refused(r, ".env", "not a regular file")
+
+
+def test_fit_refuses_to_write_into_a_fifo(stepped, tmp_path):
+    out = tmp_path / "w.json"
+    os.mkfifo(out)
+    refused(cli("fit", "--workspace", str(stepped), "--out", str(out), "--boot", "10"),
+            "--out", "not a regular file")

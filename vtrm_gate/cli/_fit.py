@@ -89,6 +89,9 @@ def _check_out(out: str | None, workspace: str | None, outcomes: str | None) -> 
     path = user_path(out).resolve()
     if path.is_dir():
         raise CliError(f"--out {out}: is a directory; name a file such as world.json")
+    if path.exists() and not path.is_file():  # a FIFO blocked the write for ever
+        raise CliError(f"--out {out}: is not a regular file (a FIFO or a device); name a "
+                       f"file such as world.json")
     if not path.parent.is_dir():
         raise CliError(f"--out {out}: directory {path.parent} does not exist")
     if workspace is not None and path.is_relative_to(user_path(workspace).resolve()):

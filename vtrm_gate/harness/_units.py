@@ -27,10 +27,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from .._env import user_path
+from .._env import read_settings_text, user_path
 from .._ids import lone_surrogate, slugify, strict_json
 from ..errors import (
-    USER_TEXT,
     InputError,
     MediaError,
     WorkspaceError,
@@ -417,10 +416,12 @@ def read_units(path: str | Path, root: Path | None = None) -> dict[str, UnitReco
     """
     path = user_path(path)
     name = _rel(root, path) if root else str(path)
-    if not path.is_file():
+    if not path.exists():
         raise WorkspaceError(f"{name}: missing (expected a units file at {path})")
     try:
-        lines = path.read_text(encoding=USER_TEXT).splitlines()
+        lines = read_settings_text(path).splitlines()
+    except OSError as exc:
+        raise WorkspaceError(f"{name}: cannot read the units file ({exc.strerror})") from None
     except UnicodeDecodeError as exc:
         raise WorkspaceError(f"{name}: {not_utf8(exc)}") from None
     units: dict[str, UnitRecord] = {}
@@ -435,6 +436,8 @@ def read_units(path: str | Path, root: Path | None = None) -> dict[str, UnitReco
         except json.JSONDecodeError as exc:
             raise WorkspaceError(f"{name}: line {i}: malformed JSON at column {exc.colno}: "
                                  f"{exc.msg}{_not_json_lines(line, units)}") from None
+        except RecursionError:
+            raise WorkspaceError(f"{name}: line {i}: nested too deeply to be a unit") from None
         except ValueError as exc:
             raise WorkspaceError(f"{name}: line {i}: {exc}{_not_json_lines(line, units)}") \
                 from None

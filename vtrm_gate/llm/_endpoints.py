@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
-from .._env import DEFAULT_CONCURRENCY, mask_url, user_path
+from .._env import DEFAULT_CONCURRENCY, mask_url, read_settings_text, user_path
 from .._ids import strict_json
-from ..errors import USER_TEXT, EndpointsError, is_whole, shown
+from ..errors import EndpointsError, is_whole, not_utf8, shown
 from ._limit import PREFILL_TOKENS, GradientLimit, LimitParams
 
 DEFAULT_CAP = DEFAULT_CONCURRENCY
@@ -156,14 +156,18 @@ def read_endpoints_file(path: str | Path) -> tuple[Endpoint, ...]:
     """An endpoints file: JSON (a list, as in `parse_endpoints`) or ``URL [cap]`` lines."""
     p = user_path(path)
     try:
-        text = p.read_text(encoding=USER_TEXT)
+        text = read_settings_text(p)
     except OSError as exc:
         raise EndpointsError(f"{p}: cannot read the endpoints file ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise EndpointsError(f"{p}: {not_utf8(exc)}") from None
     try:
         value: Any = strict_json(text) if text.lstrip().startswith("[") else text
         return parse_endpoints(value)
     except json.JSONDecodeError as exc:
         raise EndpointsError(f"{p}: malformed JSON at line {exc.lineno}: {exc.msg}") from None
+    except RecursionError:
+        raise EndpointsError(f"{p}: nested too deeply to be an endpoints file") from None
     except EndpointsError as exc:
         raise EndpointsError(f"{p}: {exc}") from None
 

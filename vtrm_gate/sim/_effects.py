@@ -18,9 +18,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
-from .._env import user_path
+from .._env import read_settings_text, user_path
 from .._ids import strict_json
-from ..errors import USER_TEXT, ConfigError, is_real
+from ..errors import ConfigError, is_real
 
 Scope = Literal["candidate", "type"]
 SHARES: tuple[str, ...] = ("p_harmful", "p_neutral", "p_helpful")
@@ -148,14 +148,17 @@ class World:
             return PRESETS[source]
         path = user_path(source)
         try:
-            text = path.read_text(encoding=USER_TEXT)
+            text = read_settings_text(path)
         except (OSError, UnicodeDecodeError) as exc:
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise ConfigError(f"{path}: cannot read the world file ({why})") from None
+            raise ConfigError(f"{path}: cannot read the world file ({why}); presets are "
+                              f"{list(PRESETS)}") from None
         try:
             data = strict_json(text)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{path}: not JSON ({exc.msg}, line {exc.lineno})") from None
+        except RecursionError:
+            raise ConfigError(f"{path}: nested too deeply to be a world file") from None
         if isinstance(data, str):
             raise ConfigError(f"{path}: must be a JSON object of World fields")
         return cls.from_dict(data, where=str(path))

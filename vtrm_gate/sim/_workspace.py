@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .._env import DEFAULT_CONCURRENCY
-from ..errors import WorkspaceError, shown
+from ..errors import CasesUnavailable, WorkspaceError, shown
 from ..gate import Infer, UnitTask
 from ..harness import (
     HELDOUT_FILE,
@@ -26,7 +26,7 @@ from ..harness import (
     step_input_state,
 )
 from ._effects import World
-from ._world import SimConfig, SimEvolver, SimWorld
+from ._world import SimConfig, SimEvolver, SimWorld, rollout_cases
 
 # ---- simulated workspaces -------------------------------------------------------------
 
@@ -120,7 +120,7 @@ class SimBackend:
         through ``concurrency`` slots with the simulated latency; returns the error cases."""
         world = self.world
 
-        async def run(epoch: int, step: int) -> dict[str, list[str]]:
+        async def run(epoch: int, step: int) -> dict[str, list[str] | CasesUnavailable]:
             state = step_input_state(workspace, epoch, step)
             slots = asyncio.Semaphore(concurrency)
 
@@ -128,15 +128,17 @@ class SimBackend:
                 async with slots:
                     await asyncio.sleep(res.latency_s * world.config.time_scale)
 
-            out: dict[str, list[str]] = {}
+            out: dict[str, list[str] | CasesUnavailable] = {}
             calls = []
             for t in workspace.task_types:
                 if state.in_cooldown(t):
                     continue
                 batch = world.rollout(t, epoch, step, workspace.skill_text(t, state),
                                       self.pools.get(t))
-                out[t] = [task.unit_id for task, res in batch
-                          if not res.infra and not res.correct]
+                try:
+                    out[t] = rollout_cases(batch)
+                except CasesUnavailable as exc:
+                    out[t] = exc
                 calls += [one(task, res) for task, res in batch]
             await asyncio.gather(*calls)
             return out

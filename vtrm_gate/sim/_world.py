@@ -29,7 +29,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from .._ids import content_hash, slugify, type_slugs
-from ..errors import ConfigError, InputError, is_real, is_whole, shown
+from ..errors import CasesUnavailable, ConfigError, InputError, is_real, is_whole, shown
 from ..gate import UnitResult, UnitTask
 from ._effects import PRESETS, World
 
@@ -74,6 +74,19 @@ REF_STEPS = 8
 """Agent steps at which an inference takes ``mean_latency_s`` on average."""
 MAX_STEPS = 40
 ROLLOUT_BATCH = 6
+
+
+def rollout_cases(batch: Sequence[tuple[UnitTask, UnitResult]]) -> list[str]:
+    """A rollout batch's wrong answers; `CasesUnavailable` when more than half of it failed
+    for INFRA (read as "no cases", a batch that measured nothing applied a step). Half, not
+    the LLM rollout's guard ratio: one failure in the 6-unit batch is 17%, and at the default
+    post-retry rate that would turn ~0.2% of the simulator's type-steps into errors, changing
+    every seeded run that measured them; the failed units are unknown, the rest real."""
+    n_infra = sum(bool(res.infra) for _, res in batch)
+    if batch and n_infra > len(batch) / 2:
+        raise CasesUnavailable(f"rollout INFRA ({batch[0][0].run_id}): {n_infra} of "
+                               f"{len(batch)} units failed")
+    return [t.unit_id for t, res in batch if not res.infra and not res.correct]
 """Units per type in a step's rollout; the wrong ones are that step's evolution cases."""
 EFFECT_SIZE = (0.3, 0.9)
 """Range of |ability shift| of a helpful or harmful candidate (a neutral one shifts 0) in the
@@ -325,8 +338,7 @@ class SimWorld:
         """This step's evolution cases: units of a seeded rollout batch that ``skill``
         (default: the v0 skill) got wrong. May be empty. ``pool`` restricts the batch to
         those units (a workspace's pool, without its held-out split)."""
-        return [t.unit_id for t, res in self.rollout(task_type, epoch, step, skill, pool)
-                if not res.infra and not res.correct]
+        return rollout_cases(self.rollout(task_type, epoch, step, skill, pool))
 
     def rollout(self, task_type: str, epoch: int, step: int, skill: str | None = None,
                 pool: Sequence[str] | None = None) -> list[tuple[UnitTask, UnitResult]]:
