@@ -29,8 +29,12 @@ def _predictions(ws: Path) -> int:
         return 0
 
 
-@pytest.mark.parametrize("sigint", ["default", "ignored"])
-def test_sigterm_of_a_step_is_like_sigint(tmp_path: Path, sigint: str) -> None:
+@pytest.mark.parametrize(("sig", "sigint"), [(signal.SIGTERM, "default"),
+                                             (signal.SIGTERM, "ignored"),
+                                             (signal.SIGHUP, "default")])
+def test_sigterm_of_a_step_is_like_sigint(tmp_path: Path, sig: int, sigint: str) -> None:
+    """SIGHUP (the ssh session dropped, the terminal closed) ended the process with no word,
+    its lock record stale and an embedded redis-server left running: it is a SIGTERM."""
     ws = tmp_path / "ws"
     assert cli("init", str(ws), "--seed", "3").returncode == 0
     state = (ws / "state.json").read_bytes()
@@ -44,7 +48,7 @@ def test_sigterm_of_a_step_is_like_sigint(tmp_path: Path, sigint: str) -> None:
             break
         threading.Event().wait(0.01)
     assert step.poll() is None
-    step.send_signal(signal.SIGTERM)
+    step.send_signal(sig)
     try:
         _, err = step.communicate(timeout=120)  # the gate alone takes ~18 s at this scale
     except subprocess.TimeoutExpired:
@@ -88,3 +92,23 @@ def test_main_called_from_python_restores_the_signal_handlers(tmp_path: Path,
     finally:
         signal.signal(signal.SIGTERM, saved[0])
         signal.signal(signal.SIGINT, saved[1])
+
+
+def test_an_interrupt_wrapped_in_another_error_is_an_interrupt(capsys) -> None:
+    """A SIGTERM landing while a module was imported surfaced as "RuntimeError: Error calling
+    __set_name__ on 'Field' instance 'types' in 'World'" (its cause the KeyboardInterrupt):
+    a traceback, "this is a bug", exit 1. It is an interruption: exit 130, one line."""
+    import argparse
+
+    from vtrm_gate.cli._main import _run
+
+    def imports_while_interrupted(args: argparse.Namespace) -> int:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as exc:
+            raise RuntimeError("Error calling __set_name__ on 'Field' instance") from exc
+
+    args = argparse.Namespace(func=imports_while_interrupted, command="train")
+    assert _run(args, False) == 130
+    err = capsys.readouterr().err
+    assert "interrupted; run the same command again to resume" in err and "Traceback" not in err

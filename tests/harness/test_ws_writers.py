@@ -181,7 +181,10 @@ def test_init_into_a_locked_empty_directory_exits_2(tmp_path: Path) -> None:
 def test_temp_files_of_a_killed_writer_are_removed_by_the_next_writer(tmp_path: Path) -> None:
     root = small_ws(tmp_path / "ws")
     leftovers = [root / ".state.json.tmp-999999", root / "history" / ".v2.md.tmp-12345",
-                 root / "skills" / ".ocr-problems.md.tmp-4242"]
+                 root / "skills" / ".ocr-problems.md.tmp-4242",
+                 # the names temp_sibling makes (PID and a random suffix), never matched
+                 root / ".state.json.tmp-999999-1a2b3c4d",
+                 root / "manifests" / ".e1_s1.json.tmp-4242-deadbeef"]
     for p in leftovers:
         p.write_text("half a checkpoint")
     keep = root / "notes.tmp-1"  # not an atomic_write temp name
@@ -192,6 +195,16 @@ def test_temp_files_of_a_killed_writer_are_removed_by_the_next_writer(tmp_path: 
     assert not any(p.exists() for p in leftovers)
     assert keep.read_text() == "mine"
     assert not list(root.rglob(".*.tmp-*"))
+
+
+def test_a_write_that_fails_leaves_no_temp_file(tmp_path: Path) -> None:
+    """A full disk mid-write left ``.state.json.tmp-PID-XXXXXXXX`` behind for good."""
+    from vtrm_gate.harness._files import atomic_write
+
+    target = tmp_path / "state.json"
+    with pytest.raises(UnicodeEncodeError):  # as ENOSPC would: the write itself raises
+        atomic_write(target, "x" * 10 + "\udcff")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
 def test_a_second_task_of_one_process_is_refused_while_the_first_writes(tmp_path: Path) -> None:
@@ -229,3 +242,22 @@ def test_a_second_task_of_one_process_is_refused_while_the_first_writes(tmp_path
         run_virtual(step(2))
     assert json.loads((root / "state.json").read_text())["steps_applied"] == 2
     assert read_holder(root) is None
+
+
+def test_a_write_the_disk_refuses_names_its_file(tmp_path: Path) -> None:
+    """A full disk while state.json was written said only "No space left on device" (a
+    file's write names no file)."""
+    root = small_ws(tmp_path / "ws")
+    code = textwrap.dedent(f"""
+        import resource, sys
+        from pathlib import Path
+        from vtrm_gate.harness._files import atomic_write
+        resource.setrlimit(resource.RLIMIT_FSIZE, (8, 8))  # EFBIG past 8 bytes, as ENOSPC
+        try:
+            atomic_write(Path({str(root / 'state.json')!r}), "x" * 100)
+        except OSError as exc:
+            print(exc.filename)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=60)
+    assert r.stdout.split() == [str(root / "state.json")], r

@@ -146,10 +146,10 @@ def _run(args: argparse.Namespace, as_json: bool) -> int:
         sys.stderr.close()
         return 0
     except KeyboardInterrupt:
-        resume = ("; run the same command again to resume (finished work is kept)"
-                  if args.command in _RESUMABLE else "")
-        return report_error(f"interrupted{resume}", 130, as_json)
+        return _interrupted(args, as_json)
     except Exception as exc:  # our error families and I/O errors: one line; else a bug
+        if _caused_by_interrupt(exc):  # a SIGTERM inside an import: "__set_name__" failed
+            return _interrupted(args, as_json)
         code = exit_code(exc)
         if debugging():
             raise
@@ -157,6 +157,24 @@ def _run(args: argparse.Namespace, as_json: bool) -> int:
             return report_bug(exc, as_json)
         return report_error(f"error: {_one_line(exc, getattr(args, 'workspace', None))}",
                             code, as_json and not isinstance(exc, OutputError))
+
+
+def _interrupted(args: argparse.Namespace, as_json: bool) -> int:
+    resume = ("; run the same command again to resume (finished work is kept)"
+              if args.command in _RESUMABLE else "")
+    return report_error(f"interrupted{resume}", 130, as_json)
+
+
+def _caused_by_interrupt(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised by a KeyboardInterrupt (in its cause or context chain)."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, KeyboardInterrupt):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return False
 
 
 def report_error(text: str, code: int, as_json: bool) -> int:
@@ -191,22 +209,28 @@ def report_bug(exc: BaseException, as_json: bool) -> int:
 
 @contextlib.contextmanager
 def _sigterm_as_sigint() -> Iterator[None]:
-    """SIGTERM behaves like Ctrl-C: the running step is cancelled, its rows marked aborted,
-    leases (the embedded Redis) given up at exit, exit code 130. The handlers it replaces
-    are put back on the way out (`main` called from Python leaves no trace)."""
+    """SIGTERM (and SIGHUP, unless ignored as under nohup) behaves like Ctrl-C: the running
+    step is cancelled, its rows marked aborted, leases (the embedded Redis) given up at exit,
+    exit code 130. The handlers it replaces are put back on the way out (`main` called from
+    Python leaves no trace)."""
     import signal
     import threading
 
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    hup = getattr(signal, "SIGHUP", None)  # not on Windows
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, hup)
+             if sig is not None}
     try:
         # A background job of a script inherits SIGINT ignored; re-raised SIGTERMs would be
         # lost, and asyncio only cancels a step cleanly from the default SIGINT handler.
         if saved[signal.SIGINT] is signal.SIG_IGN:
             signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.signal(signal.SIGTERM, lambda signum, frame: signal.raise_signal(signal.SIGINT))
+        as_sigint = lambda signum, frame: signal.raise_signal(signal.SIGINT)  # noqa: E731
+        signal.signal(signal.SIGTERM, as_sigint)
+        if hup is not None and saved[hup] is signal.SIG_DFL:  # a dropped ssh session; not
+            signal.signal(hup, as_sigint)                     # under nohup (SIG_IGN)
         yield
     finally:
         for sig, handler in saved.items():

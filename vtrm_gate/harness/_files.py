@@ -4,6 +4,7 @@ that name the file.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -26,11 +27,18 @@ def atomic_write(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` all-or-nothing: temp file in the same dir, fsync, replace."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_sibling(path)
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:  # a full disk, an interrupt: no half-written temp file stays
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if isinstance(exc, OSError) and exc.filename is None:  # a write names no file
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
+        raise
     try:
         fd = os.open(path.parent, os.O_RDONLY)
     except OSError:  # pragma: no cover - platforms without directory fds
@@ -52,7 +60,8 @@ def link_file(src: Path, dst: Path) -> None:
     os.replace(tmp, dst)
 
 
-_TEMP_NAME = re.compile(r"^\..+\.tmp-(\d+)$")
+_TEMP_NAME = re.compile(r"^\..+\.tmp-(\d+)(-[0-9a-f]{8})?$")
+"""`temp_sibling`'s names (``.NAME.tmp-PID-XXXXXXXX``) and the older ``.NAME.tmp-PID``."""
 
 
 def clean_temp_files(root: Path) -> list[Path]:
