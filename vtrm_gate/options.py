@@ -108,7 +108,8 @@ CACHE_TABLE = {"share": "cache_share"}  # keys of the ``[cache]`` table
 EXECUTION_FIELDS = ("concurrency", "dispatch", "cancel_after_freeze", "past_stop", "adaptive",
                     "timeout", "deadline", "max_retries")
 """`RunOptions.execution`'s keys: recorded in a step's manifest beside its inputs; they
-never change a decision."""
+never change this step's decision on the same outcomes (a later step's can move: the base
+answers past a stop they let complete join the BaselineCache, docs/limits.md)."""
 DEFAULT_DECISION_RULE = "paired_betting"
 """The SPEC's rule; a manifest names its rule only when it is another (older ones compare
 equal)."""
@@ -314,7 +315,8 @@ class RunOptions:
         return out
 
     def execution(self) -> dict[str, Any]:
-        """The fields that never change a decision (recorded beside a manifest's inputs)."""
+        """The fields that never change the step's decision on its outcomes (recorded beside
+        a manifest's inputs; `EXECUTION_FIELDS`)."""
         return {name: self.slots if name == "concurrency" else getattr(self, name)
                 for name in EXECUTION_FIELDS}
 
