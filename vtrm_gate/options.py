@@ -444,7 +444,7 @@ def _read_file(path: Path) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"config file {path} is {not_utf8(exc)}") from None
     try:
-        data = strict_json(text) if path.suffix == ".json" else tomllib.loads(text)
+        data = strict_json(text) if path.suffix.lower() == ".json" else tomllib.loads(text)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"config file {path} is malformed: {exc}") from None
     except RecursionError:

@@ -248,3 +248,35 @@ def test_fit_refuses_to_write_into_a_fifo(stepped, tmp_path):
     os.mkfifo(out)
     refused(cli("fit", "--workspace", str(stepped), "--out", str(out), "--boot", "10"),
             "--out", "not a regular file")
+
+
+def test_a_config_file_named_in_capitals_is_read_by_its_suffix(stepped, tmp_path):
+    """``cfg.JSON`` was parsed as TOML: "Invalid statement"."""
+    conf = tmp_path / "cfg.JSON"
+    conf.write_text('{"gate": {"n_max": 30}}')
+    r = cli("options", "--workspace", str(stepped), "--config", str(conf), "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["options"]["gate.n_max"]["value"] == 30
+
+
+@pytest.mark.parametrize("args", [["compare", "WS", ""], ["options", "--workspace", "WS",
+                                                         "--config", ""]])
+def test_an_empty_path_is_refused_not_read_as_the_working_directory(stepped, args):
+    r = cli(*[str(stepped) if a == "WS" else a for a in args])
+    refused(r, "expected a path")
+
+
+def test_init_on_a_file_says_it_is_not_a_directory(tmp_path):
+    (tmp_path / "empty").write_text("")
+    refused(cli("init", str(tmp_path / "empty"), "--seed", "1"), "is not a directory")
+
+
+def test_a_seed_record_that_is_a_fifo_is_named_not_missing(tmp_path):
+    units = tmp_path / "u.jsonl"
+    units.write_text(json.dumps({"unit_id": "u1", "task_type": "Counting", "question": "q?",
+                                 "options": ["a", "b"], "answer": "A"}) + "\n")
+    fifo = tmp_path / "seed.json"
+    os.mkfifo(fifo)
+    r = cli("init", str(tmp_path / "ws"), "--llm", "--units", str(units), "--model", "m",
+            "--base-url", "http://127.0.0.1:9/v1", "--seed-record", str(fifo))
+    refused(r, "not a regular file")

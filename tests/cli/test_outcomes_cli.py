@@ -104,6 +104,8 @@ def test_a_bad_outcomes_file_is_one_line_naming_file_row_and_column(
     ("o.csv", (HEAD + "1,1,Acci\u00f3n,u0,0,0,1,0\n").encode("cp1252"),
      "not UTF-8 (save it as UTF-8"),  # Excel's plain "CSV" on Windows
     ("none.csv", None, "no such outcomes file"),
+    # Excel's "Unicode Text" and PowerShell's default: was "missing column 'epoch'"
+    ("o.csv", (HEAD + "1,1,OCR,u0,0,0,1,0\n").encode("utf-16"), "UTF-16 (save it as UTF-8"),
 ])
 def test_an_unreadable_outcomes_file_is_one_line(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, data: bytes | None,

@@ -12,6 +12,7 @@ import pytest
 
 from vtrm_gate.cli._main import main
 from vtrm_gate.harness import (
+    OutcomesError,
     Workspace,
     read_outcomes,
     replay_outcomes,
@@ -124,6 +125,22 @@ def test_outcomes_accept_true_false_and_empty_infra_outcomes(tmp_path: Path) -> 
     assert df["infra"].to_list() == [False, True] and df["latency_s"][0] == 3.5
     r = replay_outcomes(df).row(0, named=True)
     assert (r["prefix_W"], r["prefix_L"], r["prefix_action"]) == (1, 0, "INERTIA")
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_a_column_of_objects_or_lists_is_refused_naming_it(tmp_path: Path, fmt: str) -> None:
+    """``"task_type": {"a": 1}`` became the gate type ``"{1}"``, and a parquet struct column
+    ``{"Action Reasoning"}``, without a word."""
+    rows = [{"epoch": 1, "step": 2, "task_type": {"a": 1}, "unit_id": u, "ladder_rank": i,
+             "base_correct": False, "cand_correct": True, "infra": False}
+            for i, u in enumerate("ab")]
+    path = tmp_path / f"o.{fmt}"
+    if fmt == "jsonl":
+        path.write_text("".join(__import__("json").dumps(r) + "\n" for r in rows))
+    else:
+        pl.DataFrame(rows).write_parquet(path)
+    with pytest.raises(OutcomesError, match="column 'task_type' holds"):
+        read_outcomes(path)
 
 
 @pytest.mark.parametrize("block", [1, 8])

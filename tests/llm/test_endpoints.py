@@ -172,6 +172,9 @@ def test_cli_step_reports_each_endpoint_and_uses_the_sum_of_caps(
     (["http://a:99999/v1"], "port 99999 is not from 1 to 65535"),
     (["http://a:0/v1"], "port 0 is not from 1 to 65535"),
     (["http://"], "has no host"),
+    # init took them, then every step failed with an httpx/idna traceback (h9)
+    (["http://xn--zz/v1"], "is not a host name httpx can send to"),
+    (["http://\udcff/v1"], "is not a host name httpx can send to"),
     (["http://[::1/v1"], "not a URL \\(Invalid IPv6 URL\\)"),
     (["http://a/v1/chat/completions"], "is the chat endpoint itself"),
 ])

@@ -715,3 +715,12 @@ def test_a_ci_notebooks_temporary_figures_go_when_its_kernel_exits(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, check=True,
                          capture_output=True, text=True).stdout.strip()
     assert out.startswith(tempfile.gettempdir()) and not Path(out).exists()
+
+
+def test_the_review_finds_the_frontier_data_from_outside_the_checkout(tmp_path, monkeypatch):
+    """``python -m vtrm_gate.views.review`` run elsewhere than the checkout's root failed with
+    FileNotFoundError on benchmarks/results/bench_power.json (resolved against the cwd)."""
+    from vtrm_gate.views.review import ReviewParams, _power_results
+
+    monkeypatch.chdir(tmp_path)
+    assert "runs" in _power_results(ReviewParams())

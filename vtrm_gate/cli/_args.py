@@ -117,7 +117,8 @@ def add_run_flags(sp: argparse.ArgumentParser, *, backend: bool = True) -> None:
     sp.add_argument("--concurrency", type=positive_int, default=None,
                     help=f"slot pool size (default: config, else {DEFAULT_CONCURRENCY}, or the "
                          "summed caps of several endpoints)")
-    sp.add_argument("--config", help="config file (TOML or JSON); env and .env apply too")
+    sp.add_argument("--config", type=a_path,
+                    help="config file (TOML or JSON); env and .env apply too")
     sp.add_argument("--time-scale", type=nonneg_float, default=None,
                     help="real seconds per simulated second (default: virtual clock)")
     # literals, not gate.DISPATCH_NAMES: --help imports no numpy (tests/cli keep them equal)
@@ -183,7 +184,7 @@ APPLYING = frozenset({"init", "step", "demo", "train", "settle"})
 output that could not be written would redo it."""
 
 
-def emit(args: argparse.Namespace, data: dict[str, Any], text: str) -> None:
+def emit(args: argparse.Namespace, data: Any, text: str) -> None:
     """Print ``text``, or ``data`` as JSON under ``--json``; `OutputError` when stdout
     cannot take it (a full disk, a closed file: not a pipe whose reader left)."""
     try:

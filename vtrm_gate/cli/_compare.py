@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import shown
-from ._args import emit
+from ._args import a_path, emit
 from ._table import Column, render, terminal_width, wrap
 
 _CLOCKS = {"virtual": "virtual clock", "real": "real time",
@@ -21,8 +21,8 @@ def register(sub: Any) -> None:
     """Add ``compare`` to the ``vtrm-gate`` subcommands."""
     c = sub.add_parser("compare", help="two workspaces' runs side by side (decisions, "
                                        "accuracy, time, calls)")
-    c.add_argument("a", metavar="A", help="the first workspace")
-    c.add_argument("b", metavar="B", help="the second workspace")
+    c.add_argument("a", metavar="A", type=a_path, help="the first workspace")
+    c.add_argument("b", metavar="B", type=a_path, help="the second workspace")
     c.add_argument("--json", action="store_true", help="machine-readable output")
     c.set_defaults(func=cmd_compare)
 

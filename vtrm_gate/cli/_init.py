@@ -81,7 +81,10 @@ def cmd_init(args: argparse.Namespace) -> int:
     from ..harness import only_lock_file
 
     root = Path(args.workspace)
-    if root.exists() and (not root.is_dir() or not only_lock_file(root)):
+    if root.exists() and not root.is_dir():
+        raise CliError(f"{root}: exists and is not a directory (a file, a FIFO or a device); "
+                       f"choose a new directory")
+    if root.exists() and not only_lock_file(root):
         raise CliError(f"{root}: exists and is not empty; choose a new directory")
     if args.llm:
         return _init_llm(root, args)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CliError
-from ._args import int_in
+from ._args import a_path, int_in
 
 WIDGET_SETTINGS: dict[str, dict[str, Any]] = {
     "@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": True},
@@ -33,7 +33,7 @@ def register(sub: Any) -> None:
     """Add ``lab`` to the ``vtrm-gate`` subcommands."""
     p = sub.add_parser("lab", help="JupyterLab on 127.0.0.1 over the notebooks (needs the "
                                    "[lab] extra)")
-    p.add_argument("--notebooks", default="notebooks", help="directory to serve "
+    p.add_argument("--notebooks", type=a_path, default="notebooks", help="directory to serve "
                                                             "(default: notebooks)")
     p.add_argument("--port", type=int_in(1, 65535), default=None,
                    help="port, 1 to 65535 (default: JupyterLab's)")

@@ -318,9 +318,6 @@ def _replay_outcomes(args: argparse.Namespace) -> int:
     if given:
         raise CliError(f"--outcomes replays a file; drop {', '.join(given)}")
     rows = replay_outcomes(Path(args.outcomes), block=args.block).to_dicts()
-    if args.json:
-        print(json.dumps(rows, indent=2, default=str))
-        return 0
     get = lambda k: tuple("" if r.get(k) is None else str(r[k]) for r in rows)  # noqa: E731
     cols = [Column("gate", tuple(f"e{r['epoch']} s{r['step']}" for r in rows)),
             Column("type", get("task_type")), Column("prefix_action", get("prefix_action")),
@@ -330,7 +327,7 @@ def _replay_outcomes(args: argparse.Namespace) -> int:
             Column("saved", get("units_saved"), True, drop_rank=2)]
     saved = [r["units_saved"] for r in rows if r["units_saved"] is not None]
     width = terminal_width()
-    print(render(cols, width) + "\n" + wrap(
+    emit(args, rows, render(cols, width) + "\n" + wrap(
         f"{len(rows)} gates; the prefix rule used {sum(saved)} fewer units than blocks of "
         f"{args.block} where both decided ({len(saved)} gates); {_cooldowns(rows)}; --json "
         "for every column", width))

@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from .._env import read_settings_text
 from .._ids import readable_json, strict_json
 from ..errors import USER_TEXT, InputError, WorkspaceError, is_whole, not_utf8
 
@@ -118,10 +119,12 @@ def read_json(path: Path, root: Path | None = None) -> Any:
     """Parse a JSON file, or raise WorkspaceError naming it: missing, not UTF-8, malformed,
     ``NaN``/``Infinity`` (not JSON), or nested deeper than `MAX_JSON_DEPTH`."""
     name = _rel(root, path) if root else str(path)
-    if not path.is_file():
+    if not path.exists():
         raise WorkspaceError(f"{name}: missing (expected a file at {path})")
     try:
-        value = strict_json(path.read_text(encoding=USER_TEXT), parse_constant=_no_constant)
+        value = strict_json(read_settings_text(path), parse_constant=_no_constant)
+    except OSError as exc:  # a FIFO, a device, a directory: named, never read
+        raise WorkspaceError(f"{name}: cannot read ({exc.strerror})") from None
     except UnicodeDecodeError as exc:
         raise WorkspaceError(f"{name}: {not_utf8(exc)}") from None
     except json.JSONDecodeError as exc:

@@ -76,6 +76,10 @@ def _scan(path: Path) -> pl.DataFrame:
     fmt = _format(path)
     if not path.is_file():
         raise OutcomesError(f"{path}: no such outcomes file")
+    if fmt != "parquet":
+        with path.open("rb") as f:
+            if f.read(2) in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE):  # polars reads noise
+                raise OutcomesError(f"{path}: UTF-16 (save it as UTF-8: Excel's \"CSV UTF-8\")")
     _no_column_twice(path, fmt)
     try:
         if fmt == "csv":
@@ -85,7 +89,10 @@ def _scan(path: Path) -> pl.DataFrame:
         else:
             lazy = pl.scan_ndjson(_ndjson_source(path), infer_schema_length=10_000)
         df = lazy.head(MAX_OUTCOME_ROWS + 1).collect()
-        return _without_blank_tail(df.select(pl.all().cast(pl.String).name.map(str.strip)))
+        nested = [(c, t) for c, t in df.schema.items()  # an extra column may hold anything
+                  if c in _SCHEMA and (t.is_nested() or t == pl.Object)]
+        if not nested:
+            return _without_blank_tail(df.select(pl.all().cast(pl.String).name.map(str.strip)))
     except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
         if fmt == "csv":
             _ragged_row(path)
@@ -94,6 +101,9 @@ def _scan(path: Path) -> pl.DataFrame:
             first = ("not UTF-8 (save it as UTF-8: Excel's \"CSV UTF-8\"; polars says: "
                      f"{first})")
         raise OutcomesError(f"{path}: cannot read as {fmt.upper()}: {first}") from None
+    c, t = nested[0]  # cast to text, {"a": 1} became the type "{1}"
+    raise OutcomesError(f"{path}: column {c!r} holds {t} values (objects or lists); every "
+                        f"outcomes column is a text, number or true/false value")
 
 
 def _ndjson_source(path: Path) -> Path | io.BytesIO:

@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
+import httpx
+
 from .._env import DEFAULT_CONCURRENCY, mask_url, read_settings_text, user_path
 from .._ids import strict_json
 from ..errors import EndpointsError, is_whole, not_utf8, shown
@@ -72,6 +74,10 @@ def _unusable_url(url: str) -> str | None:
         port = int(parts.netloc.rsplit(":", 1)[-1])
     if not parts.hostname:
         return "has no host"
+    try:  # what httpx will do with it at every call ("xn--zz": an IDNAError traceback)
+        _ = httpx.URL(url).host  # decoding an A-label happens here
+    except (httpx.InvalidURL, UnicodeError, ValueError) as e:
+        return f"{shown(parts.hostname)} is not a host name httpx can send to ({e})"
     if port is not None and not 1 <= port <= 65535:
         return f"port {port} is not from 1 to 65535"
     if parts.path.rstrip("/").endswith(CHAT_PATH):

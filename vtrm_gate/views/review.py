@@ -174,6 +174,9 @@ def _power_results(rp: ReviewParams) -> dict[str, Any]:
     import json
 
     path = Path(rp.power_results)
+    checkout = Path(__file__).resolve().parents[2] / path  # run from outside the checkout
+    if not path.is_file() and not path.is_absolute() and checkout.is_file():
+        path = checkout
     if not path.is_file():
         raise FileNotFoundError(f"{path}: run python -m benchmarks.bench_power first (it "
                                 f"writes the frontier's data there)")
