@@ -93,7 +93,8 @@ def test_prefix_vs_block_has_two_bars_per_type(tmp_path):
     df = compare_replays({k: v for k, v in SETS.items() if v}, GateParams())
     ax = plot_prefix_vs_block(df).axes[0]
     assert len(ax.patches) == 2 * df.height
-    assert "same label" in ax.get_title(loc="left") and "same effect" in ax.get_title(loc="left")
+    assert "same label" in ax.get_title(loc="left") and "same Phase D effect" in ax.get_title(
+        loc="left")
     assert _is_png(save(ax.get_figure(), "pvb", tmp_path))
 
 
@@ -724,3 +725,12 @@ def test_the_review_finds_the_frontier_data_from_outside_the_checkout(tmp_path, 
 
     monkeypatch.chdir(tmp_path)
     assert "runs" in _power_results(ReviewParams())
+
+
+def test_inertia_and_futile_are_not_the_same_effect():
+    """02_prefix_vs_block labelled INERTIA → FUTILE "same effect: keep" and counted 12/12
+    types alike, while FUTILE's cooldown is the whole gap between v3 and the old gate."""
+    from vtrm_gate.stats import Action
+    from vtrm_gate.views._frames import EFFECT
+
+    assert EFFECT[Action.INERTIA] != EFFECT[Action.FUTILE] == EFFECT[Action.REJECT]

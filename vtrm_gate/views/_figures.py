@@ -446,13 +446,19 @@ def plot_trajectories(outcomes: Mapping[str, TypeOutcome], params: GateParams | 
 # ---- prefix vs block -----------------------------------------------------------------
 
 
+def _effect(label: str) -> str:
+    """`EFFECT` of a replay's action label ("unknown" for a block replay that needs unrun
+    units: ``UNKNOWN (needs k unrun units)``)."""
+    return EFFECT[Action(label)] if label in Action.__members__ else "unknown"
+
+
 @styled
 def plot_prefix_vs_block(comparison: pl.DataFrame, ax: Axes | None = None) -> Figure:
     """Units consumed per type under the old block replay vs the prefix replay.
 
     ``comparison`` is `compare_replays` output. Each pair of bars carries
-    both decisions; a different label with the same effect on the skill (INERTIA vs FUTILE
-    both keep the baseline) is told apart from a different effect.
+    both decisions; a different label with the same effect in Phase D (`EFFECT`) is told apart
+    from a different effect (INERTIA vs FUTILE: FUTILE costs a cooldown).
     """
     fig, ax = _axes(ax, SLIDE)
     rows = comparison.sort("task_type", descending=True)
@@ -472,7 +478,9 @@ def plot_prefix_vs_block(comparison: pl.DataFrame, ax: Axes | None = None) -> Fi
             text, colour = (f"{r['block_action']} → {r['prefix_action']}  (same effect: "
                             f"{EFFECT[Action(r['prefix_action'])]})"), MUTED
         else:
-            text, colour = f"{r['block_action']} → {r['prefix_action']}  (differs)", BAD
+            text, colour = (f"{r['block_action']} → {r['prefix_action']}  (differs: "
+                            f"{_effect(r['block_action'])} → {_effect(r['prefix_action'])})"
+                            ), BAD
         ax.text(max(r["block_units"], r["prefix_units"]) + 0.5, float(yi), text, va="center",
                 fontsize="small", color=colour)
     ax.set_xlabel("ladder units consumed (2 inference calls each); label: block → prefix")
@@ -481,8 +489,8 @@ def plot_prefix_vs_block(comparison: pl.DataFrame, ax: Axes | None = None) -> Fi
     saved = 1 - total_p / total_b if total_b else 0.0
     n_eff = int(sum(bool(e) for e in same_effect))
     ax.set_title(f"Same outcomes: block {total_b} → prefix {total_p} units ({saved:.0%} fewer);"
-                 f" same label {int(rows['agree'].sum())}/{rows.height}, same effect on the "
-                 f"skill {n_eff}/{rows.height}", loc="left")
+                 f" same label {int(rows['agree'].sum())}/{rows.height}, same Phase D effect "
+                 f"{n_eff}/{rows.height}", loc="left")
     ax.set_xlim(0, max(int(rows["n_ladder"].max() or 1), 1) * 1.75)  # type: ignore[arg-type]  # a numeric polars cell
     ax.legend(loc="upper right", ncols=2, frameon=False)
     ax.set_ylim(-0.7, rows.height + 0.5)  # a free row on top for the legend

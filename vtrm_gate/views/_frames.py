@@ -41,9 +41,12 @@ from ..stats import (
 
 EFFECT: dict[Action, str] = {
     Action.ACCEPT: "replace", Action.PROVISIONAL: "probation", Action.INERTIA: "keep",
-    Action.FUTILE: "keep", Action.REJECT: "keep", Action.CONTINUE: "undecided"}
-"""What each exit does to the type's skill in Phase D (INERTIA, FUTILE and REJECT all keep
-the baseline; FUTILE and REJECT also put the candidate in the rejected buffer)."""
+    Action.FUTILE: "keep + cooldown", Action.REJECT: "keep + cooldown",
+    Action.CONTINUE: "undecided"}
+"""What each exit does in Phase D at the SPEC's defaults: INERTIA, FUTILE and REJECT all keep
+the baseline, but FUTILE and REJECT also sit the type out for ``cooldown_steps`` (and put
+the candidate in the rejected buffer). INERTIA vs FUTILE is no "same effect": that cooldown
+is the whole accuracy gap between v3 and the old gate (docs/training.md)."""
 
 OUTCOME_SCHEMA: dict[str, pl.DataType] = {
     "task_type": pl.String(),
@@ -204,7 +207,8 @@ def compare_replays(outcome_sets: Mapping[str, Sequence[Pair]], params: GatePara
 
     ``*_units`` are consumed units (each costs two inference calls unless the base arm is
     cached); ``agree`` says whether both replays reached the same action, ``same_effect``
-    whether the actions do the same to the skill (`EFFECT`: INERTIA and FUTILE both keep).
+    whether the actions do the same in Phase D (`EFFECT`: FUTILE's cooldown sets it apart
+    from INERTIA).
     """
     params = as_params(params)
     schema: dict[str, pl.DataType] = {
