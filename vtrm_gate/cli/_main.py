@@ -34,7 +34,7 @@ from ..errors import (
     shown,
 )
 from . import _cache, _compare, _export, _fit, _init, _lab, _options, _status, _step, _train
-from ._args import drop_stdout
+from ._args import APPLYING, drop_stdout
 from ._table import terminal_width
 
 
@@ -113,9 +113,10 @@ def _check_utf8(argv: list[str]) -> None:
             arg.encode("utf-8")
         except UnicodeEncodeError as exc:
             flag = argv[i - 1] if i and argv[i - 1].startswith("-") else f"argument {i + 1}"
-            raise CliError(f"{flag} {shown(arg)}: not valid UTF-8 (byte "
-                           f"{ord(arg[exc.start]) - 0xDC00:#04x}); names and paths given "
-                           f"to vtrm-gate must be UTF-8") from None
+            cp = ord(arg[exc.start])  # surrogateescape: byte b arrives as U+DC00 + b
+            what = f"byte {cp - 0xDC00:#04x}" if 0xDC80 <= cp <= 0xDCFF else f"U+{cp:04X}"
+            raise CliError(f"{flag} {shown(arg)}: not valid UTF-8 ({what}); names and paths "
+                           f"given to vtrm-gate must be UTF-8") from None
 
 
 def _escape_what_cannot_be_encoded() -> None:
@@ -134,7 +135,7 @@ def debugging() -> bool:
                                                                      "off")
 
 
-_RESUMABLE = frozenset({"step", "demo", "train", "settle"})
+_RESUMABLE = APPLYING - {"init"}
 """Commands whose finished work is kept when interrupted, so running them again resumes."""
 
 
@@ -160,6 +161,7 @@ def _run(args: argparse.Namespace, as_json: bool) -> int:
 
 
 def _interrupted(args: argparse.Namespace, as_json: bool) -> int:
+    """Ctrl-C, SIGTERM or SIGHUP: exit 130, saying whether running again resumes."""
     resume = ("; run the same command again to resume (finished work is kept)"
               if args.command in _RESUMABLE else "")
     return report_error(f"interrupted{resume}", 130, as_json)
