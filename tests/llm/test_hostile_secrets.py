@@ -51,9 +51,12 @@ def test_a_base_url_with_a_query_keeps_it_after_each_path(tmp_path: Path, backen
         server.evolve_reply = evolve_reply
         url = f"{server.url}?{query}"
         ws = tmp_path / "ws"
-        made = ["--llm"] if backend == "llm" else ["--llm", "--backend", backend]
+        # the tool backend reads its URL from VTRM_BASE_URL (init refuses --base-url with
+        # --backend: it was dropped without a word)
+        made = ["--llm", "--base-url", url] if backend == "llm" else [
+            "--llm", "--backend", backend]
         r = cli("init", str(ws), *made, "--units", str(write_units(tmp_path / "u.jsonl")),
-                "--base-url", url, "--model", "m", cwd=tmp_path)
+                "--model", "m", cwd=tmp_path)
         assert r.returncode == 0, r.stderr
         r = cli("step", "--workspace", str(ws), "--epoch", "1", "--step", "1", cwd=tmp_path,
                 env={"VTRM_BASE_URL": url, "VTRM_MODEL": "m"})
