@@ -318,6 +318,9 @@ def _replay_outcomes(args: argparse.Namespace) -> int:
     if given:
         raise CliError(f"--outcomes replays a file; drop {', '.join(given)}")
     rows = replay_outcomes(Path(args.outcomes), block=args.block).to_dicts()
+    if args.json:  # every column: no table to lay out
+        emit(args, rows, "")
+        return 0
     get = lambda k: tuple("" if r.get(k) is None else str(r[k]) for r in rows)  # noqa: E731
     cols = [Column("gate", tuple(f"e{r['epoch']} s{r['step']}" for r in rows)),
             Column("type", get("task_type")), Column("prefix_action", get("prefix_action")),

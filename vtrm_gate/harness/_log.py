@@ -116,7 +116,7 @@ SCHEMA: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
 
 TABLES: tuple[str, ...] = tuple(SCHEMA)
 STEP_TABLES: tuple[str, ...] = ("gate_evidence", "quadrant_pairs", "step_report",
-                                "candidate_correctness")
+                                "candidate_correctness", "timings")
 """Tables keyed by (epoch, step): `clear_step` deletes their rows for the step."""
 
 REPORT_STATUSES: tuple[str, ...] = tuple(StepStatus)
@@ -444,7 +444,7 @@ class HarnessLog:
                 cur.execute(f"DELETE FROM {t} WHERE substr(run_id, 1, length(?)) = ?",
                             (prefix, prefix))
                 deleted[t] = cur.rowcount
-            for t in (*STEP_TABLES, "timings"):
+            for t in STEP_TABLES:
                 cur.execute(f"DELETE FROM {t} WHERE epoch = ? AND step = ?", (epoch, step))
                 deleted[t] = cur.rowcount
         return deleted

@@ -112,6 +112,10 @@ def content_parts(mcq: MCQ, size: int = PART_CHARS) -> list[str]:
     return parts or [mcq.question.strip()]
 
 
+DEFAULT_MAX_TURNS = 6
+"""A trajectory's turns unless ``max_turns`` (``VTRM_MAX_TURNS`` for the tool backend) says."""
+
+
 class ToolAgent:
     """Answers `MCQ` units in multi-turn tool-using trajectories through ``client`` (an
     `httpx.AsyncClient`, normally `cached_http_client` / `BackendContext.http_client`, whose
@@ -120,7 +124,8 @@ class ToolAgent:
     names no letter within ``max_turns`` is a wrong answer (cached like any answer)."""
 
     def __init__(self, units: Mapping[str, MCQ], client: httpx.AsyncClient, *, model: str,
-                 max_turns: int = 6, temperature: float = 0.0, max_tokens: int | None = 256,
+                 max_turns: int = DEFAULT_MAX_TURNS, temperature: float = 0.0,
+                 max_tokens: int | None = 256,
                  params: Mapping[str, Any] | None = None, retry: RetryPolicy | None = None,
                  rng: random.Random | None = None) -> None:
         if not is_whole(max_turns) or max_turns < 1:
@@ -343,10 +348,11 @@ class ToolEvolver:
 
 
 def _turns(env: Mapping[str, str]) -> int:
-    """``VTRM_MAX_TURNS``: a whole number >= 1 (default 6); BackendError naming it."""
+    """``VTRM_MAX_TURNS``: a whole number >= 1 (default `DEFAULT_MAX_TURNS`); BackendError
+    naming it."""
     text = (env.get("VTRM_MAX_TURNS") or "").strip()
     if not text:
-        return 6
+        return DEFAULT_MAX_TURNS
     try:
         value = int(text)
     except ValueError:

@@ -476,7 +476,7 @@ def plot_prefix_vs_block(comparison: pl.DataFrame, ax: Axes | None = None) -> Fi
             text, colour = f"{r['prefix_action']} (same)", BOUND
         elif eff:
             text, colour = (f"{r['block_action']} → {r['prefix_action']}  (same effect: "
-                            f"{EFFECT[Action(r['prefix_action'])]})"), MUTED
+                            f"{_effect(r['prefix_action'])})"), MUTED
         else:
             text, colour = (f"{r['block_action']} → {r['prefix_action']}  (differs: "
                             f"{_effect(r['block_action'])} → {_effect(r['prefix_action'])})"
