@@ -55,6 +55,14 @@ MAX_BOOT = 100_000
 """The most resamples a bootstrap takes: a 2.5% quantile's Monte Carlo error is then ~0.0005
 in level, and the refits take 6-40 minutes here (4-25 ms each at 60-600 gates)."""
 
+MAX_WORKERS = 256
+"""The most local processes a sweep or a fit's bootstrap starts (``--jobs``): more than a
+machine's cores only waits, and 10**9 started processes until the pool's limit."""
+
+MAX_TIME_SCALE = 10.0
+"""The slowest simulated clock taken, in real seconds per simulated second (1: real time, a
+step in about 1.3 h): ``--time-scale 1e300`` slept until killed."""
+
 EXPORT_FORMATS = ("parquet", "csv", "csv-excel")
 """An export's file formats. ``csv-excel``: the CSV files, each opening with a UTF-8 byte
 order mark, without which Excel on Windows reads non-ASCII text (a Chinese type name) in the

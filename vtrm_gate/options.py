@@ -38,6 +38,7 @@ from ._env import (
     DEFAULT_MAX_TOKENS,
     DEFAULT_TIMEOUT_S,
     DEFAULT_TTL,
+    MAX_TIME_SCALE,
     MAX_TTL,
     check_redis_url,
     mask_url,
@@ -219,8 +220,9 @@ class RunOptions:
                 raise ConfigError(f"{name} must be on/off (true/false), "
                                   f"got {shown(getattr(self, name))}")
         ts = self.time_scale
-        if ts is not None and not (is_real(ts) and ts >= 0):
-            raise ConfigError(f"time_scale must be a finite number >= 0, got {shown(ts)}")
+        if ts is not None and not (is_real(ts) and 0 <= ts <= MAX_TIME_SCALE):
+            raise ConfigError(f"time_scale must be a number from 0 to {MAX_TIME_SCALE:g} (real "
+                              f"seconds per simulated second; 1 is real time), got {shown(ts)}")
         self._check_cache()
         self._check_agent()
         if self.backend is not None and (not isinstance(self.backend, str)

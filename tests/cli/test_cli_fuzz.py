@@ -280,3 +280,26 @@ def test_a_seed_record_that_is_a_fifo_is_named_not_missing(tmp_path):
     r = cli("init", str(tmp_path / "ws"), "--llm", "--units", str(units), "--model", "m",
             "--base-url", "http://127.0.0.1:9/v1", "--seed-record", str(fifo))
     refused(r, "not a regular file")
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["step", "--epoch", "1", "--step", "2", "--time-scale", "1e300"], "--time-scale"),
+    (["fit", "--boot", "10", "--jobs", str(10**9)], "--jobs"),
+])
+def test_a_clock_or_a_pool_too_large_to_mean_anything_is_refused(stepped, args, said):
+    """``--time-scale 1e300`` slept until killed; ``fit --jobs 10**9`` started processes until
+    its pool's limit. Both are refused before anything runs."""
+    before = files(stepped)
+    r = cli(*args, "--workspace", str(stepped))
+    refused(r, said)
+    assert files(stepped) == before
+
+
+@pytest.mark.parametrize("make", [
+    lambda: __import__("vtrm_gate").RunOptions(time_scale=1e300),
+    lambda: __import__("vtrm_gate.sim", fromlist=["SimConfig"]).SimConfig(time_scale=11.0),
+])
+def test_the_library_refuses_a_time_scale_that_sleeps_for_ever(make):
+    with pytest.raises(ConfigError, match="time_scale must be a number from 0 to 10 "):
+        make()
+

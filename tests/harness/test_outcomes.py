@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -173,6 +174,10 @@ def _gate(n: int = 4, **cols: list) -> pl.DataFrame:
     (_gate(base_correct=[False, None, False, False]), "row 2, column 'base_correct'"),
     (_gate().drop("infra"), "missing column 'infra'"),
     (_gate(unit_id=["a", "b", "a", "c"]), "row 3, column 'unit_id': unit twice"),
+    (_gate(n_ladder=[40, 40, 39, 40]), "row 3, column 'n_ladder': must be the same on every "
+                                       "row of a gate, as at its rank 0"),
+    (_gate(n_ladder=[40, 40, 40, None]), "row 4, column 'n_ladder': must be the same"),
+    (_gate(n_ladder=[None, 40, 40, 40]), "row 2, column 'n_ladder': must be the same"),
 ])
 def test_a_bad_frame_is_refused_naming_its_row_and_column(
         tmp_path: Path, frame: pl.DataFrame, message: str) -> None:
@@ -198,6 +203,30 @@ def test_fit_of_a_shuffled_frame_is_the_fit_of_its_file(tmp_path: Path) -> None:
     a, b = fit_world(table, n_boot=20), fit_world(path, n_boot=20)
     assert (a.p_harmful, a.p_neutral, a.p_helpful, a.n_gates) == (
         b.p_harmful, b.p_neutral, b.p_helpful, b.n_gates)
+
+
+def test_fit_checks_its_table_once_whatever_the_source(
+        tmp_path: Path, trained: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file, a frame and a workspace are each checked once (a 2,000,000-row table's check
+    is seconds: the fit's replay had checked the table it was handed again)."""
+    import vtrm_gate.harness._outcomes as outcomes
+    from vtrm_gate.sim import fit_world
+
+    table, _ = _random_table(7, gates=48)
+    path = tmp_path / "o.parquet"
+    table.write_parquet(path)
+    calls: list[str] = []
+    real = outcomes._check_gates
+
+    def counted(*args: Any, **kw: Any) -> pl.DataFrame:
+        calls.append("check")
+        return real(*args, **kw)
+
+    monkeypatch.setattr(outcomes, "_check_gates", counted)
+    for source in (table, path, trained):
+        calls.clear()
+        fit_world(source, n_boot=5)
+        assert calls == ["check"], source
 
 
 def test_many_gates_replay_field_for_field_as_the_scalar_replays() -> None:

@@ -193,10 +193,14 @@ def test_local_workers_end_with_their_parent(tmp_path, sig):
                 os.kill(p, signal.SIGKILL)
 
 
+_WORKERS = f"workers must be an integer from 1 to 256 (this machine has {os.cpu_count()} cores)"
+
+
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"workers": "2"}, "workers must be an integer >= 1, got '2'"),
-    ({"workers": 2.5}, "workers must be an integer >= 1, got 2.5"),
-    ({"workers": 0}, "workers must be an integer >= 1, got 0"),
+    ({"workers": "2"}, f"{_WORKERS}, got '2'"),
+    ({"workers": 2.5}, f"{_WORKERS}, got 2.5"),
+    ({"workers": 0}, f"{_WORKERS}, got 0"),
+    ({"workers": 10**9}, f"{_WORKERS}, got 1000000000"),  # started until the pool's limit
     ({"scheduler": ""}, "scheduler must be a Dask scheduler address (tcp://HOST:PORT) or None, "
                         "got ''"),
     ({"scheduler": 8786}, "scheduler must be a Dask scheduler address"),

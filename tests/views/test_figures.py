@@ -142,6 +142,7 @@ def test_operating_characteristics_one_line_per_exit_and_discordance(tmp_path):
     titles = " ".join(ax.get_title(loc="left") for ax in fig.axes)
     assert "EXHAUSTED" not in titles and "P(PROVISIONAL)" in titles
     assert "accepted 73%" in fig.get_suptitle()
+    assert fig.axes[5].get_ylim() == (0, 40)  # units from zero, to the ladder's length
     assert _is_png(save(fig, "oc", tmp_path))
 
 

@@ -18,6 +18,7 @@ from .._env import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_MAX_TOKENS,
     DEFAULT_TIMEOUT_S,
+    MAX_TIME_SCALE,
 )
 from ..errors import CliError, OutputError, shown
 
@@ -119,8 +120,10 @@ def add_run_flags(sp: argparse.ArgumentParser, *, backend: bool = True) -> None:
                          "summed caps of several endpoints)")
     sp.add_argument("--config", type=a_path,
                     help="config file (TOML or JSON); env and .env apply too")
-    sp.add_argument("--time-scale", type=nonneg_float, default=None,
-                    help="real seconds per simulated second (default: virtual clock)")
+    sp.add_argument("--time-scale", type=float_in(0.0, MAX_TIME_SCALE, upper_open=False),
+                    default=None,
+                    help=f"real seconds per simulated second, 0 to {MAX_TIME_SCALE:g} "
+                         f"(default: virtual clock)")
     # literals, not gate.DISPATCH_NAMES: --help imports no numpy (tests/cli keep them equal)
     sp.add_argument("--dispatch", choices=("round_robin", "need_aware", "expected_need"),
                     default=None, help="which type the gate feeds next (default: config, "

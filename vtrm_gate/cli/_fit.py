@@ -12,9 +12,9 @@ from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
 
-from .._env import DEFAULT_BOOT, MAX_BOOT, user_path
+from .._env import DEFAULT_BOOT, MAX_BOOT, MAX_WORKERS, user_path
 from ..errors import CliError
-from ._args import a_path, emit, int_in, nonneg_int, positive_int
+from ._args import a_path, emit, int_in, nonneg_int
 from ._progress import status_line
 from ._table import Column, render, terminal_width, wrap
 
@@ -35,8 +35,9 @@ def register(sub: Any) -> None:
     f.add_argument("--free-sizes", action="store_true",
                    help="fit the effect sizes too (default: the simulator's 0.3-0.9 logit; "
                         "needs a few hundred gates, see docs/worlds.md)")
-    f.add_argument("--jobs", type=positive_int, default=1,
-                   help="local processes for the bootstrap (default 1: here, serially)")
+    f.add_argument("--jobs", type=int_in(1, MAX_WORKERS), default=1,
+                   help=f"local processes for the bootstrap, 1 to {MAX_WORKERS} (default 1: "
+                        f"here, serially)")
     f.add_argument("--scheduler", help="run the bootstrap on the Dask cluster at "
                                        "tcp://HOST:PORT (its workers import vtrm_gate)")
     f.add_argument("--json", action="store_true", help="machine-readable output")

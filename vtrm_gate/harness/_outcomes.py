@@ -358,8 +358,8 @@ def _check_gates(path: str | Path, df: pl.DataFrame, params: GateParams,
          "unit twice in its gate"),
     ]
     if "n_ladder" in df.columns:
-        checks += [(pl.col("n_ladder").n_unique().over(gate) == 1, "n_ladder",
-                    "must be the same on every row of a gate"),
+        checks += [(pl.col("n_ladder").eq_missing(pl.col("n_ladder").first().over(gate)),
+                    "n_ladder", "must be the same on every row of a gate, as at its rank 0"),
                    (pl.col("n_ladder").is_null() | (pl.col("n_ladder") >= pl.len().over(gate))
                     & (pl.col("n_ladder") <= params.n_max), "n_ladder",
                     f"must cover the gate's rows and be <= n_max = {params.n_max}")]
@@ -481,11 +481,16 @@ def replay_outcomes(outcomes: pl.DataFrame | str | Path, *, block: int = 8,
     Complete gates replay together, one batch per ladder length (`replay_prefix_batch`,
     equal to the scalar replay field for field), so a 50,000-gate log takes about a second.
     """
-    import polars as pl
-
     check_block(block)  # before reading a file of 2,000,000 rows
     params = as_params(params)
-    df = as_outcomes(outcomes, params=params)
+    return replay_checked(as_outcomes(outcomes, params=params), block, params)
+
+
+def replay_checked(df: pl.DataFrame, block: int, params: GateParams) -> pl.DataFrame:
+    """`replay_outcomes` of a frame `check_outcomes` or `read_outcomes` returned under the
+    same ``params``, not checked again (the check is most of a large table's replay time)."""
+    import polars as pl
+
     gates = df.group_by(list(GATE_KEY), maintain_order=True).agg(
         pl.len().alias("n_rows"),
         (pl.col("n_ladder").first() if "n_ladder" in df.columns else pl.lit(None)

@@ -26,9 +26,9 @@ from ..harness import (
     Workspace,
     check_outcomes,
     read_outcomes,
-    replay_outcomes,
     workspace_outcomes,
 )
+from ..harness._outcomes import replay_checked
 from ..stats import BOOT_GROUP, GateParams, as_params, bootstrap_effects, check_n_boot, fit_effects
 from ._effects import SHARES, World
 from ._sweep import sweep_map
@@ -105,7 +105,7 @@ def _gates(frame: pl.DataFrame, params: GateParams) -> pl.DataFrame:
     """Per gate: W, L, pairs and base-arm successes over the ranks its prefix consumed."""
     import polars as pl
 
-    stops = replay_outcomes(frame, params=params).select(
+    stops = replay_checked(frame, 8, params).select(  # the block replay is not read
         *GATE, pl.col("prefix_stop_rank").alias("_stop"))
     used = frame.join(stops, on=GATE, how="left", maintain_order="left").filter(
         (pl.col("_stop").is_null() | (pl.col("ladder_rank") <= pl.col("_stop")))
@@ -156,7 +156,9 @@ def _frame(source: pl.DataFrame | Workspace | str | Path,
         return check_outcomes(source, params=params), "frame"
     if isinstance(source, Workspace) or user_path(source).is_dir():
         root = source.root if isinstance(source, Workspace) else source
-        return workspace_outcomes(source), str(root)
+        recorded = workspace_outcomes(source)  # none yet: "nothing measured", said below
+        return (check_outcomes(recorded, params=params) if recorded.height else recorded,
+                str(root))
     return read_outcomes(source, params=params), str(source)
 
 

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import BrokenExecutor, Executor, Future, ProcessPoolExecutor
 from typing import Any, TypeVar
 
+from .._env import MAX_WORKERS
 from ..errors import ConfigError, WorkerLostError, described, is_whole, shown
 
 T = TypeVar("T")
@@ -116,8 +117,9 @@ def sweep_executor(scheduler: str | None = None, workers: int | None = None, *,
     if scheduler is not None and not (isinstance(scheduler, str) and scheduler.strip()):
         raise ConfigError(f"scheduler must be a Dask scheduler address (tcp://HOST:PORT) or "
                           f"None, got {shown(scheduler)}")
-    if workers is not None and not (is_whole(workers) and workers >= 1):
-        raise ConfigError(f"workers must be an integer >= 1, got {shown(workers)}")
+    if workers is not None and not (is_whole(workers) and 1 <= workers <= MAX_WORKERS):
+        raise ConfigError(f"workers must be an integer from 1 to {MAX_WORKERS} (this machine "
+                          f"has {os.cpu_count()} cores), got {shown(workers)}")
     if scheduler:
         with _dask_executor(scheduler, connect_timeout_s) as ex:
             yield ex

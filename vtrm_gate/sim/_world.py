@@ -28,6 +28,7 @@ from statistics import NormalDist
 from types import MappingProxyType
 from typing import Any, Literal
 
+from .._env import MAX_TIME_SCALE
 from .._ids import content_hash, slugify, type_slugs
 from ..errors import CasesUnavailable, ConfigError, InputError, is_real, is_whole, shown
 from ..gate import UnitResult, UnitTask
@@ -186,8 +187,9 @@ class SimConfig:
             object.__setattr__(self, "pool_sizes", dict(pools))
         if not (is_real(self.infra_rate) and 0 <= self.infra_rate < 1):
             _fail("infra_rate", "a probability in [0, 1)", self.infra_rate)
-        if not (is_real(self.time_scale) and self.time_scale >= 0):
-            _fail("time_scale", "a finite number >= 0", self.time_scale)
+        if not (is_real(self.time_scale) and 0 <= self.time_scale <= MAX_TIME_SCALE):
+            _fail("time_scale", f"a number from 0 to {MAX_TIME_SCALE:g} (real seconds per "
+                                f"simulated second)", self.time_scale)
         if not (is_real(self.mean_latency_s) and self.mean_latency_s > 0):
             _fail("mean_latency_s", "a finite number > 0", self.mean_latency_s)
         if not (is_real(self.no_change_rate) and 0 <= self.no_change_rate <= 1):

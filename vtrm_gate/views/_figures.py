@@ -807,6 +807,7 @@ def plot_operating_characteristics(oc: pl.DataFrame | None = None,
     for i in (0, 3):
         axes[i].set_ylabel("probability (exact)")
     axes[5].set_ylabel(f"units (of {n0})")
+    axes[5].set_ylim(0, n0)  # from zero: an axis from ~11 read a 2x saving as 5x
     axes[0].axhline(1 / params.e_confirm, color=BOUND, lw=1, ls="--", gid="bound",
                     label=f"1/e_confirm = {1 / params.e_confirm:.3g}")
     axes[0].legend(loc="upper left", frameon=False, fontsize="small")
