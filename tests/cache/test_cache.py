@@ -1069,3 +1069,40 @@ def test_answers_that_arrive_after_a_redis_stall_are_stored(tmp_path: Path) -> N
         before, again = asyncio.run(go())
     assert before == ["bypass"] * 16
     assert again == ["hit"] * 16 and call.calls == 16
+
+
+def test_a_reply_over_the_servers_bulk_limit_is_served_uncached_not_an_outage(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Redis closes the connection on a value over its ``proto-max-bulk-len`` (512 MB by
+    default, 1 MB at its lowest). One such reply (a 2 MB answer under a 1 MB limit) read as
+    an outage: every later call bypassed the cache until the retry interval, the stored
+    answers included. It is now served, counted ``not_cached`` with one warning naming the
+    limit, and the cache goes on."""
+    with RedisServer(tmp_path, persist=False) as server:
+        admin = redis.Redis.from_url(server.url)
+        admin.config_set("proto-max-bulk-len", str(1 << 20))
+        cache = ResponseCache(server.url, retry_interval=3600.0)
+        small, big = Counting(), Counting(ok("x" * (2 << 20)))
+
+        async def go() -> list[str]:
+            try:
+                out = [(await cache.get_or_call(parts(content=f"q{i}"), small)).source
+                       for i in range(3)]
+                for _ in range(2):
+                    out.append((await cache.get_or_call(parts(content="big"), big)).source)
+                out += [(await cache.get_or_call(parts(content=f"q{i}"), small)).source
+                        for i in range(5)]
+                return out
+            finally:
+                await cache.aclose()
+                admin.close()
+
+        with caplog.at_level(logging.INFO, "vtrm_gate.cache"):
+            sources = asyncio.run(go())
+    assert sources == ["miss"] * 3 + ["miss"] * 2 + ["hit"] * 3 + ["miss"] * 2
+    assert (big.calls, small.calls) == (2, 5)
+    st_ = cache.stats()
+    assert (st_.errors, st_.bypassed, st_.not_cached, st_.writes) == (0, 0, 2, 5)
+    assert "unavailable" not in " ".join(warnings_of(caplog, ""))
+    [warned] = warnings_of(caplog, "proto-max-bulk-len")
+    assert "1048576" in warned and "not cached" in warned

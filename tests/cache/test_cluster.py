@@ -239,3 +239,37 @@ def test_a_cancelled_leader_does_not_strand_its_followers_on_the_cluster(
             await cache.aclose()
 
     assert asyncio.run(go()) == "miss" and calls == 2
+
+
+def test_a_reply_over_one_nodes_bulk_limit_is_served_uncached_on_the_cluster(
+        redis_cluster: ClusterTarget, caplog: pytest.LogCaptureFixture) -> None:
+    """The cluster's limit is its smallest node's: a 2 MB reply under one node's 1 MB
+    ``proto-max-bulk-len`` is served and not cached, with no outage."""
+    node = redis.Redis(host="127.0.0.1", port=redis_cluster.cluster.nodes[2].port)
+    before = node.config_get("proto-max-bulk-len")["proto-max-bulk-len"]
+    node.config_set("proto-max-bulk-len", str(1 << 20))
+
+    async def go() -> list[str]:
+        cache = ResponseCache(redis_cluster.url, prefix=redis_cluster.prefix,
+                              retry_interval=3600.0)
+        try:
+            big = [(await cache.get_or_call(_parts(7), lambda: _async(_resp("x" * (2 << 20))))
+                    ).source for _ in range(2)]
+            small = [(await cache.get_or_call(_parts(8), lambda: _async(_resp("B")))).source
+                     for _ in range(2)]
+            return big + small
+        finally:
+            await cache.aclose()
+
+    try:
+        with caplog.at_level(logging.INFO, "vtrm_gate.cache"):
+            assert asyncio.run(go()) == ["miss", "miss", "miss", "hit"]
+    finally:
+        node.config_set("proto-max-bulk-len", before)
+        node.close()
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "proto-max-bulk-len 1048576" in said and "unavailable" not in said
+
+
+async def _async(value: Any) -> Any:
+    return value

@@ -64,6 +64,12 @@ OPS_IN_FLIGHT = 32
 takes tens of microseconds, so more connections add no throughput, only connects and the
 redis-py pool's condition-variable hand-offs (which grew with the calls waiting)."""
 
+MIN_BULK_LIMIT = 1 << 20
+"""The lowest ``proto-max-bulk-len`` Redis takes (1 MB): a smaller value is never asked about."""
+
+DEFAULT_BULK_LIMIT = 512 << 20
+"""Redis's default ``proto-max-bulk-len``, assumed where ``CONFIG GET`` is not allowed."""
+
 log = logging.getLogger("vtrm_gate.cache")
 
 
@@ -80,7 +86,8 @@ class CacheStats:
     ``malformed``: values that are not an entry (bad JSON, another schema, a key of another
     Redis type); ``mismatched``: entries whose recorded key material (digest, salt) is not
     the call's (a value copied onto another key); ``not_cached``: responses not written
-    because they failed validation; ``refused``: responses Redis would not store (full at
+    because they failed validation, have no JSON form, or exceed the server's
+    ``proto-max-bulk-len``; ``refused``: responses Redis would not store (full at
     ``maxmemory`` under ``noeviction``, or a read-only replica) while it served reads.
     """
 
@@ -208,6 +215,8 @@ class ResponseCache:
         self._down = False
         self._refusing = False  # writes are refused (full, read-only): warned once
         self._write_streak = 0  # writes in a row taken while refusing
+        self._bulk_limit: int | None = None  # the server's proto-max-bulk-len, once asked
+        self._warned_bulk = False
         self._era = 0  # bumped when an outage begins or ends
         self._ok_streak = 0  # operations in a row that succeeded during an outage
         self._next_probe = 0.0
@@ -445,7 +454,7 @@ class ResponseCache:
         if value is None:
             self._c(run).not_cached += 1
             return False
-        if not self.enabled or self._skip():
+        if not self.enabled or self._skip() or await self._too_large(run, len(value)):
             return False
         ok, out = await self._op(run, lambda r: _set(r, key, value, self.ttl))
         if not ok:
@@ -466,6 +475,28 @@ class ResponseCache:
                 self._refusing = False
                 log.warning("Redis cache at %s accepts writes again", self.masked_url)
         self._c(run).writes += 1
+        return True
+
+    async def _too_large(self, run: str, size: int) -> bool:
+        """True (counted ``not_cached``, warned once) when a value of ``size`` bytes exceeds
+        the server's ``proto-max-bulk-len``: Redis would close the connection on its SET,
+        which reads as an outage and stops every lookup until the retry interval."""
+        if size <= MIN_BULK_LIMIT:
+            return False
+        if self._bulk_limit is None:
+            ok, limit = await self._op(run, _bulk_limit)
+            if not ok:
+                return False  # down: the SET finds out and counts it
+            self._bulk_limit = limit
+        if size <= self._bulk_limit:
+            return False
+        self._c(run).not_cached += 1
+        if not self._warned_bulk:
+            self._warned_bulk = True
+            log.warning("Redis cache at %s: a reply of %d bytes exceeds the server's "
+                        "proto-max-bulk-len %d, so it is served, not cached (raise "
+                        "proto-max-bulk-len to cache such replies)", self.masked_url, size,
+                        self._bulk_limit)
         return True
 
     async def get_or_call(self, parts: KeyParts, call: Callable[[], Awaitable[Response]], *,
@@ -588,6 +619,21 @@ async def _set(r: cluster.Client, key: str, value: bytes, ttl: int) -> bool | _W
         if is_misconf(exc):
             return _WriteRefused(exc)
         raise
+
+
+async def _bulk_limit(r: cluster.Client) -> int:
+    """The server's ``proto-max-bulk-len`` (the smallest of a cluster's primaries'), or
+    Redis's default where ``CONFIG`` is renamed or not allowed (a managed Redis)."""
+    try:
+        replies = await cluster.config_everywhere(r, "proto-max-bulk-len")
+    except ResponseError:
+        return DEFAULT_BULK_LIMIT
+    values = [_text(v) for got in replies if isinstance(got, dict) for v in got.values()]
+    return min((int(v) for v in values if v.isdigit()), default=DEFAULT_BULK_LIMIT)
+
+
+def _text(x: Any) -> str:
+    return x.decode(errors="replace") if isinstance(x, bytes) else str(x)
 
 
 def _same_key_material(value: Mapping[str, Any], parts: KeyParts) -> bool:
