@@ -75,3 +75,62 @@ def test_reentrant_in_one_process_and_released_by_the_outermost(tmp_path: Path) 
         holder = read_holder(tmp_path)
         assert holder is not None and holder.command == "outer"
     assert read_holder(tmp_path) is None
+
+
+FULL = textwrap.dedent("""
+    import resource, signal, sys
+    from vtrm_gate.harness import read_holder, workspace_lock
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails, as on a full disk
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    for limit in (0, 20):
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+        try:
+            with workspace_lock(sys.argv[1], "full-disk"):
+                print(limit, "taken", flush=True)
+        except OSError as exc:
+            print(limit, "refused", exc.errno, exc.filename, flush=True)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        with workspace_lock(sys.argv[1], "after") as lock:  # not held by a leaked descriptor
+            print(limit, "after", read_holder(sys.argv[1]).command, flush=True)
+""")
+
+
+def test_a_lock_record_that_cannot_be_written_whole_is_an_error_and_leaks_no_lock(
+        tmp_path: Path) -> None:
+    """A full disk (here a file-size limit) when the holder record is written: at 0 bytes the
+    write's OSError left the lock's descriptors open, so the process (a notebook's kernel) held
+    its own workspace locked until it ended; at 20 bytes the record was cut short without a
+    word. Both are an OSError naming the lock file, and the lock is released."""
+    r = subprocess.run([sys.executable, "-c", FULL, str(tmp_path)], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    lock = str(tmp_path / ".lock")
+    assert r.stdout.splitlines() == [f"0 refused 27 {lock}", "0 after after",
+                                     f"20 refused 28 {lock}", "20 after after"]
+
+
+
+DEAD = textwrap.dedent("""
+    import resource, signal, sys
+    from vtrm_gate.harness import workspace_lock
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, hard))
+    try:
+        workspace_lock(sys.argv[1], "full-disk").acquire()
+    except OSError:
+        pass
+    resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    with workspace_lock(sys.argv[1], "after") as lock:
+        print("unclean", lock.unclean, flush=True)
+""")
+
+
+def test_a_dead_writers_record_survives_a_record_that_cannot_be_written(tmp_path: Path) -> None:
+    """The record was truncated before the new one was written: a write that then failed
+    (a full disk) left an empty file, and the next writer took a killed writer's half-done
+    work for a clean release."""
+    (tmp_path / ".lock").write_text('{"pid": 1, "command": "killed step", "since": "x"}')
+    r = subprocess.run([sys.executable, "-c", DEAD, str(tmp_path)], capture_output=True,
+                       text=True, timeout=60)
+    assert r.stdout.splitlines() == ["unclean True"], (r.stdout, r.stderr)

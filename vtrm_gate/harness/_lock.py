@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import datetime as _dt
+import errno
 import fcntl
 import json
 import os
@@ -103,6 +104,23 @@ def _lock_directory(key: Path, root: Path) -> int:
     return dfd
 
 
+def _write_record(fd: int, command: str, path: Path) -> None:
+    """The holder record, whole, in the locked file, or an OSError naming it: a full disk
+    can cut a write short without an error. Written over the old record, then cut to its
+    length, so a write that fails leaves a dead writer's record (`unclean`) non-empty."""
+    since = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+    data = json.dumps({"pid": os.getpid(), "command": command, "since": since}).encode()
+    try:
+        written = os.pwrite(fd, data, 0)
+        if written == len(data):
+            os.ftruncate(fd, written)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
+    if written != len(data):
+        raise OSError(errno.ENOSPC, f"{written} of {len(data)} bytes of the holder record "
+                                    f"written", str(path))
+
+
 def _command() -> str:
     argv = [os.path.basename(sys.argv[0]), *sys.argv[1:3]] if sys.argv and sys.argv[0] else []
     return " ".join(argv) or "python"
@@ -169,11 +187,13 @@ class WorkspaceLock:
                 raise
             # A holder record left in the file: its writer died without releasing (kill -9,
             # a power cut), so what it wrote may be half-done (`unclean`).
-            unclean = int(bool(os.pread(fd, 4096, 0).strip()))
-            since = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-            info = json.dumps({"pid": os.getpid(), "command": self.command, "since": since})
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, info.encode(), 0)
+            try:
+                unclean = int(bool(os.pread(fd, 4096, 0).strip()))
+                _write_record(fd, self.command, key / LOCK_FILE)
+            except BaseException:  # a full disk: no descriptor may keep the lock held
+                os.close(fd)
+                os.close(dfd)
+                raise
             _HELD[key] = [fd, 1, unclean, dfd]
             self._key = key
             self._token = _MINE.set(_MINE.get() | {key})
