@@ -409,7 +409,9 @@ def _sweep_result(v3_gaps):
                "oracle": 0.78}
         points.append({"p_harmful": s, "summary": [
             {"label": k, "accuracy": [a, a - 0.02, a + 0.02],
-             "vs_no_gate": [a - acc["no_gate"]] * 3} for k, a in acc.items()]})
+             "vs_no_gate": [a - acc["no_gate"], a - acc["no_gate"] - 0.01,
+                            a - acc["no_gate"] + 0.01],
+             "vs_v3": [a - acc["v3"]] * 3} for k, a in acc.items()]})
     diffs = np.array([[g - 0.01, g + 0.01] for g in v3_gaps])
     return {"harmful_sweep": {"shares": shares, "seeds": 2, "points": points,
                               "crossover": {"v3": crossover_interval(shares, diffs, reps=200),
@@ -453,10 +455,11 @@ def test_the_recorded_crossover_is_a_deck_figure_whose_title_is_its_claim():
     assert figure_problems(fig) == []
     c = sweep["crossover"]["v3"][0]
     title = fig.axes[0].get_title(loc="left")
-    assert (f"v3 default: from {100 * c:.0f}%" if c is not None else "never") in title
+    assert title.startswith(f"Default v3 overtakes no gate at {100 * c:.0f}% [" if c is not None
+                            else "Default v3 overtakes no gate never")
     cool = result["cooldown"]
     gains = [100 * cool["worlds"][f"p_harmful {s:.1f}"]["vs_v3"][0] for s in sweep["shares"]]
-    assert f"v3 gains {min(gains):+.1f} to {max(gains):+.1f} points".replace("-", "−") in title
+    assert f"{min(gains):+.1f} to {max(gains):+.1f} over the default".replace("-", "−") in title
 
 
 def test_the_crossover_figure_adds_v3_without_futiles_cooldown_when_the_result_has_it():
@@ -465,7 +468,8 @@ def test_the_crossover_figure_adds_v3_without_futiles_cooldown_when_the_result_h
     result = _sweep_result([-0.04, -0.02, 0.02, 0.06])
     shares = result["harmful_sweep"]["shares"]
     free = {f"p_harmful {s:.1f}": {"accuracy": [0.75 - s, 0.73 - s, 0.77 - s],
-                                    "vs_v3": [0.09 - g, 0, 0], "vs_old": [g - 0.03, 0, 0]}
+                                    "vs_v3": [0.09 - g, 0, 0], "vs_old": [g - 0.03, 0, 0],
+                                    "vs_no_gate": [0.05, 0.01, 0.09]}
             for s, g in zip(shares, [0.0, 0.01, 0.02, 0.03], strict=True)}
     result["cooldown"] = {"worlds": free, "crossover": [0.05, 0.02, 0.08]}
     fig = plot_harmful_crossover(result)
@@ -477,9 +481,17 @@ def test_the_crossover_figure_adds_v3_without_futiles_cooldown_when_the_result_h
     cross = sorted(ln.get_xdata()[0] for ln in ax.lines if ln.get_linestyle() == ":")
     assert cross == pytest.approx([5.0, 15.0])  # v3 default's and this one's
     title = ax.get_title(loc="left")
-    assert title.startswith("Without FUTILE's cooldown v3 gains +6.0 to +9.0 points at every "
-                            "share (−3.0 to +0.0 vs the old gate)")
-    assert "beats no gate from 5% [95%: 2–8%] harmful (v3 default: from 15%)" in title
+    # the default first: where it overtakes no gate, and against the old gate at every share
+    assert title.startswith("Default v3 overtakes no gate at 15% [")
+    assert "harmful and trails the old gate by 1.0–1.0 points at every share\n" in title
+    assert "Opt-in, no cooldown after FUTILE: +6.0 to +9.0 over the default, overtakes no " \
+           "gate at 5% [2–8%]; 2 seeds, 95% intervals" in title
+    # each crossover's interval is drawn, and where the seeds' interval clears zero is said
+    bars = {ln.get_gid(): ln.get_xdata() for ln in ax.lines
+            if (ln.get_gid() or "").startswith("cross:")}
+    assert list(bars["cross:no FUTILE cooldown"]) == pytest.approx([2.0, 8.0])
+    said = [t.get_text() for t in ax.texts]
+    assert any(t.startswith("v3: 15% (95% CI > 0 from 20%)") for t in said), said
 
 
 MATH_NAMES = ("Cost $\\alpha^$", "Price $5 or $10")

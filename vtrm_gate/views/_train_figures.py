@@ -421,22 +421,15 @@ def plot_harmful_crossover(result: Mapping[str, Any]) -> GateFigure:
                         alpha=0.06 if label == "oracle" else 0.15)
         ax.plot(xs, 100 * acc[:, 0], linestyle=style, marker=marker or None, color=colour,
                 lw=2, label=name)
-    marks = [("v3", sweep["crossover"].get("v3"), V3, 1, 0.03),
-             ("old", sweep["crossover"].get("old"), OLD, -1, 0.03)]  # old's label to the left
+    marks = [("v3", sweep["crossover"].get("v3"), V3, 1, 0.04, clear_from(sweep, "v3")),
+             ("old", sweep["crossover"].get("old"), OLD, -1, 0.08,  # its label to the left
+              clear_from(sweep, "old"))]
     if free is not None and free[1][0] is not None:  # its label left where it fits
         side = -1 if 100 * free[1][0] - min(xs) >= 0.35 * (max(xs) - min(xs)) else 1
-        marks.append(("no FUTILE cooldown", free[1], FUTILE_FREE_COLOUR, side, 0.09))
-    for gate, cross, colour, side, y in marks:
-        c, lo, hi = cross or (None, None, None)
-        if c is None:
-            continue
-        ax.axvline(100 * c, color=colour, linestyle=":", lw=1.5)
-        if gate == "v3" and lo is not None and hi is not None:
-            ax.axvspan(100 * lo, 100 * hi, color=V3, alpha=0.08, linewidth=0)
-        ax.annotate(f"{gate} beats no gate from {100 * c:.0f}% harmful", (100 * c, y),
-                    xycoords=("data", "axes fraction"), xytext=(6 * side, 0),
-                    textcoords="offset points", color=colour, fontsize="small",
-                    ha="left" if side > 0 else "right")
+        marks.append(("no FUTILE cooldown", free[1], FUTILE_FREE_COLOUR, side, 0.12,
+                      clear_from(sweep, None, result["cooldown"])))
+    for mark in marks:
+        _crossover_mark(ax, *mark)
     ax.set_xlabel("share of harmful candidates (%; helpful : neutral stays 40 : 35)")
     ax.set_ylabel("final true accuracy (points, mean over 12 types)")
     ax.set_xlim(min(xs) - 1, max(xs) + 1)
@@ -445,6 +438,45 @@ def plot_harmful_crossover(result: Mapping[str, Any]) -> GateFigure:
                  loc="left")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2)
     return fig
+
+
+def _crossover_mark(ax: Axes, gate: str, cross: list[float | None] | None, colour: str,
+                    side: int, y: float, clear: float | None) -> None:
+    """Where ``gate``'s mean overtakes no gate: a dotted line, its 95% interval as a bar
+    under the label, and the share from which its interval clears zero."""
+    c, lo, hi = cross or (None, None, None)
+    if c is None:
+        return
+    ax.axvline(100 * c, color=colour, linestyle=":", lw=1.5)
+    end = c  # the label starts where the interval's bar ends, on the bar's line
+    if lo is not None and hi is not None:
+        ax.plot([100 * lo, 100 * hi], [y] * 2, transform=ax.get_xaxis_transform(),
+                color=colour, lw=4, alpha=0.5, solid_capstyle="butt", gid=f"cross:{gate}")
+        end = hi if side > 0 else lo
+    sure = "" if clear is None else f" (95% CI > 0 from {100 * clear:.0f}%)"
+    ax.annotate(f"{gate}: {100 * c:.0f}%{sure}", (100 * end, y),
+                xycoords=("data", "axes fraction"), xytext=(4 * side, 0),
+                textcoords="offset points", color=colour, fontsize="small", va="center",
+                ha="left" if side > 0 else "right")
+
+
+def clear_from(sweep: Mapping[str, Any], label: str | None,
+               cooldown: Mapping[str, Any] | None = None) -> float | None:
+    """The smallest share from which ``label``'s 95% interval of its difference from no gate
+    lies above zero at every larger share (``cooldown``: v3 without FUTILE's cooldown), or
+    None. The crossover marks where the mean turns; this is where the seeds are sure."""
+    shares = [p["p_harmful"] for p in sweep["points"]]
+    if cooldown is not None:
+        lows = [cooldown["worlds"][f"p_harmful {s:.1f}"]["vs_no_gate"][1] for s in shares]
+    else:
+        lows = [next(e["vs_no_gate"][1] for e in p["summary"] if e["label"] == label)
+                for p in sweep["points"]]
+    out = None
+    for share, low in zip(reversed(shares), reversed(lows), strict=True):
+        if low is None or low <= 0:
+            break
+        out = share
+    return out
 
 
 def _futile_free(result: Mapping[str, Any]) -> tuple[np.ndarray, list[float | None]] | None:
@@ -489,21 +521,36 @@ def crossover_claim(sweep: Mapping[str, Any], cooldown: Mapping[str, Any] | None
 
 
 def _cooldown_claim(sweep: Mapping[str, Any], cooldown: Mapping[str, Any]) -> str:
-    """The crossover title when the sweep also ran v3 without FUTILE's cooldown."""
+    """The crossover title when the sweep also ran v3 without FUTILE's cooldown: the default
+    first (where it overtakes no gate, and how it stands against the old gate at every
+    share), then what the opt-in changes."""
     worlds = [cooldown["worlds"][f"p_harmful {p['p_harmful']:.1f}"] for p in sweep["points"]]
     gain = [100 * w["vs_v3"][0] for w in worlds]
-    vs_old = [100 * w["vs_old"][0] for w in worlds]
-    c, lo, hi = cooldown["crossover"]
-    v3 = sweep["crossover"]["v3"][0]
+    v3_old = [-100 * next(e["vs_v3"][0] for e in p["summary"] if e["label"] == "old")
+              for p in sweep["points"]]
 
-    def once(x: float | None) -> str:
-        return "never on the grid" if x is None else f"from {100 * x:.0f}%"
+    def at(cross: list[float | None] | None) -> str:
+        c, lo, hi = cross or (None, None, None)
+        if c is None:
+            return "never on the grid"
+        span = "" if lo is None or hi is None else f" [{100 * lo:.0f}–{100 * hi:.0f}%]"
+        return f"at {100 * c:.0f}%{span}"
 
-    span = "" if lo is None or hi is None else f" [95%: {100 * lo:.0f}–{100 * hi:.0f}%]"
-    return (f"Without FUTILE's cooldown v3 gains {min(gain):+.1f} to {max(gain):+.1f} points "
-            f"at every share ({min(vs_old):+.1f} to {max(vs_old):+.1f} vs the old gate)\n"
-            f"and beats no gate {once(c)}{span} harmful (v3 default: {once(v3)}); "
-            f"{sweep['seeds']} seeds a point, 3 × 5 runs, 95% intervals").replace("-", "−")
+    lo, hi = min(v3_old), max(v3_old)
+    stand = (f"trails the old gate by {-hi:.1f}–{-lo:.1f} points" if hi < 0 else
+             f"is {_signed(lo)} to {_signed(hi)} points from the old gate")
+    old = (sweep["crossover"].get("old") or [None])[0]
+    also = "" if old is None else f" (old gate {100 * old:.0f}%)"
+    return (f"Default v3 overtakes no gate {at(sweep['crossover'].get('v3'))} harmful{also} "
+            f"and {stand} at every share\n"
+            f"Opt-in, no cooldown after FUTILE: {_signed(min(gain))} to {_signed(max(gain))} "
+            f"over the default, overtakes no gate {at(cooldown['crossover'])}; "
+            f"{sweep['seeds']} seeds, 95% intervals")
+
+
+def _signed(x: float) -> str:
+    """``x`` with its sign, a minus sign for a negative one."""
+    return f"{x:+.1f}".replace("-", "−")
 
 
 PROGRESS_BARS = (("accepted", EXIT_COLOURS["ACCEPT"], "ACCEPTed"),
