@@ -190,8 +190,10 @@ METRICS = ("accuracy", "better_applied", "leak", "probe_units", "wall_h")
 
 def summarise(rows: list[dict[str, Any]], cfgs: list[Config]) -> list[dict[str, Any]]:
     """Per configuration: each metric's mean and interval over seeds, and the final accuracy's
-    difference from the v3 default paired by seed (``delta_vs_default``)."""
+    difference from the v3 default and from the old gate, paired by seed
+    (``delta_vs_default``, ``delta_vs_old``)."""
     ref = {r["seed"]: r["accuracy"] for r in rows if r["config"] == DEFAULT.name}
+    old = {r["seed"]: r["accuracy"] for r in rows if r["config"] == OLD.name}
     out = []
     for c in cfgs:
         rs = [r for r in rows if r["config"] == c.name]
@@ -200,6 +202,8 @@ def summarise(rows: list[dict[str, Any]], cfgs: list[Config]) -> list[dict[str, 
             entry[m] = boot([r[m] for r in rs])
         paired = [r["accuracy"] - ref[r["seed"]] for r in rs if r["seed"] in ref]
         entry["delta_vs_default"] = boot(paired) if paired else None
+        to_old = [r["accuracy"] - old[r["seed"]] for r in rs if r["seed"] in old]
+        entry["delta_vs_old"] = boot(to_old) if to_old else None
         entry["violations"] = sum(r["violations"] for r in rs)
         out.append(entry)
     return out

@@ -36,6 +36,7 @@ from benchmarks.bench_power import (
     rank_means,
     read_worlds,
     run,
+    summarise,
 )
 from vtrm_gate.errors import ConfigError
 from vtrm_gate.sim import PRESETS, World
@@ -65,6 +66,20 @@ def test_the_four_baselines_come_from_the_same_seeds_paired():
     assert 0.06 <= lo <= hi <= 0.11  # a percentile interval of the two paired differences
     assert out["no_gate"]["leak"][0] == 7 and out["oracle"]["leak"][0] == 0
     assert out["oracle"]["better_applied"][0] == 4
+
+
+def test_the_frontier_pairs_every_configuration_with_the_old_gate_by_seed():
+    """The frontier's title quotes each configuration's difference from the old gate with its
+    interval; it must be paired by seed, not a difference of two means' intervals."""
+    rows = [{**_row(c, seed, acc, 0.5, 0.7), "probe_units": 40, "wall_h": w, "violations": 0}
+            for c, w, accs in ((OLD, 95.0, (0.60, 0.70)), (DEFAULT, 8.0, (0.59, 0.71)),
+                               (LONGER, 14.0, (0.62, 0.73)))
+            for seed, acc in enumerate(accs)]
+    out = {e["config"]: e for e in summarise(rows, [OLD, DEFAULT, LONGER])}
+    assert out[OLD.name]["delta_vs_old"] == (0.0, 0.0, 0.0)
+    d, lo, hi = out[LONGER.name]["delta_vs_old"]
+    assert d == pytest.approx(0.025) and lo == pytest.approx(0.02) and hi == pytest.approx(0.03)
+    assert out[DEFAULT.name]["delta_vs_old"][0] == pytest.approx(0.0)
 
 
 def test_the_crossover_is_where_the_mean_paired_difference_turns_non_negative():
