@@ -662,7 +662,9 @@ def frontier(n: int, nt: int, ex: Executor | None) -> dict[str, Any]:
     print(f"\nonly settled versions stand: {len(rows) + len(tune_rows)} runs on {seeds_all} "
           f"seeds, {bad} violations")
     print(f"recommended (chosen on the tuning seeds, reported above): {rec.name}")
-    return {"seeds": n, "tune_seeds": nt, "best_lambda": best_lam.lambda_dir,
+    return {"dispatch": "every configuration, the old gate's and the tuning runs included, "
+                        "with the default dispatch (expected_need)",
+            "seeds": n, "tune_seeds": nt, "best_lambda": best_lam.lambda_dir,
             "recommended": rec.name, "old": OLD.name, "summary": summary,
             "initial": boot([r["initial"] for r in rows if r["config"] == OLD.name]),
             "oracle": boot([r["oracle"] for r in rows if r["config"] == OLD.name]),

@@ -7,6 +7,7 @@ Object API only (like the other figures): each ``plot_*`` returns a self-display
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -371,15 +372,17 @@ def _frontier_claim(result: Mapping[str, Any], summary: list[dict[str, Any]]) ->
         return f"{100 * e['wall_h'][0] / old['wall_h'][0]:.0f}%"
 
     speed = old["wall_h"][0] / default["wall_h"][0]
-    head = (f"Default v3 trains {speed:.0f}× faster than the old serial gate at "
+    text = (f"Default v3 trains {speed:.1f}× faster than the old serial gate at "
             f"{vs_old(default)} points")
     longer = next((e for e in summary if "epochs" in e["config"]
                    and e.get("futile_cooldown") is not False), None)
     if longer is not None and longer["wall_h"][0]:
-        head += f"; spent on twice the epochs, {vs_old(longer)} in {share(longer)} of its time"
+        text += (f", and on twice the epochs ends {vs_old(longer)} from it in {share(longer)} "
+                 f"of its time")
     opt = [f"{'both' if 'epochs' in e['config'] else 'no cooldown after FUTILE'}: "
            f"{vs_old(e)} in {share(e)}" for e in summary if e.get("futile_cooldown") is False]
-    return head + (f"\n(opt-in, {'; '.join(opt)}); " if opt else "\n") + f"{runs}, 95% intervals"
+    text += (f" (opt-in, {'; '.join(opt)})" if opt else "") + f"; {runs}, paired, 95% intervals"
+    return "\n".join(textwrap.wrap(text, 112, break_on_hyphens=False))
 
 
 CROSSOVER_LINES = {"no_gate": ("no gate (apply every candidate)", SERIES[3], "o", "-"),
@@ -622,6 +625,6 @@ def _frontier_caption(result: Mapping[str, Any], summary: list[dict[str, Any]]) 
     if old is None or default is None or not default["wall_h"][0]:
         return where
     speed = old["wall_h"][0] / default["wall_h"][0]
-    return (f"{speed:.0f}× = the old gate's mean simulated training time / the default v3's, "
+    return (f"{speed:.1f}× = the old gate's mean simulated training time / the default v3's, "
             f"{result['epochs']} epochs × {result['steps']} steps, {result['seeds']} seeds; "
             f"{where}; the time axis is broken")
