@@ -644,6 +644,8 @@ def test_the_step_summary_says_when_redis_refused_to_store_answers() -> None:
             "runs": {"e1_s1_gate_ocr_base": CacheStats(misses=8, writes=3,
                                                        refused=5).as_dict()}}
     assert "5 not stored (Redis refused the writes)" in _cache_lines(info)
+    info["runs"]["e1_s1_gate_ocr_base"] = CacheStats(misses=8, writes=6, too_large=2).as_dict()
+    assert "2 not stored (larger than Redis takes)" in _cache_lines(info)
 
 
 def test_a_stopped_and_restarted_server_keeps_serving_hits(
@@ -1071,25 +1073,35 @@ def test_answers_that_arrive_after_a_redis_stall_are_stored(tmp_path: Path) -> N
     assert again == ["hit"] * 16 and call.calls == 16
 
 
+
+@pytest.mark.parametrize("user", ["default", "no CONFIG"])
 def test_a_reply_over_the_servers_bulk_limit_is_served_uncached_not_an_outage(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, user: str) -> None:
     """Redis closes the connection on a value over its ``proto-max-bulk-len`` (512 MB by
     default, 1 MB at its lowest). One such reply (a 2 MB answer under a 1 MB limit) read as
     an outage: every later call bypassed the cache until the retry interval, the stored
-    answers included. It is now served, counted ``not_cached`` with one warning naming the
-    limit, and the cache goes on."""
+    answers included. It is served, counted ``too_large`` with one warning, and the cache goes
+    on; so too for a user who may not run CONFIG (a managed Redis: asking the limit first
+    could not work there), and when the limit is lowered mid-run."""
     with RedisServer(tmp_path, persist=False) as server:
         admin = redis.Redis.from_url(server.url)
-        admin.config_set("proto-max-bulk-len", str(1 << 20))
-        cache = ResponseCache(server.url, retry_interval=3600.0)
-        small, big = Counting(), Counting(ok("x" * (2 << 20)))
+        admin.config_set("proto-max-bulk-len", str(2 << 20))
+        url = server.url
+        if user == "no CONFIG":
+            admin.acl_setuser("app", enabled=True, passwords=["+pw"], keys=["*"],
+                              commands=["+@all", "-config"])
+            url = url.replace("redis://", "redis://app:pw@", 1)
+        cache = ResponseCache(url, retry_interval=3600.0)
+        small, big = Counting(), Counting(ok("x" * (3 << 20 >> 1)))  # 1.5 MB
 
         async def go() -> list[str]:
             try:
                 out = [(await cache.get_or_call(parts(content=f"q{i}"), small)).source
                        for i in range(3)]
+                out.append((await cache.get_or_call(parts(content="big"), big)).source)
+                admin.config_set("proto-max-bulk-len", str(1 << 20))  # lowered mid-run
                 for _ in range(2):
-                    out.append((await cache.get_or_call(parts(content="big"), big)).source)
+                    out.append((await cache.get_or_call(parts(content="big2"), big)).source)
                 out += [(await cache.get_or_call(parts(content=f"q{i}"), small)).source
                         for i in range(5)]
                 return out
@@ -1099,10 +1111,10 @@ def test_a_reply_over_the_servers_bulk_limit_is_served_uncached_not_an_outage(
 
         with caplog.at_level(logging.INFO, "vtrm_gate.cache"):
             sources = asyncio.run(go())
-    assert sources == ["miss"] * 3 + ["miss"] * 2 + ["hit"] * 3 + ["miss"] * 2
-    assert (big.calls, small.calls) == (2, 5)
+    assert sources == ["miss"] * 4 + ["miss"] * 2 + ["hit"] * 3 + ["miss"] * 2
+    assert (big.calls, small.calls) == (3, 5)
     st_ = cache.stats()
-    assert (st_.errors, st_.bypassed, st_.not_cached, st_.writes) == (0, 0, 2, 5)
+    assert (st_.errors, st_.bypassed, st_.too_large, st_.writes) == (0, 0, 2, 6)
     assert "unavailable" not in " ".join(warnings_of(caplog, ""))
     [warned] = warnings_of(caplog, "proto-max-bulk-len")
-    assert "1048576" in warned and "not cached" in warned
+    assert "would not store" in warned and "not cached" in warned

@@ -241,17 +241,18 @@ def test_a_cancelled_leader_does_not_strand_its_followers_on_the_cluster(
     assert asyncio.run(go()) == "miss" and calls == 2
 
 
-def test_a_reply_over_one_nodes_bulk_limit_is_served_uncached_on_the_cluster(
+
+def test_a_reply_over_the_bulk_limit_is_served_uncached_on_the_cluster(
         redis_cluster: ClusterTarget, caplog: pytest.LogCaptureFixture) -> None:
-    """The cluster's limit is its smallest node's: a 2 MB reply under one node's 1 MB
-    ``proto-max-bulk-len`` is served and not cached, with no outage."""
-    node = redis.Redis(host="127.0.0.1", port=redis_cluster.cluster.nodes[2].port)
-    before = node.config_get("proto-max-bulk-len")["proto-max-bulk-len"]
-    node.config_set("proto-max-bulk-len", str(1 << 20))
+    """A 2 MB reply under the primaries' 1 MB ``proto-max-bulk-len`` is served and not
+    cached, with no outage: the node closes the connection, and the cluster answers after."""
+    nodes = [redis.Redis(host="127.0.0.1", port=n.port) for n in redis_cluster.cluster.nodes]
+    before = [n.config_get("proto-max-bulk-len")["proto-max-bulk-len"] for n in nodes]
+    for n in nodes:
+        n.config_set("proto-max-bulk-len", str(1 << 20))
+    cache = ResponseCache(redis_cluster.url, prefix=redis_cluster.prefix, retry_interval=3600.0)
 
     async def go() -> list[str]:
-        cache = ResponseCache(redis_cluster.url, prefix=redis_cluster.prefix,
-                              retry_interval=3600.0)
         try:
             big = [(await cache.get_or_call(_parts(7), lambda: _async(_resp("x" * (2 << 20))))
                     ).source for _ in range(2)]
@@ -265,10 +266,12 @@ def test_a_reply_over_one_nodes_bulk_limit_is_served_uncached_on_the_cluster(
         with caplog.at_level(logging.INFO, "vtrm_gate.cache"):
             assert asyncio.run(go()) == ["miss", "miss", "miss", "hit"]
     finally:
-        node.config_set("proto-max-bulk-len", before)
-        node.close()
+        for n, limit in zip(nodes, before, strict=True):
+            n.config_set("proto-max-bulk-len", limit)
+            n.close()
     said = " ".join(r.getMessage() for r in caplog.records)
-    assert "proto-max-bulk-len 1048576" in said and "unavailable" not in said
+    assert "would not store" in said and "unavailable" not in said
+    assert (cache.stats().too_large, cache.stats().errors) == (2, 0)
 
 
 async def _async(value: Any) -> Any:

@@ -71,15 +71,6 @@ async def _primaries(client: aredis.RedisCluster) -> list[Any]:
     return client.get_primaries()
 
 
-async def config_everywhere(client: Any, name: str) -> list[Any]:
-    """``CONFIG GET name`` of one server, or of each primary of a cluster (redis-py sends it
-    to one node of its choice)."""
-    if not is_cluster(client):
-        return [await client.config_get(name)]
-    return [await client.config_get(name, target_nodes=node)
-            for node in await _primaries(client)]
-
-
 async def all_primaries_up(client: aredis.RedisCluster) -> bool:
     """True when every primary answers PING (the cache's end-of-outage probe)."""
     try:

@@ -65,10 +65,8 @@ takes tens of microseconds, so more connections add no throughput, only connects
 redis-py pool's condition-variable hand-offs (which grew with the calls waiting)."""
 
 MIN_BULK_LIMIT = 1 << 20
-"""The lowest ``proto-max-bulk-len`` Redis takes (1 MB): a smaller value is never asked about."""
-
-DEFAULT_BULK_LIMIT = 512 << 20
-"""Redis's default ``proto-max-bulk-len``, assumed where ``CONFIG GET`` is not allowed."""
+"""The lowest ``proto-max-bulk-len`` Redis takes (1 MB): a write of a value no larger that
+fails is a failure of Redis, never of the value's size."""
 
 log = logging.getLogger("vtrm_gate.cache")
 
@@ -86,9 +84,10 @@ class CacheStats:
     ``malformed``: values that are not an entry (bad JSON, another schema, a key of another
     Redis type); ``mismatched``: entries whose recorded key material (digest, salt) is not
     the call's (a value copied onto another key); ``not_cached``: responses not written
-    because they failed validation, have no JSON form, or exceed the server's
-    ``proto-max-bulk-len``; ``refused``: responses Redis would not store (full at
-    ``maxmemory`` under ``noeviction``, or a read-only replica) while it served reads.
+    because they failed validation or have no JSON form; ``refused``: responses Redis would
+    not store (full at ``maxmemory`` under ``noeviction``, or a read-only replica) while it
+    served reads; ``too_large``: responses whose entry is larger than the server takes (its
+    ``proto-max-bulk-len``: it closed the connection on the write and answered the next).
     """
 
     hits: int = 0
@@ -101,6 +100,7 @@ class CacheStats:
     writes: int = 0
     not_cached: int = 0
     refused: int = 0
+    too_large: int = 0
 
     @property
     def calls(self) -> int:
@@ -139,6 +139,7 @@ class _Counters:
     writes: int = 0
     not_cached: int = 0
     refused: int = 0
+    too_large: int = 0
 
 
 @dataclass(frozen=True)
@@ -215,8 +216,7 @@ class ResponseCache:
         self._down = False
         self._refusing = False  # writes are refused (full, read-only): warned once
         self._write_streak = 0  # writes in a row taken while refusing
-        self._bulk_limit: int | None = None  # the server's proto-max-bulk-len, once asked
-        self._warned_bulk = False
+        self._warned_bulk = False  # a write too large for the server: warned once
         self._era = 0  # bumped when an outage begins or ends
         self._ok_streak = 0  # operations in a row that succeeded during an outage
         self._next_probe = 0.0
@@ -454,10 +454,14 @@ class ResponseCache:
         if value is None:
             self._c(run).not_cached += 1
             return False
-        if not self.enabled or self._skip() or await self._too_large(run, len(value)):
+        if not self.enabled or self._skip():
             return False
-        ok, out = await self._op(run, lambda r: _set(r, key, value, self.ttl))
+        write = _set if len(value) <= MIN_BULK_LIMIT else _set_large
+        ok, out = await self._op(run, lambda r: write(r, key, value, self.ttl))
         if not ok:
+            return False
+        if isinstance(out, _TooLarge):
+            self._too_large(run, len(value), out.error)
             return False
         if isinstance(out, _WriteRefused):
             self._c(run).refused += 1
@@ -477,27 +481,15 @@ class ResponseCache:
         self._c(run).writes += 1
         return True
 
-    async def _too_large(self, run: str, size: int) -> bool:
-        """True (counted ``not_cached``, warned once) when a value of ``size`` bytes exceeds
-        the server's ``proto-max-bulk-len``: Redis would close the connection on its SET,
-        which reads as an outage and stops every lookup until the retry interval."""
-        if size <= MIN_BULK_LIMIT:
-            return False
-        if self._bulk_limit is None:
-            ok, limit = await self._op(run, _bulk_limit)
-            if not ok:
-                return False  # down: the SET finds out and counts it
-            self._bulk_limit = limit
-        if size <= self._bulk_limit:
-            return False
-        self._c(run).not_cached += 1
+    def _too_large(self, run: str, size: int, error: BaseException) -> None:
+        """Count an entry the server would not take for its size, warned once."""
+        self._c(run).too_large += 1
         if not self._warned_bulk:
             self._warned_bulk = True
-            log.warning("Redis cache at %s: a reply of %d bytes exceeds the server's "
-                        "proto-max-bulk-len %d, so it is served, not cached (raise "
-                        "proto-max-bulk-len to cache such replies)", self.masked_url, size,
-                        self._bulk_limit)
-        return True
+            log.warning("Redis cache at %s would not store an entry of %d bytes (%s), so "
+                        "that reply is served, not cached: its proto-max-bulk-len is smaller "
+                        "(raise it to cache such replies)", self.masked_url, size,
+                        scrub(described(error), self._url))
 
     async def get_or_call(self, parts: KeyParts, call: Callable[[], Awaitable[Response]], *,
                           validate: Validator = validate_response,
@@ -621,19 +613,27 @@ async def _set(r: cluster.Client, key: str, value: bytes, ttl: int) -> bool | _W
         raise
 
 
-async def _bulk_limit(r: cluster.Client) -> int:
-    """The server's ``proto-max-bulk-len`` (the smallest of a cluster's primaries'), or
-    Redis's default where ``CONFIG`` is renamed or not allowed (a managed Redis)."""
+@dataclass(frozen=True)
+class _TooLarge:
+    """A SET of a value over 1 MB that failed while the server still answers: larger than
+    its ``proto-max-bulk-len`` (Redis closes the connection on such a write)."""
+
+    error: BaseException
+
+
+async def _set_large(r: cluster.Client, key: str, value: bytes, ttl: int
+                     ) -> bool | _WriteRefused | _TooLarge:
+    """`_set` of a value over `MIN_BULK_LIMIT`: a failure the server answers a PING after is
+    the value's size, not an outage (asking ``CONFIG GET proto-max-bulk-len`` first fails
+    where CONFIG is not allowed, and goes stale when the limit changes)."""
     try:
-        replies = await cluster.config_everywhere(r, "proto-max-bulk-len")
-    except ResponseError:
-        return DEFAULT_BULK_LIMIT
-    values = [_text(v) for got in replies if isinstance(got, dict) for v in got.values()]
-    return min((int(v) for v in values if v.isdigit()), default=DEFAULT_BULK_LIMIT)
-
-
-def _text(x: Any) -> str:
-    return x.decode(errors="replace") if isinstance(x, bytes) else str(x)
+        return await _set(r, key, value, ttl)
+    except REDIS_FAILURES as exc:
+        try:
+            await r.ping()
+        except REDIS_FAILURES:
+            raise exc from None
+        return _TooLarge(exc)
 
 
 def _same_key_material(value: Mapping[str, Any], parts: KeyParts) -> bool:

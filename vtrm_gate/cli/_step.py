@@ -183,6 +183,8 @@ def cache_lines(info: dict[str, Any]) -> str:
         uncached = f", {st['bypassed']} uncached" if st["bypassed"] else ""
         refused = (f", {st['refused']} not stored (Redis refused the writes)"
                    if st.get("refused") else "")  # a re-run pays for these again
+        refused += (f", {st['too_large']} not stored (larger than Redis takes)"
+                    if st.get("too_large") else "")
         lines.append(f"  {pad(run, 44)} hit rate {st['hit_rate']:6.1%}  ({served}/{st['calls']} "
                      f"calls served, {st['requests']} requests{uncached}, "
                      f"{st['errors']} errors{refused})")
