@@ -404,7 +404,7 @@ def _refuse_unknown(key: str, valid: set[str], where: str) -> None:
     if key in REMOVED_KEYS:
         raise ConfigError(f"{where}{key}: {REMOVED_KEYS[key]}")
     if not where and key in FLAG_ONLY:
-        raise ConfigError(f"{key}: {_flag_only(key)}")
+        raise ConfigError(f"{key}: {_flag_only(key).removeprefix(f'{key} is ')}")
     raise ConfigError(f"unknown config key '{where}{key}'; valid keys: "
                       f"{', '.join(sorted(valid))}")
 

@@ -236,3 +236,26 @@ def test_a_table_of_wide_names_lines_up_on_the_terminal():
     assert max(text_width(ln) for ln in narrow) <= 30, narrow
     short = short_names(WIDE, 8)
     assert max(map(text_width, short.values())) <= 8 and len(set(short.values())) == 4
+
+
+def test_a_long_table_measures_each_cell_a_bounded_number_of_times(monkeypatch):
+    """Hostile pass (h11): ``replay --outcomes`` of a 50,000-gate table ran for hours: every
+    cell of every row asked its column's width, which measured the whole column again
+    (rows² measurements; 200,000 rows took 136 s, with --json 7 s)."""
+    import vtrm_gate.cli._table as table
+
+    calls = 0
+    real = table.text_width
+
+    def counted(text: str) -> int:
+        nonlocal calls
+        calls += 1
+        return real(text)
+
+    monkeypatch.setattr(table, "text_width", counted)
+    rows = 2000
+    cols = [table.Column("type", tuple(f"T{i}" for i in range(rows))),
+            table.Column("units", tuple(str(i) for i in range(rows)), right=True)]
+    out = table.render(cols, 80)
+    assert out.count("\n") == rows + 1
+    assert calls <= 10 * 2 * (rows + 1), calls  # a few times per cell, never per row²

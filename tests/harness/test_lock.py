@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from vtrm_gate.errors import WorkspaceLockedError
+from vtrm_gate.errors import WorkspaceError, WorkspaceLockedError
 from vtrm_gate.harness import read_holder, workspace_lock
 
 HOLD = textwrap.dedent("""
@@ -134,3 +134,42 @@ def test_a_dead_writers_record_survives_a_record_that_cannot_be_written(tmp_path
     r = subprocess.run([sys.executable, "-c", DEAD, str(tmp_path)], capture_output=True,
                        text=True, timeout=60)
     assert r.stdout.splitlines() == ["unclean True"], (r.stdout, r.stderr)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "symlink out", "directory"])
+def test_a_lock_file_that_is_no_regular_file_is_refused_and_nothing_outside_changes(
+        tmp_path: Path, kind: str) -> None:
+    """Hostile pass (h11): ``.lock`` as a FIFO hung ``status`` (its holder was read with a
+    blocking open) and crashed ``settle`` ("Illegal seek"); a symlink to /dev/zero crashed
+    it; a symlink to a file outside the workspace had that file overwritten with the record,
+    then emptied at release. Each is refused naming ``.lock``; readers see no holder."""
+    ws, victim = tmp_path / "ws", tmp_path / "victim.txt"
+    ws.mkdir()
+    victim.write_text("precious\n")
+    lock = ws / ".lock"
+    {"fifo": lambda: os.mkfifo(lock), "device": lambda: lock.symlink_to("/dev/zero"),
+     "symlink out": lambda: lock.symlink_to(victim), "directory": lock.mkdir}[kind]()
+    r = subprocess.run([sys.executable, "-c", "import sys; from vtrm_gate.harness import "
+                        "read_holder; print(read_holder(sys.argv[1]))", str(ws)],
+                       capture_output=True, text=True, timeout=10)
+    assert r.stdout.strip() == "None", r.stderr
+    with pytest.raises(WorkspaceError, match=r"\.lock: is not a regular file"), \
+            workspace_lock(ws, "me"):
+        pass
+    assert victim.read_text() == "precious\n"
+    with workspace_lock(ws.parent, "after") as held:  # no descriptor leaked, nothing held
+        assert held.held
+
+
+def test_a_writer_that_never_checked_keeps_the_dead_writers_mark(tmp_path: Path) -> None:
+    """Hostile pass (h11): a writer refused before it checked the log (``step`` of a settled
+    epoch) emptied the record at release, and the next writer skipped the check a dead
+    writer had made necessary. The record stays until a writer has checked."""
+    (tmp_path / ".lock").write_text('{"pid": 1, "command": "killed step", "since": "x"}')
+    with workspace_lock(tmp_path, "refused early") as first:
+        assert first.unclean
+    with workspace_lock(tmp_path, "next") as second:
+        assert second.unclean
+        second.mark_checked()
+    with workspace_lock(tmp_path, "after the check") as third:
+        assert not third.unclean

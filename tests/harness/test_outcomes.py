@@ -174,10 +174,12 @@ def _gate(n: int = 4, **cols: list) -> pl.DataFrame:
     (_gate(base_correct=[False, None, False, False]), "row 2, column 'base_correct'"),
     (_gate().drop("infra"), "missing column 'infra'"),
     (_gate(unit_id=["a", "b", "a", "c"]), "row 3, column 'unit_id': unit twice"),
-    (_gate(n_ladder=[40, 40, 39, 40]), "row 3, column 'n_ladder': must be the same on every "
-                                       "row of a gate, as at its rank 0"),
-    (_gate(n_ladder=[40, 40, 40, None]), "row 4, column 'n_ladder': must be the same"),
-    (_gate(n_ladder=[None, 40, 40, 40]), "row 2, column 'n_ladder': must be the same"),
+    (_gate(n_ladder=[40, 40, 39, 40]), "row 3, column 'n_ladder': differs from most rows of "
+                                       "its gate"),
+    (_gate(n_ladder=[40, 40, 40, None]), "row 4, column 'n_ladder': differs from most"),
+    (_gate(n_ladder=[None, 40, 40, 40]), "row 1, column 'n_ladder': differs from most"),
+    (_gate(n_ladder=[40, 40, 40, 41], ladder_rank=[1, 2, 3, 0]),  # rank 0 is the odd one
+     "row 4, column 'n_ladder': differs from most .* got 41"),
 ])
 def test_a_bad_frame_is_refused_naming_its_row_and_column(
         tmp_path: Path, frame: pl.DataFrame, message: str) -> None:

@@ -323,7 +323,8 @@ def test_the_frontier_adds_v3_without_futiles_cooldown_and_its_title_says_how_it
                            "points, and on twice the epochs ends +0.4 from it in 15% of its "
                            "time (opt-in, ")
     assert (f"no cooldown after FUTILE: {d:+.1f} [{lo:+.1f}, {hi:+.1f}] in 13%; both: +1.0 "
-            f"[+0.5, +1.5] in 23%); 3 seeds, paired").replace("-", "−") in flat
+            f"[+0.5, +1.5] in 23%); 3 seeds, differences paired by seed; bars: each point's "
+            f"95% interval").replace("-", "−") in flat
     alone = plot_power_frontier({k: v for k, v in result.items() if k != "cooldown"})
     assert "opt-in" not in alone._suptitle.get_text()
 
@@ -348,8 +349,8 @@ def test_the_recorded_power_frontier_is_a_deck_figure_whose_title_is_its_claim()
     assert "(opt-in, " + f"no cooldown after FUTILE: {d:+.1f} [".replace("-", "−") in title
     caption = fig.legends[0].get_title().get_text()  # the speed-up's definition and runs
     assert (f"{speed:.1f}× = the old gate's mean simulated training time / the default "
-            f"v3's, {result['epochs']} epochs × {result['steps']} steps, "
-            f"{result['seeds']} seeds") in caption
+            f"v3's ({result['epochs']} × {result['steps']} steps, {result['seeds']} seeds)"
+            ) in caption
 
 
 def _curve(n_types: int = 5):
@@ -459,7 +460,7 @@ def test_the_recorded_crossover_is_a_deck_figure_whose_title_is_its_claim():
     fig = plot_harmful_crossover(result)
     assert figure_problems(fig) == []
     c = sweep["crossover"]["v3"][0]
-    title = fig.axes[0].get_title(loc="left")
+    title = fig.axes[0].get_title(loc="left").replace("\n", " ")
     assert title.startswith(f"Default v3 overtakes no gate at {100 * c:.0f}% [" if c is not None
                             else "Default v3 overtakes no gate never")
     cool = result["cooldown"]
@@ -486,9 +487,13 @@ def test_the_crossover_figure_adds_v3_without_futiles_cooldown_when_the_result_h
     cross = sorted(ln.get_xdata()[0] for ln in ax.lines if ln.get_linestyle() == ":")
     assert cross == pytest.approx([5.0, 15.0])  # v3 default's and this one's
     title = ax.get_title(loc="left")
+    assert all(len(line) <= 112 for line in title.splitlines())
+    title = title.replace("\n", " ")
     # the default first: where it overtakes no gate, and against the old gate at every share
+    # (how many of its paired intervals exclude 0: a mean alone overclaimed), the opt-in second
     assert title.startswith("Default v3 overtakes no gate at 15% [")
-    assert "harmful and trails the old gate by 1.0–1.0 points at every share\n" in title
+    assert ("harmful and trails the old gate by 1.0–1.0 points at every share (paired, the "
+            "interval excluding 0 at 4 of 4)") in title
     assert "Opt-in, no cooldown after FUTILE: +6.0 to +9.0 over the default, overtakes no " \
            "gate at 5% [2–8%]; 2 seeds, 95% intervals" in title
     # each crossover's interval is drawn, and where the seeds' interval clears zero is said

@@ -5,6 +5,7 @@ wrapped line under the row. Light at import (stdlib only)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import sys
@@ -81,8 +82,9 @@ class Column:
     right: bool = False
     drop_rank: int = 0
 
-    @property
+    @functools.cached_property
     def width(self) -> int:
+        """The widest cell's width, measured once (every row's line asks it)."""
         return max([text_width(self.header), *(text_width(c) for c in self.cells)])
 
 

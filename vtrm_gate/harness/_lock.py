@@ -26,6 +26,7 @@ import errno
 import fcntl
 import json
 import os
+import stat
 import sys
 import threading
 from dataclasses import dataclass
@@ -60,11 +61,22 @@ _MINE: contextvars.ContextVar[frozenset[Path]] = contextvars.ContextVar(
     "vtrm_gate_workspace_locks", default=frozenset())
 
 
+def _open_lock_file(path: Path, flags: int) -> int:
+    """``path`` opened without following a symlink or waiting on a FIFO, and only if it is a
+    regular file: a ``.lock`` linked to a file outside the workspace had that file
+    overwritten and emptied, and a FIFO hung every reader."""
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    return fd
+
+
 def read_holder(root: str | Path) -> LockHolder | None:
     """The holder recorded in the lock file (None if unlocked, unreadable or never locked)."""
     path = Path(root) / LOCK_FILE
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = _open_lock_file(path, os.O_RDONLY)
     except OSError:
         return None
     try:
@@ -171,7 +183,15 @@ class WorkspaceLock:
                 return self
             dfd = _lock_directory(key, self.root)
             try:
-                fd = os.open(key / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+                fd = _open_lock_file(key / LOCK_FILE, os.O_RDWR | os.O_CREAT)
+            except OSError as exc:
+                os.close(dfd)
+                if exc.errno not in (errno.ELOOP, errno.EINVAL, errno.EISDIR):
+                    raise
+                raise WorkspaceError(
+                    f"{key / LOCK_FILE}: is not a regular file (a symbolic link, a FIFO, a "
+                    f"device or a directory); remove it: it only records who holds the "
+                    f"workspace's lock") from None
             except BaseException:
                 os.close(dfd)
                 raise
@@ -219,9 +239,11 @@ class WorkspaceLock:
             if held[1] == 0:
                 del _HELD[key]
                 # A clean release leaves no holder on record (if this fails, on a full or
-                # read-only disk, the next writer merely checks the log once more).
-                with contextlib.suppress(OSError):
-                    os.ftruncate(held[0], 0)
+                # read-only disk, the next writer merely checks the log once more); a writer
+                # that never checked what a dead one left keeps a record, so the next does.
+                if not held[2]:
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(held[0], 0)
                 fcntl.flock(held[0], fcntl.LOCK_UN)
                 os.close(held[0])
                 os.close(held[3])  # the directory's lock goes with its descriptor

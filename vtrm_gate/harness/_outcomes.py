@@ -358,8 +358,10 @@ def _check_gates(path: str | Path, df: pl.DataFrame, params: GateParams,
          "unit twice in its gate"),
     ]
     if "n_ladder" in df.columns:
-        checks += [(pl.col("n_ladder").eq_missing(pl.col("n_ladder").first().over(gate)),
-                    "n_ladder", "must be the same on every row of a gate, as at its rank 0"),
+        most = pl.col("n_ladder").mode().sort().first().over(gate)  # the odd row is named
+        checks += [(pl.col("n_ladder").eq_missing(most), "n_ladder",
+                    "differs from most rows of its gate (every row of a gate holds the same "
+                    "n_ladder)"),
                    (pl.col("n_ladder").is_null() | (pl.col("n_ladder") >= pl.len().over(gate))
                     & (pl.col("n_ladder") <= params.n_max), "n_ladder",
                     f"must cover the gate's rows and be <= n_max = {params.n_max}")]

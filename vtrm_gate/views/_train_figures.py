@@ -381,7 +381,8 @@ def _frontier_claim(result: Mapping[str, Any], summary: list[dict[str, Any]]) ->
                  f"of its time")
     opt = [f"{'both' if 'epochs' in e['config'] else 'no cooldown after FUTILE'}: "
            f"{vs_old(e)} in {share(e)}" for e in summary if e.get("futile_cooldown") is False]
-    text += (f" (opt-in, {'; '.join(opt)})" if opt else "") + f"; {runs}, paired, 95% intervals"
+    text += ((f" (opt-in, {'; '.join(opt)})" if opt else "")
+             + f"; {runs}, differences paired by seed; bars: each point's 95% interval")
     return "\n".join(textwrap.wrap(text, 112, break_on_hyphens=False))
 
 
@@ -523,8 +524,10 @@ def _cooldown_claim(sweep: Mapping[str, Any], cooldown: Mapping[str, Any]) -> st
     share), then what the opt-in changes."""
     worlds = [cooldown["worlds"][f"p_harmful {p['p_harmful']:.1f}"] for p in sweep["points"]]
     gain = [100 * w["vs_v3"][0] for w in worlds]
-    v3_old = [-100 * next(e["vs_v3"][0] for e in p["summary"] if e["label"] == "old")
+    old_v3 = [next(e["vs_v3"] for e in p["summary"] if e["label"] == "old")
               for p in sweep["points"]]
+    v3_old = [-100 * d[0] for d in old_v3]
+    sure = sum(1 for d in old_v3 if d[1] > 0 or d[2] < 0)  # its interval excludes 0
 
     def at(cross: list[float | None] | None) -> str:
         c, lo, hi = cross or (None, None, None)
@@ -538,11 +541,12 @@ def _cooldown_claim(sweep: Mapping[str, Any], cooldown: Mapping[str, Any]) -> st
              f"is {_signed(lo)} to {_signed(hi)} points from the old gate")
     old = (sweep["crossover"].get("old") or [None])[0]
     also = "" if old is None else f" (old gate {100 * old:.0f}%)"
-    return (f"Default v3 overtakes no gate {at(sweep['crossover'].get('v3'))} harmful{also} "
-            f"and {stand} at every share\n"
-            f"Opt-in, no cooldown after FUTILE: {_signed(min(gain))} to {_signed(max(gain))} "
-            f"over the default, overtakes no gate {at(cooldown['crossover'])}; "
-            f"{sweep['seeds']} seeds, 95% intervals")
+    text = (f"Default v3 overtakes no gate {at(sweep['crossover'].get('v3'))} harmful{also} "
+            f"and {stand} at every share (paired, the interval excluding 0 at {sure} of "
+            f"{len(old_v3)}). Opt-in, no cooldown after FUTILE: {_signed(min(gain))} to "
+            f"{_signed(max(gain))} over the default, overtakes no gate "
+            f"{at(cooldown['crossover'])}; {sweep['seeds']} seeds, 95% intervals")
+    return "\n".join(textwrap.wrap(text, 112, break_on_hyphens=False))
 
 
 def _signed(x: float) -> str:
@@ -625,6 +629,6 @@ def _frontier_caption(result: Mapping[str, Any], summary: list[dict[str, Any]]) 
     if old is None or default is None or not default["wall_h"][0]:
         return where
     speed = old["wall_h"][0] / default["wall_h"][0]
-    return (f"{speed:.1f}× = the old gate's mean simulated training time / the default v3's, "
-            f"{result['epochs']} epochs × {result['steps']} steps, {result['seeds']} seeds; "
-            f"{where}; the time axis is broken")
+    return (f"{speed:.1f}× = the old gate's mean simulated training time / the default v3's "
+            f"({result['epochs']} × {result['steps']} steps, {result['seeds']} seeds); {where}; "
+            f"time axis broken")
