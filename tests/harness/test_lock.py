@@ -136,7 +136,7 @@ def test_a_dead_writers_record_survives_a_record_that_cannot_be_written(tmp_path
     assert r.stdout.splitlines() == ["unclean True"], (r.stdout, r.stderr)
 
 
-@pytest.mark.parametrize("kind", ["fifo", "device", "symlink out", "directory"])
+@pytest.mark.parametrize("kind", ["fifo", "device", "symlink out", "directory", "socket"])
 def test_a_lock_file_that_is_no_regular_file_is_refused_and_nothing_outside_changes(
         tmp_path: Path, kind: str) -> None:
     """Hostile pass (h11): ``.lock`` as a FIFO hung ``status`` (its holder was read with a
@@ -148,7 +148,8 @@ def test_a_lock_file_that_is_no_regular_file_is_refused_and_nothing_outside_chan
     victim.write_text("precious\n")
     lock = ws / ".lock"
     {"fifo": lambda: os.mkfifo(lock), "device": lambda: lock.symlink_to("/dev/zero"),
-     "symlink out": lambda: lock.symlink_to(victim), "directory": lock.mkdir}[kind]()
+     "symlink out": lambda: lock.symlink_to(victim), "directory": lock.mkdir,
+     "socket": lambda: _socket_file(lock)}[kind]()
     r = subprocess.run([sys.executable, "-c", "import sys; from vtrm_gate.harness import "
                         "read_holder; print(read_holder(sys.argv[1]))", str(ws)],
                        capture_output=True, text=True, timeout=10)
@@ -159,6 +160,14 @@ def test_a_lock_file_that_is_no_regular_file_is_refused_and_nothing_outside_chan
     assert victim.read_text() == "precious\n"
     with workspace_lock(ws.parent, "after") as held:  # no descriptor leaked, nothing held
         assert held.held
+
+
+def _socket_file(path: Path) -> None:
+    import socket
+
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(path))
+    sock.close()
 
 
 def test_a_writer_that_never_checked_keeps_the_dead_writers_mark(tmp_path: Path) -> None:

@@ -186,7 +186,7 @@ class WorkspaceLock:
                 fd = _open_lock_file(key / LOCK_FILE, os.O_RDWR | os.O_CREAT)
             except OSError as exc:
                 os.close(dfd)
-                if exc.errno not in (errno.ELOOP, errno.EINVAL, errno.EISDIR):
+                if exc.errno not in (errno.ELOOP, errno.EINVAL, errno.EISDIR, errno.ENXIO):
                     raise
                 raise WorkspaceError(
                     f"{key / LOCK_FILE}: is not a regular file (a symbolic link, a FIFO, a "
