@@ -190,8 +190,8 @@ class WorkspaceLock:
                     raise
                 raise WorkspaceError(
                     f"{key / LOCK_FILE}: is not a regular file (a symbolic link, a FIFO, a "
-                    f"device or a directory); remove it: it only records who holds the "
-                    f"workspace's lock") from None
+                    f"socket, a device or a directory); remove it: it only records who holds "
+                    f"the workspace's lock") from None
             except BaseException:
                 os.close(dfd)
                 raise
