@@ -195,6 +195,42 @@ def test_cache_stats_counts_memory_and_ttl_histogram(redis_target: RedisTarget) 
     assert hist["1 h - 1 d"] == 5 and hist["> 7 d"] == 5 and sum(hist.values()) == 10
 
 
+class _Rehashing:
+    """The real client, whose first SCAN returns its first key twice, as Redis's SCAN may
+    while the table is being resized (documented: "a given element may be returned multiple
+    times"); every other command goes to the server."""
+
+    def __init__(self, client: Any) -> None:
+        self._client, self._first = client, True
+
+    async def scan(self, *args: Any, **kw: Any) -> Any:
+        cursor, found = await self._client.scan(*args, **kw)
+        if self._first and found:
+            self._first, found = False, [*found, found[0]]
+        return cursor, found
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+def test_cache_stats_counts_a_key_scan_returned_twice_once(tmp_path: Path) -> None:
+    """A clean-clone run counted 16 of 15 keys on the session's cluster: SCAN returned a key
+    twice while a table was being resized, and `cache_stats` counted every key it returned."""
+    with RedisServer(tmp_path, persist=False) as server:
+        target = RedisTarget("server", server.url, "dup")
+        seed(target, n=5)
+
+        async def go() -> Any:
+            client = target.client()
+            try:
+                return await cache_stats(_Rehashing(client), "dup", batch=4)
+            finally:
+                await client.aclose()
+
+        stats = asyncio.run(go())
+    assert (stats.keys, stats.no_expiry) == (15, 5)
+
+
 # ---- the CLI --------------------------------------------------------------------------
 
 

@@ -215,12 +215,29 @@ class KeyStats:
         return d
 
 
+def _unseen(found: list[bytes], seen: set[int]) -> list[bytes]:
+    """The keys of ``found`` not seen before (by hash), now marked seen."""
+    out = []
+    for k in found:
+        h = hash(k)
+        if h not in seen:
+            seen.add(h)
+            out.append(k)
+    return out
+
+
 async def cache_stats(client: cluster.Client, prefix: str = DEFAULT_PREFIX,
                       batch: int = 1000) -> KeyStats:
-    """Count, memory (MEMORY USAGE, summed) and TTL histogram of ``{prefix}:*`` via SCAN."""
+    """Count, memory (MEMORY USAGE, summed) and TTL histogram of ``{prefix}:*`` via SCAN; a
+    key SCAN returns twice (it may, while Redis resizes a table) is counted once (by its
+    64-bit hash: ~60 bytes a key, not the key itself)."""
     counts = dict.fromkeys((b for b, _ in TTL_BUCKETS), 0)
     keys = memory = no_expiry = 0
-    async for batch_keys in _scan_batches(client, f"{prefix}:*", batch):
+    seen: set[int] = set()
+    async for found in _scan_batches(client, f"{prefix}:*", batch):
+        batch_keys = _unseen(found, seen)
+        if not batch_keys:
+            continue
         pipe = client.pipeline(transaction=False)
         for k in batch_keys:
             pipe.ttl(k)
