@@ -404,7 +404,7 @@ def _refuse_unknown(key: str, valid: set[str], where: str) -> None:
     if key in REMOVED_KEYS:
         raise ConfigError(f"{where}{key}: {REMOVED_KEYS[key]}")
     if not where and key in FLAG_ONLY:
-        raise ConfigError(f"{key}: {_flag_only(key).removeprefix(f'{key} is ')}")
+        raise ConfigError(f"{key}: {_flag_only(key)}")
     raise ConfigError(f"unknown config key '{where}{key}'; valid keys: "
                       f"{', '.join(sorted(valid))}")
 
@@ -536,8 +536,8 @@ _OUR_PREFIXES = ("VTRM_", "REDIS_CACHE_")
 
 
 def _flag_only(key: str) -> str:
-    return (f"{key} is set by its flag only (--{key.replace('_', '-')}), not the environment "
-            f"or a config file")
+    return (f"set by its flag only (--{key.replace('_', '-')}), not the environment or a "
+            f"config file")
 
 
 def _misspelt_variable(layer: Mapping[str, str], where: str) -> None:
@@ -546,7 +546,8 @@ def _misspelt_variable(layer: Mapping[str, str], where: str) -> None:
     default. Our other variables (``VTRM_API_KEY``...) are far from every setting's name."""
     for var in layer:
         if var.startswith("VTRM_") and var[5:].lower() in FLAG_ONLY:
-            raise ConfigError(f"{var}{where}: {_flag_only(var[5:].lower())}")
+            key = var[5:].lower()
+            raise ConfigError(f"{var}{where}: {key} is {_flag_only(key)}")
         if var.startswith(_OUR_PREFIXES) and var not in ENV_KEYS:
             meant = difflib.get_close_matches(var, ENV_KEYS, n=1, cutoff=0.85)
             if meant:

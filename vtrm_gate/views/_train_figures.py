@@ -419,13 +419,13 @@ def plot_harmful_crossover(result: Mapping[str, Any]) -> GateFigure:
                         alpha=0.06 if label == "oracle" else 0.15)
         ax.plot(xs, 100 * acc[:, 0], linestyle=style, marker=marker or None, color=colour,
                 lw=2, label=name)
-    marks = [("v3", sweep["crossover"].get("v3"), V3, 1, 0.04, clear_from(sweep, "v3")),
+    marks = [("v3", sweep["crossover"].get("v3"), V3, 1, 0.04, _clear_from(sweep, "v3")),
              ("old", sweep["crossover"].get("old"), OLD, -1, 0.08,  # its label to the left
-              clear_from(sweep, "old"))]
+              _clear_from(sweep, "old"))]
     if free is not None and free[1][0] is not None:  # its label left where it fits
         side = -1 if 100 * free[1][0] - min(xs) >= 0.35 * (max(xs) - min(xs)) else 1
         marks.append(("no FUTILE cooldown", free[1], FUTILE_FREE_COLOUR, side, 0.12,
-                      clear_from(sweep, None, result["cooldown"])))
+                      _clear_from(sweep, None, result["cooldown"])))
     for mark in marks:
         _crossover_mark(ax, *mark)
     ax.set_xlabel("share of harmful candidates (%; helpful : neutral stays 40 : 35)")
@@ -458,7 +458,7 @@ def _crossover_mark(ax: Axes, gate: str, cross: list[float | None] | None, colou
                 ha="left" if side > 0 else "right")
 
 
-def clear_from(sweep: Mapping[str, Any], label: str | None,
+def _clear_from(sweep: Mapping[str, Any], label: str | None,
                cooldown: Mapping[str, Any] | None = None) -> float | None:
     """The smallest share from which ``label``'s 95% interval of its difference from no gate
     lies above zero at every larger share (``cooldown``: v3 without FUTILE's cooldown), or
