@@ -456,9 +456,16 @@ def _read_file(path: Path) -> dict[str, Any]:
     return data
 
 
-def _flatten(data: Mapping[str, Any]) -> dict[str, Any]:
+def _flatten(data: Mapping[str, Any], source: str) -> dict[str, Any]:
     """Config-file keys as dotted keys (``gate.e_confirm``; ``[cache] share`` ->
-    ``cache_share``), unknown and removed keys refused."""
+    ``cache_share``), unknown and removed keys refused, naming ``source`` (the file)."""
+    try:
+        return _flat_keys(data)
+    except ConfigError as exc:
+        raise _named(source, exc) from None
+
+
+def _flat_keys(data: Mapping[str, Any]) -> dict[str, Any]:
     valid = valid_keys()
     out: dict[str, Any] = {}
     for key, value in data.items():
@@ -527,7 +534,7 @@ def _build(values: Mapping[str, Any], sources: Mapping[str, str]) -> RunOptions:
 
 def options_from_mapping(data: Mapping[str, Any], source: str = "mapping") -> RunOptions:
     """RunOptions from nested plain values (a parsed config file), refusing unknown keys."""
-    flat = _flatten(data)
+    flat = _flatten(data, source)
     return _build(flat, dict.fromkeys(flat, source))
 
 
@@ -571,8 +578,9 @@ def resolve_options(flags: Mapping[str, Any] | None = None, *,
         sources[key] = source
 
     if config is not None:
-        for k, v in _flatten(_read_file(Path(config))).items():
-            put(k, v, f"file {config}")
+        source = f"file {config}"
+        for k, v in _flatten(_read_file(Path(config)), source).items():
+            put(k, v, source)
     layers = [(read_dotenv(dotenv) if dotenv is not None else {}, " (.env)"),
               (os.environ if env is None else env, "")]
     for layer, where in layers:

@@ -65,16 +65,19 @@ def test_gate_block_is_refused_saying_why(tmp_path):
         resolve_options(config=f, env={}, dotenv=None)
 
 
-def test_unknown_keys_are_refused_naming_the_valid_ones(tmp_path):
+def test_unknown_keys_are_refused_naming_the_file_and_the_valid_ones(tmp_path):
+    """The key is named with its file, as a bad value's is ("file gate.toml: ...")."""
     f = tmp_path / "gate.toml"
     f.write_text("concurency = 8\n")
-    with pytest.raises(ConfigError, match=r"'concurency'.*valid keys: adaptive, cache, "
+    with pytest.raises(ConfigError, match=rf"^file {re.escape(str(f))}: unknown config key "
+                                          r"'concurency'.*valid keys: adaptive, cache, "
                                           r"cache_enabled, cache_prefix, cache_share, "
                                           r"cancel_after_freeze, concurrency, deadline, "
                                           r"decision_rule, dispatch"):
         resolve_options(config=f, env={}, dotenv=None)
     f.write_text("[gate]\ne_confrim = 3\n")
-    with pytest.raises(ConfigError, match=r"gate\.e_confrim.*e_confirm"):
+    with pytest.raises(ConfigError, match=rf"^file {re.escape(str(f))}: .*gate\.e_confrim.*"
+                                          r"e_confirm"):
         resolve_options(config=f, env={}, dotenv=None)
 
 
@@ -110,8 +113,9 @@ def test_a_flag_only_setting_in_a_file_or_the_environment_is_refused_naming_its_
         resolve_options(env={}, dotenv=dotenv)
     f = tmp_path / "c.toml"
     f.write_text(f"{key} = 0\n")
-    # the key named once (h11: "time_scale: time_scale is set by its flag only")
-    with pytest.raises(ConfigError, match=rf"^{key}: set by its flag only \({flag}\), not the"):
+    # the key named once (h11: "time_scale: time_scale is set by its flag only"), with its file
+    with pytest.raises(ConfigError, match=rf"^file {re.escape(str(f))}: {key}: set by its flag "
+                                          rf"only \({flag}\), not the"):
         resolve_options(config=f, env={}, dotenv=None)
 
 
