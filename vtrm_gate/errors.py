@@ -43,6 +43,7 @@ The builtin bases stay what they were (a `WorkspaceError` is still a ``ValueErro
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import math
 import numbers
@@ -344,6 +345,29 @@ def is_number(value: object) -> TypeGuard[float]:
     """Whether ``value`` is a number of any kind (int, float, numpy's), not a bool: NaN and
     inf included, which the caller's bound decides on."""
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def plain_number(value: Any) -> Any:
+    """A numpy (or other `numbers`) scalar as the Python int or float it stands for, so a
+    value from a numpy sweep (``np.arange(20, 121, 20)``) is checked, shown and written as a
+    literal is; anything else unchanged (bools, numpy's too, stay what the checks refuse)."""
+    if type(value) is int or type(value) is float or isinstance(value, bool):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    return value
+
+
+def plain_fields(obj: Any) -> None:
+    """Every field of the frozen dataclass ``obj`` through `plain_number`: its
+    ``__post_init__`` calls this before it checks them."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        plain = plain_number(value)
+        if plain is not value:
+            object.__setattr__(obj, f.name, plain)
 
 
 def is_whole(value: object) -> TypeGuard[int]:

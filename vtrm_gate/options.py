@@ -47,7 +47,7 @@ from ._env import (
     read_settings_text,
 )
 from ._ids import strict_json
-from .errors import ConfigError, is_real, is_whole, not_utf8, shown
+from .errors import ConfigError, is_real, is_whole, not_utf8, plain_fields, shown
 from .gate import (
     DEFAULT_DISPATCH,
     DISPATCH_NAMES,
@@ -200,6 +200,7 @@ class RunOptions:
     """Where each resolved value came from: ``flag --x``, ``env X``, ``file P``, ``default``."""
 
     def __post_init__(self) -> None:
+        plain_fields(self)
         c = self.concurrency
         if c is not UNSET and (not is_whole(c) or c < 1):
             raise ConfigError(f"concurrency must be an integer >= 1, got {shown(c)}")

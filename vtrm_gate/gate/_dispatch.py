@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
-from ..errors import is_real, is_whole
+from ..errors import is_real, is_whole, plain_fields
 from ..stats import (
     Action,
     DecisionRule,
@@ -303,6 +303,7 @@ class NeedAware:
         field(default_factory=list, compare=False, repr=False))
 
     def __post_init__(self) -> None:
+        plain_fields(self)
         for name in ("p_win", "discordance", "infra_rate"):
             v = getattr(self, name)
             if not (is_real(v) and 0 <= v <= 1):

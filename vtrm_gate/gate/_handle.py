@@ -12,7 +12,7 @@ from typing import Any
 
 from .._env import DEFAULT_CONCURRENCY
 from .._sync import run_sync
-from ..errors import is_whole
+from ..errors import is_whole, plain_number
 from ..stats import (
     GateParams,
 )
@@ -54,6 +54,7 @@ class GateHandle:
     """
 
     def __init__(self, gate: _Gate, history_limit: int = HISTORY_LIMIT) -> None:
+        history_limit = plain_number(history_limit)
         if not is_whole(history_limit) \
                 or history_limit < 1:
             raise ValueError(f"history_limit must be an integer >= 1, got {history_limit!r}")

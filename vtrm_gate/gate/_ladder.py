@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from .._ids import is_unicode
-from ..errors import is_whole
+from ..errors import is_whole, plain_number
 from ..stats import as_correct
 
 
@@ -68,6 +68,7 @@ def build_ladder(pool: Iterable[str], seed_correct: Mapping[str, bool] | None = 
     used for ordering only. ``exclude`` holds this step's evolution case units (a list;
     None: none).
     """
+    n_max = plain_number(n_max)
     if not is_whole(n_max) or n_max < 0:
         raise ValueError(f"n_max must be an integer >= 0, got {n_max!r}")
     units = check_unit_ids(pool, "pool: ")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from .._ids import Arm, arm_run_id, content_hash, is_unicode, slugify
-from ..errors import InvalidResultError, is_real, is_whole, shown
+from ..errors import InvalidResultError, is_real, is_whole, plain_fields, shown
 from ..stats import (
     DecisionRule,
     TypeOutcome,
@@ -229,6 +229,7 @@ class GuardParams:
     """``sequential`` only: the false-abort bound per type (the threshold is 1/alpha)."""
 
     def __post_init__(self) -> None:
+        plain_fields(self)
         if not is_whole(self.min_calls) \
                 or self.min_calls < 1:
             raise ValueError(f"GuardParams.min_calls must be an integer >= 1, "

@@ -17,7 +17,15 @@ from typing import Any, Literal, NamedTuple
 
 from .._env import DEFAULT_CONCURRENCY
 from .._ids import Arm
-from ..errors import InfraGuardError, TargetClashError, described, is_real, is_whole, safe_str
+from ..errors import (
+    InfraGuardError,
+    TargetClashError,
+    described,
+    is_real,
+    is_whole,
+    plain_number,
+    safe_str,
+)
 from ..stats import (
     Action,
     DecisionRule,
@@ -737,8 +745,9 @@ def _new_gate(plans: Iterable[TypePlan], infer: Infer, params: GateParams | None
                         f"({plans.task_type!r}): pass [plan]")
     plans = list(plans)
     params = as_params(params)
+    concurrency = plain_number(concurrency)  # np.int64 from a sweep, as 32 is
     _validate(plans, infer, params, concurrency)
-    wait = kw.get("subscriber_timeout_s", 1.0)
+    wait = kw["subscriber_timeout_s"] = plain_number(kw.get("subscriber_timeout_s", 1.0))
     if not (is_real(wait) and wait >= 0):
         raise ValueError(f"subscriber_timeout_s must be a finite number of seconds >= 0, "
                          f"got {wait!r}")

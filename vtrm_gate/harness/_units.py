@@ -36,6 +36,7 @@ from ..errors import (
     is_real,
     is_whole,
     not_utf8,
+    plain_fields,
     shown,
 )
 from ._files import _rel
@@ -152,6 +153,7 @@ class MediaOptions:
     max_pixels: int = DEFAULT_MAX_PIXELS
 
     def __post_init__(self) -> None:
+        plain_fields(self)
         for name, low in (("max_frames", 1), ("max_side", 0), ("max_frame_bytes", 1),
                           ("max_pixels", 1)):
             v = getattr(self, name)

@@ -52,6 +52,7 @@ from ..errors import (
     described,
     is_real,
     is_whole,
+    plain_fields,
     shown,
 )
 from ..gate import UnitResult, UnitTask, report_progress
@@ -175,6 +176,7 @@ class MCQ:
     media: Media | None = None
 
     def __post_init__(self) -> None:
+        plain_fields(self)
         opts = tuple(self.options)
         if not 2 <= len(opts) <= len(LETTERS):
             raise ValueError(f"MCQ.options must hold 2 to 26 options, got {len(opts)}")
@@ -208,6 +210,7 @@ class RetryPolicy:
     dropped: 524 is no reply within 100 s) and 529 (overloaded)."""
 
     def __post_init__(self) -> None:
+        plain_fields(self)
         if self.max_attempts < 1:
             raise ValueError(f"RetryPolicy.max_attempts must be >= 1, got {self.max_attempts}")
         if self.base_delay_s < 0 or self.max_delay_s < 0:
@@ -337,6 +340,7 @@ class AgentSettings:
     task_description: str | None = None
 
     def __post_init__(self) -> None:
+        plain_fields(self)
         for name in ("think", "adaptive"):  # "false" is truthy: refused, never taken as True
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"LLMAgent.{name} must be True or False, got "

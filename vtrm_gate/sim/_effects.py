@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from .._env import read_settings_text, user_path
 from .._ids import strict_json
-from ..errors import ConfigError, is_real
+from ..errors import ConfigError, is_real, plain_fields
 
 Scope = Literal["candidate", "type"]
 SHARES: tuple[str, ...] = ("p_harmful", "p_neutral", "p_helpful")
@@ -61,6 +61,7 @@ class World:
     p_helpful}}`` (sizes and scope stay shared)."""
 
     def __post_init__(self) -> None:
+        plain_fields(self)
         _check_shares("World.", {k: getattr(self, k) for k in SHARES})
         for k in ("size_min", "size_max"):
             v = getattr(self, k)

@@ -30,7 +30,15 @@ from typing import Any, Literal
 
 from .._env import MAX_TIME_SCALE
 from .._ids import content_hash, slugify, type_slugs
-from ..errors import CasesUnavailable, ConfigError, InputError, is_real, is_whole, shown
+from ..errors import (
+    CasesUnavailable,
+    ConfigError,
+    InputError,
+    is_real,
+    is_whole,
+    plain_fields,
+    shown,
+)
 from ..gate import UnitResult, UnitTask
 from ._effects import PRESETS, World
 
@@ -167,6 +175,7 @@ class SimConfig:
     preset name). None: the preset ``default``, the original per-type world."""
 
     def __post_init__(self) -> None:
+        plain_fields(self)
         if not is_whole(self.seed):
             _fail("seed", "an integer", self.seed)
         pools = DEFAULT_POOL_SIZES if self.pool_sizes is None else self.pool_sizes

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import is_whole
+from ..errors import is_whole, plain_fields
 from ._params import Action, GateParams, Pair
 from ._process import GateState, gate_decision, update_state
 
@@ -24,6 +24,7 @@ class BlockEnd:
     name: str = "old_blocks"
 
     def __post_init__(self) -> None:
+        plain_fields(self)
         if not is_whole(self.block) or self.block < 1:
             raise ValueError(f"BlockEnd.block must be an integer >= 1, got {self.block!r}")
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import plain_fields
 from ._oc import recursion
 from ._params import Action, GateParams
 from ._process import GateState
@@ -53,6 +54,7 @@ class ForecastPrior:
     infra_weight: float = 20.0
 
     def __post_init__(self) -> None:
+        plain_fields(self)
         for name in ("p_win", "discordance"):
             v = getattr(self, name)
             if not 0.0 <= v <= 1.0:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+from ..errors import plain_fields
 from ._params import Action, GateParams, Pair
 from ._process import FUTILITY_RTOL, GateState, update_state
 
@@ -40,6 +41,7 @@ class LambdaMixture:
     name: str = "lambda_mixture"
 
     def __post_init__(self) -> None:
+        plain_fields(self)
         if not self.lambdas or not all(isinstance(x, int | float) and 0 < x <= 1
                                        for x in self.lambdas):
             raise ValueError(f"LambdaMixture.lambdas must be numbers in (0, 1], got "

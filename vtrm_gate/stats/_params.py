@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import is_number, is_real, is_whole, shown
+from ..errors import is_number, is_real, is_whole, plain_fields, shown
 
 Pair = tuple[bool, bool] | None
 """One unit's outcome in ladder order: ``(base_correct, cand_correct)``, or None for INFRA."""
@@ -63,6 +63,7 @@ class GateParams:
     n_max: int = 40
 
     def __post_init__(self) -> None:
+        plain_fields(self)
         _check(is_real(self.e_confirm) and self.e_confirm > 1, "e_confirm", "a number > 1",
                self.e_confirm)
         _check(is_real(self.delta_min) and 0 <= self.delta_min < 1, "delta_min",

@@ -18,7 +18,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from .._env import DEFAULT_CONCURRENCY, user_path
-from ..errors import ConfigError, is_real, is_whole, shown
+from ..errors import ConfigError, is_real, is_whole, plain_fields, shown
 from ..gate import GateEvent, run_gate
 from ..sim import block_serial_schedule, continuous_schedule, no_early_stop, run_virtual, sim_step
 from ..stats import GateParams, as_params, false_accept_curve, units_curve
@@ -56,6 +56,7 @@ class ReviewParams:
         """Each field checked here, naming it, not in a figure cell later with a value the
         user never wrote (``n_rep=1`` failed as "n_rep ... got 0": the token figure halves
         it)."""
+        plain_fields(self)
         for name, low in (("n_rep", 2), ("seed", 0), ("sim_seed", 0), ("concurrency", 1),
                           ("epochs", 1), ("steps_per_epoch", 1)):
             v = getattr(self, name)
