@@ -314,8 +314,9 @@ def safe_str(exc: BaseException) -> str:
 
 
 def described(exc: BaseException) -> str:
-    """``Type: message`` of an exception (`safe_str`)."""
-    return f"{type(exc).__name__}: {safe_str(exc)}"
+    """``Type: message`` of an exception (`safe_str`); ``Type`` alone when it has none."""
+    text = safe_str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def shown(value: object, limit: int = QUOTE_MAX) -> str:

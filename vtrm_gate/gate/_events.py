@@ -253,15 +253,23 @@ class _Bus:
                     if out is not None and inspect.isawaitable(out):
                         await out
                 except Exception as exc:  # a broken subscriber must not break the gate
-                    self.errors[i] += 1
-                    if self.errors[i] == 1:
-                        warnings.warn(
-                            f"gate subscriber {_name(sub)} raised {described(exc)} (on "
-                            f"{type(ev).__name__}); the gate keeps running and "
-                            f"later errors of this subscriber are not reported again",
-                            SubscriberWarning, stacklevel=1)
+                    self._raised(i, sub, ev, exc)
+                except asyncio.CancelledError as exc:
+                    me = asyncio.current_task()
+                    if me is None or me.cancelling():  # close() cut this subscriber off
+                        raise
+                    self._raised(i, sub, ev, exc)  # the subscriber's own, not ours
             waiter = self._waiters[i] = loop.create_future()
             await waiter
+
+    def _raised(self, i: int, sub: Subscriber, ev: GateEvent, exc: BaseException) -> None:
+        """One warning for a subscriber's first error; the gate keeps running."""
+        self.errors[i] += 1
+        if self.errors[i] == 1:
+            warnings.warn(
+                f"gate subscriber {_name(sub)} raised {described(exc)} (on "
+                f"{type(ev).__name__}); the gate keeps running and later errors of this "
+                f"subscriber are not reported again", SubscriberWarning, stacklevel=1)
 
     def publish(self, ev: GateEvent) -> None:
         for record in self._inline:
@@ -293,14 +301,15 @@ class _Bus:
             _, late = await asyncio.wait(self._pumps, timeout=self.close_timeout_s)
             for t in late:
                 t.cancel()
-            if late:
-                await asyncio.wait(late)
+            if late:  # bounded again: a subscriber may swallow the cancellation
+                await asyncio.wait(late, timeout=self.close_timeout_s)
         for i, (sub, pump) in enumerate(zip(self._subs, self._pumps, strict=True)):
             left = sum(ev is not None for ev in self._queues[i])
-            if pump.cancelled() or self.dropped[i]:
+            cut = pump.cancelled() or not pump.done()  # not done: it ignored the cancel
+            if cut or self.dropped[i]:
                 warnings.warn(
                     f"gate subscriber {_name(sub)} fell behind: {self.dropped[i] + left} "
                     f"events not delivered"
                     + (f" (cancelled {self.close_timeout_s:g} s after the gate ended)"
-                       if pump.cancelled() else ""), SubscriberWarning, stacklevel=1)
+                       if cut else ""), SubscriberWarning, stacklevel=1)
 

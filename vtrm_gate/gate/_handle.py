@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from array import array
 from collections import deque
@@ -12,7 +13,7 @@ from typing import Any
 
 from .._env import DEFAULT_CONCURRENCY
 from .._sync import run_sync
-from ..errors import is_whole, plain_number
+from ..errors import is_whole, plain_number, shown
 from ..stats import (
     GateParams,
 )
@@ -55,9 +56,9 @@ class GateHandle:
 
     def __init__(self, gate: _Gate, history_limit: int = HISTORY_LIMIT) -> None:
         history_limit = plain_number(history_limit)
-        if not is_whole(history_limit) \
-                or history_limit < 1:
-            raise ValueError(f"history_limit must be an integer >= 1, got {history_limit!r}")
+        if not is_whole(history_limit) or not 1 <= history_limit <= sys.maxsize:
+            raise ValueError(f"history_limit must be an integer from 1 to {sys.maxsize} "
+                             f"(sys.maxsize), got {shown(history_limit)}")
         self._gate = gate
         gate.bus.subscribe_inline(self._record)
         self._recent: deque[tuple[int, GateEvent]] = deque(maxlen=history_limit)
@@ -79,7 +80,7 @@ class GateHandle:
             return await self._gate.run()
         except asyncio.CancelledError:
             if self._cancel_requested:  # handle.cancel(): a result, not an exception
-                return self.partial()
+                return self._snapshot(running=False)
             raise
 
     def _record(self, ev: GateEvent) -> None:
@@ -120,8 +121,10 @@ class GateHandle:
         return self._wait().__await__()
 
     async def _wait(self) -> GateResult:
+        """The result; a waiter cancelled (a timeout, an interrupted cell) stops waiting,
+        never the gate: that is `cancel`'s job."""
         try:
-            return await self.task
+            return await asyncio.shield(self.task)
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if self.task.cancelled() and not (current and current.cancelling()):
@@ -152,12 +155,16 @@ class GateHandle:
 
     def partial(self) -> GateResult:
         """The outcomes and counters so far (the final result once the gate has ended)."""
+        return self._snapshot(running=not self.task.done())
+
+    def _snapshot(self, running: bool) -> GateResult:
         g = self._gate
         if g.final is not None:
             return g.final
         res = g._result(aborted=g.aborted or ("cancelled" if self.task.cancelled() else None))
         return replace(res, outcomes=dict(res.outcomes),
-                       counters={t: replace(c) for t, c in res.counters.items()})
+                       counters={t: replace(c) for t, c in res.counters.items()},
+                       running=running)
 
     def events(self) -> EventStream:
         """An async iterator: the `history` so far, then every new event to the end."""

@@ -162,6 +162,12 @@ class TypePlan:
                              f"(a lone surrogate): it names files and database rows")
         slugify(self.task_type)
         self._check_fields()
+        if isinstance(self.units, set | frozenset):  # its order follows the hash seed
+            raise TypeError(
+                f"TypePlan {self.task_type!r}: units must be the ladder in order (a list), got "
+                f"a {type(self.units).__name__}, whose order changes from one Python process "
+                f"to the next (and the gate's decisions with it): pass build_ladder(...) or "
+                f"sorted(...)")
         units = check_unit_ids(self.units, f"TypePlan {self.task_type!r}: ")
         object.__setattr__(self, "units", units)
 

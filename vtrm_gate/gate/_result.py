@@ -37,6 +37,8 @@ class GateResult:
     wall_time_s: float
     concurrency: int
     aborted: str | None = None
+    running: bool = False
+    """A snapshot of a gate still running (`GateHandle.partial`): its figures so far."""
 
     def total(self, name: str) -> int:
         return sum(getattr(c, name) for c in self.counters.values())
@@ -54,7 +56,8 @@ class GateResult:
             tally[str(o.action)] = tally.get(str(o.action), 0) + 1
         decided = sum(o.decided for o in self.outcomes.values())
         exits = ", ".join(f"{a} {k}" for a, k in sorted(tally.items()))
-        state = f"aborted ({self.aborted})" if self.aborted else "finished"
+        state = (f"aborted ({self.aborted})" if self.aborted else
+                 "running, so far" if self.running else "finished")
         return (f"<GateResult {state}: {decided}/{len(self.outcomes)} types decided"
                 f"{' (' + exits + ')' if exits else ''}, {self.total('completed')} calls, "
                 f"peak {self.peak_in_flight} in flight, {self.wall_time_s:.1f} s>")

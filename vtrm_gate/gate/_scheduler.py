@@ -286,7 +286,7 @@ class _Gate:
             return _Completed(task, UnitResult(
                 infra=True, error="CancelledError: raised by infer (the gate did not cancel "
                 "this call)", latency_s=self.now() - t))
-        if isinstance(exc, _PROGRAMMING_ERRORS):
+        if _is_programming_error(exc):
             exc.add_note(f"raised by infer for type {task.task_type!r}, unit {task.unit_id!r} "
                          f"({task.arm} arm): a programming error fails the gate (other "
                          f"exceptions count as INFRA)")
@@ -700,6 +700,15 @@ class _Gate:
 
 _PROGRAMMING_ERRORS = (TypeError, AttributeError, NameError)
 """Raised by ``infer``, these are bugs, not infrastructure: the gate fails at once."""
+
+
+def _is_programming_error(exc: BaseException) -> bool:
+    """One of `_PROGRAMMING_ERRORS`, or a group holding one (a TaskGroup inside ``infer``
+    wraps its children's errors in an ExceptionGroup)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup(_PROGRAMMING_ERRORS) is not None
+    return isinstance(exc, _PROGRAMMING_ERRORS)
+
 
 STOP_GRACE_S = 10.0
 """How long (loop clock) a gate waits for calls it cancelled to stop: one whose ``infer``

@@ -1,0 +1,153 @@
+"""A notebook user's slips with a launched gate, its subscribers and its plans (h12): each
+failed before its fix. On looptime's virtual clock, so the waits cost no wall time."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+
+from vtrm_gate import GateParams, TypePlan, UnitResult, launch, run_gate
+from vtrm_gate.gate import SubscriberWarning
+from vtrm_gate.sim import run_virtual as run
+
+UNITS = [f"u{i}" for i in range(40)]
+
+
+async def _slow_wins(task):
+    await asyncio.sleep(5)
+    return UnitResult(correct=task.arm == "cand")
+
+
+def test_a_wait_that_times_out_leaves_the_gate_running():
+    """``asyncio.wait_for(handle, t)`` cancelled the gate itself when the wait timed out."""
+    async def main():
+        handle = launch([TypePlan("A", UNITS)], _slow_wins)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(handle, timeout=1)
+        assert not handle.done() and "running" in repr(handle)
+        return await handle
+
+    res = run(main())
+    assert res.aborted is None and res.outcomes["A"].action == "ACCEPT"
+
+
+def test_an_async_subscriber_that_awaits_the_handle_is_cut_off_not_a_hang():
+    """Its pump, cut off at the end, cancelled the gate it was awaiting, which was waiting on
+    that pump: neither ended, and ``cancel()`` freed nothing."""
+    async def main():
+        handle = None
+
+        async def waits_for_the_end(ev):
+            await handle
+
+        handle = launch([TypePlan("A", UNITS[:20])], _slow_wins, subscribers=[waits_for_the_end])
+        return await asyncio.wait_for(handle, 3600)  # a liveness guard on the virtual clock
+
+    with pytest.warns(SubscriberWarning, match="cancelled 1 s after the gate ended"):
+        res = run(main())
+    assert res.aborted is None and res.outcomes["A"].action == "ACCEPT"
+
+
+def test_a_subscriber_that_ignores_its_cancellation_cannot_hold_the_gate():
+    """The cut-off waited for the cancelled pump without a bound."""
+    async def stubborn(ev):
+        try:
+            await asyncio.sleep(10_000)
+        except asyncio.CancelledError:
+            await asyncio.sleep(10_000)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        res = await run_gate([TypePlan("A", UNITS[:20])], _slow_wins, subscribers=[stubborn])
+        return res, loop.time() - t0
+
+    with pytest.warns(SubscriberWarning, match="stubborn fell behind"):
+        res, took = run(main())
+    assert res.outcomes["A"].action == "ACCEPT" and took < 100
+
+
+def test_a_subscriber_raising_cancelled_error_is_reported_as_raising():
+    """It was reported as having fallen behind and been cut off 1 s after the end."""
+    def sub(ev):
+        raise asyncio.CancelledError
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        res = run(run_gate([TypePlan("A", UNITS[:20])], _slow_wins, subscribers=[sub]))
+    texts = [str(w.message) for w in seen if w.category is SubscriberWarning]
+    assert res.outcomes["A"].action == "ACCEPT"
+    assert texts == [f"gate subscriber {sub.__qualname__} raised CancelledError (on "
+                     f"GateStarted); the gate keeps running and later errors of this "
+                     f"subscriber are not reported again"]
+
+
+def test_a_partial_result_of_a_running_gate_says_so():
+    async def main():
+        handle = launch([TypePlan("A", UNITS)], _slow_wins)
+        await asyncio.sleep(1)
+        snap = handle.partial()
+        handle.cancel()
+        return snap, await handle
+
+    snap, end = run(main())
+    assert snap.running and repr(snap).startswith("<GateResult running, so far: 0/1 types")
+    assert not end.running and end.aborted
+
+
+def test_history_limit_past_sys_maxsize_is_refused_naming_it():
+    async def main():
+        launch([TypePlan("A", ["u1"])], _slow_wins, history_limit=2**63)
+
+    with pytest.raises(ValueError, match=r"history_limit must be an integer from 1 to \d+ "
+                                         r"\(sys\.maxsize\), got 9223372036854775808"):
+        run(main())
+
+
+def test_a_programming_error_inside_a_task_group_fails_the_gate():
+    """A TaskGroup in ``infer`` wraps an AttributeError in an ExceptionGroup, which counted
+    as INFRA: the gate went on and decided."""
+    async def infer(task):
+        async def frames():
+            if task.unit_id == "u3":
+                return None.shape  # type: ignore[attr-defined]  # the bug under test
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(frames())
+        return UnitResult(correct=task.arm == "cand")
+
+    with pytest.raises(ExceptionGroup) as err:
+        run(run_gate([TypePlan("A", UNITS)], infer, GateParams()))
+    assert err.group_contains(AttributeError)
+    assert "a programming error fails the gate" in "".join(err.value.__notes__)
+
+    async def flaky(task):  # a group of backend errors is still INFRA for that arm
+        if task.unit_id == "u3":
+            raise ExceptionGroup("frames", [ValueError("no frame")])
+        return UnitResult(correct=task.arm == "cand")
+
+    res = run(run_gate([TypePlan("A", UNITS)], flaky, GateParams()))
+    assert res.counters["A"].infra_units == 1
+
+
+@pytest.mark.parametrize("units", [set(UNITS), frozenset(UNITS)])
+def test_a_plan_from_a_set_is_refused_its_order_follows_the_hash_seed(units):
+    with pytest.raises(TypeError, match=r"units must be the ladder in order \(a list\), got a "
+                                        r"(frozen)?set, whose order changes"):
+        TypePlan("Counting", units)
+
+
+def test_a_set_of_ids_decided_differently_from_one_process_to_the_next():
+    """Why a set is refused: the same ids in two processes (hash seeds 1 and 2) made two
+    different ladders."""
+    code = textwrap.dedent("""
+        ids = {f"unit-{i}" for i in range(40)}
+        print(",".join(ids))
+    """)
+    orders = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             check=True, env={"PYTHONHASHSEED": str(s)}).stdout for s in (1, 2)}
+    assert len(orders) == 2
