@@ -62,3 +62,16 @@ def test_run_gate_launch_and_the_ladder_take_numpy_counts():
     res, launched = asyncio.run(main())
     assert res.outcomes["T"].action == launched.outcomes["T"].action == "ACCEPT"
     assert res.concurrency == 4 and type(res.concurrency) is int
+
+
+def test_operating_characteristics_take_numpy_numbers_and_refuse_bools():
+    """``p_win=True`` was taken as 1.0 and ``n_units=True`` as one unit (h12)."""
+    from vtrm_gate import operating_characteristics
+
+    oc = operating_characteristics(GateParams(), np.float32(0.7), np.float64(0.5), np.int64(40))
+    assert oc == operating_characteristics(GateParams(), float(np.float32(0.7)), 0.5, 40)
+    assert type(oc.p_win) is float and type(oc.n_units) is int
+    with pytest.raises(ValueError, match=r"p_win must be a probability in \[0, 1\], got True"):
+        operating_characteristics(GateParams(), True, 0.5, 40)
+    with pytest.raises(ValueError, match=r"n_units must be an integer >= 0, got True"):
+        operating_characteristics(GateParams(), 0.8, 0.5, True)

@@ -759,3 +759,56 @@ def test_inertia_and_futile_are_not_the_same_effect():
     from vtrm_gate.views._frames import EFFECT
 
     assert EFFECT[Action.INERTIA] != EFFECT[Action.FUTILE] == EFFECT[Action.REJECT]
+
+
+def test_the_trajectories_of_an_aborted_gate_say_it_was_aborted():
+    """A cancelled or INFRA-aborted gate's figure read like an ordinary partial step
+    ("0 of 2 types decided after 16 of 80 ladder units"), its live view too (h12)."""
+    import asyncio
+
+    from vtrm_gate import GuardParams, InfraGuardError, TypePlan, UnitResult, launch
+    from vtrm_gate.sim import run_virtual
+    from vtrm_gate.views import plot_trajectories, show_live, watch
+
+    plans = [TypePlan(t, [f"u{i}" for i in range(40)]) for t in ("A", "B")]
+
+    async def slow(task):
+        await asyncio.sleep(5)
+        return UnitResult(correct=True)
+
+    async def flaky(task):
+        await asyncio.sleep(1)
+        return UnitResult(infra=task.unit_id in ("u1", "u2", "u3"), correct=True)
+
+    async def main():
+        handle = launch(plans, slow)
+        await asyncio.sleep(1)
+        handle.cancel()
+        res = await handle
+        with pytest.warns(UserWarning, match="no Jupyter front end"):
+            h, view = show_live(plans, flaky, guard=GuardParams())
+        with pytest.raises(InfraGuardError):
+            await watch(h, view)
+        return res, view.figure()
+
+    res, live = run_virtual(main())
+    assert plot_trajectories(res).axes[0].get_title(loc="left") == (
+        "Gate aborted (CancelledError): 0 of 2 types decided after 0 of 80 ladder units")
+    assert plot_trajectories(res.outcomes).axes[0].get_title(loc="left") == (
+        "0 of 2 types decided after 0 of 80 ladder units")  # outcomes alone cannot know
+    assert re.fullmatch(r"Gate aborted \(InfraGuardError: INFRA guard tripped for type '[AB]': "
+                        r"\d INFRA …\): 0 of 2 types decided after \d+ of 80 ladder units",
+                        live._suptitle.get_text())
+
+
+def test_figures_of_nothing_are_refused_naming_what_is_empty():
+    """An empty false-accept curve raised IndexError ("index 0 is out of bounds"), empty
+    makespans "max() arg is an empty sequence" (h12)."""
+    from vtrm_gate.views import false_accept_frame, plot_false_accept, plot_makespan
+
+    with pytest.raises(ValueError, match=r"^plot_false_accept: the curve has no points"):
+        plot_false_accept(false_accept_frame(GateParams(), [], 20))
+    with pytest.raises(ValueError, match=r"^old must hold at least one makespan, got none"):
+        plot_makespan([], [], [])
+    with pytest.raises(ValueError, match=r"^lower_bound must hold at least one makespan"):
+        plot_makespan(2.0, [1.0], [])

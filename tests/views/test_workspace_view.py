@@ -177,6 +177,27 @@ def test_phase_times_never_compare_real_time_with_the_simulated_old_gate(tmp_pat
             view.phase_times()
 
 
+def test_phase_times_claim_no_speed_up_over_a_re_run_step(tmp_path):
+    """After a re-run of e1 s1 the title read "×15.9" (×8.0 before it): v3's time was the
+    re-run's, its base arm served by the BaselineCache, against the old gate replayed from
+    scratch (h12)."""
+    from vtrm_gate.sim import SimConfig, init_simulated
+
+    init_simulated(tmp_path / "ws", SimConfig(seed=2)).close()
+    titles = []
+    for _ in range(2):
+        vtrm_gate.step_workspace_sync(tmp_path / "ws", 1, 1)
+        with open_workspace(tmp_path / "ws") as view:
+            fig = view.phase_times()
+            titles.append(fig.axes[0].get_title(loc="left"))
+            assert figure_problems(fig) == []
+    assert titles[0].startswith("The training run takes 1.3 h with v3 vs 10.2 h") and (
+        "×8.0 = old total / v3 total" in titles[0])
+    assert titles[1] == ("No speed-up to read: v3's time of e1 s1 is a re-run's (its base "
+                         "arm from the BaselineCache),\nthe old gate's a replay from scratch: "
+                         "0.7 h vs 10.2 h are not like for like")
+
+
 WRITER = textwrap.dedent("""
     import sys, time
     from vtrm_gate.harness import HarnessLog, workspace_lock

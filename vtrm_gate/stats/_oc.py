@@ -7,6 +7,7 @@ from typing import cast
 
 import numpy as np
 
+from ..errors import is_real, is_whole, plain_number
 from ._batch import (
     _decide_codes,
     _times_array,
@@ -71,7 +72,8 @@ def operating_characteristics(params: GateParams | None, p_win: float, discordan
     units, O(n^4) as a plain recursion; `_oc_chain` gets the same numbers in O(n^3) from the
     non-INFRA units alone and a binomial table for where the INFRA units fall.
     """
-    n = n_units
+    n, p_win, discordance, infra_rate = (plain_number(v) for v in (n_units, p_win, discordance,
+                                                                    infra_rate))
     exits, exp_units, exp_pairs, _ = recursion(as_params(params), n, p_win, discordance,
                                                infra_rate, n_name="n_units")
     if n == 0:
@@ -98,10 +100,12 @@ def recursion(params: GateParams, n: int, p_win: float, discordance: float,
               n_name: str = "n") -> _OCParts:
     """The exact recursion over ``n`` i.i.d. units from ``start`` (inputs validated, each
     named in its error); n = 0 gives no exits, nothing consumed."""
+    n, p_win, discordance, infra_rate = (plain_number(v) for v in (n, p_win, discordance,
+                                                                    infra_rate))
     for name, v in (("p_win", p_win), ("discordance", discordance), ("infra_rate", infra_rate)):
-        if not (isinstance(v, int | float) and 0.0 <= v <= 1.0):
+        if not (is_real(v) and 0.0 <= v <= 1.0):  # True is no probability
             raise ValueError(f"{name} must be a probability in [0, 1], got {v!r}")
-    if not isinstance(n, int) or n < 0:
+    if not is_whole(n) or n < 0:
         raise ValueError(f"{n_name} must be an integer >= 0, got {n!r}")
     if n > MAX_OC_UNITS:
         raise ValueError(f"{n_name} must be at most {MAX_OC_UNITS:,} (the exact recursion "

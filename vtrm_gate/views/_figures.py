@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import math
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ from matplotlib.font_manager import FontProperties
 from matplotlib.lines import Line2D
 
 from ..errors import ConfigError, is_number, is_whole
+from ..gate import GateResult
 from ..stats import (
     Action,
     FalseAcceptCurve,
@@ -120,8 +122,13 @@ def _axes(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axes]:
     return fig, fig.add_subplot()
 
 
-def _frame(data: pl.DataFrame | FalseAcceptCurve | UnitsCurve) -> pl.DataFrame:
-    return data if isinstance(data, pl.DataFrame) else pl.DataFrame(data.columns())
+def _frame(data: pl.DataFrame | FalseAcceptCurve | UnitsCurve, figure: str) -> pl.DataFrame:
+    """The curve as a frame; ValueError naming ``figure`` when it has no point to draw."""
+    df = data if isinstance(data, pl.DataFrame) else pl.DataFrame(data.columns())
+    if not df.height:
+        raise ValueError(f"{figure}: the curve has no points to draw (was it computed over "
+                         f"an empty grid?)")
+    return df
 
 
 def _caption(fig: Figure, text: str, width: int = 150) -> None:
@@ -406,32 +413,43 @@ def draw_type_panels(fig: Figure, series: Sequence[TrajectorySeries], params: Ga
     return list(axes[:len(series)])
 
 
-def decisions_claim(series: Sequence[TrajectorySeries]) -> str:
+def decisions_claim(series: Sequence[TrajectorySeries], aborted: str | None = None) -> str:
     """The title of a step's trajectories: how many types decided, after how many of the
-    ladder's units, and the count of each exit."""
+    ladder's units, and the count of each exit; a gate that was ``aborted`` says so first
+    (its figure is no ordinary partial step)."""
+    text = _decided(series)
+    if not aborted:
+        return text[0].upper() + text[1:]
+    return f"Gate aborted ({textwrap.shorten(aborted, 60, placeholder=' …')}): {text}"
+
+
+def _decided(series: Sequence[TrajectorySeries]) -> str:
     counts = {a: sum(s.action is a for s in series) for a in EXIT_MARKERS}
     decided = sum(counts.values())
     used = sum(len(s.steps) for s in series)
     total = sum(max(s.n_ladder, len(s.steps)) for s in series)
     exits = ", ".join(f"{n} {a}" for a, n in counts.items() if n)
-    head = (f"All {len(series)} types decided" if decided == len(series) and series
+    head = (f"all {len(series)} types decided" if decided == len(series) and series
             else f"{decided} of {len(series)} types decided")
     return f"{head} after {used} of {total} ladder units" + (f": {exits}" if exits else "")
 
 
 @styled
-def plot_trajectories(outcomes: Mapping[str, TypeOutcome], params: GateParams | None = None,
-                      ax: Axes | None = None, *, layout: str = "overview",
-                      title: str | None = None) -> Figure:
+def plot_trajectories(outcomes: Mapping[str, TypeOutcome] | GateResult,
+                      params: GateParams | None = None, ax: Axes | None = None, *,
+                      layout: str = "overview", title: str | None = None) -> Figure:
     """Per-type trajectories: ``layout="overview"`` (every type on one E+ axis and one E−
     axis; with ``ax``, the E+ axis only) or ``"panels"`` (one small panel per type). The
-    title (default: `decisions_claim`) states what the step decided."""
+    title (default: `decisions_claim`) states what the step decided. ``outcomes`` may be the
+    `GateResult` itself: an aborted gate's title then says so."""
     params = as_params(params)
-    series = trajectory_series(outcomes)
+    aborted = outcomes.aborted if isinstance(outcomes, GateResult) else None
+    series = trajectory_series(outcomes.outcomes if isinstance(outcomes, GateResult)
+                               else outcomes)
     if ax is not None:
         draw_trajectories(ax, series, params, n_max=params.n_max)
         return ax.get_figure()  # type: ignore[return-value]  # a top-level figure's axes
-    title = title or decisions_claim(series)
+    title = title or decisions_claim(series, aborted)
     if layout == "panels":
         fig = new_figure(SLIDE, None)
         draw_type_panels(fig, series, params, title=title, n_max=params.n_max)
@@ -511,7 +529,7 @@ def plot_false_accept(curve: pl.DataFrame | FalseAcceptCurve, ax: Axes | None = 
     """False-accept rate under H0 vs latency/correctness correlation: arrival order (not
     used) vs ladder prefix, with 95% Wilson intervals, the exact rate and 1/e_confirm."""
     fig, ax = _axes(ax, SLIDE)
-    df = _frame(curve).sort("correlation")
+    df = _frame(curve, "plot_false_accept").sort("correlation")
     bound = float(df["bound"][0])
     pre = df.filter(pl.col("order") == "prefix")
     arr = df.filter(pl.col("order") == "arrival")
@@ -572,7 +590,7 @@ def plot_token_savings(curve: pl.DataFrame | UnitsCurve, *, tokens_per_unit: flo
     Monte Carlo in the caption.
     """
     fig, ax = _axes(ax, SLIDE)
-    df = _frame(curve).sort("p_win")
+    df = _frame(curve, "plot_token_savings").sort("p_win")
     k = tokens_per_unit or 1.0
     what = "tokens" if tokens_per_unit else "units"
     x = df["p_win"].to_numpy()
@@ -621,6 +639,8 @@ def _makespans(x: float | Sequence[float], name: str) -> list[float]:
     if isinstance(x, str | bytes) or not (is_number(x) or isinstance(x, Sequence | np.ndarray)):
         raise ValueError(f"{name} must be a number or a sequence of numbers, got {x!r}")
     values: list[Any] = [x] if is_number(x) else list(cast(Sequence[Any], x))
+    if not values:
+        raise ValueError(f"{name} must hold at least one makespan, got none")
     for v in values:
         if not is_number(v):
             raise ValueError(f"{name} must be a number or a sequence of numbers, got {v!r}")

@@ -246,13 +246,18 @@ def call_accounting(events: Iterable[GateEvent]) -> pl.DataFrame:
     ``needed_calls``: started for units up to the stop rank; ``past_stop_calls``: started
     for units beyond it (waste, whether they finished before the freeze or after);
     ``cache_hits``: base arms answered by the BaselineCache; ``never_started``: the rest.
+    Events missing calls (a handle's summarised history, a subscriber that fell behind) are
+    refused when the gate's end says so: the count would be wrong without a word.
     """
     started: dict[str, list[int]] = {}
     hits: dict[str, int] = {}
     sizes: dict[str, int] = {}
     outcomes: dict[str, TypeOutcome] = {}
+    final: GateResult | None = None
     for ev in events:
-        if isinstance(ev, GateStarted):
+        if isinstance(ev, GateFinished):
+            final = ev.result
+        elif isinstance(ev, GateStarted):
             sizes.update(zip(ev.task_types, ev.ladder_sizes, strict=True))
         elif isinstance(ev, TaskStarted):
             started.setdefault(ev.task.task_type, []).append(ev.task.ladder_rank)
@@ -260,6 +265,8 @@ def call_accounting(events: Iterable[GateEvent]) -> pl.DataFrame:
             hits[ev.task.task_type] = hits.get(ev.task.task_type, 0) + 1
         elif isinstance(ev, TypeDecided):
             outcomes[ev.task_type] = ev.outcome
+    if final is not None:
+        _check_complete(final, started, hits)
     rows = []
     for t in sorted(sizes):
         o = outcomes.get(t)
@@ -272,6 +279,19 @@ def call_accounting(events: Iterable[GateEvent]) -> pl.DataFrame:
                      "cache_hits": hits.get(t, 0),
                      "never_started": 2 * sizes[t] - len(ranks) - hits.get(t, 0)})
     return pl.DataFrame(rows, schema=CALLS_SCHEMA, orient="row")
+
+
+def _check_complete(final: GateResult, started: Mapping[str, list[int]],
+                    hits: Mapping[str, int]) -> None:
+    """ValueError when the events hold fewer calls than the gate's own counters."""
+    for t, c in final.counters.items():
+        seen = (len(started.get(t, ())), hits.get(t, 0))
+        if seen != (c.started, c.cache_hits):
+            raise ValueError(
+                f"call_accounting: the events miss calls of type {t!r} ({seen[0]} started and "
+                f"{seen[1]} cache hits among them, {c.started} and {c.cache_hits} in the "
+                f"gate's counters): pass every event, e.g. subscribers=[events.append], not a "
+                f"handle's history past its history_limit")
 
 
 QUALITY_CLASSES = ("better", "neutral", "worse")

@@ -144,7 +144,7 @@ def render_figure(snap: LiveSnapshot, layout: str = "panels",
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     fig = new_figure(figsize or SLIDE, None if layout == "panels" else "constrained")
-    title = decisions_claim(snap.series)
+    title = decisions_claim(snap.series, snap.aborted)
     if snap.forecast is not None and snap.forecast.eta_s is not None:
         title += f"; {snap.forecast.text()}"
     if layout == "panels":

@@ -191,10 +191,11 @@ def _types(n: int) -> str:
 @styled
 def plot_phase_times(old: Mapping[str, float] | None, new: Mapping[str, float], *,
                      unit: str = "simulated hours (virtual clock)",
-                     run: str | None = None) -> GateFigure:
+                     run: str | None = None, rerun: str | None = None) -> GateFigure:
     """Side-by-side bars: hours per phase, old serial (grey) vs v3 (blue); ``old`` None (a
     real run, no simulator to replay the old gate on): v3's bars alone. The title's speed-up
-    is the run's total time ratio, named with ``run`` (e.g. "seed 2, 3 epochs × 5 steps")."""
+    is the run's total time ratio, named with ``run`` (e.g. "seed 2, 3 epochs × 5 steps");
+    ``rerun`` names steps whose v3 time is a re-run's, which gets no ratio."""
     _check_phases(old, new)
     fig = new_figure(SLIDE)
     ax = fig.subplots()
@@ -212,11 +213,17 @@ def plot_phase_times(old: Mapping[str, float] | None, new: Mapping[str, float], 
     ax.set_ylabel(unit)
     tot_o, tot_n = sum((old or {}).values()) / 3600, sum(new.values()) / 3600
     which = f" ({run})" if run else ""
-    ax.set_title(f"The training run{which} takes {tot_n:.1f} h with v3 vs {tot_o:.1f} h with "
+    if rerun and old is not None:
+        title = (f"No speed-up to read{which}: v3's time of {rerun} is a re-run's (its base "
+                 f"arm from the BaselineCache),\nthe old gate's a replay from scratch: "
+                 f"{tot_n:.1f} h vs {tot_o:.1f} h are not like for like")
+    elif tot_n and old is not None:
+        title = (f"The training run{which} takes {tot_n:.1f} h with v3 vs {tot_o:.1f} h with "
                  f"the old serial gate\n×{tot_o / tot_n:.1f} = old total / v3 total, simulated "
-                 f"hours of every phase{_no_eval(old, new)}" if tot_n and old is not None else
-                 f"The training run{which} takes {tot_n:.2f} h with v3 (time per phase)",
-                 loc="left")
+                 f"hours of every phase{_no_eval(old, new)}")
+    else:
+        title = f"The training run{which} takes {tot_n:.2f} h with v3 (time per phase)"
+    ax.set_title(title, loc="left")
     ax.legend(loc="upper right")
     ax.set_ylim(0, max([*(old or {}).values(), *new.values(), 1.0]) / 3600 * 1.12)
     return fig

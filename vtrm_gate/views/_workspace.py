@@ -154,7 +154,8 @@ class WorkspaceView:
                 f"{self.root}: phase times mix the virtual clock and real time (real: "
                 f"{', '.join(f'e{e} s{s}' for e, s in steps[:5])}"
                 f"{' ...' if len(steps) > 5 else ''}); re-run those steps on one clock")
-        return plot_phase_times(old_phase_seconds(self.ws, world, timings), new)
+        return plot_phase_times(old_phase_seconds(self.ws, world, timings), new,
+                                rerun=_rerun_steps(self.ws, timings))
 
     def trajectories(self, epoch: int, step: int, layout: str = "overview") -> GateFigure:
         """The E+/E− trajectories of the gate of step (epoch, step), from its gate evidence."""
@@ -214,6 +215,19 @@ def timings_clock(timings: pl.DataFrame, simulated: bool) -> str | None:
         return None
     clocks = set(timings["clock"].fill_null("virtual" if simulated else "real"))
     return clocks.pop() if len(clocks) == 1 else "mixed"
+
+
+def _rerun_steps(ws: Workspace, timings: pl.DataFrame) -> str | None:
+    """The timed steps run more than once (a finished run re-run, a killed run resumed):
+    their timings are the last run's, which reused the earlier one's answers."""
+    timed = set(timings.select("epoch", "step").iter_rows())
+    steps = sorted({(e, s) for e, s in ws.log.frame("replaced_runs").select("epoch", "step")
+                    .iter_rows() if (e, s) in timed})
+    if not steps:
+        return None
+    names = [f"e{e} s{s}" if s >= 1 else f"e{e} {'settlement' if s == 0 else 'evaluation'}"
+             for e, s in steps]
+    return ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
 
 
 def old_phase_seconds(ws: Workspace, world: Any, timings: pl.DataFrame) -> dict[str, float]:
