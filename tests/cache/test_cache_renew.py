@@ -284,12 +284,23 @@ def test_cli_stats(redis_target: RedisTarget) -> None:
     (["--url", "http://user:hunter2@host"], "invalid Redis URL"),
     (["--url", "unix:///nonexistent/redis.sock"], "cannot reach Redis"),
     (["--url", "redis://:hunter2@127.0.0.1:1/0"], "cannot reach Redis"),
+    # no node of a cluster answers: a traceback and "a bug", exit 1 (h13)
+    (["--url", "redis+cluster://:hunter2@127.0.0.1:1"], "cannot reach Redis"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(args: list[str], names: str) -> None:
     out = cli("renew", *args)
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1 and names in out.stderr
     assert "Traceback" not in out.stderr and "hunter2" not in out.stderr
+
+
+@pytest.mark.parametrize("url", ["redis://:hunter2@127.0.0.1:1/0",
+                                 "redis+cluster://:hunter2@127.0.0.1:1"])
+def test_stats_of_a_redis_that_cannot_be_reached_is_one_line_and_exit_2(url: str) -> None:
+    """A cluster none of whose nodes answers printed a traceback and "a bug", exit 1 (h13)."""
+    out = cli("stats", "--url", url)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1
+    assert "cannot reach Redis at redis" in out.stderr and "hunter2" not in out.stderr
 
 
 def test_cli_without_any_redis_says_so(tmp_path: Path) -> None:

@@ -85,6 +85,9 @@ def test_check_redis_access_names_the_refusal_and_passes_a_good_url(
     assert "pw-wrong" not in str(err.value) and "***" in str(err.value)
     why = asyncio.run(check_redis_access("redis://127.0.0.1:1/0", "tp"))
     assert why is not None and "refused" not in why  # unreachable: the reason, no raise
+    # a cluster none of whose nodes answers: the same (it raised RedisClusterException, h13)
+    why = asyncio.run(check_redis_access("redis+cluster://127.0.0.1:1", "tp"))
+    assert why is not None and "Redis Cluster cannot be connected" in why
 
 
 def test_a_redis_over_its_maxmemory_is_reported_as_full(locked_redis: RedisServer) -> None:

@@ -11,6 +11,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import (
     AuthenticationError,
     OutOfMemoryError,
+    RedisClusterException,
     RedisError,
     ResponseError,
 )
@@ -45,8 +46,10 @@ def is_misconf(exc: BaseException) -> bool:
 MAX_CONNECTIONS = 256
 
 REDIS_FAILURES: tuple[type[BaseException], ...] = (
-    RedisError, OSError, TimeoutError, RuntimeError, AttributeError, TypeError)
-"""What a Redis operation may raise when the server fails us. Beyond redis-py's own errors:
+    RedisError, RedisClusterException, OSError, TimeoutError, RuntimeError, AttributeError,
+    TypeError)
+"""What a Redis operation may raise when the server fails us. Beyond redis-py's own errors
+(`RedisClusterException` is not one of them: no node of a cluster answers, for instance):
 a peer that answers its ``HELLO`` unlike Redis makes redis-py fail inside its own code
 (``'list' object has no attribute 'get'``); the cache fails open on it all the same."""
 

@@ -41,7 +41,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
     def common(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--url", default=None,
-                        help="Redis URL: redis://, rediss:// or unix:// (default: REDIS_URL "
+                        help="Redis URL: redis://, rediss://, unix://, or a cluster's "
+                             "redis+cluster:// or rediss+cluster:// (default: REDIS_URL "
                              "from the environment or .env, else the workspace's embedded "
                              "Redis)")
         workspace_json(sp)
@@ -247,7 +248,7 @@ def run(args: argparse.Namespace) -> int:
         if args.url is None and _simulated_without_redis(args):
             return _simulated_note(args, cmd)
         url, _server = _resolve_url(args)
-        from redis.exceptions import AuthenticationError, ResponseError
+        from redis.exceptions import AuthenticationError, RedisClusterException, ResponseError
         from redis.exceptions import ConnectionError as RedisConnectionError
         from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -261,7 +262,8 @@ def run(args: argparse.Namespace) -> int:
                 out = run_sync(_stats(url, args, batch))
             else:
                 raise CliError("choose a cache command: renew or stats")
-        except (RedisConnectionError, RedisTimeoutError, AuthenticationError, OSError) as exc:
+        except (RedisConnectionError, RedisTimeoutError, AuthenticationError, OSError,
+                RedisClusterException) as exc:  # the last: no cluster node answers
             raise CliError(f"cannot reach Redis at {mask_url(url)}: "
                            f"{scrub(str(exc), url)}") from None
         except InputError as exc:  # a bad value: its message may quote the URL
