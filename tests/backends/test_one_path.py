@@ -76,6 +76,14 @@ def test_train_and_settle_run_on_a_workspace_with_several_endpoints(
     r = run("init", str(ws), "--llm", "--units", str(units), *where, "--model", "m",
             "--seed", "1", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
+    caps = 64 if how == "comma-separated" else 8
+    # `options` shows what a run takes: it said 32, "default" (h13)
+    shown = json.loads(run("options", "--workspace", str(ws), "--json", cwd=tmp_path).stdout
+                       )["options"]
+    assert shown["concurrency"] == {"value": caps, "source": "endpoint caps"}
+    shown = json.loads(run("options", "--workspace", str(ws), "--json", "--concurrency", "6",
+                           cwd=tmp_path).stdout)["options"]
+    assert shown["concurrency"] == {"value": 6, "source": "flag --concurrency"}
     env = cache_env(redis_target)
     r = run("train", "--workspace", str(ws), "--epochs", "1", "--steps-per-epoch", "2",
             "--no-eval", cwd=tmp_path, env=env)
@@ -87,7 +95,7 @@ def test_train_and_settle_run_on_a_workspace_with_several_endpoints(
                   r.stdout)
     assert m and float(m[1]) > 0, r.stdout
     slots = {m["concurrency"] for m in manifests(ws).values()}
-    assert slots == ({64} if how == "comma-separated" else {8})  # the endpoints' summed caps
+    assert slots == {caps}  # the endpoints' summed caps
     assert all(s.requests for s in two_servers)  # both endpoints served
     r = run("settle", "--workspace", str(ws), "--epoch", "1", cwd=tmp_path, env=env)
     assert r.returncode == 0, r.stderr

@@ -22,11 +22,13 @@ from ._commands import train_workspace_sync as train_workspace_sync
 from ._open import Backend as Backend
 from ._open import open_backend as open_backend
 from ._open import uses_virtual_clock as uses_virtual_clock
+from ._open import workspace_options as workspace_options
 
 __all__ = [
     "Backend", "WorkspaceRun", "open_backend", "plain_summary", "run_on_clock",
     "run_simulated_training", "settle_workspace", "settle_workspace_sync", "step_workspace",
     "step_workspace_sync", "train_workspace", "train_workspace_sync", "uses_virtual_clock",
+    "workspace_options",
 ]
 
 # below __all__: the classes it names report this namespace as their module

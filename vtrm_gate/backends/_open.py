@@ -25,6 +25,7 @@ from ..llm import (
     PROBE_TIMEOUT_S,
     AgentEvent,
     BackendContext,
+    Endpoint,
     agent_endpoints,
     check_llm_agent,
     gate_concurrency,
@@ -74,6 +75,24 @@ def uses_virtual_clock(workspace: Workspace, options: RunOptions) -> bool:
 def _factory_spec(workspace: Workspace, options: RunOptions) -> str | None:
     spec = options.backend or workspace.config.agent.get("backend")
     return spec if options.backend or is_factory_spec(spec) else None
+
+
+def _pooled(options: RunOptions, endpoints: Sequence[Endpoint]) -> RunOptions:
+    """Several endpoints: the slot pool is the sum of their caps, unless asked for fewer."""
+    total = gate_concurrency(None, endpoints)
+    if len(endpoints) <= 1 or (options.concurrency is not UNSET and options.slots <= total):
+        return options
+    return options.replace("endpoint caps", concurrency=total)
+
+
+def workspace_options(workspace: Workspace, options: RunOptions) -> RunOptions:
+    """The options a run of ``workspace`` takes (``vtrm-gate options`` shows them): settled
+    against workspace.json, and with the built-in LLM agent on several endpoints, their
+    summed caps as the slot pool."""
+    options = options.with_workspace(workspace.config.probation_rule)
+    if workspace.config.kind == "llm" and _factory_spec(workspace, options) is None:
+        options = _pooled(options, agent_endpoints(workspace.config.agent, workspace.root))
+    return options
 
 
 @contextlib.asynccontextmanager
@@ -136,10 +155,7 @@ async def _llm(ws: Workspace, options: RunOptions, env: Mapping[str, str],
     if len(down) == len(endpoints):
         raise EndpointUnreachableError("; ".join(down))
     await _check_cache(options)
-    if len(endpoints) > 1:  # the sum of the caps, unless asked for fewer
-        requested = None if options.concurrency is UNSET else options.slots
-        options = options.replace("endpoint caps", concurrency=gate_concurrency(requested,
-                                                                               endpoints))
+    options = _pooled(options, endpoints)
     cache = ResponseCache.from_options(options, workspace=ws.root,
                                        workspace_id=ws.workspace_id)
     lb = llm_backend(ws, options, cache=cache, api_key=api_key(env), env=env,

@@ -20,10 +20,11 @@ def register(sub: Any) -> None:
 
 
 def cmd_options(args: argparse.Namespace) -> int:
+    from ..backends import workspace_options
     from ..harness import Workspace
 
     with Workspace.open(Path(args.workspace), readonly=True) as ws:
-        options = run_options(args).with_workspace(ws.config.probation_rule)
+        options = workspace_options(ws, run_options(args))
         agent = dict(ws.config.agent)
     rows = options.explain(agent)  # the budgets a run of this workspace uses, never None
     cols = [Column(head, tuple(str(r[i]) for r in rows))
