@@ -100,6 +100,25 @@ def test_stop_during_run_gate_sync_stops_the_gate_and_its_calls(kernel):
     assert again.lines == ["4", "True"]
 
 
+@pytest.mark.slow
+def test_stop_on_await_handle_stops_the_launched_gate_and_its_calls(kernel):
+    """``await handle`` interrupted stops the gate, as a stopped ``run_gate_sync`` does (an
+    asyncio task cancelled with its waiter): a hostile pass asked for the wait alone to
+    stop, which would leave a gate billing calls behind a cell that looks stopped."""
+    assert kernel.run(SLOW_GATE + "from vtrm_gate import launch").error is None
+    assert kernel.run(BASELINE).error is None
+    assert kernel.run("h = launch(plans, infer, GateParams(), concurrency=8)").error is None
+    stopped = kernel.run("print('waiting', flush=True)\nr = await h", interrupt_on="waiting",
+                         after_s=0.5)
+    assert stopped.error in ("KeyboardInterrupt", "CancelledError"), stopped.text
+    after = kernel.run("n0 = calls[0]\nawait asyncio.sleep(1.0)\n"
+                       "print(n0, calls[0], len(asyncio.all_tasks()) - baseline, h.done(), "
+                       "h.result().aborted is not None)")
+    n0, n1, extra_tasks, done, aborted = after.lines
+    assert 8 <= int(n0) < 4 * 2 * 40, after.text
+    assert (n1, extra_tasks, done, aborted) == (n0, "0", "True", "True"), after.text
+
+
 SIM_TRAIN = """
 import json, os, tempfile
 from vtrm_gate.sim import init_simulated

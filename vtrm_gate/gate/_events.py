@@ -271,6 +271,10 @@ class _Bus:
                 f"{type(ev).__name__}); the gate keeps running and later errors of this "
                 f"subscriber are not reported again", SubscriberWarning, stacklevel=1)
 
+    def delivers_in(self, task: asyncio.Task[Any] | None) -> bool:
+        """Is ``task`` one of this bus's pumps (a subscriber's code runs in it)?"""
+        return task is not None and task in self._pumps
+
     def publish(self, ev: GateEvent) -> None:
         for record in self._inline:
             record(ev)

@@ -121,13 +121,17 @@ class GateHandle:
         return self._wait().__await__()
 
     async def _wait(self) -> GateResult:
-        """The result; a waiter cancelled (a timeout, an interrupted cell) stops waiting,
-        never the gate: that is `cancel`'s job."""
+        """The result. As awaiting any asyncio task: a waiter cancelled (Jupyter's Stop on
+        ``await handle``, an ``asyncio.wait_for`` timeout) cancels the gate, so a stopped
+        cell stops its calls; ``asyncio.wait([handle.task], timeout=...)`` waits without.
+        A subscriber of this gate that awaits it is shielded: its cut-off at the gate's end
+        must not cancel the gate it is part of."""
+        me = asyncio.current_task()
+        inside = self._gate.bus.delivers_in(me)
         try:
-            return await asyncio.shield(self.task)
+            return await (asyncio.shield(self.task) if inside else self.task)
         except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if self.task.cancelled() and not (current and current.cancelling()):
+            if self.task.cancelled() and not (me and me.cancelling()):
                 return self.partial()  # the gate was cancelled, not this await
             raise
 
