@@ -75,3 +75,23 @@ def test_operating_characteristics_take_numpy_numbers_and_refuse_bools():
         operating_characteristics(GateParams(), True, 0.5, 40)
     with pytest.raises(ValueError, match=r"n_units must be an integer >= 0, got True"):
         operating_characteristics(GateParams(), 0.8, 0.5, True)
+
+
+@pytest.mark.parametrize("make", [
+    lambda v: RunOptions(timeout=v), lambda v: RunOptions(deadline=v),
+    lambda v: GateParams(n_max=v), lambda v: SimConfig(seed=v)])
+def test_a_numpy_duration_or_date_is_no_number_here(make):
+    """np.timedelta64 poses as an Integral: 30 ns became a timeout of 30 seconds, and 2
+    minutes a raw TypeError naming no field (h14)."""
+    for v in (np.timedelta64(30, "ns"), np.timedelta64(2, "m"), np.datetime64("2026-12-07")):
+        with pytest.raises(ValueError, match=r"got np\.(timedelta|datetime)64"):
+            make(v)
+
+
+def test_an_int_past_every_float_is_refused_naming_the_field():
+    """10**400 for a float field raised OverflowError (h14); its message quotes it cut."""
+    with pytest.raises(ValueError, match=r"GateParams\.e_confirm must be a number > 1, got "
+                                         r"1000.*\(401 characters as text\)"):
+        GateParams(e_confirm=10**400)
+    with pytest.raises(ValueError, match=r"timeout must be a number of seconds > 0"):
+        RunOptions(timeout=10**400)

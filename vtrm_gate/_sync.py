@@ -44,6 +44,7 @@ def _run_nested(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop) -
     """Re-enter the running loop until ``coro`` ends; an interrupt cancels it first."""
     import nest_asyncio
 
+    batch = _unpatched_batch(loop)
     nest_asyncio.apply(loop)
     task = loop.create_task(coro)
     with _interrupt_cancels(lambda: loop.call_soon_threadsafe(task.cancel)) as interrupted:
@@ -59,6 +60,28 @@ def _run_nested(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop) -
                 with suppress(BaseException):
                     loop.run_until_complete(task)
             raise
+        finally:
+            _pad_batch(loop, batch)
+
+
+def _unpatched_batch(loop: asyncio.AbstractEventLoop) -> int:
+    """How many ready callbacks the loop's current pass may still pop, if that pass runs
+    asyncio's own ``_run_once`` (nest-asyncio not applied yet): it counted them before this
+    callback ran and pops them without looking, so a nested run that runs them first would
+    leave it popping an empty queue (IndexError in asyncio, the outer run dead)."""
+    if getattr(loop, "_nest_patched", False):
+        return 0
+    return len(getattr(loop, "_ready", ()))
+
+
+def _pad_batch(loop: asyncio.AbstractEventLoop, batch: int) -> None:
+    """Make the unpatched pass find as many callbacks as it may still pop (no-ops)."""
+    for _ in range(batch - len(getattr(loop, "_ready", ()))):
+        loop.call_soon(_nothing)
+
+
+def _nothing() -> None:
+    """A ready callback that does nothing (`_pad_batch`)."""
 
 
 def _run_in_thread(coro: Coroutine[Any, Any, T],

@@ -338,8 +338,12 @@ def shown(value: object, limit: int = QUOTE_MAX) -> str:
 def is_real(value: object) -> bool:
     """Whether ``value`` is a finite number: an int or a float, not a bool (``True`` is not
     a timeout or a ratio), not NaN (it fails every bound it is checked against) or inf."""
-    return (isinstance(value, int | float) and not isinstance(value, bool)
-            and math.isfinite(value))
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int past every float (10**400): no number of seconds
+        return False
 
 
 def is_number(value: object) -> TypeGuard[float]:
@@ -353,6 +357,9 @@ def plain_number(value: Any) -> Any:
     value from a numpy sweep (``np.arange(20, 121, 20)``) is checked, shown and written as a
     literal is; anything else unchanged (bools, numpy's too, stay what the checks refuse)."""
     if type(value) is int or type(value) is float or isinstance(value, bool):
+        return value
+    kind = getattr(getattr(value, "dtype", None), "kind", "iuf")
+    if kind not in ("i", "u", "f", "iuf"):  # timedelta64 poses as an Integral: 30 ns != 30 s
         return value
     if isinstance(value, numbers.Integral):
         return int(value)

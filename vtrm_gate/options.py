@@ -276,8 +276,9 @@ class RunOptions:
                               f"got {shown(share)}")
         if self.redis_url is not None:
             if not isinstance(self.redis_url, str):
-                raise ConfigError(f"redis_url must be a string (a redis://, rediss:// or "
-                                  f"unix:// URL), got {type(self.redis_url).__name__}")
+                raise ConfigError(f"redis_url must be a string (a redis://, rediss://, "
+                                  f"unix://, redis+cluster:// or rediss+cluster:// URL), got "
+                                  f"{type(self.redis_url).__name__}")
             try:
                 check_redis_url(self.redis_url)
             except ValueError as exc:

@@ -259,3 +259,26 @@ def test_options_command_names_every_value_and_where_it_came_from(tmp_path: Path
     assert opts["gate.e_confirm"] == {"value": 40.0, "source": f"file {conf}"}
     assert opts["gate.lambda_dir"] == {"value": 0.5, "source": "default"}
     assert opts["probation_rule"] == {"value": "e_continue", "source": "workspace.json"}
+
+
+def test_options_refuses_a_broken_llm_workspace_as_its_step_does(tmp_path: Path) -> None:
+    """`options` now reads the endpoints a run takes; a workspace whose agent cannot run is
+    refused with the step's own words (h14: "endpoints must be a URL or a list, got
+    NoneType", naming neither workspace.json nor the key)."""
+    units = write_units(tmp_path / "units.jsonl")
+    (tmp_path / "endpoints.txt").write_text("http://127.0.0.1:1/v1 4\nhttp://127.0.0.1:2/v1 2\n")
+    ws = tmp_path / "ws"
+    r = run("init", str(ws), "--llm", "--units", str(units), "--endpoints",
+            str(tmp_path / "endpoints.txt"), "--model", "m", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    shown = json.loads(run("options", "--workspace", str(ws), "--json", cwd=tmp_path).stdout)
+    assert shown["options"]["concurrency"] == {"value": 6, "source": "endpoint caps"}
+    config = json.loads((ws / "workspace.json").read_text())
+    config["agent"].pop("endpoints_file")
+    config["agent"]["base_url"] = None
+    (ws / "workspace.json").write_text(json.dumps(config))
+    outs = [run(cmd, "--workspace", str(ws), *extra, cwd=tmp_path)
+            for cmd, extra in (("options", []), ("step", ["--epoch", "1", "--step", "1"]))]
+    assert [o.returncode for o in outs] == [2, 2]
+    assert outs[0].stderr.split(": ", 1)[1] == outs[1].stderr.split(": ", 1)[1]
+    assert "workspace.json: agent.base_url must be an http(s):// URL, got None" in outs[0].stderr

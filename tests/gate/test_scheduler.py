@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
+import sys
 import zlib
 
 import numpy as np
@@ -698,6 +700,33 @@ def test_sync_wrapper_in_script_and_inside_a_running_loop():
         return run_gate_sync(table.plans(), table)
 
     assert asyncio.run(cell()).outcomes["A"].action is Action.ACCEPT
+
+
+NESTED_IN_A_BUSY_LOOP = """
+import asyncio
+from vtrm_gate import TypePlan, UnitResult, launch, run_gate_sync
+async def infer(task):
+    await asyncio.sleep(0.001)
+    return UnitResult(correct=task.arm == "cand")
+inner = []
+def sub(ev):  # a blocking call from inside the loop while other callbacks are ready
+    if not inner:
+        inner.append(run_gate_sync([TypePlan("B", [f"u{i}" for i in range(20)])], infer))
+async def main():
+    outer = await launch([TypePlan("A", [f"u{i}" for i in range(20)])], infer,
+                         subscribers=[sub])
+    print(outer.outcomes["A"].action, inner[0].outcomes["B"].action)
+asyncio.run(main())
+"""
+
+
+def test_the_sync_wrapper_inside_a_loop_with_ready_callbacks_leaves_that_loop_running():
+    """The first nested run (nest-asyncio applied then) ran the callbacks the loop's current
+    pass had counted, and that pass, asyncio's own, popped an empty queue: IndexError, the
+    outer run dead (h14). A fresh process: nest-asyncio patches loops once per process."""
+    out = subprocess.run([sys.executable, "-c", NESTED_IN_A_BUSY_LOOP], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.split() == ["ACCEPT", "ACCEPT"], out.stderr
 
 
 def test_result_counters_add_up():

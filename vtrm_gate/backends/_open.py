@@ -91,8 +91,17 @@ def workspace_options(workspace: Workspace, options: RunOptions) -> RunOptions:
     summed caps as the slot pool."""
     options = options.with_workspace(workspace.config.probation_rule)
     if workspace.config.kind == "llm" and _factory_spec(workspace, options) is None:
-        options = _pooled(options, agent_endpoints(workspace.config.agent, workspace.root))
+        options = _pooled(options, _llm_endpoints(workspace))
     return options
+
+
+def _llm_endpoints(ws: Workspace) -> tuple[Endpoint, ...]:
+    """The built-in agent's endpoints; its settings refused as a step refuses them."""
+    try:
+        check_llm_agent(ws.config.agent)
+    except ValueError as exc:
+        raise WorkspaceError(f"workspace.json: {exc}") from None
+    return agent_endpoints(ws.config.agent, ws.root)
 
 
 @contextlib.asynccontextmanager
@@ -105,7 +114,7 @@ async def open_backend(workspace: Workspace, options: RunOptions, *,
     workspace's, an llm workspace whose agent settings are invalid or none of whose
     endpoints answers, and a factory that cannot be used.
     """
-    options = options.with_workspace(workspace.config.probation_rule)
+    options = workspace_options(workspace, options)
     spec = _factory_spec(workspace, options)
     env = environment(env)
     opened: tuple[Backend, Callable[[], Awaitable[None]] | None]
@@ -137,11 +146,7 @@ def _simulated(ws: Workspace, options: RunOptions) -> Backend:
 async def _llm(ws: Workspace, options: RunOptions, env: Mapping[str, str],
                on_agent_event: Callable[[AgentEvent], Any] | None
                ) -> tuple[Backend, Callable[[], Awaitable[None]]]:
-    try:
-        check_llm_agent(ws.config.agent)
-    except ValueError as exc:
-        raise WorkspaceError(f"workspace.json: {exc}") from None
-    endpoints = agent_endpoints(ws.config.agent, ws.root)
+    endpoints = _llm_endpoints(ws)
     # before anything starts or is written (embedded Redis, rows); all at once: a connection
     # within the probe's timeout, the answer's head within one attempt's (a busy single-slot
     # server answers between generations, as it would the first call)
@@ -155,7 +160,6 @@ async def _llm(ws: Workspace, options: RunOptions, env: Mapping[str, str],
     if len(down) == len(endpoints):
         raise EndpointUnreachableError("; ".join(down))
     await _check_cache(options)
-    options = _pooled(options, endpoints)
     cache = ResponseCache.from_options(options, workspace=ws.root,
                                        workspace_id=ws.workspace_id)
     lb = llm_backend(ws, options, cache=cache, api_key=api_key(env), env=env,

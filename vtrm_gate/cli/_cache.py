@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from .._env import MAX_TTL, prefix_problem
-from ..errors import CliError, InputError, bounded, shown
+from ..errors import CliError, InputError, bounded, described, shown
 from ._args import a_path
 from ._progress import status_line
 
@@ -248,7 +248,12 @@ def run(args: argparse.Namespace) -> int:
         if args.url is None and _simulated_without_redis(args):
             return _simulated_note(args, cmd)
         url, _server = _resolve_url(args)
-        from redis.exceptions import AuthenticationError, RedisClusterException, ResponseError
+        from redis.exceptions import (
+            AuthenticationError,
+            RedisClusterException,
+            RedisError,
+            ResponseError,
+        )
         from redis.exceptions import ConnectionError as RedisConnectionError
         from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -271,6 +276,9 @@ def run(args: argparse.Namespace) -> int:
         except ResponseError as exc:  # NOPERM, a cluster's refusal: the server's setting
             raise CliError(f"Redis at {mask_url(url)} refused: {scrub(str(exc), url)}") \
                 from None
+        except RedisError as exc:  # a peer that is no Redis (an HTTP server, a proxy)
+            raise CliError(f"{mask_url(url)} does not answer as Redis does: "
+                           f"{scrub(described(exc), url)}") from None
     except InputError as exc:  # CliError, and a bad --url or REDIS_URL (ConfigError)
         return _error(args, prog, str(exc), exc.exit_code)
     except KeyboardInterrupt:

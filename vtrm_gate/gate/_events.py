@@ -223,6 +223,7 @@ class _Bus:
         self.max_backlog, self.close_timeout_s = max_backlog, close_timeout_s
         self.dropped = [0] * len(self._subs)
         self.errors = [0] * len(self._subs)
+        self.cut_off = 0  # subscribers `close` cancelled
 
     def wants(self, kind: type[GateEvent]) -> bool:
         """Does anyone take events of ``kind`` (an inline recorder takes all)?"""
@@ -303,6 +304,7 @@ class _Bus:
                 waiter.set_result(None)
         if self._pumps:
             _, late = await asyncio.wait(self._pumps, timeout=self.close_timeout_s)
+            self.cut_off = len(late)
             for t in late:
                 t.cancel()
             if late:  # bounded again: a subscriber may swallow the cancellation

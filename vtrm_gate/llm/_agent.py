@@ -176,7 +176,6 @@ class MCQ:
     media: Media | None = None
 
     def __post_init__(self) -> None:
-        plain_fields(self)
         opts = tuple(self.options)
         if not 2 <= len(opts) <= len(LETTERS):
             raise ValueError(f"MCQ.options must hold 2 to 26 options, got {len(opts)}")

@@ -46,7 +46,7 @@ _CODE = {a: i for i, a in enumerate(ACTION_CODES)}
 
 def _check(cond: bool, name: str, allowed: str, value: object) -> None:
     if not cond:
-        raise ValueError(f"GateParams.{name} must be {allowed}, got {value!r}")
+        raise ValueError(f"GateParams.{name} must be {allowed}, got {shown(value)}")
 
 
 @dataclass(frozen=True)
