@@ -20,6 +20,7 @@ import redis
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests._peers import lying_peer
 from vtrm_gate.cache import (
     DEFAULT_TTL,
     CacheStats,
@@ -1009,36 +1010,17 @@ def test_a_peer_that_answers_the_handshake_unlike_redis_fails_open(reply: bytes)
     """Hostile pass (h22): redis-py opens each connection with HELLO; a peer answering it
     with an array or an integer made redis-py fail inside its own code (AttributeError),
     which escaped the cache: the step ended "a bug in vtrm_gate" instead of running uncached."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-    port = listener.getsockname()[1]
-
-    def serve() -> None:
-        with contextlib.suppress(OSError):
-            while True:
-                conn, _ = listener.accept()
-                with conn:
-                    while conn.recv(4096):
-                        conn.sendall(reply)
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
     call = Counting()
 
-    async def go() -> str:
+    async def go(port: int) -> str:
         cache = ResponseCache(f"redis://127.0.0.1:{port}/0", retry_interval=3600.0)
         try:
             return (await cache.get_or_call(parts(), call)).source
         finally:
             await cache.aclose()
 
-    try:
-        assert asyncio.run(go()) == "bypass" and call.calls == 1
-    finally:
-        listener.shutdown(socket.SHUT_RDWR)
-        listener.close()
-        thread.join(5)
+    with lying_peer(reply) as port:
+        assert asyncio.run(go(port)) == "bypass" and call.calls == 1
 
 
 def test_answers_that_arrive_after_a_redis_stall_are_stored(tmp_path: Path) -> None:

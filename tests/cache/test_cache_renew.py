@@ -4,20 +4,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import math
 import os
-import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests._peers import lying_peer
 from vtrm_gate.cache import (
     RedisServer,
     RenewProgress,
@@ -426,24 +424,8 @@ def test_stats_of_a_prefix_scan_would_read_as_a_pattern_is_refused(prefix: str) 
 def test_a_peer_that_is_no_redis_is_one_line_and_exit_2(cmd: str) -> None:
     """An HTTP server at the URL (a wrong port) gave a traceback and "a bug", exit 1, where a
     step fails open on the same URL (h14)."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-    port = listener.getsockname()[1]
-
-    def serve() -> None:
-        with contextlib.suppress(OSError):
-            while True:
-                conn, _ = listener.accept()
-                with conn:
-                    conn.recv(4096)
-                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
-
-    threading.Thread(target=serve, daemon=True).start()
-    try:
+    with lying_peer(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n") as port:
         out = cli(cmd, "--url", f"redis://:hunter2@127.0.0.1:{port}/0")
-    finally:
-        listener.close()
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
     assert f"redis://:***@127.0.0.1:{port}/0 does not answer as Redis does" in out.stderr
     assert "hunter2" not in out.stderr and "Traceback" not in out.stderr
