@@ -13,7 +13,7 @@ import json
 import sys
 from typing import Any
 
-from .._env import MAX_TTL, prefix_problem
+from .._env import MAX_TTL, mask_url, prefix_problem, scrub
 from ..errors import CliError, InputError, bounded, described, shown
 from ._args import a_path
 from ._progress import status_line
@@ -233,6 +233,40 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:,.1f} MiB" if n >= 2**20 else f"{n / 1024:,.1f} KiB"
 
 
+def _against_redis(url: str, args: argparse.Namespace, cmd: str | None, ttl: int,
+                   batch: int) -> Any:
+    """``renew`` or ``stats`` against the Redis at ``url``, its failures as one-line
+    `CliError`s: cannot reach it, it refuses, or the peer is no Redis."""
+    from redis.exceptions import (
+        AuthenticationError,
+        RedisClusterException,
+        RedisError,
+        ResponseError,
+    )
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    from .._sync import run_sync
+
+    try:
+        if cmd == "renew":
+            return run_sync(_renew(url, args, ttl, batch))
+        if cmd == "stats":
+            return run_sync(_stats(url, args, batch))
+        raise CliError("choose a cache command: renew or stats")
+    except (RedisConnectionError, RedisTimeoutError, AuthenticationError, OSError,
+            RedisClusterException) as exc:  # the last: no cluster node answers
+        raise CliError(f"cannot reach Redis at {mask_url(url)}: "
+                       f"{scrub(str(exc), url)}") from None
+    except InputError as exc:  # a bad value: its message may quote the URL
+        raise CliError(scrub(str(exc), url)) from None
+    except ResponseError as exc:  # NOPERM, a cluster's refusal: the server's setting
+        raise CliError(f"Redis at {mask_url(url)} refused: {scrub(str(exc), url)}") from None
+    except RedisError as exc:  # a peer that is no Redis (an HTTP server, a proxy)
+        raise CliError(f"{mask_url(url)} does not answer as Redis does: "
+                       f"{scrub(described(exc), url)}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``cache renew`` / ``stats`` / ``stop``; returns the exit code (2 on bad input)."""
     cmd = getattr(args, "cache_command", None)
@@ -248,37 +282,7 @@ def run(args: argparse.Namespace) -> int:
         if args.url is None and _simulated_without_redis(args):
             return _simulated_note(args, cmd)
         url, _server = _resolve_url(args)
-        from redis.exceptions import (
-            AuthenticationError,
-            RedisClusterException,
-            RedisError,
-            ResponseError,
-        )
-        from redis.exceptions import ConnectionError as RedisConnectionError
-        from redis.exceptions import TimeoutError as RedisTimeoutError
-
-        from .._sync import run_sync
-        from ..cache import mask_url, scrub
-
-        try:
-            if cmd == "renew":
-                out = run_sync(_renew(url, args, ttl, batch))
-            elif cmd == "stats":
-                out = run_sync(_stats(url, args, batch))
-            else:
-                raise CliError("choose a cache command: renew or stats")
-        except (RedisConnectionError, RedisTimeoutError, AuthenticationError, OSError,
-                RedisClusterException) as exc:  # the last: no cluster node answers
-            raise CliError(f"cannot reach Redis at {mask_url(url)}: "
-                           f"{scrub(str(exc), url)}") from None
-        except InputError as exc:  # a bad value: its message may quote the URL
-            raise CliError(scrub(str(exc), url)) from None
-        except ResponseError as exc:  # NOPERM, a cluster's refusal: the server's setting
-            raise CliError(f"Redis at {mask_url(url)} refused: {scrub(str(exc), url)}") \
-                from None
-        except RedisError as exc:  # a peer that is no Redis (an HTTP server, a proxy)
-            raise CliError(f"{mask_url(url)} does not answer as Redis does: "
-                           f"{scrub(described(exc), url)}") from None
+        out = _against_redis(url, args, cmd, ttl if cmd == "renew" else 0, batch)
     except InputError as exc:  # CliError, and a bad --url or REDIS_URL (ConfigError)
         return _error(args, prog, str(exc), exc.exit_code)
     except KeyboardInterrupt:
