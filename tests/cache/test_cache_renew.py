@@ -196,6 +196,26 @@ def test_cache_stats_counts_memory_and_ttl_histogram(redis_target: RedisTarget) 
     assert hist["1 h - 1 d"] == 5 and hist["> 7 d"] == 5 and sum(hist.values()) == 10
 
 
+def test_keys_renewed_to_exactly_one_day_or_seven_count_in_the_bucket_they_close(
+        redis_target: RedisTarget) -> None:
+    """Renewed to 86,400 s (notebook 04's NEW_TTL = 1 day), keys landed in "1 d - 7 d" (h17);
+    7 days already counted in "1 d - 7 d", not "> 7 d"."""
+    r = redis_target.sync_client()
+    for ttl in (86_400, 604_800):
+        r.set(f"{redis_target.prefix}:t{ttl}", "v", ex=ttl)
+    r.close()
+
+    async def go() -> Any:
+        client = redis_target.client()
+        try:
+            return await cache_stats(client, redis_target.prefix)
+        finally:
+            await client.aclose()
+
+    hist = dict(asyncio.run(go()).ttl_histogram)
+    assert (hist["1 h - 1 d"], hist["1 d - 7 d"], hist["> 7 d"]) == (1, 1, 0)
+
+
 class _Rehashing:
     """The real client, whose first SCAN returns its first key twice, as Redis's SCAN may
     while the table is being resized (documented: "a given element may be returned multiple

@@ -87,7 +87,7 @@ def test_the_checks_catch_what_they_promise():
 def test_a_figure_in_a_notebook_is_an_image_and_says_what_it_is():
     fig = plot_trajectories({"a": replay_prefix([(False, True)] * 8)}, GateParams())
     assert fig._repr_png_()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert repr(fig).startswith("<GateFigure 1280x720: All 1 types decided")
+    assert repr(fig).startswith("<GateFigure 1280x720: 1 of 1 type decided")  # not "All 1 types"
 
 
 # Machado, Oliveira & Fernandes (2009), severity 1, on linear RGB.

@@ -105,8 +105,12 @@ def test_token_savings_draws_three_curves(tmp_path):
     assert "than the old block rule" in ax.get_title(loc="left")
     labels = [t.get_text() for t in ax.texts]
     assert labels and all(t.endswith("vs old") for t in labels)  # against the line beside
-    assert "saved only 10%" in ax.get_figure().get_supxlabel()
+    assert "The simulated step (seed 2) saved only 10%" in ax.get_figure().get_supxlabel()
     assert len(_lines(ax, "units:")) == 3
+    # it said "12-type" whatever the step gated (seed 7: 10 types; h17)
+    ten = plot_token_savings(units_curve(GateParams(), [0.5, 0.8], 300, seed=1),
+                             step_saving=(0.1, 0.2, 7, 10))
+    assert "The simulated 10-type step (seed 7)" in ten.get_supxlabel()
     (flat,) = _lines(ax, "units:no_stop_units")
     assert set(flat.get_ydata()) == {40 * 2000}
     assert _is_png(save(ax.get_figure(), "tok", tmp_path))
@@ -545,6 +549,19 @@ def test_literal_text_is_drawn_as_written_whatever_its_backslashes():
 
     for name in ("$", "$$", "a\\$b$", "\\$", "$x$ and $y$", "50% $\\frac{1}{2}$", "plain"):
         assert Text(text=literal(name))._preprocess_math(literal(name)) == (name, False)
+
+
+def test_a_long_training_curve_title_wraps_inside_the_figure():
+    """A 12-type run's title ("... 4 of 12 types improved") ran 14 px past the figure's
+    edge; `save` wrote it so (h17)."""
+    from vtrm_gate.views import figure_problems, plot_training_curve
+
+    fig = plot_training_curve(_curve(12), run="seed 10, 3 epochs × 5 steps, rule e_harm, "
+                                              "the mostly_neutral world, 20% held out")
+    title = fig._suptitle.get_text()
+    assert "\n" in title and max(map(len, title.split("\n"))) <= 112
+    assert "12 of 12 types improved" in title.replace("\n", " ")
+    assert figure_problems(fig) == []
 
 
 def test_the_training_curves_title_claims_only_what_its_frame_holds():

@@ -252,7 +252,7 @@ async def cache_stats(client: cluster.Client, prefix: str = DEFAULT_PREFIX,
                 no_expiry += 1
                 continue
             for label, upper in TTL_BUCKETS:
-                if t < upper or (upper == 604800 and t == upper):
+                if t < upper or (upper in (86400, 604800) and t == upper):  # 1 d: "1 h - 1 d"
                     counts[label] += 1
                     break
     if cluster.is_cluster(client):

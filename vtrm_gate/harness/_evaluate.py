@@ -306,9 +306,10 @@ def gain_text(summary: Mapping[str, Any]) -> str:
     over 12 types (MOVER)``."""
     p, m = summary["gain_pooled"], summary["gain_mean_over_types"]
     pd_, md = PairedDiff(**p), PairedDiff(**m)
+    same = summary["same_skill_types"]
     return (f"gain {pd_.points()} pooled over {p['n']} units ({NEWCOMBE_SHORT}), "
             f"{md.points()} mean over {summary['types']} types (95% MOVER); "
-            f"{summary['same_skill_types']} types unchanged (measured once, gain 0)")
+            f"{same} type{'' if same == 1 else 's'} unchanged (measured once, gain 0)")
 
 
 NEWCOMBE_SHORT = "95% Newcombe"

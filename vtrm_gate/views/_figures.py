@@ -429,8 +429,10 @@ def _decided(series: Sequence[TrajectorySeries]) -> str:
     used = sum(len(s.steps) for s in series)
     total = sum(max(s.n_ladder, len(s.steps)) for s in series)
     exits = ", ".join(f"{n} {a}" for a, n in counts.items() if n)
-    head = (f"all {len(series)} types decided" if decided == len(series) and series
-            else f"{decided} of {len(series)} types decided")
+    n = len(series)
+    kinds = "type" if n == 1 else "types"
+    head = (f"all {n} types decided" if decided == n and n > 1
+            else f"{decided} of {n} {kinds} decided")
     return f"{head} after {used} of {total} ladder units" + (f": {exits}" if exits else "")
 
 
@@ -580,14 +582,15 @@ def plot_false_accept(curve: pl.DataFrame | FalseAcceptCurve, ax: Axes | None = 
 
 @styled
 def plot_token_savings(curve: pl.DataFrame | UnitsCurve, *, tokens_per_unit: float | None = None,
-                       step_saving: tuple[float, float, int] | None = None,
+                       step_saving: tuple[float, float, int] | tuple[float, float, int, int]
+                       | None = None,
                        ax: Axes | None = None) -> Figure:
     """Mean units per type vs the candidate's true p_win: no early stop, old block rule,
     v3 prefix rule (``units_curve``). With ``tokens_per_unit``, y is tokens. Each v3 point
     is labelled with its saving against the old block rule drawn beside it.
 
-    ``step_saving = (saving, discordance, seed)`` of a simulated step is reconciled with the
-    Monte Carlo in the caption.
+    ``step_saving = (saving, discordance, seed[, types gated])`` of a simulated step is
+    reconciled with the Monte Carlo in the caption.
     """
     fig, ax = _axes(ax, SLIDE)
     df = _frame(curve, "plot_token_savings").sort("p_win")
@@ -622,8 +625,9 @@ def plot_token_savings(curve: pl.DataFrame | UnitsCurve, *, tokens_per_unit: flo
     n_rep = int(df["n_rep"][0]) if "n_rep" in df.columns else None
     cap = (f"Monte Carlo, i.i.d. pairs, {n_rep:,} replicates per point. " if n_rep else "")
     if step_saving is not None:
-        sv, d, seed = step_saving
-        cap += (f"The simulated 12-type step (seed {seed}) saved only {sv:.0%} against no "
+        sv, d, seed, *gated = step_saving  # (saving, discordance, seed[, types gated])
+        kind = f"{gated[0]}-type " if gated else ""
+        cap += (f"The simulated {kind}step (seed {seed}) saved only {sv:.0%} against no "
                 f"early stop: its arms share per-unit difficulty, so only {d:.0%} of pairs "
                 f"are discordant and most types run their ladder to the end.")
     if cap:

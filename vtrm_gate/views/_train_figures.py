@@ -135,9 +135,20 @@ def plot_training_curve(curve: pl.DataFrame, cols: int = 4, *,
             strip.tick_params(labelbottom=False)
     fig.supylabel("accuracy", fontsize="small")
     _legend(fig, any(held.get(t, FEW_HELD_OUT) < FEW_HELD_OUT for t in types))
-    fig.suptitle(f"Training run{f' ({run})' if run else ''}: {_curve_claim(curve)}",
+    fig.suptitle(_wrapped(f"Training run{f' ({run})' if run else ''}: {_curve_claim(curve)}"),
                  x=0.01, ha="left")
     return fig
+
+
+TITLE_CHARS = 112
+"""A title line's characters at most: a 1280-pixel figure's width in the deck's font."""
+
+
+def _wrapped(text: str) -> str:
+    """``text`` in lines of at most `TITLE_CHARS` (its own line breaks kept): a long claim
+    ran off the figure (a 12-type run's training curve, 14 px past its edge)."""
+    return "\n".join(line for part in text.split("\n")
+                     for line in textwrap.wrap(part, TITLE_CHARS, break_on_hyphens=False))
 
 
 CURVE_COLUMNS = ("epoch", "task_type", "true", "measured", "accepted", "provisional",
@@ -390,7 +401,7 @@ def _frontier_claim(result: Mapping[str, Any], summary: list[dict[str, Any]]) ->
            f"{vs_old(e)} in {share(e)}" for e in summary if e.get("futile_cooldown") is False]
     text += ((f" (opt-in, {'; '.join(opt)})" if opt else "")
              + f"; {runs}, differences paired by seed; bars: each point's 95% interval")
-    return "\n".join(textwrap.wrap(text, 112, break_on_hyphens=False))
+    return _wrapped(text)
 
 
 CROSSOVER_LINES = {"no_gate": ("no gate (apply every candidate)", SERIES[3], "o", "-"),
@@ -553,7 +564,7 @@ def _cooldown_claim(sweep: Mapping[str, Any], cooldown: Mapping[str, Any]) -> st
             f"{len(old_v3)}). Opt-in, no cooldown after FUTILE: {_signed(min(gain))} to "
             f"{_signed(max(gain))} over the default, overtakes no gate "
             f"{at(cooldown['crossover'])}; {sweep['seeds']} seeds, 95% intervals")
-    return "\n".join(textwrap.wrap(text, 112, break_on_hyphens=False))
+    return _wrapped(text)
 
 
 def _signed(x: float) -> str:

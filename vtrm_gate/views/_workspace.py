@@ -154,7 +154,11 @@ class WorkspaceView:
                 f"{self.root}: phase times mix the virtual clock and real time (real: "
                 f"{', '.join(f'e{e} s{s}' for e, s in steps[:5])}"
                 f"{' ...' if len(steps) > 5 else ''}); re-run those steps on one clock")
-        return plot_phase_times(old_phase_seconds(self.ws, world, timings), new,
+        # the phases this workspace timed, on both sides: a bare `step` times its gate only,
+        # and the old gate's replayed rollout beside v3's 0 h inflated the speed-up (h17)
+        timed = set(timings["phase"])
+        old = {p: v for p, v in old_phase_seconds(self.ws, world, timings).items() if p in timed}
+        return plot_phase_times(old, {p: v for p, v in new.items() if p in timed},
                                 rerun=_rerun_steps(self.ws, timings))
 
     def trajectories(self, epoch: int, step: int, layout: str = "overview") -> GateFigure:

@@ -108,7 +108,7 @@ def token_savings(rp: ReviewParams) -> Figure:
     step = simulated_step(rp.sim_seed, rp.concurrency, rp.params)
     curve = units_curve(rp.params, rp.p_wins, rp.n_rep // 2, seed=rp.seed)
     return plot_token_savings(curve, step_saving=(step["units_saving"], step["discordance"],
-                                                  rp.sim_seed))
+                                                  rp.sim_seed, len(step["gate"].outcomes)))
 
 
 def makespan(rp: ReviewParams) -> Figure:
