@@ -254,6 +254,36 @@ def test_a_transport_failure_is_never_stored(redis_target: RedisTarget) -> None:
     assert cache.stats().misses == 1 and cache.stats().writes == 0
 
 
+@pytest.mark.timeout(60)
+def test_a_reply_that_trickles_ends_at_the_clients_deadline_never_stored(
+        redis_target: RedisTarget) -> None:
+    """httpx's timeout is per read: a 200 whose body came a byte every half second held the
+    call for as long as the server kept writing (h16). The whole request takes at most the
+    client's ``deadline``: an `httpx.ReadTimeout` (the SDK's APITimeoutError), nothing kept."""
+    cache = new_cache(redis_target)
+    with ToolChatServer() as server:
+        server.inject(Fault(trickle_s=0.5))
+
+        async def go() -> None:
+            async with cached_http_client(cache, timeout=1.0, deadline=1.5) as client:
+                ai = openai.AsyncOpenAI(base_url=server.url, api_key=KEY, http_client=client,
+                                        max_retries=0)
+                with pytest.raises(openai.APITimeoutError):
+                    await ai.chat.completions.create(model="tiny", messages=[
+                        {"role": "user", "content": "hi"}])
+                with pytest.raises(httpx.ReadTimeout, match=r"no whole reply within the "
+                                   r"cached client's deadline of 1.5s \(deadline\)"):
+                    server.inject(Fault(trickle_s=0.5))
+                    await client.post(server.url + "/chat/completions", json={
+                        "model": "tiny", "messages": [{"role": "user", "content": "hi"}]})
+
+        asyncio.run(go())
+        assert server.client_left.wait(10)
+    assert cache.stats().writes == 0
+    with pytest.raises(ValueError, match="deadline must be a number of seconds > 0, got 0"):
+        cached_http_client(cache, deadline=0)
+
+
 # ---- bad input ---------------------------------------------------------------------------
 
 

@@ -247,6 +247,31 @@ def test_a_turn_retries_a_503_and_a_400_makes_the_unit_infra_with_the_servers_wo
         assert bad.infra and bad.error == "turn 1: HTTP 400: unknown field 'tools'"
 
 
+@pytest.mark.timeout(60)
+def test_a_reply_that_trickles_ends_at_the_turns_deadline_not_never(
+        redis_target: RedisTarget) -> None:
+    """A 200 whose body came a byte a second ran past ``timeout`` (httpx's is per read) and
+    ``retry.max_total_s``: a 12-unit step with --timeout 2 --deadline 4 took 49 s, and at the
+    defaults a 61-unit pool about 3 hours (h16). The turn ends at its deadline, INFRA."""
+    from vtrm_gate.llm import RetryPolicy
+    from vtrm_gate.testing.chat import Fault
+
+    with ToolChatServer() as server:
+        async def go() -> Any:
+            async with cached_http_client(ResponseCache(redis_target.url,
+                                                        prefix=redis_target.prefix),
+                                          base_url=server.url + "/", timeout=1.0) as client:
+                agent = ToolAgent(mcqs(2), client, model="tiny",
+                                  retry=RetryPolicy(max_attempts=3, max_total_s=2.0))
+                return await agent.infer(UnitTask("Counting", "c00", "base", 0, "r", BASE, "h"))
+
+        server.inject(Fault(trickle_s=0.5))
+        res = asyncio.run(go())
+    assert res.infra and res.error == ("turn 1: deadline of 2s exceeded during attempt 1 "
+                                       "(retry.max_total_s)")
+    assert server.client_left.wait(10)  # the client hung up: the server did not stop writing
+
+
 def test_a_turn_the_server_refuses_for_its_length_is_a_wrong_answer_the_rerun_never_asks(
         redis_target: RedisTarget) -> None:
     """A context overflow is the arm's wrong answer; the cached client stored only 200s, so

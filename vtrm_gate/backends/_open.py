@@ -193,7 +193,8 @@ async def _factory(ws: Workspace, spec: str, options: RunOptions, env: Mapping[s
                                        workspace_id=ws.workspace_id)
     try:
         ab = await open_factory_backend(ws, spec, BackendContext(
-            ws, cache, options.slots, env, timeout=options.timeout), options.deadline)
+            ws, cache, options.slots, env, timeout=options.timeout, deadline=options.deadline),
+            options.deadline)
     except BaseException:
         await cache.aclose()
         raise

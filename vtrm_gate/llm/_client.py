@@ -20,16 +20,17 @@ a ``BadRequestError`` (INFRA in the gate); a body that cannot even be serialised
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, cast
 
 import httpx
 
-from .._env import DEFAULT_TIMEOUT_S, scrub_credentials, scrub_json
+from .._env import DEFAULT_DEADLINE_S, DEFAULT_TIMEOUT_S, scrub_credentials, scrub_json
 from .._ids import check_run_id
 from ..cache import KeyParts, ResponseCache, protocol_failure, run_header
-from ..errors import described, is_whole, shown
+from ..errors import described, is_real, is_whole, shown
 from ..gate import current_run_id
 from ._agent import DEFAULT_MAX_RESPONSE_BYTES, bounded_length, declared_length, parse_body
 from ._body import ACCEPT_ENCODING, BodyError, BodyTooLarge, read_body
@@ -88,8 +89,13 @@ class CachedTransport(httpx.AsyncBaseTransport):
                  transport: httpx.AsyncBaseTransport | None = None,
                  max_request_bytes: int = MAX_REQUEST_BYTES, max_tools: int = MAX_TOOLS,
                  max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
-                 secrets: Iterable[str] = ()) -> None:
+                 secrets: Iterable[str] = (), deadline: float = DEFAULT_DEADLINE_S) -> None:
         check_run_id(run_id, "cached client")
+        if not (is_real(deadline) and deadline > 0):
+            raise ValueError(f"cached client: deadline must be a number of seconds > 0, got "
+                             f"{shown(deadline)}")
+        self.deadline = float(deadline)
+        """A chat request's whole time, sent to read (httpx's timeouts are per read)."""
         for name, v in (("max_request_bytes", max_request_bytes), ("max_tools", max_tools),
                         ("max_response_bytes", max_response_bytes)):
             if not is_whole(v) or v < 1:
@@ -175,21 +181,17 @@ class CachedTransport(httpx.AsyncBaseTransport):
         async def call() -> dict[str, Any]:
             request.headers.update(run_header(self.current_run()))  # names the key's salt
             request.headers["accept-encoding"] = ACCEPT_ENCODING  # what read_body undoes
-            r = await self._send(request)
-            try:
-                content = await self._read_capped(r)
-            finally:
-                await r.aclose()
-            if r.status_code != 200:
-                refused = refusal(r.status_code, error_detail(content))
+            status, headers, content = await self._fetch(request)
+            if status != 200:
+                refused = refusal(status, error_detail(content))
                 if refused is None:
-                    raise _Uncached(r.status_code, r.headers, content)
+                    raise _Uncached(status, headers, content)
                 # the arm's own answer (the conversation overflows or trips the filter):
                 # stored, and replayed as the server said it
                 return cast(dict[str, Any], scrub_json({
-                    **refused_reply(parts.model, refused), REFUSED_STATUS: r.status_code,
+                    **refused_reply(parts.model, refused), REFUSED_STATUS: status,
                     REFUSED_BODY: content.decode("utf-8", "replace"),
-                    REFUSED_TYPE: r.headers.get("content-type", "application/json")}, scrub))
+                    REFUSED_TYPE: headers.get("content-type", "application/json")}, scrub))
             try:
                 doc = parse_body(content)
             except ValueError as exc:
@@ -219,6 +221,21 @@ class CachedTransport(httpx.AsyncBaseTransport):
         return httpx.Response(200, headers={"content-type": "application/json",
                                             CACHE_HEADER: res.source},
                               content=json.dumps(res.response).encode(), request=request)
+
+    async def _fetch(self, request: httpx.Request) -> tuple[int, httpx.Headers, bytes]:
+        """Send and read the whole reply within `deadline`; past it, `httpx.ReadTimeout`
+        (what an SDK retries): a reply trickling a byte a second never tripped the per-read
+        timeouts, and held its call for hours (h16)."""
+        try:
+            async with asyncio.timeout(self.deadline):
+                r = await self._send(request)
+                try:
+                    return r.status_code, r.headers, await self._read_capped(r)
+                finally:
+                    await r.aclose()
+        except TimeoutError:
+            raise httpx.ReadTimeout(f"no whole reply within the cached client's deadline of "
+                                    f"{self.deadline:g}s (deadline)", request=request) from None
 
     async def _read_capped(self, r: httpx.Response) -> bytes:
         """The body, raw and decoded bytes both capped; a 502 naming why otherwise."""
@@ -256,14 +273,16 @@ def cached_http_client(cache: ResponseCache, *, run_id: str = DEFAULT_RUN_ID,
                        base_url: str = "", headers: Mapping[str, str] | None = None,
                        params: Mapping[str, str] | None = None,
                        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT_S,
+                       deadline: float = DEFAULT_DEADLINE_S,
                        transport: httpx.AsyncBaseTransport | None = None,
                        secrets: Iterable[str] = (), **limits: Any) -> httpx.AsyncClient:
     """An `httpx.AsyncClient` whose chat completions go through ``cache`` (`CachedTransport`
     over ``transport``, default a real one): pass it as ``openai.AsyncOpenAI(http_client=…)``
     or use it as it is. ``run_id`` salts the calls made outside a gate task and `run_scope`;
+    ``timeout`` is httpx's (per read), ``deadline`` a chat request's whole time;
     ``limits`` (``max_request_bytes``, ``max_tools``, ``max_response_bytes``) go to the
     transport."""
     cached = CachedTransport(cache, run_id=run_id, transport=transport, secrets=secrets,
-                             **limits)
+                             deadline=deadline, **limits)
     return httpx.AsyncClient(base_url=base_url, headers=headers, params=params, timeout=timeout,
                              transport=cached)

@@ -31,6 +31,7 @@ import httpx
 
 from .._env import (
     DEFAULT_CONCURRENCY,
+    DEFAULT_DEADLINE_S,
     DEFAULT_TIMEOUT_S,
     capped,
     credential_keys,
@@ -66,6 +67,8 @@ class BackendContext:
     timeout: float = DEFAULT_TIMEOUT_S
     """Each request's timeout in seconds: the run's resolved ``timeout`` (``--timeout``, the
     config file, ``VTRM_TIMEOUT``), so a factory need not read it again."""
+    deadline: float = DEFAULT_DEADLINE_S
+    """A call's whole time in seconds, attempts and waits together: the run's ``deadline``."""
 
     def scrub(self, text: str) -> str:
         """``text`` without the environment's secrets or any credential header value."""
@@ -73,9 +76,12 @@ class BackendContext:
 
     def http_client(self, **kwargs: Any) -> httpx.AsyncClient:
         """An `httpx.AsyncClient` whose chat completions go through this workspace's cache,
-        salted with the run being answered (`cached_http_client`; ``kwargs`` go to it).
+        salted with the run being answered, each request within the run's ``timeout`` (per
+        read) and ``deadline`` (whole) (`cached_http_client`; ``kwargs`` go to it).
         Pass it as ``openai.AsyncOpenAI(base_url=..., api_key=..., http_client=...)``."""
         kwargs.setdefault("secrets", secret_values(self.env))
+        kwargs.setdefault("timeout", self.timeout)
+        kwargs.setdefault("deadline", self.deadline)
         return cached_http_client(self.cache, **kwargs)
 
 

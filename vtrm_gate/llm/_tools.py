@@ -20,7 +20,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import PurePosixPath
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import httpx
 
@@ -114,6 +114,13 @@ def content_parts(mcq: MCQ, size: int = PART_CHARS) -> list[str]:
 
 DEFAULT_MAX_TURNS = 6
 """A trajectory's turns unless ``max_turns`` (``VTRM_MAX_TURNS`` for the tool backend) says."""
+
+
+class _Retry(NamedTuple):
+    """An attempt that may be retried: why, and the server's Retry-After (None: back off)."""
+
+    why: str
+    wait: float | None
 
 
 class ToolAgent:
@@ -225,30 +232,45 @@ class ToolAgent:
 
     async def chat(self, body: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
         """One turn: (the chat completion, how the cached client served it); 429, 5xx and
-        dropped connections retried, anything else `LLMInfraError` with the server's words."""
+        dropped connections retried, anything else `LLMInfraError` with the server's words.
+        ``retry.max_total_s`` bounds the turn, attempts and waits together: httpx's timeout
+        is per read, so a reply trickling a byte a second never tripped it (h16)."""
         t0 = time.monotonic()
-        for attempt in range(1, self.retry.max_attempts + 1):
-            try:
-                r = await self.client.post("chat/completions", json=body)
-            except httpx.TransportError as exc:
-                why, wait = described(exc), None
-            else:
-                if r.status_code == 200:
-                    return self._reply(r)
-                detail = error_detail(r.content)
-                refused = refusal(r.status_code, detail)
-                if refused is not None:
-                    raise refused
-                why = f"HTTP {r.status_code}: {detail}"
-                if r.status_code not in self.retry.retry_statuses:
-                    raise LLMInfraError(why)
-                wait = parse_retry_after(r.headers.get("retry-after"))
-            delay = wait if wait is not None else self.retry.backoff(attempt, self._rng)
-            if attempt == self.retry.max_attempts or \
-                    time.monotonic() - t0 + delay > self.retry.max_total_s:
-                raise LLMInfraError(f"gave up after {attempt} attempt(s): {why}")
-            await asyncio.sleep(delay)
-        raise AssertionError("unreachable")  # the loop returns or raises
+        attempt = 0
+        try:
+            async with asyncio.timeout(self.retry.max_total_s):
+                while True:
+                    attempt += 1
+                    out = await self._attempt(body)
+                    if not isinstance(out, _Retry):
+                        return out
+                    delay = (out.wait if out.wait is not None
+                             else self.retry.backoff(attempt, self._rng))
+                    if attempt == self.retry.max_attempts or \
+                            time.monotonic() - t0 + delay > self.retry.max_total_s:
+                        raise LLMInfraError(f"gave up after {attempt} attempt(s): {out.why}")
+                    await asyncio.sleep(delay)
+        except TimeoutError:
+            raise LLMInfraError(f"deadline of {self.retry.max_total_s:g}s exceeded during "
+                                f"attempt {attempt} (retry.max_total_s)") from None
+
+    async def _attempt(self, body: Mapping[str, Any]) -> tuple[dict[str, Any], str] | _Retry:
+        """One request: the reply and how it was served, or a `_Retry`; a refusal or a
+        status not to retry raises."""
+        try:
+            r = await self.client.post("chat/completions", json=body)
+        except httpx.TransportError as exc:
+            return _Retry(described(exc), None)
+        if r.status_code == 200:
+            return self._reply(r)
+        detail = error_detail(r.content)
+        refused = refusal(r.status_code, detail)
+        if refused is not None:
+            raise refused
+        why = f"HTTP {r.status_code}: {detail}"
+        if r.status_code not in self.retry.retry_statuses:
+            raise LLMInfraError(why)
+        return _Retry(why, parse_retry_after(r.headers.get("retry-after")))
 
     @staticmethod
     def _reply(r: httpx.Response) -> tuple[dict[str, Any], str]:
@@ -375,11 +397,10 @@ def tool_backend(ctx: BackendContext) -> AgentBackend:
     key = _api_key(e)
     bare, query = base_and_query(base_url)
     client = ctx.http_client(base_url=bare.rstrip("/") + "/", params=dict(query),
-                             headers={"Authorization": f"Bearer {key}"} if key else None,
-                             timeout=ctx.timeout)
+                             headers={"Authorization": f"Bearer {key}"} if key else None)
     ws = ctx.workspace
-    agent = ToolAgent(workspace_units(ws), client, model=model,
-                      max_turns=_turns(e))
+    agent = ToolAgent(workspace_units(ws), client, model=model, max_turns=_turns(e),
+                      retry=RetryPolicy(max_attempts=3, max_total_s=ctx.deadline))
     roll = Rollout(cast(Any, agent), ws.pool, agent.units, ws.config.seed, ROLLOUT_UNITS,
                    ctx.concurrency)
 
