@@ -435,6 +435,41 @@ def test_a_cancelled_leader_does_not_strand_its_followers(redis_target: RedisTar
     assert asyncio.run(go()) == ("miss", 2)
 
 
+def test_two_processes_racing_on_one_key_both_serve_the_first_stored_answer(
+        redis_target: RedisTarget) -> None:
+    """Two clients (two processes) both missed one key and each used its own sample; the last
+    SET won, so a re-run served one process an answer it never graded (h16). The first
+    writer wins (SET NX) and the later one serves that stored answer, counted ``raced``."""
+    a, b = cache_for(redis_target), cache_for(redis_target)
+    both_missed = asyncio.Event()
+    missed = [0]
+
+    def sample(text: str, first: bool) -> Any:
+        async def call() -> Any:
+            missed[0] += 1
+            if missed[0] == 2:
+                both_missed.set()
+            await both_missed.wait()
+            if not first:  # answers after the other has stored its own
+                await asyncio.sleep(0.2)
+            return ok(text)
+        return call
+
+    async def go() -> Any:
+        try:
+            ra, rb = await asyncio.gather(a.get_or_call(parts(), sample("A", True)),
+                                          b.get_or_call(parts(), sample("B", False)))
+            return ra, rb, await cache_for(redis_target).lookup(parts())
+        finally:
+            await a.aclose()
+            await b.aclose()
+
+    ra, rb, later = asyncio.run(go())
+    assert (ra.source, rb.source) == ("miss", "miss")
+    assert ra.response == rb.response == later == ok("A")
+    assert (a.stats().writes, b.stats().writes, b.stats().raced) == (1, 0, 1)
+
+
 def test_a_failed_single_flight_fails_every_waiter_and_caches_nothing(
         redis_target: RedisTarget) -> None:
     async def go() -> list[Any]:

@@ -5,6 +5,7 @@ The server and its ``chat_server`` fixture live in `vtrm_gate.testing.chat`."""
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import gzip
 import json
 import logging
@@ -80,8 +81,13 @@ def test_mcq_is_validated() -> None:
 
 def test_retry_after_parsing() -> None:
     assert parse_retry_after("2") == 2.0 and parse_retry_after(None) is None
-    assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0
-    assert parse_retry_after("soon") is None
+    assert parse_retry_after("soon") is None and parse_retry_after("0.3") == 0.3
+    # not a delay: the usual backoff, where each had meant "retry at once" (h16)
+    for v in ("-5", "nan", "inf", "1_0", "1e400", "Wed, 21 Oct 2015 07:28:00 GMT"):
+        assert parse_retry_after(v) is None, v
+    assert parse_retry_after("9" * 30) == 1e18  # past any deadline: the call gives up
+    ahead = parse_retry_after(email.utils.formatdate(time.time() + 30, usegmt=True))
+    assert ahead is not None and 20 < ahead <= 30
 
 
 # ---- answering ------------------------------------------------------------------------
@@ -315,6 +321,8 @@ VALID = ('{"choices": [{"index": 0, "finish_reason": "stop", "message": {"role":
     (VALID % ("NaN", ""), "non-finite number NaN"),
     (VALID % ("-Infinity", ""), "non-finite number -Infinity"),
     (VALID % ("1", ', "extra": [1, Infinity]'), "non-finite number Infinity"),
+    # a number past every float: accepted, never cached, served as invalid JSON (h16)
+    (VALID % ("1", ', "created": 1e999'), "non-finite number 1e999"),
     ("[" * 200_000 + "]" * 200_000, "nested too deeply"),
     (VALID % ("1", ', "extra": ' + "[" * 200_000 + "]" * 200_000), "nested too deeply"),
 ])

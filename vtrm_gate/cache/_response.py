@@ -87,7 +87,9 @@ class CacheStats:
     because they failed validation or have no JSON form; ``refused``: responses Redis would
     not store (full at ``maxmemory`` under ``noeviction``, or a read-only replica) while it
     served reads; ``too_large``: responses whose entry is larger than the server takes (its
-    ``proto-max-bulk-len``: it closed the connection on the write and answered the next).
+    ``proto-max-bulk-len``: it closed the connection on the write and answered the next);
+    ``raced``: misses another process had answered and stored meanwhile, whose stored
+    answer was served (the first writer wins, so a re-run replays what was graded).
     """
 
     hits: int = 0
@@ -101,6 +103,7 @@ class CacheStats:
     not_cached: int = 0
     refused: int = 0
     too_large: int = 0
+    raced: int = 0
 
     @property
     def calls(self) -> int:
@@ -140,6 +143,7 @@ class _Counters:
     not_cached: int = 0
     refused: int = 0
     too_large: int = 0
+    raced: int = 0
 
 
 @dataclass(frozen=True)
@@ -444,8 +448,9 @@ class ResponseCache:
         return self._decode(raw, validate, parts, self._c(run))
 
     async def store(self, parts: KeyParts, resp: Response, validate: Validator = validate_response,
-                    run_id: str | None = None) -> bool:
-        """Write ``resp`` with the TTL in one ``SET ... EX`` if it validates; True if written."""
+                    run_id: str | None = None, *, only_new: bool = False) -> bool:
+        """Write ``resp`` with the TTL in one ``SET ... EX`` if it validates; True if written.
+        ``only_new``: not over an entry another writer stored meanwhile (``NX``)."""
         run = run_id if run_id is not None else parts.salt
         if validate(resp) is not None:
             self._c(run).not_cached += 1
@@ -457,8 +462,8 @@ class ResponseCache:
         if not self.enabled or self._skip():
             return False
         write = _set if len(value) <= MIN_BULK_LIMIT else _set_large
-        ok, out = await self._op(run, lambda r: write(r, key, value, self.ttl))
-        if not ok:
+        ok, out = await self._op(run, lambda r: write(r, key, value, self.ttl, only_new))
+        if not ok or out is False:  # False: NX, another writer's entry stands
             return False
         if isinstance(out, _TooLarge):
             self._too_large(run, len(value), out.error)
@@ -552,7 +557,13 @@ class ResponseCache:
             return CacheResult(stored, "hit", key)
         c.misses += 1
         resp = await call()
-        await self.store(parts, resp, validate, run)
+        if not await self.store(parts, resp, validate, run, only_new=raw is None) and raw is None:
+            # another process stored the same call meanwhile: its entry stands (first
+            # writer wins) and is served here too, so every re-run replays what was graded
+            winner = await self.lookup(parts, validate, run)
+            if winner is not None:
+                c.raced += 1
+                return CacheResult(winner, "miss", key)
         return CacheResult(resp, "miss", key)
 
     # -- debug ------------------------------------------------------------------------
@@ -600,11 +611,12 @@ def _refusal_advice(exc: RedisError) -> str:
     return "it is a read-only replica: point REDIS_URL at the primary"
 
 
-async def _set(r: cluster.Client, key: str, value: bytes, ttl: int) -> bool | _WriteRefused:
-    """``SET key value EX ttl``, or the refusal of a server that is up but takes no writes
-    (it serves reads, so it is no outage)."""
+async def _set(r: cluster.Client, key: str, value: bytes, ttl: int,
+               only_new: bool = False) -> bool | _WriteRefused:
+    """``SET key value EX ttl`` (``NX`` when ``only_new``: False if the key exists), or the
+    refusal of a server that is up but takes no writes (it serves reads: no outage)."""
     try:
-        return bool(await r.set(key, value, ex=ttl))
+        return bool(await r.set(key, value, ex=ttl, nx=only_new))
     except (OutOfMemoryError, ReadOnlyError) as exc:
         return _WriteRefused(exc)
     except ResponseError as exc:
@@ -621,13 +633,13 @@ class _TooLarge:
     error: BaseException
 
 
-async def _set_large(r: cluster.Client, key: str, value: bytes, ttl: int
-                     ) -> bool | _WriteRefused | _TooLarge:
+async def _set_large(r: cluster.Client, key: str, value: bytes, ttl: int,
+                     only_new: bool = False) -> bool | _WriteRefused | _TooLarge:
     """`_set` of a value over `MIN_BULK_LIMIT`: a failure the server answers a PING after is
     the value's size, not an outage (asking ``CONFIG GET proto-max-bulk-len`` first fails
     where CONFIG is not allowed, and goes stale when the limit changes)."""
     try:
-        return await _set(r, key, value, ttl)
+        return await _set(r, key, value, ttl, only_new)
     except REDIS_FAILURES as exc:
         try:
             await r.ping()

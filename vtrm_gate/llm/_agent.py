@@ -17,6 +17,7 @@ import contextlib
 import email.utils
 import json
 import logging
+import math
 import os
 import random
 import re
@@ -121,6 +122,15 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"non-finite number {name}")
 
 
+def _finite_float(text: str) -> float:
+    """A JSON number as a float, refused when it overflows to infinity (``1e999``: it slipped
+    past the NaN/Infinity check, was served as invalid JSON and never cached, h16)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"non-finite number {text[:40]}")
+    return value
+
+
 def declared_length(headers: httpx.Headers) -> int | None:
     """A message's Content-Length as a whole number; None when absent or not one ("²" passes
     ``isdigit`` but not ``int``); past 18 digits 10**18, over any cap (``int`` of 4,301
@@ -136,13 +146,14 @@ def bounded_length(headers: httpx.Headers) -> str:
 
 
 def parse_body(data: bytes, *, replace_lone_surrogates: bool = True) -> Any:
-    """A response body as JSON; ValueError naming the fault (not JSON, NaN/Infinity, nested
-    too deeply) instead of a float the cache cannot store or a RecursionError. A lone
+    """A response body as JSON; ValueError naming the fault (not JSON, NaN/Infinity or a
+    number past every float, nested too deeply) instead of a float the cache cannot store or
+    a RecursionError. A lone
     surrogate escaped in a string (a gateway that cut an emoji's UTF-16 pair) reads as
     U+FFFD, as a broken UTF-8 byte would: a reply's text reaches files, keys and SQLite
     (``replace_lone_surrogates=False``: kept, for a request keyed as it was sent)."""
     try:
-        doc = json.loads(data, parse_constant=_reject_constant)
+        doc = json.loads(data, parse_constant=_reject_constant, parse_float=_finite_float)
         if replace_lone_surrogates and _SURROGATE_ESCAPE.search(data):
             return _without_lone_surrogates(doc)
         return doc
@@ -226,19 +237,23 @@ class RetryPolicy:
         return d * (1 - self.jitter * rng.random())
 
 
+_DELAY_SECONDS = re.compile(r"[0-9]+(\.[0-9]+)?")
+
+
 def parse_retry_after(value: str | None) -> float | None:
-    """``Retry-After`` in seconds (delta-seconds or an HTTP date), or None."""
-    if not value:
-        return None
+    """``Retry-After`` in seconds: delta-seconds (RFC 9110's digits; a decimal fraction
+    taken too) or an HTTP date still ahead; None (the caller backs off as usual) for
+    anything else. A negative number, ``nan`` or a date in the past had meant "retry at
+    once", with no backoff (h16)."""
+    v = (value or "").strip()
+    if _DELAY_SECONDS.fullmatch(v):
+        return float(v) if len(v) <= 18 else 1e18  # past any deadline
     try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+        when = email.utils.parsedate_to_datetime(v)
+    except (TypeError, ValueError, IndexError):
         return None
-    return max(0.0, when.timestamp() - time.time())
+    ahead = when.timestamp() - time.time()
+    return ahead if ahead > 0 else None
 
 
 @dataclass(frozen=True)
