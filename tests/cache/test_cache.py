@@ -1091,6 +1091,38 @@ def test_answers_that_arrive_after_a_redis_stall_are_stored(tmp_path: Path) -> N
 
 
 
+def test_a_call_that_bypassed_a_stalled_redis_keeps_another_processes_stored_answer(
+        tmp_path: Path) -> None:
+    """First writer wins on the bypass path too (h18): A's lookup timed out in a stall, B
+    (another process) then missed, answered "B" and stored it; A's later answer "A"
+    overwrote it, so a re-run served B an answer it never graded."""
+    with RedisServer(tmp_path, persist=False) as server:
+        a = ResponseCache(server.url, socket_timeout=0.2, retry_interval=0.3)
+        b = ResponseCache(server.url)
+        pid = server.pid
+        assert pid is not None
+
+        async def go() -> tuple[Any, Any, Any]:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+                try:
+                    first = asyncio.ensure_future(a.get_or_call(parts(), Counting(ok("A"), 1.5)))
+                    await asyncio.sleep(0.6)  # A's lookup has timed out by now
+                finally:
+                    os.kill(pid, signal.SIGCONT)
+                rb = await b.get_or_call(parts(), Counting(ok("B")))
+                ra = await first
+                return ra, rb, await b.lookup(parts())
+            finally:
+                await a.aclose()
+                await b.aclose()
+
+        ra, rb, later = asyncio.run(go())
+    assert (ra.source, rb.source) == ("bypass", "miss")
+    assert ra.response == rb.response == later == ok("B")
+    assert (a.stats().raced, a.stats().writes, b.stats().writes) == (1, 0, 1)
+
+
 @pytest.mark.parametrize("user", ["default", "no CONFIG"])
 def test_a_reply_over_the_servers_bulk_limit_is_served_uncached_not_an_outage(
         tmp_path: Path, caplog: pytest.LogCaptureFixture, user: str) -> None:

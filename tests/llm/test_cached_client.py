@@ -282,6 +282,12 @@ def test_a_reply_that_trickles_ends_at_the_clients_deadline_never_stored(
     assert cache.stats().writes == 0
     with pytest.raises(ValueError, match="deadline must be a number of seconds > 0, got 0"):
         cached_http_client(cache, deadline=0)
+    # a raised read timeout raises the default deadline with it: a steady 300 s reply of a
+    # slow model under timeout=600 is not cut at 180 s (h18)
+    deadlines = [cached_http_client(cache, **kw)._transport.deadline  # type: ignore[attr-defined]  # the CachedTransport
+                 for kw in ({}, {"timeout": 600}, {"timeout": httpx.Timeout(5, read=900)},
+                            {"timeout": 600, "deadline": 30}, {"timeout": None})]
+    assert deadlines == [180.0, 600.0, 900.0, 30.0, 180.0]
 
 
 # ---- bad input ---------------------------------------------------------------------------

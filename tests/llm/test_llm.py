@@ -90,6 +90,21 @@ def test_retry_after_parsing() -> None:
     assert ahead is not None and 20 < ahead <= 30
 
 
+def test_an_asctime_retry_after_is_gmt_whatever_the_local_zone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its form carries no zone and was read as local time: 60 s ahead read as 18,059 s in
+    New York (h18)."""
+    asctime = time.strftime("%a %b %d %H:%M:%S %Y", time.gmtime(time.time() + 60))
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        ahead = parse_retry_after(asctime)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert ahead is not None and 50 < ahead <= 60
+
+
 # ---- answering ------------------------------------------------------------------------
 
 
@@ -321,7 +336,8 @@ VALID = ('{"choices": [{"index": 0, "finish_reason": "stop", "message": {"role":
     (VALID % ("NaN", ""), "non-finite number NaN"),
     (VALID % ("-Infinity", ""), "non-finite number -Infinity"),
     (VALID % ("1", ', "extra": [1, Infinity]'), "non-finite number Infinity"),
-    # a number past every float: accepted, never cached, served as invalid JSON (h16)
+    # a number past every float: it had been accepted, never cached, and served by the
+    # cached client as invalid JSON (h16); now malformed, like NaN
     (VALID % ("1", ', "created": 1e999'), "non-finite number 1e999"),
     ("[" * 200_000 + "]" * 200_000, "nested too deeply"),
     (VALID % ("1", ', "extra": ' + "[" * 200_000 + "]" * 200_000), "nested too deeply"),

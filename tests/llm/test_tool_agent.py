@@ -265,10 +265,11 @@ def test_a_reply_that_trickles_ends_at_the_turns_deadline_not_never(
                                   retry=RetryPolicy(max_attempts=3, max_total_s=2.0))
                 return await agent.infer(UnitTask("Counting", "c00", "base", 0, "r", BASE, "h"))
 
-        server.inject(Fault(trickle_s=0.5))
+        server.inject(Fault(status=503, retry_after="0", message="busy"), Fault(trickle_s=0.5))
         res = asyncio.run(go())
-    assert res.infra and res.error == ("turn 1: deadline of 2s exceeded during attempt 1 "
-                                       "(retry.max_total_s)")
+    # the earlier attempt's cause is kept (h18: it was dropped)
+    assert res.infra and res.error == ("turn 1: deadline of 2s exceeded during attempt 2 "
+                                       "(retry.max_total_s; attempt 1: HTTP 503: busy)")
     assert server.client_left.wait(10)  # the client hung up: the server did not stop writing
 
 

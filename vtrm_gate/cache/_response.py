@@ -448,9 +448,14 @@ class ResponseCache:
         return self._decode(raw, validate, parts, self._c(run))
 
     async def store(self, parts: KeyParts, resp: Response, validate: Validator = validate_response,
-                    run_id: str | None = None, *, only_new: bool = False) -> bool:
-        """Write ``resp`` with the TTL in one ``SET ... EX`` if it validates; True if written.
-        ``only_new``: not over an entry another writer stored meanwhile (``NX``)."""
+                    run_id: str | None = None) -> bool:
+        """Write ``resp`` with the TTL in one ``SET ... EX`` if it validates; True if written."""
+        return await self._store(parts, resp, validate, run_id) is True
+
+    async def _store(self, parts: KeyParts, resp: Response, validate: Validator,
+                     run_id: str | None, only_new: bool = False) -> bool | None:
+        """`store`; with ``only_new`` not over an entry another writer stored meanwhile
+        (``NX``): None when one stood, False when nothing was written for another reason."""
         run = run_id if run_id is not None else parts.salt
         if validate(resp) is not None:
             self._c(run).not_cached += 1
@@ -463,8 +468,10 @@ class ResponseCache:
             return False
         write = _set if len(value) <= MIN_BULK_LIMIT else _set_large
         ok, out = await self._op(run, lambda r: write(r, key, value, self.ttl, only_new))
-        if not ok or out is False:  # False: NX, another writer's entry stands
+        if not ok:
             return False
+        if out is False:  # NX: another writer's entry stands
+            return None
         if isinstance(out, _TooLarge):
             self._too_large(run, len(value), out.error)
             return False
@@ -546,10 +553,9 @@ class ResponseCache:
         ok, raw = (False, None) if self._skip() else await self._op(run, lambda r: _get(r, key))
         if not ok:
             c.bypassed += 1
-            resp = await call()
             # Redis may be back by the time the answer is: a stall shorter than the call
             # (a failover's pause) must not leave it for a re-run to pay again
-            await self.store(parts, resp, validate, run)
+            resp = await self._first_written(parts, await call(), validate, run, c)
             return CacheResult(resp, "bypass", key)
         stored = None if raw is None else self._decode(raw, validate, parts, c)
         if stored is not None:
@@ -557,14 +563,23 @@ class ResponseCache:
             return CacheResult(stored, "hit", key)
         c.misses += 1
         resp = await call()
-        if not await self.store(parts, resp, validate, run, only_new=raw is None) and raw is None:
-            # another process stored the same call meanwhile: its entry stands (first
-            # writer wins) and is served here too, so every re-run replays what was graded
-            winner = await self.lookup(parts, validate, run)
-            if winner is not None:
-                c.raced += 1
-                return CacheResult(winner, "miss", key)
-        return CacheResult(resp, "miss", key)
+        if raw is not None:  # a malformed or mismatched entry: replaced
+            await self.store(parts, resp, validate, run)
+            return CacheResult(resp, "miss", key)
+        return CacheResult(await self._first_written(parts, resp, validate, run, c), "miss", key)
+
+    async def _first_written(self, parts: KeyParts, resp: Response, validate: Validator,
+                             run: str, c: _Counters) -> Response:
+        """Store ``resp`` unless another process stored the same call meanwhile (``NX``):
+        then its entry stands (the first writer wins) and is served here too, so every
+        re-run replays what was graded (the last writer won, h16)."""
+        if await self._store(parts, resp, validate, run, only_new=True) is not None:
+            return resp
+        winner = await self.lookup(parts, validate, run)
+        if winner is None or winner == resp:  # gone since, or our own SET retried by redis-py
+            return resp
+        c.raced += 1
+        return winner
 
     # -- debug ------------------------------------------------------------------------
 

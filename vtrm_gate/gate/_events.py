@@ -197,6 +197,11 @@ def wanted_events(sub: object) -> tuple[type[GateEvent], ...]:
     return tuple(k for k in EVENT_KINDS if issubclass(k, tuple(kinds)))
 
 
+_DELIVERING: contextvars.ContextVar[_Bus | None] = contextvars.ContextVar(
+    "vtrm_gate_delivering", default=None)
+"""The bus whose subscriber the running code is (`_Bus.delivering`)."""
+
+
 class _Bus:
     """Fan-out with one queue and one pump task per subscriber.
 
@@ -223,7 +228,6 @@ class _Bus:
         self.max_backlog, self.close_timeout_s = max_backlog, close_timeout_s
         self.dropped = [0] * len(self._subs)
         self.errors = [0] * len(self._subs)
-        self.cut_off = 0  # subscribers `close` cancelled
 
     def wants(self, kind: type[GateEvent]) -> bool:
         """Does anyone take events of ``kind`` (an inline recorder takes all)?"""
@@ -243,6 +247,7 @@ class _Bus:
             self._pumps.append(asyncio.ensure_future(self._pump(i, sub, q)))
 
     async def _pump(self, i: int, sub: Subscriber, q: deque[GateEvent | None]) -> None:
+        _DELIVERING.set(self)  # this pump's own context: the tasks it starts copy it
         loop = asyncio.get_running_loop()
         while True:
             while q:
@@ -272,9 +277,11 @@ class _Bus:
                 f"{type(ev).__name__}); the gate keeps running and later errors of this "
                 f"subscriber are not reported again", SubscriberWarning, stacklevel=1)
 
-    def delivers_in(self, task: asyncio.Task[Any] | None) -> bool:
-        """Is ``task`` one of this bus's pumps (a subscriber's code runs in it)?"""
-        return task is not None and task in self._pumps
+    def delivering(self) -> bool:
+        """Does the running code belong to one of this bus's subscribers (its pump, or a task
+        it started: ``wait_for``, ``gather``)? A context variable the pump sets, which the
+        tasks it starts inherit."""
+        return _DELIVERING.get() is self
 
     def publish(self, ev: GateEvent) -> None:
         for record in self._inline:
@@ -304,7 +311,6 @@ class _Bus:
                 waiter.set_result(None)
         if self._pumps:
             _, late = await asyncio.wait(self._pumps, timeout=self.close_timeout_s)
-            self.cut_off = len(late)
             for t in late:
                 t.cancel()
             if late:  # bounded again: a subscriber may swallow the cancellation

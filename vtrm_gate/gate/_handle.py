@@ -124,10 +124,11 @@ class GateHandle:
         """The result. As awaiting any asyncio task: a waiter cancelled (Jupyter's Stop on
         ``await handle``, an ``asyncio.wait_for`` timeout) cancels the gate, so a stopped
         cell stops its calls; ``asyncio.wait([handle.task], timeout=...)`` waits without.
-        A subscriber of this gate that awaits it is shielded: its cut-off at the gate's end
-        must not cancel the gate it is part of."""
+        A subscriber of this gate that awaits it (directly, in ``wait_for`` or ``gather``)
+        is shielded: its cut-off at the gate's end must not cancel the gate it is part of.
+        Awaiting ``handle.task`` itself is asyncio's plain rule: its cancel reaches the gate."""
         me = asyncio.current_task()
-        inside = self._gate.bus.delivers_in(me)
+        inside = self._gate.bus.delivering()
         try:
             return await (asyncio.shield(self.task) if inside else self.task)
         except asyncio.CancelledError:

@@ -406,16 +406,7 @@ class _Gate:
             raise
         result = self.final = self._result()
         self.bus.publish(GateFinished(self.now(), result))
-        cancels = await _to_the_end(self.bus.close(), reraise_cancel=False)
-        if cancels and not self.bus.cut_off:
-            raise asyncio.CancelledError
-        # A cancel while late subscribers were cut off can be that cut-off reaching this
-        # gate through a subscriber that waits for it (wait_for(handle), handle.task): the
-        # gate had finished, so its result stands.
-        me = asyncio.current_task()
-        while me is not None and cancels:
-            me.uncancel()
-            cancels -= 1
+        await _to_the_end(self.bus.close())
         return result
 
     def _room(self) -> int:
@@ -724,25 +715,23 @@ STOP_GRACE_S = 10.0
 ignores its cancellation is then left running detached, counted as cancelled."""
 
 
-async def _to_the_end(coro: Awaitable[None], reraise_cancel: bool = True) -> int:
-    """Await ``coro`` to completion even when the caller is cancelled (again) meanwhile;
-    returns how many cancels it absorbed.
+async def _to_the_end(coro: Awaitable[None], reraise_cancel: bool = True) -> None:
+    """Await ``coro`` to completion even when the caller is cancelled (again) meanwhile.
 
     The cancel is not lost: with ``reraise_cancel`` one CancelledError follows the end.
     """
     task = asyncio.ensure_future(coro)
-    cancels = 0
+    cancelled = False
     while not task.done():
         try:
             await asyncio.shield(task)
         except asyncio.CancelledError:
             if task.done():
                 raise
-            cancels += 1
+            cancelled = True
     task.result()
-    if cancels and reraise_cancel:
+    if cancelled and reraise_cancel:
         raise asyncio.CancelledError
-    return cancels
 
 
 def _count_completion(c: TypeCounters, res: UnitResult) -> None:

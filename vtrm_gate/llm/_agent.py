@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import email.utils
 import json
 import logging
@@ -252,6 +253,8 @@ def parse_retry_after(value: str | None) -> float | None:
         when = email.utils.parsedate_to_datetime(v)
     except (TypeError, ValueError, IndexError):
         return None
+    if when.tzinfo is None:  # asctime's form carries no zone: HTTP dates are GMT
+        when = when.replace(tzinfo=datetime.UTC)
     ahead = when.timestamp() - time.time()
     return ahead if ahead > 0 else None
 

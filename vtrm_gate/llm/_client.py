@@ -30,7 +30,7 @@ import httpx
 from .._env import DEFAULT_DEADLINE_S, DEFAULT_TIMEOUT_S, scrub_credentials, scrub_json
 from .._ids import check_run_id
 from ..cache import KeyParts, ResponseCache, protocol_failure, run_header
-from ..errors import described, is_real, is_whole, shown
+from ..errors import described, is_number, is_real, is_whole, shown
 from ..gate import current_run_id
 from ._agent import DEFAULT_MAX_RESPONSE_BYTES, bounded_length, declared_length, parse_body
 from ._body import ACCEPT_ENCODING, BodyError, BodyTooLarge, read_body
@@ -273,16 +273,20 @@ def cached_http_client(cache: ResponseCache, *, run_id: str = DEFAULT_RUN_ID,
                        base_url: str = "", headers: Mapping[str, str] | None = None,
                        params: Mapping[str, str] | None = None,
                        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT_S,
-                       deadline: float = DEFAULT_DEADLINE_S,
+                       deadline: float | None = None,
                        transport: httpx.AsyncBaseTransport | None = None,
                        secrets: Iterable[str] = (), **limits: Any) -> httpx.AsyncClient:
     """An `httpx.AsyncClient` whose chat completions go through ``cache`` (`CachedTransport`
     over ``transport``, default a real one): pass it as ``openai.AsyncOpenAI(http_client=…)``
     or use it as it is. ``run_id`` salts the calls made outside a gate task and `run_scope`;
-    ``timeout`` is httpx's (per read), ``deadline`` a chat request's whole time;
-    ``limits`` (``max_request_bytes``, ``max_tools``, ``max_response_bytes``) go to the
-    transport."""
+    ``timeout`` is httpx's (per read), ``deadline`` a chat request's whole time (None: the
+    run's default, 180 s, or the read timeout if longer: a steady reply within a raised
+    ``timeout`` is never cut); ``limits`` (``max_request_bytes``, ``max_tools``,
+    ``max_response_bytes``) go to the transport."""
+    read = timeout.read if isinstance(timeout, httpx.Timeout) else timeout
+    whole = deadline if deadline is not None else max(
+        DEFAULT_DEADLINE_S, float(read) if is_number(read) and is_real(read) else 0.0)
     cached = CachedTransport(cache, run_id=run_id, transport=transport, secrets=secrets,
-                             deadline=deadline, **limits)
+                             deadline=whole, **limits)
     return httpx.AsyncClient(base_url=base_url, headers=headers, params=params, timeout=timeout,
                              transport=cached)

@@ -235,8 +235,8 @@ class ToolAgent:
         dropped connections retried, anything else `LLMInfraError` with the server's words.
         ``retry.max_total_s`` bounds the turn, attempts and waits together: httpx's timeout
         is per read, so a reply trickling a byte a second never tripped it (h16)."""
-        t0 = time.monotonic()
-        attempt = 0
+        loop = asyncio.get_running_loop()
+        t0, attempt, last = loop.time(), 0, ""
         try:
             async with asyncio.timeout(self.retry.max_total_s):
                 while True:
@@ -244,15 +244,16 @@ class ToolAgent:
                     out = await self._attempt(body)
                     if not isinstance(out, _Retry):
                         return out
+                    last = f"; attempt {attempt}: {out.why}"
                     delay = (out.wait if out.wait is not None
                              else self.retry.backoff(attempt, self._rng))
                     if attempt == self.retry.max_attempts or \
-                            time.monotonic() - t0 + delay > self.retry.max_total_s:
+                            loop.time() - t0 + delay > self.retry.max_total_s:
                         raise LLMInfraError(f"gave up after {attempt} attempt(s): {out.why}")
                     await asyncio.sleep(delay)
         except TimeoutError:
             raise LLMInfraError(f"deadline of {self.retry.max_total_s:g}s exceeded during "
-                                f"attempt {attempt} (retry.max_total_s)") from None
+                                f"attempt {attempt} (retry.max_total_s{last})") from None
 
     async def _attempt(self, body: Mapping[str, Any]) -> tuple[dict[str, Any], str] | _Retry:
         """One request: the reply and how it was served, or a `_Retry`; a refusal or a

@@ -148,7 +148,8 @@ def _wrapped(text: str) -> str:
     """``text`` in lines of at most `TITLE_CHARS` (its own line breaks kept): a long claim
     ran off the figure (a 12-type run's training curve, 14 px past its edge)."""
     return "\n".join(line for part in text.split("\n")
-                     for line in textwrap.wrap(part, TITLE_CHARS, break_on_hyphens=False))
+                     for line in textwrap.wrap(part, TITLE_CHARS, break_on_hyphens=False)
+                     or [""])
 
 
 CURVE_COLUMNS = ("epoch", "task_type", "true", "measured", "accepted", "provisional",
