@@ -1123,6 +1123,39 @@ def test_a_call_that_bypassed_a_stalled_redis_keeps_another_processes_stored_ans
     assert (a.stats().raced, a.stats().writes, b.stats().writes) == (1, 0, 1)
 
 
+def test_a_call_that_bypassed_a_stalled_redis_replaces_a_malformed_entry(
+        tmp_path: Path) -> None:
+    """Over an entry that is not one (an older schema's, garbage), the bypass path's NX write
+    failed and the answer was never stored: the next call paid again and served another
+    sample (h19). It replaces such an entry, as a miss does."""
+    with RedisServer(tmp_path, persist=False) as server:
+        a = ResponseCache(server.url, socket_timeout=0.2, retry_interval=0.3)
+        pid = server.pid
+        assert pid is not None
+        admin = redis.Redis.from_url(server.url)
+        admin.set(parts().key(a.prefix), b"garbage")
+        admin.close()
+        call = Counting(ok("A"), 1.5)
+
+        async def go() -> tuple[Any, Any]:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+                try:
+                    first = asyncio.ensure_future(a.get_or_call(parts(), call))
+                    await asyncio.sleep(0.6)
+                finally:
+                    os.kill(pid, signal.SIGCONT)
+                ra = await first
+                await asyncio.sleep(0.4)  # past the retry interval: Redis is used again
+                return ra, await a.get_or_call(parts(), Counting(ok("A2")))
+            finally:
+                await a.aclose()
+
+        ra, again = asyncio.run(go())
+    assert (ra.source, again.source) == ("bypass", "hit")
+    assert ra.response == again.response == ok("A") and call.calls == 1
+
+
 @pytest.mark.parametrize("user", ["default", "no CONFIG"])
 def test_a_reply_over_the_servers_bulk_limit_is_served_uncached_not_an_outage(
         tmp_path: Path, caplog: pytest.LogCaptureFixture, user: str) -> None:

@@ -39,12 +39,11 @@ def test_a_timed_wait_stops_the_gate_as_for_any_task_and_asyncio_wait_does_not()
     assert finished.aborted is None and finished.outcomes["A"].action == "ACCEPT"
 
 
-@pytest.mark.parametrize("how", ["await handle", "wait_for", "gather"])
+@pytest.mark.parametrize("how", ["await handle", "wait_for", "gather", "handle.task"])
 def test_an_async_subscriber_that_awaits_the_handle_is_cut_off_not_a_hang(how):
     """Its pump, cut off at the end, cancelled the gate it was awaiting, which was waiting on
     that pump: neither ended, and ``cancel()`` freed nothing. Then (h14), waited for through
-    wait_for or gather, the cut-off left a finished gate's task cancelled. (Awaiting
-    ``handle.task`` itself is asyncio's rule: docs/api.md.)"""
+    wait_for, gather or the task, the cut-off left a finished gate's task cancelled."""
     async def main():
         handle = None
 
@@ -53,6 +52,8 @@ def test_an_async_subscriber_that_awaits_the_handle_is_cut_off_not_a_hang(how):
                 await handle
             elif how == "wait_for":
                 await asyncio.wait_for(handle, 10_000)
+            elif how == "handle.task":
+                await handle.task
             else:
                 await asyncio.gather(handle)
 
@@ -184,3 +185,47 @@ def test_a_callers_timeout_or_cancel_during_the_subscribers_cut_off_is_not_swall
 
     with pytest.warns(SubscriberWarning):
         run(main())
+
+
+def test_a_subscriber_awaiting_the_task_of_its_own_run_gate_keeps_its_result():
+    """No handle: ``t = ensure_future(run_gate(..., subscribers=[sub]))`` with ``sub``
+    awaiting ``t``. The cut-off's cancel reached the finished gate and ``await t`` raised
+    CancelledError (h19); the gate knows that cancel for its own (its message)."""
+    async def main():
+        task = None
+
+        async def sub(ev):
+            await task
+
+        task = asyncio.ensure_future(run_gate([TypePlan("A", UNITS[:20])], _slow_wins,
+                                              subscribers=[sub]))
+        return await task
+
+    with pytest.warns(SubscriberWarning, match="cancelled 1 s after the gate ended"):
+        res = run(main())
+    assert res.aborted is None and res.outcomes["A"].action == "ACCEPT"
+
+
+def test_a_gate_launched_by_a_subscriber_is_no_subscriber_of_the_outer_gate():
+    """The mark that shields a subscriber's own waits leaked into a gate the subscriber
+    launched: its calls awaiting the outer handle were shielded, so cancelling the inner
+    gate no longer reached the outer one, as asyncio's rule has it (h19)."""
+    async def main():
+        outer, inner = None, []
+
+        async def wait_for_outer(task):
+            await outer
+            return UnitResult(correct=True)
+
+        def launch_inner(ev):
+            if type(ev).__name__ == "GateStarted":
+                inner.append(launch([TypePlan("B", UNITS[:4])], wait_for_outer))
+
+        outer = launch([TypePlan("A", UNITS)], _slow_wins, subscribers=[launch_inner])
+        await asyncio.sleep(1)
+        inner[0].cancel()
+        await asyncio.wait([outer.task, inner[0].task], timeout=3600)
+        return outer
+
+    outer = run(main())
+    assert outer.done() and outer.result().aborted is not None

@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 import httpx
+import numpy as np
 import openai
 import pytest
 import redis
@@ -286,8 +287,9 @@ def test_a_reply_that_trickles_ends_at_the_clients_deadline_never_stored(
     # slow model under timeout=600 is not cut at 180 s (h18)
     deadlines = [cached_http_client(cache, **kw)._transport.deadline  # type: ignore[attr-defined]  # the CachedTransport
                  for kw in ({}, {"timeout": 600}, {"timeout": httpx.Timeout(5, read=900)},
-                            {"timeout": 600, "deadline": 30}, {"timeout": None})]
-    assert deadlines == [180.0, 600.0, 900.0, 30.0, 180.0]
+                            {"timeout": 600, "deadline": 30}, {"timeout": None},
+                            {"timeout": np.float32(600)}, {"timeout": (5, 900, 5, 5)})]
+    assert deadlines == [180.0, 600.0, 900.0, 30.0, 180.0, 600.0, 900.0]  # numpy, tuple: h19
 
 
 # ---- bad input ---------------------------------------------------------------------------

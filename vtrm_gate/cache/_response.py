@@ -88,8 +88,8 @@ class CacheStats:
     not store (full at ``maxmemory`` under ``noeviction``, or a read-only replica) while it
     served reads; ``too_large``: responses whose entry is larger than the server takes (its
     ``proto-max-bulk-len``: it closed the connection on the write and answered the next);
-    ``raced``: misses another process had answered and stored meanwhile, whose stored
-    answer was served (the first writer wins, so a re-run replays what was graded).
+    ``raced``: misses and bypasses another process had answered and stored meanwhile, whose
+    stored answer was served (the first writer wins, so a re-run replays what was graded).
     """
 
     hits: int = 0
@@ -576,7 +576,11 @@ class ResponseCache:
         if await self._store(parts, resp, validate, run, only_new=True) is not None:
             return resp
         winner = await self.lookup(parts, validate, run)
-        if winner is None or winner == resp:  # gone since, or our own SET retried by redis-py
+        if winner is None:  # gone since, or not an entry (an old schema's): replaced (h19)
+            await self.store(parts, resp, validate, run)
+            return resp
+        if winner == resp:  # our own SET, retried by redis-py after a lost reply
+            c.writes += 1
             return resp
         c.raced += 1
         return winner

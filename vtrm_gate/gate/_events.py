@@ -197,6 +197,9 @@ def wanted_events(sub: object) -> tuple[type[GateEvent], ...]:
     return tuple(k for k in EVENT_KINDS if issubclass(k, tuple(kinds)))
 
 
+CUT_OFF = "vtrm_gate: a late subscriber cut off at the gate's end"
+"""The message of the cancel `_Bus.close` cuts a late subscriber off with."""
+
 _DELIVERING: contextvars.ContextVar[_Bus | None] = contextvars.ContextVar(
     "vtrm_gate_delivering", default=None)
 """The bus whose subscriber the running code is (`_Bus.delivering`)."""
@@ -312,7 +315,8 @@ class _Bus:
         if self._pumps:
             _, late = await asyncio.wait(self._pumps, timeout=self.close_timeout_s)
             for t in late:
-                t.cancel()
+                t.cancel(msg=CUT_OFF)  # marked: a subscriber awaiting the gate's own task
+                # passes this cancel to the gate, which knows it for its own (`_to_the_end`)
             if late:  # bounded again: a subscriber may swallow the cancellation
                 await asyncio.wait(late, timeout=self.close_timeout_s)
         for i, (sub, pump) in enumerate(zip(self._subs, self._pumps, strict=True)):

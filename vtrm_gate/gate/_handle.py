@@ -125,8 +125,9 @@ class GateHandle:
         ``await handle``, an ``asyncio.wait_for`` timeout) cancels the gate, so a stopped
         cell stops its calls; ``asyncio.wait([handle.task], timeout=...)`` waits without.
         A subscriber of this gate that awaits it (directly, in ``wait_for`` or ``gather``)
-        is shielded: its cut-off at the gate's end must not cancel the gate it is part of.
-        Awaiting ``handle.task`` itself is asyncio's plain rule: its cancel reaches the gate."""
+        is shielded: its cut-off at the gate's end must not cancel the gate it is part of
+        (one awaiting ``handle.task`` passes the cut-off's marked cancel, which the gate
+        undoes: `_to_the_end`)."""
         me = asyncio.current_task()
         inside = self._gate.bus.delivering()
         try:

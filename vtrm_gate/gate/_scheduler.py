@@ -45,8 +45,10 @@ from ._dispatch import (
     resolve_dispatch,
 )
 from ._events import (
+    _DELIVERING,
     _PROGRESS,
     _RUN_ID,
+    CUT_OFF,
     GateAborted,
     GateFinished,
     GateStarted,
@@ -362,6 +364,15 @@ class _Gate:
                                 self.params))
 
     async def run(self) -> GateResult:
+        """Run the gate to its end. Its own code and tasks are no subscriber of another gate
+        even when one started it: the mark (`_Bus.delivering`) stays outside (h19)."""
+        token = _DELIVERING.set(None)
+        try:
+            return await self._run()
+        finally:
+            _DELIVERING.reset(token)
+
+    async def _run(self) -> GateResult:
         self._start_bus()
         try:
             for r in self.runs:
@@ -406,7 +417,7 @@ class _Gate:
             raise
         result = self.final = self._result()
         self.bus.publish(GateFinished(self.now(), result))
-        await _to_the_end(self.bus.close())
+        await _to_the_end(self.bus.close(), absorb=CUT_OFF)
         return result
 
     def _room(self) -> int:
@@ -715,19 +726,26 @@ STOP_GRACE_S = 10.0
 ignores its cancellation is then left running detached, counted as cancelled."""
 
 
-async def _to_the_end(coro: Awaitable[None], reraise_cancel: bool = True) -> None:
+async def _to_the_end(coro: Awaitable[None], reraise_cancel: bool = True,
+                      absorb: str | None = None) -> None:
     """Await ``coro`` to completion even when the caller is cancelled (again) meanwhile.
 
-    The cancel is not lost: with ``reraise_cancel`` one CancelledError follows the end.
+    The cancel is not lost: with ``reraise_cancel`` one CancelledError follows the end. A
+    cancel whose message is ``absorb`` is undone instead: the gate's own cut-off of a late
+    subscriber, reaching it through that subscriber awaiting the gate's task.
     """
     task = asyncio.ensure_future(coro)
     cancelled = False
     while not task.done():
         try:
             await asyncio.shield(task)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
             if task.done():
                 raise
+            me = asyncio.current_task()
+            if absorb is not None and exc.args[:1] == (absorb,) and me is not None:
+                me.uncancel()
+                continue
             cancelled = True
     task.result()
     if cancelled and reraise_cancel:

@@ -30,7 +30,7 @@ import httpx
 from .._env import DEFAULT_DEADLINE_S, DEFAULT_TIMEOUT_S, scrub_credentials, scrub_json
 from .._ids import check_run_id
 from ..cache import KeyParts, ResponseCache, protocol_failure, run_header
-from ..errors import described, is_number, is_real, is_whole, shown
+from ..errors import described, is_number, is_real, is_whole, plain_number, shown
 from ..gate import current_run_id
 from ._agent import DEFAULT_MAX_RESPONSE_BYTES, bounded_length, declared_length, parse_body
 from ._body import ACCEPT_ENCODING, BodyError, BodyTooLarge, read_body
@@ -281,9 +281,9 @@ def cached_http_client(cache: ResponseCache, *, run_id: str = DEFAULT_RUN_ID,
     or use it as it is. ``run_id`` salts the calls made outside a gate task and `run_scope`;
     ``timeout`` is httpx's (per read), ``deadline`` a chat request's whole time (None: the
     run's default, 180 s, or the read timeout if longer: a steady reply within a raised
-    ``timeout`` is never cut); ``limits`` (``max_request_bytes``, ``max_tools``,
-    ``max_response_bytes``) go to the transport."""
-    read = timeout.read if isinstance(timeout, httpx.Timeout) else timeout
+    ``timeout`` is never cut; no read timeout keeps the 180 s); ``limits``
+    (``max_request_bytes``, ``max_tools``, ``max_response_bytes``) go to the transport."""
+    read = plain_number(httpx.Timeout(timeout).read)  # a number, a 4-tuple, a Timeout
     whole = deadline if deadline is not None else max(
         DEFAULT_DEADLINE_S, float(read) if is_number(read) and is_real(read) else 0.0)
     cached = CachedTransport(cache, run_id=run_id, transport=transport, secrets=secrets,
