@@ -358,8 +358,8 @@ def plain_number(value: Any) -> Any:
     literal is; anything else unchanged (bools, numpy's too, stay what the checks refuse)."""
     if type(value) is int or type(value) is float or isinstance(value, bool):
         return value
-    kind = getattr(getattr(value, "dtype", None), "kind", "iuf")
-    if kind not in ("i", "u", "f", "iuf"):  # timedelta64 poses as an Integral: 30 ns != 30 s
+    kind = getattr(getattr(value, "dtype", None), "kind", None)  # numpy's, else None
+    if kind is not None and kind not in ("i", "u", "f"):  # timedelta64 poses as an Integral
         return value
     if isinstance(value, numbers.Integral):
         return int(value)

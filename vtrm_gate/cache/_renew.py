@@ -252,7 +252,8 @@ async def cache_stats(client: cluster.Client, prefix: str = DEFAULT_PREFIX,
                 no_expiry += 1
                 continue
             for label, upper in TTL_BUCKETS:
-                if t < upper or (upper in (86400, 604800) and t == upper):  # 1 d: "1 h - 1 d"
+                # a range's upper end is its own ("1 h - 1 d" holds 1 d); "< 1 h" holds none
+                if t < upper or (t == upper and label != TTL_BUCKETS[0][0]):
                     counts[label] += 1
                     break
     if cluster.is_cluster(client):
