@@ -12,8 +12,9 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import redis
@@ -1058,6 +1059,22 @@ def test_a_peer_that_answers_the_handshake_unlike_redis_fails_open(reply: bytes)
         assert asyncio.run(go(port)) == "bypass" and call.calls == 1
 
 
+T = TypeVar("T")
+
+
+async def started_in_a_stall(server: RedisServer, calls: Awaitable[T]) -> asyncio.Future[T]:
+    """``calls`` started while ``server`` is stopped (SIGSTOP, a failover's pause) and left
+    running once it is back, 0.6 s later: long enough for their lookups to time out."""
+    assert server.pid is not None
+    os.kill(server.pid, signal.SIGSTOP)
+    try:
+        running = asyncio.ensure_future(calls)
+        await asyncio.sleep(0.6)
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+    return running
+
+
 def test_answers_that_arrive_after_a_redis_stall_are_stored(tmp_path: Path) -> None:
     """Hostile pass (h22): Redis stalled (SIGSTOP, a failover's CLIENT PAUSE) while 16 calls
     looked up their keys; it was back long before their answers arrived, yet none was
@@ -1066,18 +1083,11 @@ def test_answers_that_arrive_after_a_redis_stall_are_stored(tmp_path: Path) -> N
     with RedisServer(tmp_path, persist=False) as server:
         cache = ResponseCache(server.url, socket_timeout=0.2, retry_interval=0.3)
         call = Counting(delay=1.5)
-        pid = server.pid
-        assert pid is not None
 
         async def go() -> tuple[list[str], list[str]]:
             try:
-                os.kill(pid, signal.SIGSTOP)
-                try:
-                    first = asyncio.gather(*(cache.get_or_call(parts(content=f"q{i}"), call)
-                                             for i in range(16)))
-                    await asyncio.sleep(0.6)  # every lookup has timed out by now
-                finally:
-                    os.kill(pid, signal.SIGCONT)
+                first = await started_in_a_stall(server, asyncio.gather(*(
+                    cache.get_or_call(parts(content=f"q{i}"), call) for i in range(16))))
                 before = [r.source for r in await first]
                 again = [(await cache.get_or_call(parts(content=f"q{i}"), call)).source
                          for i in range(16)]
@@ -1099,17 +1109,11 @@ def test_a_call_that_bypassed_a_stalled_redis_keeps_another_processes_stored_ans
     with RedisServer(tmp_path, persist=False) as server:
         a = ResponseCache(server.url, socket_timeout=0.2, retry_interval=0.3)
         b = ResponseCache(server.url)
-        pid = server.pid
-        assert pid is not None
 
         async def go() -> tuple[Any, Any, Any]:
             try:
-                os.kill(pid, signal.SIGSTOP)
-                try:
-                    first = asyncio.ensure_future(a.get_or_call(parts(), Counting(ok("A"), 1.5)))
-                    await asyncio.sleep(0.6)  # A's lookup has timed out by now
-                finally:
-                    os.kill(pid, signal.SIGCONT)
+                first = await started_in_a_stall(
+                    server, a.get_or_call(parts(), Counting(ok("A"), 1.5)))
                 rb = await b.get_or_call(parts(), Counting(ok("B")))
                 ra = await first
                 return ra, rb, await b.lookup(parts())
@@ -1130,8 +1134,6 @@ def test_a_call_that_bypassed_a_stalled_redis_replaces_a_malformed_entry(
     sample (h19). It replaces such an entry, as a miss does."""
     with RedisServer(tmp_path, persist=False) as server:
         a = ResponseCache(server.url, socket_timeout=0.2, retry_interval=0.3)
-        pid = server.pid
-        assert pid is not None
         admin = redis.Redis.from_url(server.url)
         admin.set(parts().key(a.prefix), b"garbage")
         admin.close()
@@ -1139,13 +1141,7 @@ def test_a_call_that_bypassed_a_stalled_redis_replaces_a_malformed_entry(
 
         async def go() -> tuple[Any, Any]:
             try:
-                os.kill(pid, signal.SIGSTOP)
-                try:
-                    first = asyncio.ensure_future(a.get_or_call(parts(), call))
-                    await asyncio.sleep(0.6)
-                finally:
-                    os.kill(pid, signal.SIGCONT)
-                ra = await first
+                ra = await (await started_in_a_stall(server, a.get_or_call(parts(), call)))
                 await asyncio.sleep(0.4)  # past the retry interval: Redis is used again
                 return ra, await a.get_or_call(parts(), Counting(ok("A2")))
             finally:
