@@ -83,8 +83,15 @@ def test_the_tool_agent_on_llama_cpp_walks_trajectories_and_its_rerun_is_cached(
         assert firsts and all(b["tool_choice"]["function"]["name"] == "look" for b in firsts)
         assert any(m["role"] == "tool" for e in run1 for m in e.body["messages"])
 
-        traces = walked(run1)  # the rollout's (no gate runs when the evolver's reply fails)
-        assert len(traces) == len(units())  # every unit's trajectory, one per unit
+        # the rollout walks every unit once; a gate runs only where the evolver's reply was a
+        # skill (what a 135M model replies differs with the build of llama.cpp), one
+        # trajectory per started (unit, arm)
+        traces = walked(run1)
+        rollout = [t for t in traces if t[0].run_id.endswith("_rollout")]
+        gated = [t for t in traces if "_gate_" in t[0].run_id]
+        assert len(rollout) == len(units())
+        assert len(gated) == sum(t["started"] for t in out["types"])
+        assert len(rollout) + len(gated) == len(traces)
         assert all(2 <= len(t) <= 3 for t in traces)  # look, (look), answer (max_turns 3)
         assert sum(tools_called(t[-1]) == ["answer"] for t in traces) >= len(traces) / 2
 
@@ -93,7 +100,7 @@ def test_the_tool_agent_on_llama_cpp_walks_trajectories_and_its_rerun_is_cached(
         n2 = proxy.mark()
         asked_again, why = proxy.reasked(n1, n2)
         assert all(proxy.runs(0, n1))  # the cached client named each request's run
-        # no gate ran (the evolver's reply was refused): cancelled_in_flight is None
+        # a call the first run cancelled in flight may be asked again (none if no gate ran)
         assert len(asked_again) <= (out["cancelled_in_flight"] or 0), (out["types"], why)
         decided = {t["task_type"]: (t["status"], t["action"], t["W"], t["L"], t["stop_rank"])
                    for t in out["types"]}
