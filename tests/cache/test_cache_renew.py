@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -234,9 +235,9 @@ class _Rehashing:
         return getattr(self._client, name)
 
 
-def test_cache_stats_counts_a_key_scan_returned_twice_once(tmp_path: Path) -> None:
-    """A clean-clone run counted 16 of 15 keys on the session's cluster: SCAN returned a key
-    twice while a table was being resized, and `cache_stats` counted every key it returned."""
+def through_rehashing(tmp_path: Path, call: Callable[[Any], Awaitable[Any]]) -> Any:
+    """``call(client)`` on a fresh server holding `seed`'s 15 ``dup:`` keys (5 a group), the
+    client's first SCAN returning its first key twice (`_Rehashing`)."""
     with RedisServer(tmp_path, persist=False) as server:
         target = RedisTarget("server", server.url, "dup")
         seed(target, n=5)
@@ -244,12 +245,29 @@ def test_cache_stats_counts_a_key_scan_returned_twice_once(tmp_path: Path) -> No
         async def go() -> Any:
             client = target.client()
             try:
-                return await cache_stats(_Rehashing(client), "dup", batch=4)
+                return await call(_Rehashing(client))
             finally:
                 await client.aclose()
 
-        stats = asyncio.run(go())
+        return asyncio.run(go())
+
+
+def test_cache_stats_counts_a_key_scan_returned_twice_once(tmp_path: Path) -> None:
+    """A clean-clone run counted 16 of 15 keys on the session's cluster: SCAN returned a key
+    twice while a table was being resized, and `cache_stats` counted every key it returned."""
+    stats = through_rehashing(tmp_path, lambda c: cache_stats(c, "dup", batch=4))
     assert (stats.keys, stats.no_expiry) == (15, 5)
+
+
+@pytest.mark.parametrize("method", ["lua", "pipeline"])
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_renew_counts_a_key_scan_returned_twice_once(tmp_path: Path, method: Any,
+                                                     dry_run: bool) -> None:
+    """`renew_ttl` counted a key SCAN returned twice as two keys scanned (15 keys read 16),
+    and a short-TTL one as extended twice."""
+    report = through_rehashing(tmp_path, lambda c: renew_ttl(
+        c, TARGET, "dup:*", batch=4, method=method, dry_run=dry_run))
+    assert (report.scanned, report.extended, report.untouched) == (15, 5, 10)
 
 
 # ---- the CLI --------------------------------------------------------------------------

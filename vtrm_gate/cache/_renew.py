@@ -95,6 +95,17 @@ async def _scan_batches(client: cluster.Client, pattern: str,
             return
 
 
+def _unseen(found: list[bytes], seen: set[int]) -> list[bytes]:
+    """The keys of ``found`` not seen before (by hash), now marked seen."""
+    out = []
+    for k in found:
+        h = hash(k)
+        if h not in seen:
+            seen.add(h)
+            out.append(k)
+    return out
+
+
 async def renew_ttl(client: cluster.Client, ttl: int, pattern: str = f"{DEFAULT_PREFIX}:*",
                     dry_run: bool = False, batch: int = 1000,
                     progress: Callable[[RenewProgress], Any] | None = None,
@@ -107,7 +118,7 @@ async def renew_ttl(client: cluster.Client, ttl: int, pattern: str = f"{DEFAULT_
     GT`` pipelined (``gt``, Redis >= 7). ``naive`` is the seed note's per-key loop, kept
     for the benchmark. ``auto`` is ``lua``, or ``pipeline`` for a user whose ACL forbids
     scripts (and for a dry run, which reads TTLs only). Never KEYS. A key SCAN returns
-    twice (rehashing) is counted twice.
+    twice (it may, while Redis resizes a table) is counted once (`_unseen`).
     """
     if not is_whole(ttl) or ttl <= 0:
         raise ConfigError(f"ttl must be an integer number of seconds > 0, got {shown(ttl)}")
@@ -117,15 +128,20 @@ async def renew_ttl(client: cluster.Client, ttl: int, pattern: str = f"{DEFAULT_
     method = await _resolve_method(client, method, dry_run)
     t0 = time.perf_counter()
     scanned = extended = 0
+    seen: set[int] = set()
     if method == "naive":
         async for k in client.scan_iter(match=pattern, count=batch):
+            if not _unseen([k], seen):
+                continue
             scanned += 1
             extended += await _renew_one(client, k, ttl, dry_run)
             if progress is not None and scanned % batch == 0:
                 progress(RenewProgress(scanned, extended, time.perf_counter() - t0))
     else:
         script = client.register_script(_RENEW_LUA) if method == "lua" else None
-        async for keys in _scan_batches(client, pattern, batch):
+        async for found in _scan_batches(client, pattern, batch):
+            if not (keys := _unseen(found, seen)):
+                continue
             scanned += len(keys)
             try:
                 extended += await _renew_batch(client, script, method, keys, ttl, dry_run)
@@ -213,17 +229,6 @@ class KeyStats:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["ttl_histogram"] = dict(self.ttl_histogram)
         return d
-
-
-def _unseen(found: list[bytes], seen: set[int]) -> list[bytes]:
-    """The keys of ``found`` not seen before (by hash), now marked seen."""
-    out = []
-    for k in found:
-        h = hash(k)
-        if h not in seen:
-            seen.add(h)
-            out.append(k)
-    return out
 
 
 async def cache_stats(client: cluster.Client, prefix: str = DEFAULT_PREFIX,
