@@ -4,6 +4,7 @@ on one line; a re-run step says so; ``cache stop`` and ``init`` name what is wro
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -44,6 +45,21 @@ def test_every_line_of_every_command_fits_80_columns(outputs, command):
     lines = out.stdout.splitlines()
     assert lines
     assert max(map(len, lines)) <= 80, max(lines, key=len)
+
+
+@pytest.mark.parametrize("columns", [60, 80])
+def test_options_prints_every_option_name_whole_at_any_width(outputs, columns):
+    """At COLUMNS=80 the names were cut to fit ("gate.e_provisio", "max_tokens_answ"): a name
+    the user has to type, in a table whose source column had room to wrap."""
+    ws = outputs[0]
+    wide = cli("options", "--workspace", ws, "--json")
+    names = set(json.loads(wide.stdout)["options"])
+    out = cli("options", "--workspace", ws, columns=columns)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert max(map(len, lines)) <= columns, max(lines, key=len)
+    firsts = {line.split()[0] for line in lines[2:] if line[:1].strip()}
+    assert names <= firsts, sorted(names - firsts)
 
 
 def test_train_wraps_its_lines_without_losing_words(outputs):

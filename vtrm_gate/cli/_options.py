@@ -27,9 +27,9 @@ def cmd_options(args: argparse.Namespace) -> int:
         options = workspace_options(ws, run_options(args))
         agent = dict(ws.config.agent)
     rows = options.explain(agent)  # the budgets a run of this workspace uses, never None
-    cols = [Column(head, tuple(str(r[i]) for r in rows))
+    cols = [Column(head, tuple(str(r[i]) for r in rows), whole=head == "option")
             for i, head in enumerate(("option", "value", "source"))]
-    text = render(cols, terminal_width())  # the source wraps within COLUMNS (was 97 at 80)
+    text = render(cols, terminal_width())  # names whole, the source wraps within COLUMNS
     emit(args, {"workspace": args.workspace,
                 "options": {k: {"value": v, "source": src} for k, v, src in rows}}, text)
     return 0

@@ -12,7 +12,7 @@ import sys
 import textwrap
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 DEFAULT_WIDTH = 100
 MIN_WIDTH = 40
@@ -74,13 +74,15 @@ def short_names(names: Iterable[str], max_len: int | None = None) -> dict[str, s
 
 @dataclass(frozen=True)
 class Column:
-    """One column: header, cells, right-aligned or not, and its rank when space is short
-    (0 = always kept; higher ranks are dropped first)."""
+    """One column: header, cells, right-aligned or not, its rank when space is short
+    (0 = always kept; higher ranks are dropped first), and whether its cells are names the
+    user types (``whole``: a first column never abbreviated; the last one wraps instead)."""
 
     header: str
     cells: tuple[str, ...]
     right: bool = False
     drop_rank: int = 0
+    whole: bool = False
 
     @functools.cached_property
     def width(self) -> int:
@@ -97,18 +99,18 @@ def _shrink_names(first: Column, cols: list[Column], width: int, gap: int) -> Co
     rest = sum(c.width for c in cols[1:]) + gap * (len(cols) - 1)
     room = max(width - rest, 6)
     short = short_names(first.cells, room)
-    return Column(clip(first.header, room), tuple(short[c] for c in first.cells), first.right,
-                  first.drop_rank)
+    return replace(first, header=clip(first.header, room),
+                   cells=tuple(short[c] for c in first.cells))
 
 
 def fit_columns(cols: Sequence[Column], width: int, gap: int = 2) -> list[Column]:
     """Drop the highest ``drop_rank`` columns until the table fits ``width``, then shorten
-    the first (name) column to unique abbreviations."""
+    the first (name) column to unique abbreviations, unless it is ``whole``."""
     kept = list(cols)
     while not _fits(kept, width, gap) and any(c.drop_rank for c in kept):
         worst = max(kept, key=lambda c: c.drop_rank)
         kept.remove(worst)
-    if not _fits(kept, width, gap) and kept:
+    if not _fits(kept, width, gap) and kept and not kept[0].whole:
         kept[0] = _shrink_names(kept[0], kept, width, gap)
     return kept
 
@@ -152,7 +154,7 @@ def _wrap_last(cols: list[Column], width: int, gap: int
     lines = [textwrap.wrap(c, width - start, break_on_hyphens=False) or [""]
              for c in last.cells]
     header = textwrap.shorten(last.header, width - start, placeholder="…")
-    first = Column(header, tuple(ls[0] for ls in lines), last.right, last.drop_rank)
+    first = replace(last, header=header, cells=tuple(ls[0] for ls in lines))
     return [*cols[:-1], first], {i: [" " * start + t for t in ls[1:]]
                                  for i, ls in enumerate(lines) if len(ls) > 1}
 
