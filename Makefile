@@ -33,8 +33,12 @@ lint: $(STAMP)
 	$(BIN)/ruff check vtrm_gate tests benchmarks
 	$(BIN)/mypy
 
+# Two pytest-xdist workers, each test to the next free one (the suite's tests hold under load;
+# a module fixture is built once per worker): `make test TEST_WORKERS=0` runs them in one process.
+TEST_WORKERS ?= 2
+
 test: $(STAMP) $(MODEL_STAMP) lint
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --durations=15 tests
 	tmp=$$(mktemp -d) && VTRM_CI=1 VTRM_FIGURES=$$tmp $(BIN)/python -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env notebooks; rc=$$?; rm -rf $$tmp; exit $$rc
 
 # The committed design-review figures (PNG + SVG, 1280x720) and figures/README.md.
