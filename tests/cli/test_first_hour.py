@@ -47,10 +47,12 @@ def test_every_line_of_every_command_fits_80_columns(outputs, command):
     assert max(map(len, lines)) <= 80, max(lines, key=len)
 
 
-@pytest.mark.parametrize("columns", [60, 80])
+@pytest.mark.parametrize("columns", [43, 45, 53, 60, 80])
 def test_options_prints_every_option_name_whole_at_any_width(outputs, columns):
     """At COLUMNS=80 the names were cut to fit ("gate.e_provisio", "max_tokens_answ"): a name
-    the user has to type, in a table whose source column had room to wrap."""
+    the user has to type, in a table whose source column had room to wrap. (h20) With the
+    names whole, 43-53 columns left the source under 12 columns, and it was not wrapped at
+    all (85-column lines): it goes under its row now."""
     ws = outputs[0]
     wide = cli("options", "--workspace", ws, "--json")
     names = set(json.loads(wide.stdout)["options"])

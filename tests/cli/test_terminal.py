@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from vtrm_gate.cli._table import Column, render, short_names, terminal_width
+from vtrm_gate.cli._table import Column, render, short_names, terminal_width, text_width
 
 ROOT = Path(__file__).resolve().parents[2]
 TYPES = ["Action Reasoning", "Action Recognition", "Attribute Perception", "Counting Problem",
@@ -259,3 +259,15 @@ def test_a_long_table_measures_each_cell_a_bounded_number_of_times(monkeypatch):
     out = table.render(cols, 80)
     assert out.count("\n") == rows + 1
     assert calls <= 10 * 2 * (rows + 1), calls  # a few times per cell, never per row²
+
+
+@pytest.mark.parametrize("width", [60, 80])
+def test_a_wrapped_last_column_of_wide_characters_fits_the_terminal(width: int) -> None:
+    """(h20) The last column wrapped by characters, not terminal columns: a config path in
+    Japanese made `options` 107 columns wide at 80."""
+    source = "file /tmp/設定ファイル設定ファイル設定ファイル/構成構成構成構成構成.toml"
+    cols = [Column("option", ("concurrency", "gate.w_net_min_provisional"), whole=True),
+            Column("value", ("7", "2")), Column("source", (source, "default"))]
+    text = render(cols, width)
+    assert max(map(text_width, text.splitlines())) <= width, text
+    assert "".join(text.split()).count("構成") == 5  # nothing lost in the wrap

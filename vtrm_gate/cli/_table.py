@@ -140,19 +140,46 @@ def render(cols: Sequence[Column], width: int, notes: Mapping[int, str] | None =
     return "\n".join(out)
 
 
+def _wrap_width(text: str, width: int) -> list[str]:
+    """``text`` wrapped to ``width`` terminal columns (a CJK character is two), a word
+    longer than a line cut where it reaches the edge."""
+    lines: list[str] = []
+    cur = ""
+    for word in text.split():
+        while text_width(word) > width:
+            if cur:
+                lines.append(cur)
+                cur = ""
+            head = clip(word, width) or word[0]
+            lines.append(head)
+            word = word[len(head):]
+        joined = f"{cur} {word}" if cur else word
+        if text_width(joined) <= width:
+            cur = joined
+        else:
+            lines.append(cur)
+            cur = word
+    if cur or not lines:
+        lines.append(cur)
+    return lines
+
+
 def _wrap_last(cols: list[Column], width: int, gap: int
                ) -> tuple[list[Column], dict[int, list[str]]]:
     """When the fitted table is still too wide and its last column is text (left-aligned),
     that column wrapped into the room left: the cells' first lines, and each row's further
-    lines (already indented to the column)."""
+    lines (already indented to the column). With less than 12 columns of room it goes
+    under its row instead, indented 4."""
     if _fits(cols, width, gap) or not cols or cols[-1].right:
         return cols, {}
     last = cols[-1]
     start = sum(c.width for c in cols[:-1]) + gap * (len(cols) - 1)
     if width - start < 12:
-        return cols, {}
-    lines = [textwrap.wrap(c, width - start, break_on_hyphens=False) or [""]
-             for c in last.cells]
+        if len(cols) < 2:
+            return cols, {}
+        return cols[:-1], {i: [" " * 4 + t for t in _wrap_width(c, width - 4)]
+                           for i, c in enumerate(last.cells) if c}
+    lines = [_wrap_width(c, width - start) for c in last.cells]
     header = textwrap.shorten(last.header, width - start, placeholder="…")
     first = replace(last, header=header, cells=tuple(ls[0] for ls in lines))
     return [*cols[:-1], first], {i: [" " * start + t for t in ls[1:]]
