@@ -84,16 +84,19 @@ def test_the_tool_agent_on_llama_cpp_walks_trajectories_and_its_rerun_is_cached(
         assert any(m["role"] == "tool" for e in run1 for m in e.body["messages"])
 
         # the rollout walks every unit once; a gate runs only where the evolver's reply was a
-        # skill (what a 135M model replies differs with the build of llama.cpp), one
-        # trajectory per started (unit, arm)
+        # skill (what a 135M model replies differs with the build of llama.cpp): a trajectory
+        # per started (unit, arm), but one the gate's stop cancelled may be cut short or
+        # never reach the server
         traces = walked(run1)
         rollout = [t for t in traces if t[0].run_id.endswith("_rollout")]
         gated = [t for t in traces if "_gate_" in t[0].run_id]
-        assert len(rollout) == len(units())
-        assert len(gated) == sum(t["started"] for t in out["types"])
         assert len(rollout) + len(gated) == len(traces)
-        assert all(2 <= len(t) <= 3 for t in traces)  # look, (look), answer (max_turns 3)
-        assert sum(tools_called(t[-1]) == ["answer"] for t in traces) >= len(traces) / 2
+        assert len(rollout) == len(units())
+        started = sum(t["started"] for t in out["types"])
+        assert started - (out["cancelled_in_flight"] or 0) <= len(gated) <= started
+        assert all(2 <= len(t) <= 3 for t in rollout)  # look, (look), answer (max_turns 3)
+        assert all(1 <= len(t) <= 3 for t in gated)
+        assert sum(tools_called(t[-1]) == ["answer"] for t in rollout) >= len(rollout) / 2
 
         again = cli(*step, cwd=tmp_path, proxy=proxy)
         assert again.returncode == 0, again.stderr[-2000:]
@@ -106,7 +109,8 @@ def test_the_tool_agent_on_llama_cpp_walks_trajectories_and_its_rerun_is_cached(
                    for t in out["types"]}
         assert {t["task_type"]: (t["status"], t["action"], t["W"], t["L"], t["stop_rank"])
                 for t in json.loads(again.stdout)["types"]} == decided
-        print(f"\nToolAgent on SmolLM2-135M: {n1} requests, {len(traces)} trajectories, "
+        print(f"\nToolAgent on SmolLM2-135M: {n1} requests, {len(traces)} trajectories "
+              f"({len(gated)} in the gate), "
               f"{sum(map(len, traces)) / len(traces):.1f} turns each, "
               f"{sum(tools_called(t[-1]) == ['answer'] for t in traces)} ending on answer; "
               f"re-run: {n2 - n1} requests")

@@ -41,7 +41,9 @@ def _ensure_chromium() -> Path:
         pytest.skip("browser test: /usr/bin/chromium is missing and cannot be installed here "
                     "(needs apt-get as root: apt-get update && apt-get install -y chromium)")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in ([apt, "update"], [apt, "install", "-y", "chromium"]):
+    # two xdist workers (or the Redis 7 install) may run apt-get at once: wait for the lock
+    lock = ["-o", "DPkg::Lock::Timeout=300"]
+    for cmd in ([apt, *lock, "update"], [apt, *lock, "install", "-y", "chromium"]):
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
         if done.returncode != 0:
             pytest.skip(f"browser test: `{' '.join(cmd)}` failed: {done.stderr[-300:]}")
