@@ -118,7 +118,8 @@ async def renew_ttl(client: cluster.Client, ttl: int, pattern: str = f"{DEFAULT_
     GT`` pipelined (``gt``, Redis >= 7). ``naive`` is the seed note's per-key loop, kept
     for the benchmark. ``auto`` is ``lua``, or ``pipeline`` for a user whose ACL forbids
     scripts (and for a dry run, which reads TTLs only). Never KEYS. A key SCAN returns
-    twice (it may, while Redis resizes a table) is counted once (`_unseen`).
+    twice (it may, while Redis resizes a table) is counted once (`_unseen`); one that
+    expires between SCAN and its TTL counts as scanned and untouched.
     """
     if not is_whole(ttl) or ttl <= 0:
         raise ConfigError(f"ttl must be an integer number of seconds > 0, got {shown(ttl)}")
@@ -235,7 +236,7 @@ async def cache_stats(client: cluster.Client, prefix: str = DEFAULT_PREFIX,
                       batch: int = 1000) -> KeyStats:
     """Count, memory (MEMORY USAGE, summed) and TTL histogram of ``{prefix}:*`` via SCAN; a
     key SCAN returns twice (it may, while Redis resizes a table) is counted once (by its
-    64-bit hash: ~60 bytes a key, not the key itself)."""
+    64-bit hash: ~70 bytes a key, not the key itself)."""
     counts = dict.fromkeys((b for b, _ in TTL_BUCKETS), 0)
     keys = memory = no_expiry = 0
     seen: set[int] = set()
