@@ -47,21 +47,26 @@ def test_every_line_of_every_command_fits_80_columns(outputs, command):
     assert max(map(len, lines)) <= 80, max(lines, key=len)
 
 
+@pytest.fixture(scope="module")
+def option_names(outputs):
+    """Every option `options --json` lists for the workspace (once for the module)."""
+    out = cli("options", "--workspace", outputs[0], "--json")
+    assert out.returncode == 0, out.stderr
+    return set(json.loads(out.stdout)["options"])
+
+
 @pytest.mark.parametrize("columns", [43, 45, 53, 60, 80])
-def test_options_prints_every_option_name_whole_at_any_width(outputs, columns):
+def test_options_prints_every_option_name_whole_at_any_width(outputs, option_names, columns):
     """At COLUMNS=80 the names were cut to fit ("gate.e_provisio", "max_tokens_answ"): a name
     the user has to type, in a table whose source column had room to wrap. (h20) With the
     names whole, 43-53 columns left the source under 12 columns, and it was not wrapped at
     all (85-column lines): it goes under its row now."""
-    ws = outputs[0]
-    wide = cli("options", "--workspace", ws, "--json")
-    names = set(json.loads(wide.stdout)["options"])
-    out = cli("options", "--workspace", ws, columns=columns)
+    out = cli("options", "--workspace", outputs[0], columns=columns)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert max(map(len, lines)) <= columns, max(lines, key=len)
     firsts = {line.split()[0] for line in lines[2:] if line[:1].strip()}
-    assert names <= firsts, sorted(names - firsts)
+    assert option_names <= firsts, sorted(option_names - firsts)
 
 
 def test_train_wraps_its_lines_without_losing_words(outputs):
