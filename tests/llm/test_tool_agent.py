@@ -351,7 +351,8 @@ def test_the_tool_backend_takes_its_request_timeout_from_the_resolved_options(
     task = UnitTask("Counting", "c00", "base", 0, "tool-timeout", skill=BASE)
 
     async def answer(server: ToolChatServer, timeout: float) -> Any:
-        ctx = BackendContext(ws, ResponseCache(None), 1, {
+        cache = ResponseCache(redis_target.url, prefix=redis_target.prefix)
+        ctx = BackendContext(ws, cache, 1, {
             "VTRM_BASE_URL": server.url, "VTRM_MODEL": "tiny", "VTRM_TIMEOUT": "60"},
             timeout=timeout)
         backend = tool_backend(ctx)
