@@ -9,11 +9,14 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from vtrm_gate.cli._table import Column, render, short_names, terminal_width, text_width
+from vtrm_gate.cli._table import Column, render, short_names, terminal_width, text_width, wrap
 
 ROOT = Path(__file__).resolve().parents[2]
 TYPES = ["Action Reasoning", "Action Recognition", "Attribute Perception", "Counting Problem",
@@ -271,3 +274,36 @@ def test_a_wrapped_last_column_of_wide_characters_fits_the_terminal(width: int) 
     text = render(cols, width)
     assert max(map(text_width, text.splitlines())) <= width, text
     assert "".join(text.split()).count("構成") == 5  # nothing lost in the wrap
+
+
+@given(st.lists(st.sampled_from(["a", "bb", "path/to/x", "--flag", "x" * 30, " ", "  ", "\t",
+                                 "\n", "a-b", "é", "\u00a0", "\r"]), max_size=40).map("".join),
+       st.integers(1, 60), st.sampled_from(["", "  ", "    ", "      "]))
+def test_wrap_of_narrow_characters_is_textwraps_fill(text: str, width: int, indent: str) -> None:
+    """`wrap` measures terminal columns; where each character is one column its lines are
+    `textwrap.fill`'s, as before (long words whole, no hyphen breaks)."""
+    old = "\n".join(textwrap.fill(p, width, subsequent_indent=indent, break_long_words=False,
+                                  break_on_hyphens=False) for p in text.split("\n"))
+    assert wrap(text, width, indent) == old
+
+
+@pytest.mark.parametrize("width", [40, 60, 80])
+def test_a_prose_line_of_chinese_names_fits_the_terminal(width: int) -> None:
+    """The lines under a table wrapped by characters: a line naming the team's types in
+    Chinese (two columns each) ran past the terminal's edge."""
+    line = ("cooldown: 时间推理 动作识别 属性感知 计数问题 信息概括 空间推理 物体识别 "
+            "skip this step; next: vtrm-gate step --workspace /data/视频问答/第三轮训练")
+    text = wrap(line, width, "    ")
+    assert max(map(text_width, text.splitlines())) <= width, text
+    assert text.split() == line.split()  # every word, whole and in order
+    note = render([Column("type", ("a",)), Column("W", ("1",), right=True)], width,
+                  notes={0: line})
+    assert max(map(text_width, note.splitlines())) <= width, note
+
+
+def test_init_into_a_chinese_directory_fits_60_columns(tmp_path: Path) -> None:
+    """What the team sees first: ``init`` of a workspace under a Chinese path (its 16
+    characters take 31 columns)."""
+    r = cli("init", "视频问答实验/第三轮训练的工作区", "--seed", "1", cwd=tmp_path, columns=60)
+    assert r.returncode == 0, r.stderr
+    assert max(map(text_width, r.stdout.splitlines())) <= 60, r.stdout

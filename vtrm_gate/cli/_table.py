@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import sys
 import textwrap
@@ -135,8 +136,7 @@ def render(cols: Sequence[Column], width: int, notes: Mapping[int, str] | None =
         out.append(line([c.cells[i] for c in cols]))
         out += tails.get(i, [])
         if notes and notes.get(i):
-            out += textwrap.wrap(notes[i], width, initial_indent="    → ",
-                                 subsequent_indent="      ")
+            out += fill(notes[i], width, "      ", first="    → ")
     return "\n".join(out)
 
 
@@ -187,7 +187,36 @@ def _wrap_last(cols: list[Column], width: int, gap: int
 
 
 def wrap(text: str, width: int, indent: str = "  ") -> str:
-    """``text`` wrapped to ``width``, continuation lines indented."""
-    return "\n".join(textwrap.fill(p, width, subsequent_indent=indent, break_long_words=False,
-                                   break_on_hyphens=False)  # paths and flags stay whole
-                     for p in text.split("\n"))
+    """``text`` wrapped to ``width`` terminal columns (a CJK character is two), continuation
+    lines indented; each line of ``text`` wrapped on its own."""
+    return "\n".join("\n".join(fill(p, width, indent)) for p in text.split("\n"))
+
+
+_SPACES = re.compile(r"([\t\n\x0b\x0c\r ]+)")
+_TO_SPACE = {ord(c): " " for c in "\t\n\x0b\x0c\r"}
+
+
+def fill(text: str, width: int, indent: str = "", first: str = "") -> list[str]:
+    """``text``'s lines within ``width`` terminal columns, the first led by ``first``, the
+    others by ``indent``: `textwrap`'s greedy fill (whitespace dropped at the breaks) with
+    widths measured as a terminal shows them, and a word wider than a line kept whole on a
+    line of its own (paths and flags stay whole, as a user copies them)."""
+    chunks = [c for c in _SPACES.split(text.expandtabs().translate(_TO_SPACE)) if c][::-1]
+    lines: list[str] = []
+    while chunks:
+        lead = indent if lines else first
+        room = width - text_width(lead)
+        if lines and chunks[-1].isspace():
+            chunks.pop()
+        line: list[str] = []
+        used = 0
+        while chunks and used + text_width(chunks[-1]) <= room:
+            used += text_width(chunks[-1])
+            line.append(chunks.pop())
+        if chunks and not line and text_width(chunks[-1]) > room:
+            line.append(chunks.pop())
+        if line and line[-1].isspace():
+            line.pop()
+        if line:
+            lines.append(lead + "".join(line))
+    return lines
