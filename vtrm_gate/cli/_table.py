@@ -140,30 +140,6 @@ def render(cols: Sequence[Column], width: int, notes: Mapping[int, str] | None =
     return "\n".join(out)
 
 
-def _wrap_width(text: str, width: int) -> list[str]:
-    """``text`` wrapped to ``width`` terminal columns (a CJK character is two), a word
-    longer than a line cut where it reaches the edge."""
-    lines: list[str] = []
-    cur = ""
-    for word in text.split():
-        while text_width(word) > width:
-            if cur:
-                lines.append(cur)
-                cur = ""
-            head = clip(word, width) or word[0]
-            lines.append(head)
-            word = word[len(head):]
-        joined = f"{cur} {word}" if cur else word
-        if text_width(joined) <= width:
-            cur = joined
-        else:
-            lines.append(cur)
-            cur = word
-    if cur or not lines:
-        lines.append(cur)
-    return lines
-
-
 def _wrap_last(cols: list[Column], width: int, gap: int
                ) -> tuple[list[Column], dict[int, list[str]]]:
     """When the fitted table is still too wide and its last column is text (left-aligned),
@@ -177,9 +153,9 @@ def _wrap_last(cols: list[Column], width: int, gap: int
     if width - start < 12:
         if len(cols) < 2:
             return cols, {}
-        return cols[:-1], {i: [" " * 4 + t for t in _wrap_width(c, width - 4)]
+        return cols[:-1], {i: [" " * 4 + t for t in fill(c, width - 4, cut=True)]
                            for i, c in enumerate(last.cells) if c}
-    lines = [_wrap_width(c, width - start) for c in last.cells]
+    lines = [fill(c, width - start, cut=True) or [""] for c in last.cells]
     header = textwrap.shorten(last.header, width - start, placeholder="…")
     first = replace(last, header=header, cells=tuple(ls[0] for ls in lines))
     return [*cols[:-1], first], {i: [" " * start + t for t in ls[1:]]
@@ -196,11 +172,13 @@ _SPACES = re.compile(r"([\t\n\x0b\x0c\r ]+)")
 _TO_SPACE = {ord(c): " " for c in "\t\n\x0b\x0c\r"}
 
 
-def fill(text: str, width: int, indent: str = "", first: str = "") -> list[str]:
+def fill(text: str, width: int, indent: str = "", first: str = "", cut: bool = False
+         ) -> list[str]:
     """``text``'s lines within ``width`` terminal columns, the first led by ``first``, the
     others by ``indent``: `textwrap`'s greedy fill (whitespace dropped at the breaks) with
-    widths measured as a terminal shows them, and a word wider than a line kept whole on a
-    line of its own (paths and flags stay whole, as a user copies them)."""
+    widths measured as a terminal shows them. A word wider than a line is kept whole on a
+    line of its own (paths and flags stay whole, as a user copies them), or with ``cut`` (a
+    table cell) cut where it reaches the edge."""
     chunks = [c for c in _SPACES.split(text.expandtabs().translate(_TO_SPACE)) if c][::-1]
     lines: list[str] = []
     while chunks:
@@ -214,7 +192,11 @@ def fill(text: str, width: int, indent: str = "", first: str = "") -> list[str]:
             used += text_width(chunks[-1])
             line.append(chunks.pop())
         if chunks and not line and text_width(chunks[-1]) > room:
-            line.append(chunks.pop())
+            word = chunks.pop()
+            head = (clip(word, room) or word[0]) if cut else word
+            line.append(head)
+            if head != word:
+                chunks.append(word[len(head):])
         if line and line[-1].isspace():
             line.pop()
         if line:
