@@ -33,13 +33,19 @@ lint: $(STAMP)
 	$(BIN)/ruff check vtrm_gate tests benchmarks
 	$(BIN)/mypy
 
-# Two pytest-xdist workers, each test to the next free one (the suite's tests hold under load;
-# a module fixture is built once per worker): `make test TEST_WORKERS=0` runs them in one process.
-TEST_WORKERS ?= 2
+# The suite in three pytest-xdist workers, each test to the next free one (most of the suite
+# waits on servers, subprocesses and kernels, so a third worker fills the two cores' idle time;
+# a module fixture is built once per worker), and beside it the notebooks under nbval, whose
+# output follows the suite's. `make test TEST_WORKERS=0` runs the suite in one process.
+TEST_WORKERS ?= 3
 
 test: $(STAMP) $(MODEL_STAMP) lint
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --durations=15 tests
-	tmp=$$(mktemp -d) && VTRM_CI=1 VTRM_FIGURES=$$tmp $(BIN)/python -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env notebooks; rc=$$?; rm -rf $$tmp; exit $$rc
+	@nb=$$(mktemp -d); trap 'rm -rf $$nb' EXIT; \
+	(VTRM_CI=1 VTRM_FIGURES=$$nb/figures $(BIN)/python -m pytest -q -p no:cacheprovider \
+	  --nbval-lax --nbval-current-env notebooks > $$nb/log 2>&1; echo $$? > $$nb/rc) & \
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --durations=15 tests; \
+	rc=$$?; wait; echo "--- the notebooks (nbval), run beside the suite:"; cat $$nb/log; \
+	[ $$rc -eq 0 ] && [ "$$(cat $$nb/rc)" = 0 ]
 
 # The committed design-review figures (PNG + SVG, 1280x720) and figures/README.md.
 figures: $(STAMP)
