@@ -8,6 +8,7 @@ an endpoints-file workspace crashed, ``--dispatch`` was dropped on the ``--backe
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -22,11 +23,15 @@ from tests.llm.test_backends import evolve_reply, write_units
 from tests.llm.test_plugin import package, readme_example
 from tests.llm.test_plugin import write_units as write_plugin_units
 from vtrm_gate import cli
+from vtrm_gate._env import read_settings_text
 from vtrm_gate.backends import (
+    open_backend,
     settle_workspace_sync,
     step_workspace_sync,
     train_workspace_sync,
 )
+from vtrm_gate.harness import Workspace
+from vtrm_gate.llm import _endpoints as endpoints_module
 from vtrm_gate.options import RunOptions
 from vtrm_gate.testing import ChatServer, RedisTarget
 
@@ -282,3 +287,34 @@ def test_options_refuses_a_broken_llm_workspace_as_its_step_does(tmp_path: Path)
     assert [o.returncode for o in outs] == [2, 2]
     assert outs[0].stderr.split(": ", 1)[1] == outs[1].stderr.split(": ", 1)[1]
     assert "workspace.json: agent.base_url must be an http(s):// URL, got None" in outs[0].stderr
+
+
+def test_a_step_reads_its_endpoints_file_once(tmp_path: Path, two_servers: list[ChatServer],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The endpoints file was read three times as a step's agent opened (the slot pool, the
+    probes, the agent's pool): an edit in between ran the step on a slot pool summed from
+    caps that were not its endpoints'. Read once, every part sees one version."""
+    units = write_units(tmp_path / "units.jsonl")
+    (tmp_path / "endpoints.txt").write_text("".join(f"{s.url} 4\n" for s in two_servers))
+    r = run("init", str(tmp_path / "ws"), "--llm", "--units", str(units), "--endpoints",
+            str(tmp_path / "endpoints.txt"), "--model", "m", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    reads: list[str] = []
+
+    def edited_after_the_first_read(path: Any) -> str:
+        reads.append(str(path))
+        text = read_settings_text(path)
+        return text if len(reads) == 1 else text.replace(" 4\n", " 1\n")
+
+    monkeypatch.setattr(endpoints_module, "read_settings_text", edited_after_the_first_read)
+
+    async def opened() -> tuple[int, list[int]]:
+        with Workspace.open(tmp_path / "ws") as ws:
+            async with open_backend(ws, RunOptions()) as backend:
+                assert backend.report is not None
+                return backend.options.slots, [e["max_concurrency"]
+                                               for e in backend.report()["endpoints"]]
+
+    slots, caps = asyncio.run(opened())
+    assert len(reads) == 1, reads
+    assert (slots, caps) == (8, [4, 4])

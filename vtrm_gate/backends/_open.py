@@ -28,6 +28,7 @@ from ..llm import (
     Endpoint,
     agent_endpoints,
     check_llm_agent,
+    endpoint_pool,
     gate_concurrency,
     is_factory_spec,
     llm_backend,
@@ -89,10 +90,18 @@ def workspace_options(workspace: Workspace, options: RunOptions) -> RunOptions:
     """The options a run of ``workspace`` takes (``vtrm-gate options`` shows them): settled
     against workspace.json, and with the built-in LLM agent on several endpoints, their
     summed caps as the slot pool."""
+    return _settled(workspace, options)[0]
+
+
+def _settled(workspace: Workspace, options: RunOptions
+             ) -> tuple[RunOptions, tuple[Endpoint, ...]]:
+    """`workspace_options`, and the built-in LLM agent's endpoints it read (none for other
+    agents): the run's one reading of an endpoints file."""
     options = options.with_workspace(workspace.config.probation_rule)
-    if workspace.config.kind == "llm" and _factory_spec(workspace, options) is None:
-        options = _pooled(options, _llm_endpoints(workspace))
-    return options
+    if workspace.config.kind != "llm" or _factory_spec(workspace, options) is not None:
+        return options, ()
+    endpoints = _llm_endpoints(workspace)
+    return _pooled(options, endpoints), endpoints
 
 
 def _llm_endpoints(ws: Workspace) -> tuple[Endpoint, ...]:
@@ -114,7 +123,7 @@ async def open_backend(workspace: Workspace, options: RunOptions, *,
     workspace's, an llm workspace whose agent settings are invalid or none of whose
     endpoints answers, and a factory that cannot be used.
     """
-    options = workspace_options(workspace, options)
+    options, endpoints = _settled(workspace, options)
     spec = _factory_spec(workspace, options)
     env = environment(env)
     opened: tuple[Backend, Callable[[], Awaitable[None]] | None]
@@ -123,7 +132,7 @@ async def open_backend(workspace: Workspace, options: RunOptions, *,
     elif workspace.config.kind == "simulated":
         opened = _simulated(workspace, options), None
     elif workspace.config.kind == "llm":
-        opened = await _llm(workspace, options, env, on_agent_event)
+        opened = await _llm(workspace, options, endpoints, env, on_agent_event)
     else:
         raise WorkspaceError(f"{workspace.root}: a {workspace.config.kind!r} workspace has no "
                              f"built-in agent; drive it from Python (vtrm_gate.harness) or "
@@ -143,10 +152,9 @@ def _simulated(ws: Workspace, options: RunOptions) -> Backend:
                    rollout=sb.rollout(ws, options.slots), world=sb.world)
 
 
-async def _llm(ws: Workspace, options: RunOptions, env: Mapping[str, str],
-               on_agent_event: Callable[[AgentEvent], Any] | None
+async def _llm(ws: Workspace, options: RunOptions, endpoints: Sequence[Endpoint],
+               env: Mapping[str, str], on_agent_event: Callable[[AgentEvent], Any] | None
                ) -> tuple[Backend, Callable[[], Awaitable[None]]]:
-    endpoints = _llm_endpoints(ws)
     # before anything starts or is written (embedded Redis, rows); all at once: a connection
     # within the probe's timeout, the answer's head within one attempt's (a busy single-slot
     # server answers between generations, as it would the first call)
@@ -163,7 +171,7 @@ async def _llm(ws: Workspace, options: RunOptions, env: Mapping[str, str],
     cache = ResponseCache.from_options(options, workspace=ws.root,
                                        workspace_id=ws.workspace_id)
     lb = llm_backend(ws, options, cache=cache, api_key=api_key(env), env=env,
-                     on_event=on_agent_event)
+                     on_event=on_agent_event, endpoints=endpoint_pool(ws, options, endpoints))
 
     async def rollout(epoch: int, step: int) -> dict[str, Any]:
         return await rollout_cases(lb, ws, epoch, step, options.guard)

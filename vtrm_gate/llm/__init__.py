@@ -47,6 +47,7 @@ from ._backend import ROLLOUT_UNITS as ROLLOUT_UNITS
 from ._backend import LLMBackend as LLMBackend
 from ._backend import Rollout as Rollout
 from ._backend import check_endpoint as check_endpoint
+from ._backend import endpoint_pool as endpoint_pool
 from ._backend import llm_backend as llm_backend
 from ._backend import probe_endpoint as probe_endpoint
 from ._backend import rollout_cases as rollout_cases
@@ -162,6 +163,7 @@ __all__ = [
     "data_uri",
     "default_llm_skill",
     "endpoint_lines",
+    "endpoint_pool",
     "evolve_system",
     "gate_concurrency",
     "init_llm",

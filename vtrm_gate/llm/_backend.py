@@ -32,7 +32,7 @@ from ..gate import GuardParams, Infer, UnitTask, shuffle_key
 from ..harness import MediaOptions, Workspace, step_input_state
 from ..options import RunOptions, resolve_options
 from ._agent import AGENT_VERSION, MCQ, AgentEvent, AgentSettings, LLMAgent, RetryPolicy
-from ._endpoints import EndpointPool, EndpointStats, agent_endpoints, endpoint_url
+from ._endpoints import Endpoint, EndpointPool, EndpointStats, agent_endpoints, endpoint_url
 from ._evolver import ErrorCase, LLMEvolver
 from ._media import MediaResolver
 
@@ -259,14 +259,26 @@ def llm_backend(workspace: Workspace, options: RunOptions | None = None, *,
     return LLMBackend(agent, evolver, rollout, cache)
 
 
+def endpoint_pool(workspace: Workspace, options: RunOptions,
+                  endpoints: Sequence[Endpoint] | None = None) -> EndpointPool | None:
+    """The `EndpointPool` of an agent with several endpoints (``base_url`` a list, or an
+    ``endpoints_file``), None for one ``base_url``. ``endpoints``: those the run already read,
+    so an endpoints file edited while a step starts is read once, one version for all."""
+    a = workspace.config.agent
+    if not (isinstance(a.get("base_url"), list) or a.get("endpoints_file")):
+        return None
+    if endpoints is None:
+        endpoints = agent_endpoints(a, workspace.root)
+    return EndpointPool(endpoints, adaptive=options.adaptive, max_limit=options.slots)
+
+
 def _agent(workspace: Workspace, options: RunOptions, budgets: Mapping[str, int],
            endpoints: EndpointPool | None, **kw: Any) -> LLMAgent:
     """The workspace's `LLMAgent` with the run's call settings (``kw``: key, cache, on_event,
     the environment whose secrets every reply is scrubbed of, ``retry`` / ``timeout``)."""
     a = workspace.config.agent
-    if endpoints is None and (isinstance(a.get("base_url"), list) or a.get("endpoints_file")):
-        endpoints = EndpointPool(agent_endpoints(a, workspace.root), adaptive=options.adaptive,
-                                 max_limit=options.slots)
+    if endpoints is None:
+        endpoints = endpoint_pool(workspace, options)
     media = None
     if any(u.media is not None for u in workspace.units.values()):
         media = MediaResolver(MediaOptions.from_agent(a, workspace.root))
