@@ -4,6 +4,7 @@ on one line; a re-run step says so; ``cache stop`` and ``init`` name what is wro
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -67,6 +68,39 @@ def test_options_prints_every_option_name_whole_at_any_width(outputs, option_nam
     assert max(map(len, lines)) <= columns, max(lines, key=len)
     firsts = {line.split()[0] for line in lines[2:] if line[:1].strip()}
     assert option_names <= firsts, sorted(option_names - firsts)
+
+
+LONG = {"REDIS_URL": "redis://researcher:s3cret@redis-cache-primary.video-qa-training.internal"
+                     ".example.com:6379/3",
+        "VTRM_CACHE_PREFIX": "vtrm:experiment-2026-12-third-round-temporal-reasoning-ablation:"}
+
+
+@pytest.mark.parametrize("columns", [60, 80, 100])
+def test_options_wraps_a_long_value_within_the_terminal(outputs, columns):
+    """A long Redis URL, cache prefix or backend made every `options` line as wide as the
+    longest value (115 columns at 80): the value column now wraps within its share, and the
+    value read down that column is the whole value (the URL's password masked)."""
+    backend = "my_lab_agents.video_qa.agents_with_tools:make_tool_agent_backend_v2"
+    env = {**os.environ, **LONG, "COLUMNS": str(columns)}
+    out = subprocess.run([sys.executable, "-m", "vtrm_gate", "options", "--workspace",
+                          outputs[0], "--backend", backend], capture_output=True, text=True,
+                         cwd=ROOT, timeout=240, env=env)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert max(map(len, lines)) <= columns, max(lines, key=len)
+    start, end = lines[0].index("value"), lines[0].index("source")
+
+    def value(name: str) -> str:
+        """The cells of ``name``'s row in the value column, its lines joined."""
+        i = next(k for k, ln in enumerate(lines) if ln.split()[0] == name)
+        more = itertools.takewhile(lambda ln: not ln[:start].strip() and ln[start:end].strip(),
+                                   lines[i + 1:])
+        return "".join(ln[start:end].strip() for ln in [lines[i], *more])
+
+    assert value("redis_url") == LONG["REDIS_URL"].replace("s3cret", "***")
+    assert value("cache_prefix") == LONG["VTRM_CACHE_PREFIX"]
+    assert value("backend") == backend
+    assert value("dispatch") == "expected_need"
 
 
 def test_train_wraps_its_lines_without_losing_words(outputs):

@@ -27,7 +27,8 @@ def cmd_options(args: argparse.Namespace) -> int:
         options = workspace_options(ws, run_options(args))
         agent = dict(ws.config.agent)
     rows = options.explain(agent)  # the budgets a run of this workspace uses, never None
-    cols = [Column(head, tuple(str(r[i]) for r in rows), whole=head == "option")
+    cols = [Column(head, tuple(str(r[i]) for r in rows), whole=head == "option",
+                   wraps=head == "value")
             for i, head in enumerate(("option", "value", "source"))]
     text = render(cols, terminal_width())  # names whole, the source wraps within COLUMNS
     emit(args, {"workspace": args.workspace,

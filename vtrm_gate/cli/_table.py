@@ -76,19 +76,42 @@ def short_names(names: Iterable[str], max_len: int | None = None) -> dict[str, s
 @dataclass(frozen=True)
 class Column:
     """One column: header, cells, right-aligned or not, its rank when space is short
-    (0 = always kept; higher ranks are dropped first), and whether its cells are names the
-    user types (``whole``: a first column never abbreviated; the last one wraps instead)."""
+    (0 = always kept; higher ranks are dropped first), whether its cells are names the
+    user types (``whole``: a first column never abbreviated; the last one wraps instead),
+    and whether a middle column of long text may wrap within its share of a table too wide
+    (``wraps``: a long value, where the last column alone cannot make room)."""
 
     header: str
     cells: tuple[str, ...]
     right: bool = False
     drop_rank: int = 0
     whole: bool = False
+    wraps: bool = False
+    more: tuple[tuple[str, ...], ...] = ()
+    """A wrapped column's further lines, per cell (the cells hold the first)."""
 
     @functools.cached_property
     def width(self) -> int:
         """The widest cell's width, measured once (every row's line asks it)."""
-        return max([text_width(self.header), *(text_width(c) for c in self.cells)])
+        return max([text_width(self.header), *(text_width(c) for c in self.cells),
+                    *(text_width(t) for lines in self.more for t in lines)])
+
+    def wrapped(self, width: int) -> Column:
+        """This column's cells wrapped to ``width`` (a word wider is cut at the edge)."""
+        lines = [fill(c, width, cut=True) or [""] for c in self.cells]
+        return replace(self, header=textwrap.shorten(self.header, width, placeholder="…"),
+                       cells=tuple(ls[0] for ls in lines),
+                       more=tuple(tuple(ls[1:]) for ls in lines))
+
+    def line(self, row: int, k: int) -> str:
+        """Line ``k`` of the cell in ``row`` (0: the cell's first), or "" past its end."""
+        if k == 0:
+            return self.cells[row]
+        more = self.more[row] if self.more else ()
+        return more[k - 1] if k <= len(more) else ""
+
+    def height(self, row: int) -> int:
+        return 1 + (len(self.more[row]) if self.more else 0)
 
 
 def _fits(cols: Sequence[Column], width: int, gap: int) -> bool:
@@ -123,7 +146,7 @@ def render(cols: Sequence[Column], width: int, notes: Mapping[int, str] | None =
     if not _fits(fitted, width, gap) and gap > 1:  # very narrow: one space between columns
         gap = 1
         fitted = fit_columns(cols, width, gap)
-    cols, tails = _wrap_last(fitted, width, gap)
+    cols, tails = _wrap_last(_wrap_middle(fitted, width, gap), width, gap)
     sep = " " * gap
 
     def line(cells: Sequence[str]) -> str:
@@ -133,19 +156,37 @@ def render(cols: Sequence[Column], width: int, notes: Mapping[int, str] | None =
     out = [line([c.header for c in cols]), line(["-" * c.width for c in cols])]
     n = len(cols[0].cells) if cols else 0
     for i in range(n):
-        out.append(line([c.cells[i] for c in cols]))
+        for k in range(max(c.height(i) for c in cols)):
+            out.append(line([c.line(i, k) for c in cols]))
         out += tails.get(i, [])
         if notes and notes.get(i):
             out += fill(notes[i], width, "      ", first="    → ")
     return "\n".join(out)
 
 
+def _wrap_middle(cols: list[Column], width: int, gap: int) -> list[Column]:
+    """When the fitted table is too wide, its widest ``wraps`` middle column wrapped to its
+    share of the room left by the others: half, or what the last column does not need, and at
+    least 16 columns (a short value, a word such as ``paired_betting``, is never cut)."""
+    middle = [i for i, c in enumerate(cols[1:-1], 1) if c.wraps and not c.right]
+    if _fits(cols, width, gap) or not middle:
+        return cols
+    i = max(middle, key=lambda j: cols[j].width)
+    last = cols[-1]
+    room = width - sum(c.width for j, c in enumerate(cols[:-1]) if j != i) \
+        - gap * (len(cols) - 1)
+    need = last.width if last.right else min(last.width, max(12, room // 2))
+    share = max(16, room - need)
+    if cols[i].width <= share:
+        return cols
+    return [*cols[:i], cols[i].wrapped(share), *cols[i + 1:]]
+
+
 def _wrap_last(cols: list[Column], width: int, gap: int
                ) -> tuple[list[Column], dict[int, list[str]]]:
     """When the fitted table is still too wide and its last column is text (left-aligned),
-    that column wrapped into the room left: the cells' first lines, and each row's further
-    lines (already indented to the column). With less than 12 columns of room it goes
-    under its row instead, indented 4."""
+    that column wrapped into the room left. With less than 12 columns of room it goes
+    under its row instead, indented 4 (the rows' notes: the tails returned)."""
     if _fits(cols, width, gap) or not cols or cols[-1].right:
         return cols, {}
     last = cols[-1]
@@ -155,11 +196,7 @@ def _wrap_last(cols: list[Column], width: int, gap: int
             return cols, {}
         return cols[:-1], {i: [" " * 4 + t for t in fill(c, width - 4, cut=True)]
                            for i, c in enumerate(last.cells) if c}
-    lines = [fill(c, width - start, cut=True) or [""] for c in last.cells]
-    header = textwrap.shorten(last.header, width - start, placeholder="…")
-    first = replace(last, header=header, cells=tuple(ls[0] for ls in lines))
-    return [*cols[:-1], first], {i: [" " * start + t for t in ls[1:]]
-                                 for i, ls in enumerate(lines) if len(ls) > 1}
+    return [*cols[:-1], last.wrapped(width - start)], {}
 
 
 def wrap(text: str, width: int, indent: str = "  ") -> str:
