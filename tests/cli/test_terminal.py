@@ -307,3 +307,26 @@ def test_init_into_a_chinese_directory_fits_60_columns(tmp_path: Path) -> None:
     r = cli("init", "视频问答实验/第三轮训练的工作区", "--seed", "1", cwd=tmp_path, columns=60)
     assert r.returncode == 0, r.stderr
     assert max(map(text_width, r.stdout.splitlines())) <= 60, r.stdout
+
+
+def test_a_rows_note_of_one_column_characters_breaks_as_textwrap_did() -> None:
+    """(h21) Row notes went through the prose fill, which keeps long words whole: a candidate
+    name of 40 characters made a 48-column line at 40. A note of one-column characters
+    breaks long and hyphenated words as before."""
+    note = "rolled back: candidate-2026-12-07-temporal-reasoning-v3 failed probation"
+    text = render([Column("type", ("Counting Problem",)), Column("W", ("1",), right=True)], 40,
+                  notes={0: note})
+    assert text.splitlines()[3:] == textwrap.wrap(note, 40, initial_indent="    → ",
+                                                  subsequent_indent="      ")
+    wide = render([Column("type", ("计数",)), Column("W", ("1",), right=True)], 40,
+                  notes={0: note.replace("Counting", "计数问题") + " 计数问题" * 8})
+    assert max(map(text_width, wide.splitlines())) <= 40, wide
+
+
+def test_a_wrapped_cells_tabs_and_runs_of_spaces_are_one_space() -> None:
+    """(h21) A wrapped cell kept a tab (expanded from its place in the whole cell) and runs
+    of spaces, where it had read as single spaces."""
+    text = render([Column("type", ("Counting",), whole=True),
+                   Column("why", ("one\ttwo  three four\u00a0five six seven eight nine",))], 40)
+    assert text.splitlines()[2:] == ["Counting one two three four five six",
+                                     "         seven eight nine"]

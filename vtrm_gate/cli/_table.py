@@ -160,8 +160,16 @@ def render(cols: Sequence[Column], width: int, notes: Mapping[int, str] | None =
             out.append(line([c.line(i, k) for c in cols]))
         out += tails.get(i, [])
         if notes and notes.get(i):
-            out += fill(notes[i], width, "      ", first="    → ")
+            out += _note(notes[i], width)
     return "\n".join(out)
+
+
+def _note(text: str, width: int) -> list[str]:
+    """A row's note under it: `textwrap`'s lines where each character is one column (long
+    words and hyphenated ones broken, as ever), else filled by terminal columns."""
+    if text_width(text) == len(text):
+        return textwrap.wrap(text, width, initial_indent="    → ", subsequent_indent="      ")
+    return fill(text, width, "      ", first="    → ", cut=True)
 
 
 def _wrap_middle(cols: list[Column], width: int, gap: int) -> list[Column]:
@@ -215,8 +223,9 @@ def fill(text: str, width: int, indent: str = "", first: str = "", cut: bool = F
     others by ``indent``: `textwrap`'s greedy fill (whitespace dropped at the breaks) with
     widths measured as a terminal shows them. A word wider than a line is kept whole on a
     line of its own (paths and flags stay whole, as a user copies them), or with ``cut`` (a
-    table cell) cut where it reaches the edge."""
-    chunks = [c for c in _SPACES.split(text.expandtabs().translate(_TO_SPACE)) if c][::-1]
+    table cell) cut where it reaches the edge, its runs of whitespace one space."""
+    text = " ".join(text.split()) if cut else text.expandtabs().translate(_TO_SPACE)
+    chunks = [c for c in _SPACES.split(text) if c][::-1]
     lines: list[str] = []
     while chunks:
         lead = indent if lines else first
