@@ -1,3 +1,4 @@
+import contextlib
 import os
 from pathlib import Path
 
@@ -17,27 +18,61 @@ settings.register_profile("vtrm", derandomize=True, database=None, deadline=None
 settings.register_profile("explore", database=None, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "vtrm"))
 
-# No test writes into the repository: what a run adds at its top level (besides the caches
-# named here) fails the run, e.g. an embedded Redis a test started in ``./workspace`` by not
-# naming its workspace (it outlived the run, and its keys reached the next one).
+# The longest tests first: under xdist a long test collected last runs alone at the end while
+# the other workers sit idle (the browser module, ~4 min on one worker, was collected last).
+LONG_FIRST = ("tests/views/test_browser.py", "tests/llm/test_real_model.py",
+              "tests/sim/test_fit.py", "tests/test_bench_power.py",
+              "tests/llm/test_real_tool_agent.py", "tests/views/test_figures.py",
+              "tests/test_readme.py", "tests/llm/test_adaptive.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        path = item.nodeid.split("::")[0]
+        return LONG_FIRST.index(path) if path in LONG_FIRST else len(LONG_FIRST)
+
+    items.sort(key=rank)  # stable: the rest keep their order
+
+
+# No test writes into the repository: a file a run adds or changes there (outside the
+# environment and the caches named here) fails the run, e.g. an embedded Redis a test started
+# in ``./workspace`` by not naming its workspace (it outlived the run, and its keys reached
+# the next one).
 _ROOT = Path(__file__).resolve().parents[1]
-_BEFORE = pytest.StashKey[set[str]]()
-_CACHES = {".pytest_cache", ".hypothesis", "__pycache__", ".mypy_cache", ".ruff_cache"}
+_BEFORE = pytest.StashKey[dict[str, tuple[int, int] | None]]()
+_SKIP = {".git", ".venv", "__pycache__", ".pytest_cache", ".hypothesis", ".mypy_cache",
+         ".ruff_cache", "vtrm_gate.egg-info"}
 
 
-def _top_level() -> set[str]:
-    return set(os.listdir(_ROOT)) - _CACHES
+def _snapshot() -> dict[str, tuple[int, int] | None]:
+    """Each file's (mtime, size) and each directory (None) under the repository's root."""
+    out: dict[str, tuple[int, int] | None] = {}
+    for top, dirs, files in os.walk(_ROOT):
+        dirs[:] = [d for d in dirs if d not in _SKIP]
+        rel = os.path.relpath(top, _ROOT)
+        out[rel] = None
+        for name in files:
+            with contextlib.suppress(OSError):
+                st = os.lstat(os.path.join(top, name))
+                out[os.path.join(rel, name)] = (st.st_mtime_ns, st.st_size)
+    return out
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    session.config.stash[_BEFORE] = _top_level()
+    if not hasattr(session.config, "workerinput"):  # xdist: the controller checks, once
+        session.config.stash[_BEFORE] = _snapshot()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if hasattr(session.config, "workerinput"):  # xdist: the controller checks, once
+    before = session.config.stash.get(_BEFORE, None)
+    if before is None:
         return
-    added = sorted(_top_level() - session.config.stash.get(_BEFORE, set()))
-    if added:
+    after = _snapshot()
+    written = sorted(p for p, v in after.items() if p not in before or before[p] != v)
+    if written:
+        shown = ", ".join(written[:10]) + (f" (+{len(written) - 10})" if len(written) > 10
+                                           else "")
         session.config.get_terminal_writer().line(
-            f"\nthe tests wrote into the repository ({_ROOT}): {', '.join(added)}", red=True)
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            f"\nthe tests wrote into the repository ({_ROOT}): {shown}", red=True)
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
