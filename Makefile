@@ -35,17 +35,22 @@ lint: $(STAMP)
 
 # The suite in three pytest-xdist workers, each test to the next free one (most of the suite
 # waits on servers, subprocesses and kernels, so a third worker fills the two cores' idle time;
-# a module fixture is built once per worker), and beside it the notebooks under nbval, whose
-# output follows the suite's. `make test TEST_WORKERS=0` runs the suite in one process.
+# a module fixture is built once per worker; the longest modules first: tests/conftest.py),
+# and beside it the notebooks under nbval, whose output follows the suite's (Ctrl-C stops
+# both). `make test TEST_WORKERS=0` runs the suite in one process.
 TEST_WORKERS ?= 3
 
 test: $(STAMP) $(MODEL_STAMP) lint
-	@nb=$$(mktemp -d); trap 'rm -rf $$nb' EXIT; \
-	(VTRM_CI=1 VTRM_FIGURES=$$nb/figures $(BIN)/python -m pytest -q -p no:cacheprovider \
-	  --nbval-lax --nbval-current-env notebooks > $$nb/log 2>&1; echo $$? > $$nb/rc) & \
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --durations=15 tests; \
-	rc=$$?; wait; echo "--- the notebooks (nbval), run beside the suite:"; cat $$nb/log; \
-	[ $$rc -eq 0 ] && [ "$$(cat $$nb/rc)" = 0 ]
+	@nb=$$(mktemp -d); pid=; \
+	trap 'if [ -n "$$pid" ]; then kill $$pid 2>/dev/null; fi; rm -rf $$nb' EXIT; \
+	trap 'exit 130' INT; trap 'exit 143' TERM; \
+	VTRM_CI=1 VTRM_FIGURES=$$nb/figures $(BIN)/python -m pytest -q -p no:cacheprovider \
+	  --nbval-lax --nbval-current-env notebooks > $$nb/log 2>&1 & pid=$$!; \
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup \
+	  --durations=15 tests; \
+	rc=$$?; wait $$pid; nbrc=$$?; pid=; \
+	echo "--- the notebooks (nbval), run beside the suite:"; cat $$nb/log; \
+	[ $$rc -eq 0 ] && [ $$nbrc -eq 0 ]
 
 # The committed design-review figures (PNG + SVG, 1280x720) and figures/README.md.
 figures: $(STAMP)

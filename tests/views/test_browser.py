@@ -30,7 +30,8 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-ne
          "--disable-component-update", "--disable-sync", "--no-first-run"]
 STEP_SECONDS = 20  # notebook 01's step, slow enough to watch the figure redraw
 
-pytestmark = [pytest.mark.slow, pytest.mark.browser]
+# one worker runs every notebook, on one JupyterLab (`make test` uses --dist loadgroup)
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.xdist_group("browser")]
 
 
 def _ensure_chromium() -> Path:
