@@ -1,5 +1,6 @@
 import contextlib
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -34,27 +35,40 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=rank)  # stable: the rest keep their order
 
 
-# No test writes into the repository: a file a run adds or changes there (outside the
-# environment and the caches named here) fails the run, e.g. an embedded Redis a test started
-# in ``./workspace`` by not naming its workspace (it outlived the run, and its keys reached
-# the next one).
+# No test writes into the repository: a file a run adds there, or an untracked one it
+# changes (outside the environment and the caches named here), fails the run. E.g. an
+# embedded Redis a test started in ``./workspace`` by not naming its workspace: it outlived
+# the run, and its keys reached the next one.
 _ROOT = Path(__file__).resolve().parents[1]
 _BEFORE = pytest.StashKey[dict[str, tuple[int, int] | None]]()
 _SKIP = {".git", ".venv", "__pycache__", ".pytest_cache", ".hypothesis", ".mypy_cache",
          ".ruff_cache", "vtrm_gate.egg-info"}
 
 
+def _tracked() -> set[str]:
+    """The files git tracks: edited while the suite runs, they are the user's (git shows
+    them), not a test's."""
+    try:
+        out = subprocess.run(["git", "-C", str(_ROOT), "ls-files", "-z"], capture_output=True,
+                             timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return set()
+    return {os.path.normpath(p) for p in out.decode(errors="replace").split("\0") if p}
+
+
 def _snapshot() -> dict[str, tuple[int, int] | None]:
-    """Each file's (mtime, size) and each directory (None) under the repository's root."""
+    """Each untracked file's (mtime, size) and each directory (None) under the root."""
     out: dict[str, tuple[int, int] | None] = {}
+    tracked = _tracked()
     for top, dirs, files in os.walk(_ROOT):
         dirs[:] = [d for d in dirs if d not in _SKIP]
         rel = os.path.relpath(top, _ROOT)
         out[rel] = None
         for name in files:
+            path = os.path.normpath(os.path.join(rel, name))
             with contextlib.suppress(OSError):
                 st = os.lstat(os.path.join(top, name))
-                out[os.path.join(rel, name)] = (st.st_mtime_ns, st.st_size)
+                out[path] = None if path in tracked else (st.st_mtime_ns, st.st_size)
     return out
 
 

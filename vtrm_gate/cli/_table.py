@@ -111,6 +111,7 @@ class Column:
         return more[k - 1] if k <= len(more) else ""
 
     def height(self, row: int) -> int:
+        """The lines the cell in ``row`` takes."""
         return 1 + (len(self.more[row]) if self.more else 0)
 
 
@@ -181,8 +182,8 @@ def _wrap_middle(cols: list[Column], width: int, gap: int) -> list[Column]:
         return cols
     i = max(middle, key=lambda j: cols[j].width)
     last = cols[-1]
-    room = width - sum(c.width for j, c in enumerate(cols[:-1]) if j != i) \
-        - gap * (len(cols) - 1)
+    others = sum(c.width for j, c in enumerate(cols[:-1]) if j != i)
+    room = width - others - gap * (len(cols) - 1)
     need = last.width if last.right else min(last.width, max(12, room // 2))
     share = max(16, room - need)
     if cols[i].width <= share:
