@@ -320,6 +320,74 @@ def test_malformed_value_is_a_miss_and_is_overwritten(redis_target: RedisTarget,
     assert (first, second, calls, stats.malformed) == ("miss", "hit", 1, 1)
 
 
+@pytest.mark.parametrize("garbage", [b"{not json", b'{"schema": 999, "response": {}}', None])
+def test_two_processes_replacing_a_malformed_entry_serve_the_first_writers_answer(
+        redis_target: RedisTarget, garbage: bytes | None) -> None:
+    """Both found the same malformed entry (None: a key of another Redis type) and called;
+    each replaced it with a plain SET, so the last writer won: the first process graded "A"
+    while its re-run would replay "B". The value in the way is removed only while it is the
+    one read, and the second writer serves the first one's answer, as two new writers do."""
+    p = parts()
+    key = p.key(redis_target.prefix)
+    if garbage is None:
+        raw(redis_target).hset(key, "f", "v")
+    else:
+        raw(redis_target).set(key, garbage)
+
+    async def go() -> tuple[Any, Any, Any, CacheStats, CacheStats]:
+        a, b = cache_for(redis_target), cache_for(redis_target)  # two processes' clients
+        b_called, a_stored = asyncio.Event(), asyncio.Event()
+
+        async def call_a() -> Any:
+            await b_called.wait()  # both have read the malformed entry
+            return ok("A")
+
+        async def call_b() -> Any:
+            b_called.set()
+            await a_stored.wait()
+            return ok("B")
+
+        try:
+            first = asyncio.create_task(a.get_or_call(p, call_a))
+            second = asyncio.create_task(b.get_or_call(p, call_b))
+            ra = await first
+            a_stored.set()
+            rb = await second
+            return ra, rb, await a.lookup(p), a.stats(), b.stats()
+        finally:
+            await a.aclose()
+            await b.aclose()
+
+    ra, rb, stored, sa, sb = asyncio.run(go())
+    assert (ra.source, rb.source) == ("miss", "miss")
+    assert ra.response == rb.response == stored == ok("A")
+    assert (sa.malformed, sb.malformed, sa.raced, sb.raced) == (1, 1, 0, 1)
+
+
+def test_a_user_who_may_not_run_scripts_still_replaces_a_malformed_entry(
+        tmp_path: Path) -> None:
+    """A managed Redis may refuse EVAL: the malformed entry is then deleted outright (the
+    replacement as it was before the script), not read as an outage."""
+    with RedisServer(tmp_path, persist=False) as server:
+        admin = redis.Redis.from_url(server.url)
+        admin.acl_setuser("app", enabled=True, passwords=["+pw"], keys=["*"],
+                          commands=["+@all", "-@scripting"])
+        cache = ResponseCache(server.url.replace("://", "://app:pw@", 1))  # unix:// too
+        admin.set(parts().key(cache.prefix), b"{not json")
+        admin.close()
+
+        async def go() -> tuple[str, str, CacheStats]:
+            try:
+                first = await cache.get_or_call(parts(), Counting(ok("A")))
+                again = await cache.get_or_call(parts(), Counting(ok("A2")))
+                return first.source, again.source, cache.stats()
+            finally:
+                await cache.aclose()
+
+        first, again, stats = asyncio.run(go())
+    assert (first, again, stats.errors, stats.malformed) == ("miss", "hit", 0, 1)
+
+
 def test_a_value_stored_under_another_key_is_a_counted_miss(redis_target: RedisTarget
                                                             ) -> None:
     # Issue 19 #3: a value copied (or renamed) onto another call's key was served as that
@@ -1168,7 +1236,8 @@ def test_a_reply_over_the_servers_bulk_limit_is_served_uncached_not_an_outage(
         if user == "no CONFIG":
             admin.acl_setuser("app", enabled=True, passwords=["+pw"], keys=["*"],
                               commands=["+@all", "-config"])
-            url = url.replace("redis://", "redis://app:pw@", 1)
+            # the server's URL is unix://: a replace of "redis://" left it the default user
+            url = url.replace("://", "://app:pw@", 1)
         cache = ResponseCache(url, retry_interval=3600.0)
         small, big = Counting(), Counting(ok("x" * (3 << 20 >> 1)))  # 1.5 MB
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -563,27 +564,34 @@ class ResponseCache:
             return CacheResult(stored, "hit", key)
         c.misses += 1
         resp = await call()
-        if raw is not None:  # a malformed or mismatched entry: replaced
-            await self.store(parts, resp, validate, run)
-            return CacheResult(resp, "miss", key)
+        if raw is not None:  # a malformed or mismatched entry: removed if still the one read
+            await self._op(run, functools.partial(_delete_if, key=key, raw=raw))
         return CacheResult(await self._first_written(parts, resp, validate, run, c), "miss", key)
 
     async def _first_written(self, parts: KeyParts, resp: Response, validate: Validator,
                              run: str, c: _Counters) -> Response:
         """Store ``resp`` unless another process stored the same call meanwhile (``NX``):
         then its entry stands (the first writer wins) and is served here too, so every
-        re-run replays what was graded (the last writer won, h16)."""
-        if await self._store(parts, resp, validate, run, only_new=True) is not None:
-            return resp
-        winner = await self.lookup(parts, validate, run)
-        if winner is None:  # gone since, or not an entry (an old schema's): replaced (h19)
-            await self.store(parts, resp, validate, run)
-            return resp
-        if winner == resp:  # our own SET, retried by redis-py after a lost reply
-            c.writes += 1
-            return resp
-        c.raced += 1
-        return winner
+        re-run replays what was graded (the last writer won, h16). A value in the way that is
+        not an entry is removed only while it is the one read, so two processes replacing it
+        race as two new writers do (a plain SET let the last one win)."""
+        key = parts.key(self.prefix)
+        for _ in range(2):
+            if await self._store(parts, resp, validate, run, only_new=True) is not None:
+                return resp
+            ok, raw = await self._op(run, lambda r: _get(r, key))
+            if not ok:
+                return resp
+            winner = None if raw is None else self._decode(raw, validate, parts, c)
+            if winner == resp:  # our own SET, retried by redis-py after a lost reply
+                c.writes += 1
+                return resp
+            if winner is not None:
+                c.raced += 1
+                return winner
+            if raw is not None:  # not an entry (an old schema's, h19): removed, then NX again
+                await self._op(run, functools.partial(_delete_if, key=key, raw=raw))
+        return resp  # still in the way: served, not stored
 
     # -- debug ------------------------------------------------------------------------
 
@@ -628,6 +636,32 @@ def _refusal_advice(exc: RedisError) -> str:
     if is_misconf(exc):
         return MISCONF_ADVICE
     return "it is a read-only replica: point REDIS_URL at the primary"
+
+
+# Delete KEYS[1] while it is the value read (ARGV[2]), or, when that was a key of another
+# Redis type (ARGV[1] == '1'), while it still is one. Returns 1 if deleted.
+_DELETE_IF_LUA = """
+local t = redis.call('TYPE', KEYS[1])['ok']
+if ARGV[1] == '1' then
+  if t ~= 'string' and t ~= 'none' then return redis.call('DEL', KEYS[1]) end
+elseif t == 'string' and redis.call('GET', KEYS[1]) == ARGV[2] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+
+async def _delete_if(r: cluster.Client, key: str, raw: bytes) -> int:
+    """Delete ``key`` if it still holds ``raw`` (`_WRONG_TYPE`: another Redis type), in one
+    script; where scripts are refused (ACL, a managed Redis), delete it as before."""
+    wrong = raw is _WRONG_TYPE
+    try:
+        return int(await r.eval(_DELETE_IF_LUA, 1, key, "1" if wrong else "0",
+                                b"" if wrong else raw))
+    except ResponseError as exc:
+        if is_misconf(exc) or "OOM" in str(exc) or "READONLY" in str(exc):
+            return 0
+        return int(await r.delete(key))
 
 
 async def _set(r: cluster.Client, key: str, value: bytes, ttl: int,
