@@ -16,8 +16,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def cli(*args: str, columns: int = 80) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": str(columns)}
+def cli(*args: str, columns: int = 80,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **(env or {}), "COLUMNS": str(columns)}
     env.pop("VTRM_WORKSPACE", None)
     return subprocess.run([sys.executable, "-m", "vtrm_gate", *args], capture_output=True,
                           text=True, cwd=ROOT, timeout=240, env=env)
@@ -81,10 +82,8 @@ def test_options_wraps_a_long_value_within_the_terminal(outputs, columns):
     longest value (115 columns at 80): the value column now wraps within its share, and the
     value read down that column is the whole value (the URL's password masked)."""
     backend = "my_lab_agents.video_qa.agents_with_tools:make_tool_agent_backend_v2"
-    env = {**os.environ, **LONG, "COLUMNS": str(columns)}
-    out = subprocess.run([sys.executable, "-m", "vtrm_gate", "options", "--workspace",
-                          outputs[0], "--backend", backend], capture_output=True, text=True,
-                         cwd=ROOT, timeout=240, env=env)
+    out = cli("options", "--workspace", outputs[0], "--backend", backend, columns=columns,
+              env=LONG)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert max(map(len, lines)) <= columns, max(lines, key=len)

@@ -203,7 +203,7 @@ def _wrap_last(cols: list[Column], width: int, gap: int
     if width - start < 12:
         if len(cols) < 2:
             return cols, {}
-        return cols[:-1], {i: [" " * 4 + t for t in fill(c, width - 4, cut=True)]
+        return cols[:-1], {i: fill(c, width, " " * 4, first=" " * 4, cut=True)
                            for i, c in enumerate(last.cells) if c}
     return [*cols[:-1], last.wrapped(width - start)], {}
 
